@@ -1,0 +1,66 @@
+"""Checks for the exercises of every chapter: ``from course_lib.exercises import ch01``.
+
+Each exercise asks the reader to write a function; its check calls that function on
+fresh inputs and compares with the library. A wrong answer raises
+:class:`ExerciseError` (an ``AssertionError``) whose message says what is wrong and
+gives a hint; a right one prints a short confirmation. A function whose body is still
+``raise NotImplementedError()`` (the student notebooks) gets a "not done yet" message.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+
+class ExerciseError(AssertionError):
+    """A check failed: the message is for the student."""
+
+
+def fail(problem: str, hint: str | None = None):
+    raise ExerciseError(problem + (f"\nHint: {hint}" if hint else ""))
+
+
+def passed(message: str) -> None:
+    print(f"Correct! {message}")
+
+
+def call(fn: Callable, *args, **kwargs) -> Any:
+    """Run the student's function, turning the unfinished-exercise and crash cases into
+    clear messages."""
+    name = getattr(fn, "__name__", "your function")
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        fail(f"Not done yet: {name}() still raises NotImplementedError.",
+             "replace `raise NotImplementedError()` with your code, run that cell, then run this check again.")
+    except ExerciseError:
+        raise
+    except Exception as e:
+        fail(f"{name}() raised {type(e).__name__}: {e}",
+             "read the error above; test your function on a small input by hand first.")
+
+
+def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5, rtol: float = 1e-4):
+    """Fail unless ``actual`` equals ``expected`` numerically (tensors or numbers)."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            fail(f"{what}: expected a tensor, got {type(actual).__name__}.", hint)
+        if actual.shape != expected.shape:
+            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}.", hint)
+        if not torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol):
+            worst = (actual.double() - expected.double()).abs().max().item()
+            fail(f"{what}: values differ from the expected ones (largest difference {worst:.3g}).", hint)
+        return
+    try:
+        a = float(actual)
+    except (TypeError, ValueError):
+        fail(f"{what}: expected a number, got {actual!r}.", hint)
+    if not math.isclose(a, float(expected), abs_tol=atol, rel_tol=rtol):
+        fail(f"{what}: got {a:.6g}, which is not the expected value.", hint)
+
+
+def expect_equal(actual, expected, what: str, hint: str | None = None):
+    if actual != expected:
+        fail(f"{what}: got {actual!r}, expected {expected!r}.", hint)

@@ -1,0 +1,46 @@
+"""Named configurations for the CLI and the chapters."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .model import GPTConfig
+from .train import TrainConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    model: GPTConfig
+    train: TrainConfig | None = None  # None: for counting parameters only
+    corpus: str | None = "tinyshakespeare"
+
+
+PRESETS = {
+    # nanoGPT's published CPU config for shakespeare_char (its val loss: 1.88).
+    "shakespeare-char-cpu": Preset(
+        "4 layers, 4 heads, C=128, T=64: trains on a laptop CPU in a few minutes",
+        GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+        TrainConfig(max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+                    beta2=0.99, eval_interval=250, eval_iters=20),
+    ),
+    # nanoGPT's config/train_shakespeare_char.py (its val loss: 1.4697), for a GPU.
+    "shakespeare-char-gpu": Preset(
+        "6 layers, 6 heads, C=384, T=256, dropout 0.2: about 10M parameters, for a GPU",
+        GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+        TrainConfig(max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+                    beta2=0.99, eval_interval=250, eval_iters=200),
+    ),
+    # GPT-2 small, for counting: 124,439,808 parameters with tied embeddings.
+    "gpt2-small": Preset(
+        "GPT-2 small (124M): 12 layers, 12 heads, C=768, T=1024, V=50257; for counting parameters",
+        GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True),
+        None,
+        None,
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name]

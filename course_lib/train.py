@@ -1,0 +1,316 @@
+"""Training: learning-rate schedules, AdamW with weight-decay groups, loss estimates, and a
+``Trainer`` with a progress bar, loss history and exactly resumable checkpoints (chapters 2, 7).
+
+Shapes: B batch, T time, V vocabulary size.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .checkpoint import CheckpointError, check_model_config, load_checkpoint, save_checkpoint
+from .data import get_batch
+
+BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 2000
+    batch_size: int = 12
+    learning_rate: float = 1e-3  # peak learning rate
+    min_lr: float = 1e-4  # where cosine decay ends
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # default: max_iters
+    schedule: str = "cosine"  # "constant", "cosine" (linear warmup + cosine decay) or "transformer" (2017 paper)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    eval_interval: int = 250
+    eval_iters: int = 20  # batches per loss estimate
+    checkpoint_interval: int = 0  # also save every N steps (0: only at the end / on Ctrl-C)
+    seed: int = 1337
+
+    def __post_init__(self):
+        if self.schedule not in ("constant", "cosine", "transformer"):
+            raise ValueError(f"schedule must be 'constant', 'cosine' or 'transformer', got {self.schedule!r}")
+        for name in ("max_iters", "batch_size", "eval_interval", "eval_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# --- learning-rate schedules ----------------------------------------------------------------
+
+
+def constant_lr(step: int, learning_rate: float) -> float:
+    return learning_rate
+
+
+def cosine_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
+    """Linear warmup from ~0 to ``learning_rate`` over ``warmup_iters`` steps, then a half cosine
+    down to ``min_lr`` at ``decay_iters``, then flat."""
+    if step < warmup_iters:
+        return learning_rate * (step + 1) / (warmup_iters + 1)
+    if step >= decay_iters:
+        return min_lr
+    progress = (step - warmup_iters) / max(1, decay_iters - warmup_iters)  # 0 -> 1
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
+
+
+def transformer_lr(step: int, n_embd: int, warmup_iters: int, scale: float = 1.0) -> float:
+    """The 2017 paper's schedule: lr = C^-0.5 * min(step^-0.5, step * warmup^-1.5), steps from 1.
+    It rises linearly for ``warmup_iters`` steps, then decays as 1/sqrt(step)."""
+    s = step + 1
+    return scale * n_embd**-0.5 * min(s**-0.5, s * warmup_iters**-1.5)
+
+
+def lr_at(step: int, config: TrainConfig, n_embd: int | None = None) -> float:
+    """The learning rate a :class:`Trainer` uses at ``step`` under ``config.schedule``."""
+    if config.schedule == "constant":
+        return constant_lr(step, config.learning_rate)
+    if config.schedule == "cosine":
+        return cosine_lr(step, config.learning_rate, config.min_lr, config.warmup_iters,
+                         config.lr_decay_iters or config.max_iters)
+    if n_embd is None:
+        raise ValueError("the 'transformer' schedule needs n_embd")
+    return transformer_lr(step, n_embd, max(1, config.warmup_iters))
+
+
+# --- optimizer and losses ---------------------------------------------------------------------
+
+
+def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW where only matrices (embeddings, Linear weights) are decayed; biases and
+    LayerNorm gains are not, since shrinking them toward 0 has no regularising meaning."""
+    params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix appears once
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2))
+
+
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions where ``mask`` (B, T) is True. logits (B, T, V)."""
+    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B*T,)
+    mask = mask.flatten().to(losses.dtype)
+    return (losses * mask).sum() / mask.sum().clamp(min=1)
+
+
+def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> float:
+    """Share of positions whose most likely token is the target, skipping ``ignore_index``."""
+    keep = targets != ignore_index
+    correct = (logits.argmax(dim=-1) == targets) & keep
+    return correct.sum().item() / max(1, keep.sum().item())
+
+
+@torch.no_grad()
+def estimate_loss(model: nn.Module, batch_fn: BatchFn, eval_iters: int, seed: int = 0,
+                  splits=("train", "val")) -> dict[str, float]:
+    """Mean loss over ``eval_iters`` batches of each split, in eval mode (no dropout).
+
+    Batches come from a generator seeded with ``seed``, so every estimate sees the same
+    batches and the training batch stream is left untouched.
+    """
+    was_training = model.training
+    model.eval()
+    out = {}
+    for i, split in enumerate(splits):
+        generator = torch.Generator().manual_seed(seed + i)
+        losses = [model(*batch_fn(split, generator))[1].item() for _ in range(eval_iters)]
+        out[split] = sum(losses) / len(losses)
+    model.train(was_training)
+    return out
+
+
+# --- the trainer ---------------------------------------------------------------------------
+
+
+def progress_bar(total: int, initial: int = 0, desc: str = "train", disable: bool = False) -> tqdm:
+    """A plain-text progress bar that reads the same in a terminal and in a notebook."""
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stdout, ncols=100, ascii=" =",
+                mininterval=0.5, disable=disable, dynamic_ncols=False)
+
+
+def new_history() -> dict[str, list]:
+    return {"step": [], "loss": [], "lr": [], "eval_step": [], "train_loss": [], "val_loss": []}
+
+
+class Trainer:
+    """Trains a language model whose ``forward(x, y)`` returns ``(logits, loss)``.
+
+    Batches come from ``batch_fn(split, generator)`` or, by default, random windows of
+    ``train_data``/``val_data`` (1-D token tensors) of the model's block size. Every
+    ``eval_interval`` steps it estimates train/val loss; ``history`` keeps every step's
+    loss and learning rate. With ``out_dir`` it writes ``out_dir/ckpt.pt`` atomically (at
+    the end, every ``checkpoint_interval`` steps, and on Ctrl-C), and :meth:`resume`
+    continues from it bit-for-bit as if never stopped.
+    """
+
+    def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None, val_data: torch.Tensor | None = None,
+                 config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
+                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True):
+        self.config = config or TrainConfig()
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.model = model.to(self.device)
+        if batch_fn is None:
+            if train_data is None or val_data is None:
+                raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
+            block_size = model.config.block_size
+            data = {"train": train_data, "val": val_data}
+            batch_fn = lambda split, gen: get_batch(data[split], block_size, self.config.batch_size, gen, self.device)
+        self.batch_fn = batch_fn
+        self.optimizer = configure_optimizer(self.model, self.config)
+        self.generator = torch.Generator().manual_seed(self.config.seed)  # the training batch stream
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.tokenizer = tokenizer
+        self.progress = progress
+        self.step = 0
+        self.history = new_history()
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.out_dir / "ckpt.pt" if self.out_dir is not None else None
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, self.config, getattr(getattr(self.model, "config", None), "n_embd", None))
+
+    def evaluate(self) -> dict[str, float]:
+        losses = estimate_loss(self.model, self.batch_fn, self.config.eval_iters, seed=self.config.seed + 1)
+        self.history["eval_step"].append(self.step)
+        self.history["train_loss"].append(losses["train"])
+        self.history["val_loss"].append(losses["val"])
+        return losses
+
+    def train_step(self) -> float:
+        lr = self.lr(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        x, y = self.batch_fn("train", self.generator)
+        _, loss = self.model(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        self.history["step"].append(self.step)
+        self.history["loss"].append(loss.item())
+        self.history["lr"].append(lr)
+        return loss.item()
+
+    def _eval_due(self) -> bool:
+        done = self.history["eval_step"] and self.history["eval_step"][-1] == self.step
+        return not done and (self.step % self.config.eval_interval == 0 or self.step == self.config.max_iters)
+
+    def train(self, until: int | None = None) -> dict[str, list]:
+        """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
+        Returns the loss history."""
+        end = self.config.max_iters if until is None else min(until, self.config.max_iters)
+        self.model.train()
+        bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress)
+        try:
+            while self.step < end:
+                if self._eval_due():
+                    losses = self.evaluate()
+                    bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+                loss = self.train_step()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                if self.config.checkpoint_interval and self.step % self.config.checkpoint_interval == 0:
+                    self.save()
+            if self._eval_due():
+                losses = self.evaluate()
+                bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        except KeyboardInterrupt:
+            bar.close()
+            if self.out_dir is not None:
+                self.save()
+                print(f"interrupted at step {self.step}; saved {self.checkpoint_path}. "
+                      f"Continue with Trainer.resume({str(self.checkpoint_path)!r}, ...)")
+            raise
+        bar.close()
+        if self.out_dir is not None:
+            self.save()
+        self.model.eval()
+        return self.history
+
+    # --- checkpoints ---
+
+    def state(self) -> dict:
+        model_config = getattr(self.model, "config", None)
+        return {
+            "model_config": model_config.to_dict() if model_config is not None else None,
+            "train_config": asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "history": self.history,
+            "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "tokenizer": self.tokenizer.to_dict() if self.tokenizer is not None else None,
+        }
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path) if path is not None else self.checkpoint_path
+        if path is None:
+            raise ValueError("no checkpoint path: give Trainer(out_dir=...) or save(path)")
+        return save_checkpoint(path, self.state())
+
+    def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
+        if getattr(self.model, "config", None) is not None:
+            check_model_config(ckpt, self.model.config, path)
+        try:
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.step = int(ckpt["step"])
+            self.history = {k: list(v) for k, v in ckpt["history"].items()}
+            torch.set_rng_state(ckpt["rng"]["torch"])
+            self.generator.set_state(ckpt["rng"]["generator"])
+            if ckpt["rng"]["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: {str(e)[:200]})") from e
+
+    @classmethod
+    def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,
+               batch_fn: BatchFn | None = None, device=None, max_iters: int | None = None, out_dir=None,
+               tokenizer=None, progress: bool = True) -> "Trainer":
+        """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
+
+        ``model`` defaults to a fresh ``GPT`` of the checkpoint's config; ``max_iters``
+        extends (or shortens) the run.
+        """
+        from .model import GPT, GPTConfig
+        from .tokenizers import CharTokenizer
+
+        path = Path(path)
+        ckpt = load_checkpoint(path)
+        config = TrainConfig.from_dict(ckpt.get("train_config", {}))
+        if max_iters is not None:
+            config.max_iters = max_iters
+        if model is None:
+            if not ckpt.get("model_config"):
+                raise CheckpointError(f"{path} stores no model config: pass the model to resume()")
+            model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
+        if tokenizer is None and ckpt.get("tokenizer"):
+            tokenizer = CharTokenizer.from_dict(ckpt["tokenizer"])
+        trainer = cls(model, train_data, val_data, config, batch_fn=batch_fn, device=device,
+                      out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress)
+        trainer.load_state(ckpt, path)
+        return trainer
