@@ -3,6 +3,7 @@
 One small module per idea, each introduced by a chapter:
 
 - ``data``: bundled corpora, splits, batches (ch. 1)
+- ``bigram``: counting and learned bigram models, unigram entropy (ch. 1-2)
 - ``tokenizers``: ``CharTokenizer`` (ch. 1)
 - ``attention``: averaging the past, ``Head``, ``MultiHeadAttention``, ``CausalSelfAttention`` (ch. 3-4)
 - ``model``: ``GPTConfig``, ``Block``, ``GPT``, parameter counting (ch. 5-6)

@@ -73,6 +73,24 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None =
     return weights @ v, weights
 
 
+def score_variance(head_size: int, scaled: bool = False, batch: int = 8, T: int = 64,
+                   generator: torch.Generator | None = None) -> float:
+    """Measure var(q k^T) for queries and keys with independent N(0, 1) entries.
+
+    Draws q and k of shape (batch, T, head_size) (q first, then k, from ``generator``),
+    forms the (batch, T, T) scores q @ k^T, optionally scaled by 1/sqrt(head_size),
+    and returns the variance of all the scores: about ``head_size`` unscaled, about 1 scaled.
+    """
+    if head_size < 1:
+        raise ValueError(f"head_size must be a positive integer, got {head_size}")
+    q = torch.randn(batch, T, head_size, generator=generator)
+    k = torch.randn(batch, T, head_size, generator=generator)
+    scores = q @ k.transpose(-2, -1)  # (batch, T, T)
+    if scaled:
+        scores = scores * head_size**-0.5
+    return scores.var().item()
+
+
 class Head(nn.Module):
     """One causal self-attention head: (B, T, C) -> (B, T, hs)."""
 

@@ -3,6 +3,7 @@
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small
+    python -m course_lib assignments build --chapter 3 --out student/   # for instructors
 """
 from __future__ import annotations
 
@@ -119,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=cmd_params)
+
+    # For instructors: `assignments build` (student notebooks) and `assignments grade`.
+    from .assignments import add_parser as add_assignments_parser
+
+    add_assignments_parser(sub)
     return parser
 
 

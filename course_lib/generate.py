@@ -101,3 +101,38 @@ def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 20
         generator = torch.Generator(device=device).manual_seed(seed)
     out = generate(model, idx, max_new_tokens, generator=generator, **kwargs)
     return tokenizer.decode(out[0].tolist())
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compare_cache_speed(model, idx: torch.Tensor, max_new_tokens: int, repeats: int = 1, seed: int = 1337,
+                        **sampling) -> dict:
+    """Time :func:`generate` with and without the KV cache on the same prompt and seed.
+
+    The two ways run alternately ``repeats`` times each (so a busy machine slows both
+    alike) and the fastest run of each counts. Returns a dict with ``no_cache`` and
+    ``cache`` (new tokens per second), ``speedup`` (their ratio) and ``same_tokens``
+    (whether both produced exactly the same tokens).
+    """
+    import time
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    device = idx.device
+    best = {False: float("inf"), True: float("inf")}
+    outputs = {}
+    for _ in range(repeats):
+        for use_cache in (False, True):
+            generator = torch.Generator(device=device).manual_seed(seed)
+            _synchronize(device)
+            start = time.perf_counter()
+            outputs[use_cache] = generate(model, idx, max_new_tokens, generator=generator, use_cache=use_cache,
+                                          **sampling)
+            _synchronize(device)
+            best[use_cache] = min(best[use_cache], time.perf_counter() - start)
+    no_cache, cache = max_new_tokens / best[False], max_new_tokens / best[True]
+    return {"no_cache": no_cache, "cache": cache, "speedup": cache / no_cache,
+            "same_tokens": bool(torch.equal(outputs[False], outputs[True]))}

@@ -232,3 +232,71 @@ def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)
     return pe
+
+
+# --- measuring a model (chapters 5-6) ---------------------------------------------------------
+
+
+def parameter_gradient_norms(modules) -> list[float]:
+    """After a backward pass: the L2 norm of the gradients of all parameters of each module in
+    ``modules`` (e.g. the blocks of a stack, input side first), one float per module.
+
+    Parameters without a gradient count as zero. Squares are summed in float64, so gradients as
+    small as 1e-30 (whose float32 squares would underflow) are still measured.
+    """
+    norms = []
+    for module in modules:
+        total = 0.0
+        for p in module.parameters():
+            if p.grad is not None:
+                total += p.grad.detach().double().pow(2).sum().item()
+        norms.append(math.sqrt(total))
+    return norms
+
+
+def format_count(n: int | float) -> str:
+    """A parameter (or FLOP, or byte) count in short form: 804096 -> '804.1K', 124439808 ->
+    '124.4M', 174604259328 -> '174.6B'; from 1e18 on, scientific notation ('3.14e+23')."""
+    if abs(n) >= 1e18:
+        return f"{n:.2e}"
+    for value, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= value:
+            return f"{n / value:.1f}{suffix}"
+    return f"{n:g}" if isinstance(n, float) else str(n)
+
+
+def format_table(header: list[str], rows: list[list], markdown: bool = False) -> str:
+    """Rows of values as an aligned plain-text table (first column left-aligned, the others
+    right-aligned; ints get thousands separators), or as a Markdown table."""
+    def cell(v):
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    table = [[str(h) for h in header]] + [[cell(v) for v in row] for row in rows]
+    if any(len(row) != len(header) for row in table):
+        raise ValueError(f"every row needs {len(header)} values, one per column of {header}")
+    if markdown:
+        lines = ["| " + " | ".join(table[0]) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
+        return "\n".join(lines)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for k, row in enumerate(table):
+        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def parameter_table(configs: dict[str, GPTConfig], markdown: bool = False) -> str:
+    """One row per named config: layers L, heads, C, T, V, the 12·L·C² weights of the blocks'
+    matrices, the embeddings (V·C + T·C), the exact total (:func:`count_parameters`) and that
+    total in short form. Computed from the configs alone: nothing is instantiated."""
+    header = ["model", "L", "heads", "C", "T", "V", "12·L·C²", "embeddings", "total", "≈"]
+    rows = []
+    for name, c in configs.items():
+        total = count_parameters(c)
+        parts = parameter_breakdown(c)
+        embeddings = parts["token embedding"] + parts["position embedding"]
+        rows.append([name, c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
+                     12 * c.n_layer * c.n_embd**2, embeddings, total, format_count(total)])
+    return format_table(header, rows, markdown)

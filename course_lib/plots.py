@@ -53,6 +53,53 @@ def plot_attention(weights, tokens=None, ax=None, title: str = "Attention weight
     return ax
 
 
+def plot_attention_heads(weights, tokens=None, titles=None, ncols: int = 4, cell_size: float = 3.2,
+                         suptitle: str | None = None, cmap: str = "viridis"):
+    """A grid of attention heat maps, one per head: ``weights`` is (nh, T, T) (e.g. one batch
+    element of a layer's (B, nh, T, T) weights) or a list of (T, T) matrices. All panels share
+    one colour scale from 0 to 1 (a weight is a probability). Returns the array of Axes."""
+    if isinstance(weights, torch.Tensor):
+        if weights.dim() != 3:
+            raise ValueError(f"plot_attention_heads expects (nh, T, T) weights, got shape {tuple(weights.shape)}; "
+                             "pick one batch element first, e.g. weights[0]")
+        mats = [w.detach().cpu().float().numpy() for w in weights]
+    else:
+        mats = [(w.detach().cpu() if isinstance(w, torch.Tensor) else torch.as_tensor(w)).float().numpy()
+                for w in weights]
+    if not mats:
+        raise ValueError("plot_attention_heads needs at least one weight matrix")
+    titles = list(titles) if titles is not None else [f"head {h}" for h in range(len(mats))]
+    if len(titles) != len(mats):
+        raise ValueError(f"{len(titles)} titles for {len(mats)} heads")
+    ncols = max(1, min(ncols, len(mats)))
+    nrows = (len(mats) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_size * ncols, cell_size * nrows), squeeze=False)
+    labels = None
+    if tokens is not None:
+        labels = [repr(t)[1:-1] if isinstance(t, str) else str(t) for t in tokens]
+    image = None
+    for i, ax in enumerate(axes.flat):
+        if i >= len(mats):
+            ax.axis("off")
+            continue
+        image = ax.imshow(mats[i], cmap=cmap, vmin=0.0, vmax=1.0)
+        ax.set_title(titles[i], fontsize=10)
+        if labels is not None:
+            ax.set_xticks(range(len(labels)), labels, fontsize=6)
+            ax.set_yticks(range(len(labels)), labels, fontsize=6)
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for ax in axes[-1]:
+        ax.set_xlabel("key (attended to)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query", fontsize=8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02)
+    return axes
+
+
 def plot_lr_schedule(lrs: dict[str, list[float]], ax=None, title: str = "Learning-rate schedules"):
     """One line per named schedule: {name: [lr at step 0, 1, ...]}."""
     ax = _axes(ax)
@@ -75,4 +122,90 @@ def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal position enco
     ax.set_ylabel("position")
     ax.set_title(title)
     ax.figure.colorbar(image, ax=ax)
+    return ax
+
+
+def plot_loss_comparison(histories: dict[str, dict], ax=None, title: str = "Training loss", smooth: int = 20):
+    """Several runs on one plot: per run, the per-step batch loss (faint) and its running mean over
+    ``smooth`` steps, in one colour per run. ``histories``: {label: Trainer history}."""
+    ax = _axes(ax)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, history) in enumerate(histories.items()):
+        color = colors[i % len(colors)]
+        steps, losses = history.get("step", []), history.get("loss", [])
+        ax.plot(steps, losses, color=color, alpha=0.2, linewidth=0.8)
+        if len(losses) >= smooth:
+            kernel = torch.ones(smooth) / smooth
+            running = torch.nn.functional.conv1d(torch.tensor(losses)[None, None], kernel[None, None])[0, 0]
+            ax.plot(steps[smooth - 1:], running.tolist(), color=color, linewidth=1.5,
+                    label=f"{label} ({smooth}-step mean)")
+        else:
+            ax.plot(steps, losses, color=color, linewidth=1.5, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def plot_gradient_norms(norms: dict[str, list[float]], ax=None, title: str = "Gradient norm per layer",
+                        xlabel: str = "layer (1 = nearest the input)", log: bool = True):
+    """One line per named run: {label: [norm of layer 1, layer 2, ...]}, on a log y axis by default
+    (vanishing gradients span many orders of magnitude)."""
+    ax = _axes(ax)
+    for label, values in norms.items():
+        ax.plot(range(1, len(values) + 1), values, "o-", label=label)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gradient norm" + (" (log scale)" if log else ""))
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both" if log else "major")
+    ax.legend()
+    return ax
+
+
+def plot_parameter_shares(breakdowns: dict[str, dict[str, int]], ax=None,
+                          title: str = "Where the parameters live"):
+    """Stacked bars, one per named model, of each part's share of the parameters (in %), with
+    the total written above each bar. ``breakdowns``: {label: course_lib.model.parameter_breakdown(config)}."""
+    from .model import format_count
+
+    ax = _axes(ax, figsize=(8, 4.5))
+    labels = list(breakdowns)
+    parts = [p for p in next(iter(breakdowns.values())) if any(b.get(p, 0) for b in breakdowns.values())]
+    bottoms = [0.0] * len(labels)
+    for part in parts:
+        shares = [100.0 * breakdowns[m].get(part, 0) / sum(breakdowns[m].values()) for m in labels]
+        ax.bar(labels, shares, bottom=bottoms, label=part)
+        bottoms = [b + s for b, s in zip(bottoms, shares)]
+    for i, m in enumerate(labels):
+        ax.text(i, 101, format_count(sum(breakdowns[m].values())), ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 112)
+    ax.set_ylabel("share of all parameters (%)")
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    return ax
+
+
+def plot_token_distributions(dists: dict, labels, ax=None, title: str = "Next-token distributions",
+                             ylabel: str = "probability"):
+    """Grouped bars: one group per token (``labels``, length V), one bar per named
+    distribution in ``dists`` ({name: (V,) probabilities}), e.g. one per temperature."""
+    labels = [repr(t)[1:-1] if isinstance(t, str) else str(t) for t in labels]
+    rows = {name: (p.detach().cpu().tolist() if isinstance(p, torch.Tensor) else list(p)) for name, p in dists.items()}
+    for name, values in rows.items():
+        if len(values) != len(labels):
+            raise ValueError(f"distribution {name!r} has {len(values)} entries but there are {len(labels)} labels")
+    ax = _axes(ax, figsize=(8, 3.5))
+    n = max(1, len(rows))
+    width = 0.8 / n
+    for i, (name, values) in enumerate(rows.items()):
+        ax.bar([j + (i - (n - 1) / 2) * width for j in range(len(labels))], values, width=width, label=str(name))
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
     return ax

@@ -143,8 +143,10 @@ def estimate_loss(model: nn.Module, batch_fn: BatchFn, eval_iters: int, seed: in
 
 def progress_bar(total: int, initial: int = 0, desc: str = "train", disable: bool = False) -> tqdm:
     """A plain-text progress bar that reads the same in a terminal and in a notebook."""
-    return tqdm(total=total, initial=initial, desc=desc, file=sys.stdout, ncols=100, ascii=" =",
-                mininterval=0.5, disable=disable, dynamic_ncols=False)
+    # A fixed-width bar: its length must not depend on how long the rate text is, so that a
+    # stored notebook output reproduces once the timings are sanitized.
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stdout, ascii=" =", mininterval=0.5,
+                disable=disable, bar_format="{l_bar}{bar:30}{r_bar}")
 
 
 def new_history() -> dict[str, list]:

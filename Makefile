@@ -1,0 +1,41 @@
+# The two commands of the README:
+#   make book   installs everything and builds the website into _build/html
+#   make test   installs everything and runs every test: course_lib's unit tests, nbval over
+#               every chapter, the strict book build, the Colab and student-notebook checks and
+#               the real-browser check of every page
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+
+.PHONY: install browser book test unit notebooks execute clean
+
+install:
+	$(PIP) install -q -r requirements.txt
+
+# Debian's Chromium for the real-browser test (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing and this is not root: the browser test will be skipped"; fi; }
+
+book: install
+	jupyter-book build -W --keep-going .
+	@echo "The website is in _build/html/index.html"
+
+test: install browser
+	jupyter-book build -W --keep-going .
+	$(PYTHON) -m pytest tests book $(NBVAL)
+
+# Quicker loops while writing: unit tests only, or nbval only.
+unit:
+	$(PYTHON) -m pytest tests
+notebooks:
+	$(PYTHON) -m pytest book $(NBVAL)
+
+# Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
+execute:
+	$(PYTHON) -m course_lib.book sync
+	$(PYTHON) -m course_lib.book execute $(NB)
+
+clean:
+	rm -rf _build

@@ -1,0 +1,243 @@
+"""Checks for the exercises of chapter 3, "The mathematical trick of self-attention".
+
+    from course_lib.exercises import ch03
+    ch03.check_average_past_matmul(average_past_matmul)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import average_past_loops, causal_mask
+from . import ExerciseError, call, expect_close, fail, passed
+
+
+def _close(a, b, atol: float = 1e-5) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4)
+
+
+def _call_with_hint(fn, hint_if: dict[str, str], *args, context: str = ""):
+    """Like :func:`call`, but when the function crashes with a message containing one of the
+    keys of ``hint_if``, add that key's more specific hint (and ``context`` before the message)."""
+    try:
+        return call(fn, *args)
+    except ExerciseError as e:
+        message = str(e)
+        for needle, hint in hint_if.items():
+            if needle.lower() in message.lower():
+                fail(context + message.split("\nHint:")[0], hint)
+        raise
+
+
+# --- v2: the matmul version -------------------------------------------------------------------
+
+
+def check_average_past_matmul(fn) -> None:
+    """``fn(x)``: (B, T, C) -> (B, T, C), each position the mean of itself and everything before
+    it, computed with one matrix multiply. Compared with the loop version on several shapes and
+    in float32 and float64."""
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(4, 8, 2), (1, 1, 3), (2, 5, 7), (3, 16, 4), (1, 9, 1)]
+    for shape in shapes:
+        x = torch.randn(*shape, generator=generator)
+        expected = average_past_loops(x)
+        out = call(fn, x.clone())
+        what = f"average_past_matmul on x of shape {shape}"
+        if not isinstance(out, torch.Tensor):
+            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return wei @ x.")
+        if out.shape != expected.shape:
+            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
+                 "the (T, T) weights go on the LEFT: wei @ x multiplies (T, T) @ (B, T, C) -> (B, T, C). "
+                 "x @ wei would mix channels, not time steps.")
+        T = shape[1]
+        ones = torch.tril(torch.ones(T, T))
+        if T > 1 and _close(out, ones @ x):
+            fail(f"{what}: you return running SUMS, not running means.",
+                 "normalise each row of the tril so it sums to 1: wei = wei / wei.sum(dim=1, keepdim=True).")
+        upper = torch.triu(torch.ones(T, T))
+        if T > 1 and _close(out, (upper / upper.sum(dim=1, keepdim=True)) @ x):
+            fail(f"{what}: each position averages itself and the positions AFTER it (the future).",
+                 "use the lower triangle, torch.tril: row t must have weight on columns 0..t only.")
+        if T > 1 and _close(out, x.mean(dim=1, keepdim=True).expand_as(x)):
+            fail(f"{what}: every position gets the mean of the WHOLE sequence.",
+                 "mask the future with torch.tril before normalising the rows.")
+        expect_close(out, expected, what,
+                     "out[b, t] must equal x[b, :t+1].mean(dim=0); print your weight matrix for T = 3.")
+    # float64: the weights must follow the input's dtype (and device)
+    x = torch.randn(2, 6, 3, dtype=torch.float64, generator=generator)
+    dtype_hint = ("create the weights with the input's dtype and device, e.g. "
+                  "torch.tril(torch.ones(T, T, dtype=x.dtype, device=x.device)).")
+    out = _call_with_hint(fn, {"dtype": dtype_hint, "Double": dtype_hint, "Float": dtype_hint}, x.clone(),
+                          context="On a float64 x, ")
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
+        fail(f"average_past_matmul on a float64 x returned {getattr(out, 'dtype', type(out).__name__)}, "
+             "expected float64.", dtype_hint)
+    expect_close(out, average_past_loops(x), "average_past_matmul on a float64 x", dtype_hint)
+    passed(f"average_past_matmul agrees with the loop version on {len(shapes)} shapes, in float32 and float64.")
+
+
+# --- v3: masking ---------------------------------------------------------------------------------
+
+
+def check_causal_softmax(fn) -> None:
+    """``fn(scores)``: (..., T, T) -> (..., T, T) attention weights: -inf on the future, then a
+    softmax along the last dimension."""
+    generator = torch.Generator().manual_seed(4)
+    shapes = [(8, 8), (4, 8, 8), (2, 3, 6, 6), (1, 1, 1), (5, 5)]
+    for shape in shapes:
+        T = shape[-1]
+        scores = 3 * torch.randn(*shape, generator=generator)
+        mask = causal_mask(T)
+        expected = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        out = call(fn, scores.clone())
+        what = f"causal_softmax on scores of shape {shape}"
+        if not isinstance(out, torch.Tensor):
+            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the softmax weights.")
+        if out.shape != expected.shape:
+            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
+                 "masked_fill and softmax keep the shape; slice the tril to [:T, :T] if you made a bigger one.")
+        if torch.isnan(out).any():
+            fail(f"{what}: the weights contain NaN.",
+                 "a row that is -inf everywhere gives NaN: the diagonal (s = t) must stay allowed. "
+                 "Mask where tril == 0, i.e. only s > t.")
+        if T > 1 and _close(out, F.softmax(scores.masked_fill(~mask, 0.0), dim=-1)):
+            fail(f"{what}: the future still gets weight: you filled it with 0, not -inf.",
+                 "a score of 0 is not 'forbidden': softmax turns it into exp(0) = 1 before normalising. "
+                 "Use float('-inf'), so that exp(-inf) = 0.")
+        if T > 1 and _close(out, F.softmax(scores, dim=-1)):
+            fail(f"{what}: no masking happened; the weights are a plain softmax of the scores.",
+                 "scores.masked_fill(tril == 0, float('-inf')) returns a NEW tensor: use its result.")
+        if T > 1 and _close(out, F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-2)):
+            fail(f"{what}: the softmax runs along the wrong dimension (columns sum to 1, not rows).",
+                 "use F.softmax(scores, dim=-1): row t (one query) is a distribution over the positions s.")
+        future = out.masked_select(~mask.expand(out.shape)) if T > 1 else torch.zeros(0)
+        if future.numel() and future.abs().max() > 1e-6:
+            fail(f"{what}: some weight falls on the future (above the diagonal).",
+                 "mask where tril == 0 (s > t), not where it is 1.")
+        expect_close(out, expected, what,
+                     "weights = F.softmax(scores.masked_fill(tril == 0, float('-inf')), dim=-1).")
+    passed(f"causal_softmax matches masked softmax on {len(shapes)} shapes, including (B, nh, T, T).")
+
+
+# --- measuring the variance of the scores ----------------------------------------------------------
+
+
+def check_score_variance(fn, head_sizes=(8, 32, 128), tolerance: float = 0.15) -> None:
+    """``fn(head_size, scaled)`` -> float: the variance of q @ k^T (times 1/sqrt(head_size) when
+    ``scaled``) for q, k with independent unit-variance entries. Expected: about head_size, and
+    about 1 scaled (within ``tolerance``, relative)."""
+    results = []
+    with torch.random.fork_rng(devices=[]):  # reproducible, and the notebook's RNG is left alone
+        torch.manual_seed(1234)
+        for hs in head_sizes:
+            raw = call(fn, hs, False)
+            scaled = call(fn, hs, True)
+            try:
+                raw, scaled = float(raw), float(scaled)
+            except (TypeError, ValueError):
+                fail(f"score_variance({hs}, ...) returned {type(raw).__name__}, not a number.",
+                     "return the variance as a number, e.g. scores.var().item().")
+            results.append((hs, raw, scaled))
+            unscaled_what = f"score_variance({hs}, scaled=False)"
+            if not math.isclose(raw, hs, rel_tol=tolerance):
+                if math.isclose(raw, math.sqrt(hs), rel_tol=tolerance):
+                    fail(f"{unscaled_what} = {raw:.4g}, about sqrt({hs}) = {math.sqrt(hs):.4g}: "
+                         "that is the standard deviation.", "use .var(), not .std().")
+                if math.isclose(raw, 1.0, rel_tol=tolerance):
+                    fail(f"{unscaled_what} = {raw:.4g}, about 1: the unscaled scores should have variance "
+                         f"about the head size ({hs}).", "only multiply by head_size**-0.5 when scaled is True.")
+                fail(f"{unscaled_what} = {raw:.4g}, expected about {hs} (within {tolerance:.0%}).",
+                     "draw q and k with torch.randn(B, T, head_size) (e.g. B = 8, T = 64, so the estimate is "
+                     "precise), form q @ k.transpose(-2, -1) and return its .var().")
+            scaled_what = f"score_variance({hs}, scaled=True)"
+            if not math.isclose(scaled, 1.0, rel_tol=tolerance):
+                if math.isclose(scaled, 1.0 / hs, rel_tol=tolerance):
+                    fail(f"{scaled_what} = {scaled:.4g}, about 1/{hs}: you divided the scores by the head size.",
+                         "divide by its SQUARE ROOT: dividing a score by a divides its variance by a**2.")
+                if math.isclose(scaled, hs, rel_tol=tolerance):
+                    fail(f"{scaled_what} = {scaled:.4g}, about {hs}: the scaling is missing.",
+                         "multiply the scores by head_size**-0.5 when scaled is True.")
+                fail(f"{scaled_what} = {scaled:.4g}, expected about 1 (within {tolerance:.0%}).",
+                     "scale the scores (not q and k separately by 1/sqrt(hs) each, which divides by hs).")
+    table = ", ".join(f"hs={hs}: {raw:.4g} -> {scaled:.3f}" for hs, raw, scaled in results)
+    passed(f"var(q k^T) is about the head size, and about 1 after scaling ({table}).")
+
+
+# --- rows sum to 1, nothing on the future ------------------------------------------------------------
+
+
+def _valid_cases(generator):
+    T = 8
+    avg = torch.tril(torch.ones(T, T))
+    avg = avg / avg.sum(dim=1, keepdim=True)
+    scores = 2 * torch.randn(4, T, T, generator=generator)
+    soft = F.softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
+    heads = F.softmax((2 * torch.randn(2, 3, 6, 6, generator=generator)).masked_fill(~causal_mask(6), float("-inf")), -1)
+    return [  # the cases that catch a specific mistake come first, so that its hint is the one shown
+        ("the identity (each token attends only to itself)", torch.eye(5),
+         "the diagonal is allowed (a token may attend to itself): only entries with s > t are the future, "
+         "e.g. torch.triu(w, diagonal=1)."),
+        ("weights whose rows sum to 1 + 1e-6 (float rounding)", avg * (1 + 1e-6),
+         "floating-point sums are rarely exactly 1: compare with a tolerance, e.g. torch.allclose(rows, "
+         "torch.ones_like(rows), atol=1e-5)."),
+        ("the uniform average of the past (T = 8)", avg, None),
+        ("a masked softmax of random scores, shape (4, 8, 8)", soft, None),
+        ("multi-head weights, shape (2, 3, 6, 6)", heads, None),
+    ]
+
+
+def _invalid_cases(generator):
+    T = 6
+    scores = 2 * torch.randn(3, T, T, generator=generator)
+    no_mask = F.softmax(scores, dim=-1)
+    negative = torch.tril(torch.ones(T, T))
+    negative = negative / negative.sum(dim=1, keepdim=True)
+    negative[3, 0], negative[3, 1] = 0.75, -0.25  # row 3 still sums to 1
+    leak = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
+    leak[2, 2] -= 1e-3
+    leak[2, 4] += 1e-3  # a little weight on the future; rows still sum to 1
+    return [
+        ("a plain softmax with no mask (weight on the future)", no_mask,
+         "check the entries above the diagonal: torch.triu(w, diagonal=1) must be all zeros."),
+        ("a tril of ones (rows sum to 1, 2, 3, ...)", torch.tril(torch.ones(T, T)),
+         "check that every row sums to 1: w.sum(dim=-1)."),
+        ("rows summing to 1 but with a negative weight", negative,
+         "weights are probabilities: check that every entry is >= 0 too."),
+        ("a weight of 0.001 on the future", leak,
+         "even a small weight above the diagonal is a leak; allow only rounding errors (say 1e-6)."),
+        ("weights at half strength (rows sum to 0.5)", 0.5 * _soft_like(T, generator),
+         "check that every row sums to 1: w.sum(dim=-1)."),
+    ]
+
+
+def _soft_like(T, generator):
+    scores = torch.randn(T, T, generator=generator)
+    return F.softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
+
+
+def check_is_causal_weights(fn) -> None:
+    """``fn(weights)`` -> bool for weights of shape (..., T, T): True exactly when every entry is
+    >= 0, every row sums to 1 (up to rounding) and no weight falls above the diagonal."""
+    generator = torch.Generator().manual_seed(5)
+    for name, w, hint in _valid_cases(generator):
+        answer = call(fn, w.clone())
+        try:
+            answer = bool(answer)
+        except (TypeError, RuntimeError):
+            fail(f"is_causal_weights returned {type(answer).__name__} for {name}, not a bool.",
+                 "return one True/False for the whole tensor, e.g. bool(a and b and c) or (a & b & c).item().")
+        if not answer:
+            fail(f"is_causal_weights said False for {name}, which is a valid causal weight matrix.",
+                 hint or "rows sum to 1 (up to rounding), nothing negative, nothing above the diagonal.")
+    for name, w, hint in _invalid_cases(generator):
+        answer = call(fn, w.clone())
+        try:
+            answer = bool(answer)
+        except (TypeError, RuntimeError):
+            fail(f"is_causal_weights returned {type(answer).__name__} for {name}, not a bool.",
+                 "return one True/False for the whole tensor.")
+        if answer:
+            fail(f"is_causal_weights said True for {name}.", hint)
+    passed("is_causal_weights accepts 5 valid weight matrices and rejects 5 invalid ones.")

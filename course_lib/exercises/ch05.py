@@ -1,0 +1,128 @@
+"""Checks for chapter 5, The Transformer block: ``from course_lib.exercises import ch05``."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..attention import CausalSelfAttention
+from ..model import Block, FeedForward, GPTConfig
+from . import call, expect_close, fail, passed
+
+
+def _post_ln_parts(C: int, n_head: int, T: int, bias: bool, seed: int):
+    """Fresh sub-layers with random weights (LayerNorm gains and biases too, so that swapping
+    the two norms shows), and a course_lib post-LN Block holding copies of the same weights."""
+    torch.manual_seed(seed)
+    config = GPTConfig(vocab_size=11, block_size=T, n_layer=1, n_head=n_head, n_embd=C, bias=bias,
+                       norm_position="post")
+    attn = CausalSelfAttention(C, n_head, T, 0.0, bias)
+    mlp = FeedForward(config)
+    ln_1, ln_2 = nn.LayerNorm(C, bias=bias), nn.LayerNorm(C, bias=bias)
+    with torch.no_grad():
+        for ln in (ln_1, ln_2):
+            ln.weight.uniform_(0.5, 1.5)
+            if ln.bias is not None:
+                ln.bias.normal_(0.0, 0.3)
+    block = Block(config)
+    block.attn.load_state_dict(attn.state_dict())
+    block.mlp.load_state_dict(mlp.state_dict())
+    block.ln_1.load_state_dict(ln_1.state_dict())
+    block.ln_2.load_state_dict(ln_2.state_dict())
+    for m in (attn, mlp, ln_1, ln_2, block):
+        m.eval()
+    return attn, mlp, ln_1, ln_2, block
+
+
+def check_post_ln_block(fn) -> None:
+    """``fn(x, attn, mlp, ln_1, ln_2) -> (B, T, C)``: the post-LN block of the 2017 paper,
+    h = ln_1(x + attn(x)), out = ln_2(h + mlp(h)), compared with course_lib's
+    ``Block(GPTConfig(norm_position="post"))`` holding the same weights."""
+    cases = [(16, 2, 8, 3, False, 0), (32, 4, 12, 2, True, 1), (24, 3, 5, 1, False, 2)]
+    for C, n_head, T, B, bias, seed in cases:
+        attn, mlp, ln_1, ln_2, block = _post_ln_parts(C, n_head, T, bias, seed)
+        x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(100 + seed))
+        with torch.no_grad():
+            expected = block(x)
+            got = call(fn, x.clone(), attn, mlp, ln_1, ln_2)
+            if not isinstance(got, torch.Tensor):
+                fail(f"expected a tensor, got {type(got).__name__}.", "return the block's output, shape (B, T, C).")
+            if got.shape != x.shape:
+                fail(f"for x of shape {tuple(x.shape)} expected an output of the same shape, got {tuple(got.shape)}.",
+                     "a block maps (B, T, C) to (B, T, C): both sub-layers keep the shape.")
+            close = lambda a: torch.allclose(got, a, atol=1e-5, rtol=1e-4)  # noqa: E731
+            h = x + attn(ln_1(x))
+            if close(h + mlp(ln_2(h))):
+                fail("this is the pre-LN block (GPT-2): the LayerNorms come before each sub-layer.",
+                     "post-LN normalises AFTER the residual add: h = ln_1(x + attn(x)), out = ln_2(h + mlp(h)).")
+            h = ln_1(attn(x))
+            if close(ln_2(mlp(h))):
+                fail("there is no residual connection: the sub-layers' outputs replace x instead of being added to it.",
+                     "add the input back before normalising: ln_1(x + attn(x)).")
+            h = ln_1(x + attn(x))
+            if close(h + mlp(h)) or close(ln_2(x + mlp(h))):
+                fail("the second half is not ln_2(h + mlp(h)), where h = ln_1(x + attn(x)).",
+                     "the MLP reads h and its output is added to h (not to x); then ln_2 normalises the sum.")
+            h = ln_2(x + attn(x))
+            if close(ln_1(h + mlp(h))):
+                fail("the two LayerNorms are swapped: ln_1 belongs to the attention half, ln_2 to the MLP half.",
+                     "each LayerNorm has its own learned gain and bias; use ln_1 first, then ln_2.")
+            expect_close(got, expected, f"post-LN block output for x of shape {tuple(x.shape)}",
+                         "h = ln_1(x + attn(x)); return ln_2(h + mlp(h)).")
+    passed("your post-LN block equals course_lib's Block(norm_position='post') with the same weights.")
+
+
+def check_dropout(fn) -> None:
+    """``fn(x, p, training) -> tensor`` of x's shape: inverted dropout. In training, each element
+    is zeroed with probability p and the survivors are scaled by 1 / (1 - p); outside training
+    (or with p = 0) it returns x unchanged."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, 6)
+    for p in (0.0, 0.5):
+        got = call(fn, x.clone(), p, False)
+        if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+            fail(f"expected a tensor of shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}.",
+                 "return a tensor shaped like x.")
+        if not torch.equal(got, x):
+            fail(f"with training=False (p={p}) the output differs from the input.",
+                 "dropout is switched off outside training: return x as it is.")
+    got = call(fn, x.clone(), 0.0, True)
+    if not torch.allclose(got, x):
+        fail("with p=0 nothing should be dropped, but the output differs from the input.",
+             "p is the probability of DROPPING an element; with p=0 every element is kept and 1/(1-p) = 1.")
+
+    x = torch.rand(200, 500) + 0.5  # no zeros, so a zero in the output means "dropped"
+    original = x.clone()
+    for p in (0.1, 0.3, 0.6):
+        got = call(fn, x, p, True)
+        if not torch.equal(x, original):
+            fail("your function changed its input x in place.", "build a new tensor: x * mask / (1 - p).")
+        if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+            fail(f"expected a tensor of shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}.",
+                 "draw one random number per element: torch.rand_like(x).")
+        dropped = got == 0
+        kept = ~dropped
+        share = dropped.double().mean().item()
+        whole_columns = (dropped.all(dim=0) | kept.all(dim=0)).all()
+        whole_rows = (dropped.all(dim=1) | kept.all(dim=1)).all()
+        if 0 < share < 1 and (whole_columns or whole_rows):
+            fail("whole rows or columns are dropped together.",
+                 "draw one random number per element (torch.rand_like(x)), not one per row or column.")
+        if abs(share - (1 - p)) < 0.01 and abs(p - 0.5) > 0.05:
+            fail(f"with p={p} you dropped {share:.1%} of the elements: that is 1 - p.",
+                 "p is the probability of dropping: keep an element when rand >= p (or rand > p).")
+        if abs(share - p) > 0.01:
+            fail(f"with p={p} you dropped {share:.1%} of the elements; expected about {p:.0%}.",
+                 "zero each element independently with probability p: mask = torch.rand_like(x) >= p.")
+        if torch.allclose(got[kept], x[kept]):
+            fail("the kept elements are not rescaled, so the expected value of the output is (1 - p) * x.",
+                 "divide the kept elements by (1 - p): x * mask / (1 - p).")
+        if torch.allclose(got[kept], x[kept] * (1 - p)):
+            fail("the kept elements are multiplied by (1 - p); they should be divided by it.",
+                 "inverted dropout scales up at training time, so that eval needs no change: x * mask / (1 - p).")
+        expect_close(got[kept], x[kept] / (1 - p), f"the kept elements with p={p}",
+                     "every kept element should be x / (1 - p).")
+    again = call(fn, x, 0.5, True)
+    if torch.equal(again == 0, call(fn, x, 0.5, True) == 0):
+        fail("two calls dropped exactly the same elements.", "draw a fresh random mask on every call.")
+    passed("your dropout zeroes about p of the elements, scales the rest by 1/(1-p), "
+           "and leaves x alone outside training.")

@@ -1,0 +1,162 @@
+"""Checks for chapter 7, Training: ``from course_lib.exercises import ch07``."""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+
+import torch
+
+from ..model import GPT, GPTConfig
+from . import call, expect_close, fail, passed
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def _reference_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for step in range(max_iters):
+        if step % eval_interval == 0:
+            estimate_loss()
+        xb, yb = get_batch("train")
+        _, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+class _Harness:
+    """A tiny model, its optimizer, and batch/eval functions that record what the loop does."""
+
+    def __init__(self, seed: int):
+        torch.manual_seed(seed)
+        self.config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+        self.model = GPT(self.config)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
+        self.data = torch.randint(11, (400,), generator=torch.Generator().manual_seed(seed))
+        self.generator = torch.Generator().manual_seed(seed + 1)
+        self.snapshots = []  # the weights each time a training batch is drawn
+        self.eval_calls = 0
+        self.splits = []
+
+    def get_batch(self, split="train"):
+        self.splits.append(split)
+        if split == "train":
+            self.snapshots.append(_flat(self.model))
+        starts = torch.randint(len(self.data) - 9, (4,), generator=self.generator)
+        x = torch.stack([self.data[i:i + 8] for i in starts.tolist()])
+        y = torch.stack([self.data[i + 1:i + 9] for i in starts.tolist()])
+        return x, y
+
+    @torch.no_grad()
+    def estimate_loss(self, *args, **kwargs):
+        self.eval_calls += 1
+        was_training = self.model.training
+        self.model.eval()
+        g = torch.Generator().manual_seed(0)
+        out = {}
+        for split in ("train", "val"):
+            starts = torch.randint(len(self.data) - 9, (4,), generator=g)
+            x = torch.stack([self.data[i:i + 8] for i in starts.tolist()])
+            y = torch.stack([self.data[i + 1:i + 9] for i in starts.tolist()])
+            out[split] = self.model(x, y)[1].item()
+        self.model.train(was_training)
+        return out
+
+
+def check_training_loop(fn) -> None:
+    """``fn(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval)``: the fixed
+    training loop. Every one of the ``max_iters`` iterations draws a batch with
+    ``get_batch("train")``, computes the loss, backpropagates and takes an optimizer step;
+    every ``eval_interval`` iterations (starting at 0) it also calls ``estimate_loss()``."""
+    for max_iters, eval_interval, seed in [(12, 5, 0), (7, 3, 1), (5, 500, 2)]:
+        run = _Harness(seed)
+        run.model.train()
+        with contextlib.redirect_stdout(io.StringIO()):  # the loop's own progress lines
+            call(fn, run.model, run.optimizer, run.get_batch, run.estimate_loss, max_iters, eval_interval)
+        train_batches = run.splits.count("train")
+        if train_batches != max_iters:
+            fail(f"with max_iters={max_iters} your loop drew {train_batches} training batches with "
+                 f"get_batch('train'); expected one per iteration, {max_iters}.",
+                 "every iteration draws a fresh batch, computes the loss and takes an optimizer step; is "
+                 "that code indented inside the `if iter % eval_interval == 0:` block? Only the evaluation "
+                 "and its print belong there.")
+        run.snapshots.append(_flat(run.model))  # the weights after the loop
+        changed = sum(not torch.equal(a, b) for a, b in zip(run.snapshots, run.snapshots[1:]))
+        if changed < max_iters:
+            fail(f"with max_iters={max_iters} and eval_interval={eval_interval} the weights changed on only "
+                 f"{changed} of {max_iters} iterations: the model learns from {changed} batch(es) only.",
+                 "optimizer.step() must run on EVERY iteration. Is it indented inside the "
+                 "`if iter % eval_interval == 0:` block? Only the evaluation and its print belong there.")
+        expected_evals = math.ceil(max_iters / eval_interval)
+        if run.eval_calls != expected_evals:
+            fail(f"with max_iters={max_iters} and eval_interval={eval_interval} estimate_loss() was called "
+                 f"{run.eval_calls} times; expected {expected_evals} (at iterations "
+                 f"{list(range(0, max_iters, eval_interval))}).",
+                 "evaluate when iter % eval_interval == 0, before that iteration's training step.")
+        # Same start, same batches: the weights must match a correct loop's exactly.
+        ref = _Harness(seed)
+        ref.model.train()
+        _reference_loop(ref.model, ref.optimizer, ref.get_batch, ref.estimate_loss, max_iters, eval_interval)
+        expect_close(run.snapshots[-1], _flat(ref.model), f"the weights after {max_iters} iterations",
+                     "the weights differ from a correct loop's. Call optimizer.zero_grad() before "
+                     "loss.backward() on every iteration (otherwise gradients pile up across batches), "
+                     "and use the loss of the training batch.", atol=1e-5)
+    passed("your loop takes an optimizer step on every batch and evaluates every eval_interval steps.")
+
+
+def check_clip_grad_norm(fn) -> None:
+    """``fn(parameters, max_norm) -> total_norm``: the global L2 norm of all the gradients (as
+    if concatenated into one vector) before clipping; when it exceeds ``max_norm`` every
+    gradient is scaled in place by ``max_norm / (total_norm + 1e-6)``. Parameters without a
+    gradient are skipped. Must equal ``torch.nn.utils.clip_grad_norm_``."""
+    cases = [((3, 4), (4,), (2, 2, 5)), ((10,), (7, 3)), ((64, 32), (32,), (32, 16), (16,))]
+    for i, shapes in enumerate(cases):
+        for max_norm, scale in [(1.0, 3.0), (0.5, 0.01), (2.0, 1.0)]:
+            g = torch.Generator().manual_seed(10 * i + int(scale * 7))
+            grads = [torch.randn(*s, generator=g) * scale for s in shapes]
+            params = [torch.zeros(*s, requires_grad=True) for s in shapes]
+            expected = [torch.zeros(*s, requires_grad=True) for s in shapes]
+            for p, q, gr in zip(params, expected, grads):
+                p.grad, q.grad = gr.clone(), gr.clone()
+            no_grad = torch.zeros(3, requires_grad=True)  # a parameter that got no gradient
+            total = torch.nn.utils.clip_grad_norm_(expected, max_norm)
+            got = call(fn, params + [no_grad], max_norm)
+            true_norm = torch.cat([gr.reshape(-1) for gr in grads]).norm().item()
+            try:
+                got_value = float(got)
+            except (TypeError, ValueError):
+                fail(f"expected the total norm as a number (or a 0-d tensor), got {got!r}.",
+                     "return the norm you computed before clipping.")
+            if true_norm > max_norm and math.isclose(got_value, max_norm, rel_tol=1e-4):
+                fail(f"you returned {got_value:.4f}, the norm AFTER clipping; expected the norm before "
+                     f"clipping, {true_norm:.4f}.",
+                     "compute and keep the total norm first, then scale the gradients, then return it.")
+            sum_of_norms = sum(gr.norm().item() for gr in grads)
+            if len(grads) > 1 and math.isclose(got_value, sum_of_norms, rel_tol=1e-4):
+                fail(f"the total norm {got_value:.4f} is the sum of the per-tensor norms; expected "
+                     f"{true_norm:.4f}.",
+                     "the global norm is sqrt(sum over tensors of norm(g)**2): the norm of all the "
+                     "gradients concatenated into one vector.")
+            expect_close(got_value, total.item(), f"the total norm of {len(shapes)} gradients",
+                         "square every gradient entry, sum over ALL parameters, take the square root.")
+            if no_grad.grad is not None:
+                fail("a parameter without a gradient got one.", "skip parameters whose .grad is None.")
+            if true_norm <= max_norm and not all(torch.allclose(p.grad, gr, atol=1e-6, rtol=1e-5)
+                                                  for p, gr in zip(params, grads)):
+                fail(f"the total norm {true_norm:.4f} is below max_norm={max_norm}, yet the gradients changed.",
+                     "clipping only ever shrinks: scale by min(1, max_norm / (total + 1e-6)).")
+            per_tensor = [gr * min(1.0, max_norm / (gr.norm().item() + 1e-6)) for gr in grads]
+            if len(grads) > 1 and all(torch.allclose(a.grad, b, atol=1e-6) for a, b in zip(params, per_tensor)) \
+                    and not all(torch.allclose(a.grad, b.grad, atol=1e-6) for a, b in zip(params, expected)):
+                fail("each tensor was clipped on its own, so the gradient's direction changed.",
+                     "compute ONE norm over all the gradients and scale them all by the same factor.")
+            for p, q in zip(params, expected):
+                expect_close(p.grad, q.grad, f"the clipped gradient of a {tuple(p.shape)} parameter",
+                             "multiply every .grad in place by the same factor, "
+                             "min(1, max_norm / (total + 1e-6)).", atol=1e-6)
+    passed("your clipping equals torch.nn.utils.clip_grad_norm_: one global norm, one common scale factor.")
+
+
+__all__ = ["check_training_loop", "check_clip_grad_norm"]

@@ -1,0 +1,116 @@
+"""Checks for chapter 8, Generation: ``from course_lib.exercises import ch08``."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..generate import top_p_filter
+from . import call, expect_close, fail, passed
+
+
+def _logit_cases():
+    """(logits, p) pairs: several shapes, sharp and flat distributions, no ties."""
+    g = torch.Generator().manual_seed(8)
+    cases = [
+        (torch.tensor([2.0, 1.0, 0.5, -1.0, 0.0]), 0.5),
+        (torch.tensor([5.0, 0.0, 0.1, -0.2]), 0.5),  # the top token alone exceeds p
+        (torch.tensor([[0.3, 0.1, -0.4, 0.2, 0.0, -0.1]]), 0.9),
+    ]
+    for shape, scale, p in [((65,), 2.0, 0.9), ((4, 65), 1.0, 0.8), ((2, 3, 11), 3.0, 0.95),
+                            ((8, 30), 0.3, 0.5), ((3, 100), 4.0, 0.99), ((5, 7), 1.5, 0.1)]:
+        cases.append((torch.randn(*shape, generator=g) * scale, p))
+    return cases
+
+
+def check_top_p_filter(fn) -> None:
+    """``fn(logits, p) -> logits`` of the same shape (..., V): the logits of the nucleus (the
+    fewest most likely tokens whose probabilities sum to at least p) unchanged, every
+    other entry ``-inf``. Must equal ``course_lib.generate.top_p_filter``."""
+    for logits, p in _logit_cases():
+        got = call(fn, logits.clone(), p)
+        expected = top_p_filter(logits, p)
+        what = f"top_p_filter of logits with shape {tuple(logits.shape)}, p={p}"
+        if not isinstance(got, torch.Tensor):
+            fail(f"{what}: expected a tensor, got {type(got).__name__}.", "return the filtered logits")
+        if got.shape != logits.shape:
+            fail(f"{what}: expected shape {tuple(logits.shape)}, got {tuple(got.shape)}.",
+                 "sort, cumsum and mask along the last dimension (dim=-1) so that any leading shape works.")
+        kept = torch.isfinite(got)
+        if kept.all() and not torch.isfinite(expected).all():
+            if torch.all((got >= 0) & (got <= 1)) and torch.allclose(got.sum(-1), torch.ones(())):
+                fail(f"{what}: you returned probabilities; expected logits with -inf outside the nucleus.",
+                     "compute the mask with probabilities, then apply it to the logits: "
+                     "logits.masked_fill(drop, float('-inf')).")
+            fail(f"{what}: no token was dropped (nothing is -inf).",
+                 "set the logits outside the nucleus to float('-inf').")
+        if (got[kept] != logits[kept]).any():
+            fail(f"{what}: the logits you kept were changed.",
+                 "leave the nucleus' logits as they are; only the dropped ones become -inf.")
+        if not kept.any(dim=-1).all():
+            fail(f"{what}: every token of a row was dropped.",
+                 "the most likely token is always kept, even when its probability alone exceeds p.")
+        probs = F.softmax(logits.double(), dim=-1)
+        top_dropped = (probs * ~kept).amax(-1)
+        least_kept = torch.where(kept, probs, torch.full_like(probs, 2.0)).amin(-1)
+        if (top_dropped > least_kept).any():
+            fail(f"{what}: a token was dropped while a less likely one was kept.",
+                 "the nucleus is the most likely tokens: after sorting, map the mask back to the "
+                 "original order (e.g. mask.scatter(-1, order, sorted_mask)).")
+        mass = (probs * kept).sum(-1)
+        if (mass < p - 1e-6).any():
+            fail(f"{what}: your nucleus holds only {mass.min().item():.4f} of the probability, less than p.",
+                 "keep tokens up to AND including the one whose cumulative probability first reaches p: "
+                 "drop a token when the probability BEFORE it already reaches p.")
+        if not torch.equal(kept, torch.isfinite(expected)):
+            n_got, n_exp = kept.sum().item(), torch.isfinite(expected).sum().item()
+            fail(f"{what}: you kept {n_got} tokens in all; the smallest nucleus has {n_exp}.",
+                 "keep the fewest most likely tokens whose probabilities reach p: stop right after the "
+                 "token that brings the running sum to p.")
+    passed("your top-p filter equals course_lib.generate.top_p_filter on every shape and p tried.")
+
+
+def check_temperature_probs(fn) -> None:
+    """``fn(logits, temperature) -> probs`` (..., V): softmax(logits / temperature) along the
+    last dimension, finite for any temperature > 0, and the one-hot vector of the argmax
+    (greedy) at temperature 0. The check compares with a float64 reference at temperatures
+    from 2 down to 1e-4, then verifies that small temperatures approach one-hot."""
+    g = torch.Generator().manual_seed(80)
+    for shape, scale in [((10,), 3.0), ((4, 65), 2.0), ((2, 3, 7), 5.0)]:
+        logits = torch.randn(*shape, generator=g) * scale
+        one_hot = F.one_hot(logits.argmax(-1), shape[-1]).to(logits.dtype)
+        for t in (2.0, 1.0, 0.5, 0.1, 0.01, 1e-3, 1e-4):
+            got = call(fn, logits.clone(), t)
+            what = f"temperature_probs at temperature {t} (logits of shape {tuple(shape)})"
+            if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
+                fail(f"{what}: expected a tensor of shape {tuple(shape)}, got "
+                     f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.",
+                     "return softmax(logits / temperature, dim=-1).")
+            if not torch.isfinite(got).all():
+                fail(f"{what}: your probabilities contain nan or inf; exp(logits / T) overflows when T is small.",
+                     "subtract each row's maximum before exponentiating, or simply use "
+                     "torch.softmax(logits / temperature, dim=-1), which does it for you.")
+            expected = F.softmax(logits.double() / t, dim=-1)
+            if t != 1.0:
+                scaled = F.softmax(logits.double() * t, dim=-1)
+                if torch.allclose(got.double(), scaled, atol=1e-5) and not torch.allclose(scaled, expected, atol=1e-5):
+                    fail(f"{what}: you multiplied the logits by the temperature.",
+                         "divide by it: a temperature below 1 must SHARPEN the distribution.")
+            expect_close(got, expected, what,
+                         "probs = softmax(logits / temperature) over the last dimension.", atol=1e-5)
+            if t <= 1e-3 and torch.allclose(expected, one_hot.double(), atol=1e-4):
+                expect_close(got, one_hot, f"{what} vs the one-hot vector of the argmax",
+                             "at a tiny temperature nearly all the probability sits on the most likely token.",
+                             atol=1e-4)
+        got = call(fn, logits.clone(), 0.0)
+        what = f"temperature_probs at temperature 0 (logits of shape {tuple(shape)})"
+        if not isinstance(got, torch.Tensor) or got.shape != logits.shape or not torch.isfinite(got).all():
+            fail(f"{what}: expected the one-hot vector of the argmax, got "
+                 f"{got if not isinstance(got, torch.Tensor) else 'nan/inf or a wrong shape'}.",
+                 "dividing by 0 gives inf/nan: handle temperature == 0 separately, "
+                 "with F.one_hot(logits.argmax(-1), V).")
+        expect_close(got, one_hot, what, "at temperature 0 sampling is greedy: all the probability on the argmax.",
+                     atol=0.0, rtol=0.0)
+    passed("softmax(logits / T) tends to the one-hot argmax as T -> 0, and T = 0 is exactly greedy.")
+
+
+__all__ = ["check_top_p_filter", "check_temperature_probs"]

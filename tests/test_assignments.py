@@ -1,0 +1,407 @@
+"""Student notebooks, both directions, for every chapter in _toc.yml:
+
+- the chapter (solution) notebook passes its exercise checks ("Correct!");
+- the student notebook built by `python -m course_lib assignments build` runs up to each exercise,
+  and each check cell then fails with the student-facing "Not done yet" message: never a crash of
+  the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
+
+Speed. Executing every student notebook in full costs as much as nbval's run of the chapters.
+But a student notebook's code cells are, in order, the chapter's code cells with only the solution
+cells changed (test_student_notebook_structure proves it), and everything before the first
+exercise is therefore identical code, whose execution nbval already checks. So the kernel runs:
+the cells of that identical prefix that the exercises need (found by name analysis; cells that are
+unparsable, use magics or star imports are always kept), then the whole exercise section of the
+chapter (checks must say "Correct!"), then the whole exercise section of the student notebook
+(checks must say "Not done yet"). If anything unexpected happens in that pruned run, the test
+re-runs the whole notebook, so pruning can cost time but never hide a failure.
+COURSE_STUDENT_FULL=1 runs every chapter and student notebook in full, and the end-to-end test
+executes the first chapter's student notebook, as built by the command line, in full.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+from _book_toc import ROOT, chapter_number, toc_chapters
+from course_lib import assignments
+from course_lib.assignments import has_solution, is_check_cell
+
+CHAPTERS = toc_chapters()
+FULL = os.environ.get("COURSE_STUDENT_FULL", "") not in ("", "0")
+TIMEOUT = 600
+EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
+NOT_DONE = "Not done yet"
+
+
+def source_path(chapter: str) -> Path:
+    path = ROOT / f"{chapter}.ipynb"
+    if not path.exists():
+        pytest.fail(f"{chapter}.ipynb is listed in _toc.yml but does not exist")
+    return path
+
+
+# --- unit tests of the transformation ------------------------------------------------------------
+
+FUNCTION = '''\
+def average_past(x):
+    """x: (B, T, C) -> (B, T, C)"""
+    B, T, C = x.shape
+    ### BEGIN SOLUTION
+    w = torch.tril(torch.ones(T, T))
+    return (w / w.sum(1, keepdim=True)) @ x
+    ### END SOLUTION'''
+
+
+def test_strip_keeps_signature_docstring_and_indentation():
+    student, n = assignments.strip_solution_code(FUNCTION)
+    assert n == 1
+    assert student == ('def average_past(x):\n    """x: (B, T, C) -> (B, T, C)"""\n    B, T, C = x.shape\n'
+                       "    # YOUR CODE HERE\n    raise NotImplementedError()")
+    namespace = {}
+    exec(student, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["average_past"](SimpleNamespace(shape=(2, 3, 4)))
+
+
+def test_strip_handles_several_regions_nesting_and_hidden_tests():
+    source = ("class A:\n    def f(self):\n        ### BEGIN SOLUTION\n        return 1\n        ### END SOLUTION\n\n"
+              "    def g(self):\n        ### BEGIN SOLUTION\n        return 2\n        ### END SOLUTION\n"
+              "### BEGIN HIDDEN TESTS\nassert A().f() == 1\n### END HIDDEN TESTS\nprint('ok')")
+    student, n = assignments.strip_solution_code(source)
+    assert n == 2 and "return" not in student and "assert" not in student and student.endswith("print('ok')")
+    compile(student, "cell", "exec")
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", "never closed"),
+    ("def f():\n    return 1\n    ### END SOLUTION\n", "without its BEGIN marker"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside an open region"),
+])
+def test_unbalanced_markers_are_reported(source, message):
+    with pytest.raises(assignments.AssignmentError, match=message):
+        assignments.strip_solution_code(source)
+
+
+def test_markdown_solutions_removed_and_exercise_boxes_readable():
+    text = (":::{exercise} Average the past\n:label: ch03-ex-avg\n:class: full\nWrite `average_past(x)`.\n:::\n\n"
+            "Before.\n\n::::{solution} ch03-ex-avg\n:class: dropdown\n```python\nx\n```\n::::\nAfter.")
+    student = assignments.exercise_boxes_to_markdown(assignments.strip_solution_markdown(text))
+    assert student == "**Exercise: Average the past**\n\nWrite `average_past(x)`.\n\nBefore.\n\nAfter."
+    assert assignments.strip_solution_markdown("A\n### BEGIN SOLUTION\nsecret\n### END SOLUTION\nB") == \
+        "A\nYOUR ANSWER HERE\nB"
+
+
+def test_check_cells_are_recognised():
+    cell = nbformat.v4.new_code_cell
+    assert is_check_cell(cell("from course_lib.exercises import ch03\nch03.check_average_past(average_past)"))
+    assert is_check_cell(cell("check_encode(encode)"))
+    assert not is_check_cell(cell("def check_shape(x):\n    return x.shape"))
+    assert not is_check_cell(cell(FUNCTION))
+    assert assignments.checked_names(cell("ch03.check_a(a)\nch03.check_b(b)")) == ["check_a", "check_b"]
+
+
+def test_student_notebook_of_a_made_up_chapter(tmp_path):
+    """Everything the builder does, on a small chapter: solutions out, skeleton visible, outputs cleared."""
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 3. Title"),
+        v4.new_code_cell("print(1)", execution_count=1, outputs=[v4.new_output("stream", text="1\n")]),
+        v4.new_markdown_cell(":::{exercise} Average\n:label: ch03-ex-avg\nWrite it.\n:::"),
+        v4.new_code_cell(FUNCTION, metadata={"tags": ["hide-input"]}),
+        v4.new_code_cell("ch03.check_average_past(average_past)", execution_count=3,
+                         outputs=[v4.new_output("stream", text="Correct! ...\n")]),
+        v4.new_markdown_cell(":::{solution} ch03-ex-avg\n:class: dropdown\nThe answer.\n:::",
+                             metadata={"tags": ["solution"]}),
+    ])
+    book = tmp_path / "book"
+    book.mkdir()
+    nbformat.write(nb, book / "ch03_example.ipynb")
+    [path] = assignments.build(tmp_path / "out", chapter=3, book_dir=book)
+    student = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in student.cells)
+    assert "BEGIN SOLUTION" not in text and "tril" not in text and "The answer" not in text
+    assert "raise NotImplementedError()" in text and "**Exercise: Average**" in text
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+    assert all("hide-input" not in c.metadata.get("tags", []) for c in student.cells)
+    assert nbformat.read(book / "ch03_example.ipynb", as_version=4) == nb, "the chapter notebook must not change"
+    with pytest.raises(assignments.AssignmentError, match=r"no notebook for chapter 7 .*chapters found: 3"):
+        assignments.build(tmp_path / "out", chapter=7, book_dir=book)
+    with pytest.raises(assignments.AssignmentError, match="overwrite the solutions"):
+        assignments.build(book, book_dir=book)
+
+
+def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "nbformat", None)  # import nbformat now raises ImportError
+    with pytest.raises(ImportError, match=r"course_lib\[instructor\]"):
+        assignments.build_student_notebook(source_path(CHAPTERS[0]), tmp_path)
+
+
+def test_command_line(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib", "assignments", *a],  # noqa: E731
+                                    cwd=ROOT, capture_output=True, text=True, timeout=120)
+    first = chapter_number(CHAPTERS[0])
+    done = run("build", "--chapter", str(first), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / Path(CHAPTERS[0]).name).with_suffix(".ipynb").exists()
+    missing = run("build", "--chapter", "97", "--out", str(tmp_path))
+    assert missing.returncode == 2 and "no notebook for chapter 97" in missing.stderr
+
+
+# --- every chapter -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def student_dir(tmp_path_factory):
+    """The student notebooks of every chapter that exists, built once."""
+    out = tmp_path_factory.mktemp("student")
+    for chapter in CHAPTERS:
+        if (ROOT / f"{chapter}.ipynb").exists():
+            assignments.build_student_notebook(ROOT / f"{chapter}.ipynb", out)
+    return out
+
+
+def student_notebook(chapter, student_dir):
+    source_path(chapter)
+    return nbformat.read(student_dir / f"{Path(chapter).name}.ipynb", as_version=4)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_student_notebook_structure(chapter, student_dir):
+    """The student notebook is the chapter with only the solutions changed, so everything before
+    the exercises runs exactly as in the chapter (what the pruned execution relies on)."""
+    source = nbformat.read(source_path(chapter), as_version=4)
+    student = student_notebook(chapter, student_dir)
+    src_code = [c for c in source.cells if c.cell_type == "code"]
+    stu_code = [c for c in student.cells if c.cell_type == "code"]
+    assert len(src_code) == len(stu_code), f"{chapter}: the student notebook lost or gained code cells"
+    for i, (a, b) in enumerate(zip(src_code, stu_code)):
+        if has_solution(a):
+            assert "raise NotImplementedError()" in b.source and "BEGIN SOLUTION" not in b.source
+            assert "hide-input" not in b.metadata.get("tags", []), f"{chapter}: code cell {i} is still hidden"
+        else:
+            assert a.source == b.source, f"{chapter}: code cell {i} changed in the student notebook"
+        assert not b.outputs and b.execution_count is None, f"{chapter}: code cell {i} keeps its outputs"
+    text = "\n".join(c.source for c in student.cells)
+    for leftover in ("BEGIN SOLUTION", "END SOLUTION", "{solution}", "{exercise}"):
+        assert leftover not in text, f"{chapter}: the student notebook still contains {leftover!r}"
+    assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
+    assert any(is_check_cell(c) for c in student.cells), f"{chapter}: the student notebook has no check cell"
+
+
+# --- executing chapters and student notebooks --------------------------------------------------
+
+
+def _python(cell_source: str):
+    """The cell as plain Python (IPython magics translated), or None if it cannot be parsed."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return ast.parse(TransformerManager().transform_cell(cell_source))
+    except SyntaxError:
+        return None
+
+
+def _names(tree) -> tuple[set, set, set, bool]:
+    """(names bound at module level, names loaded anywhere, names bound by import/def/class, opaque?)."""
+    bound, loaded, static = set(), set(), set()
+    opaque = False
+
+    class Visitor(ast.NodeVisitor):
+        depth = 0
+
+        def visit_Import(self, node):
+            nonlocal opaque
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                if name == "*":
+                    opaque = True
+                bound.add(name)
+                static.add(name)
+
+        visit_ImportFrom = visit_Import
+
+        def _scope(self, node):
+            if self.depth == 0:
+                bound.add(node.name)
+                static.add(node.name)
+            for d in getattr(node, "decorator_list", []):
+                self.visit(d)
+            self.depth += 1
+            for child in ast.iter_child_nodes(node):
+                if child not in getattr(node, "decorator_list", []):
+                    self.visit(child)
+            self.depth -= 1
+
+        visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scope
+
+        def visit_Global(self, node):
+            bound.update(node.names)
+
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Load):
+                loaded.add(node.id)
+            elif self.depth == 0:
+                bound.add(node.id)
+
+        def visit_Call(self, node):
+            nonlocal opaque
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in ("run_cell_magic", "run_line_magic", "system", "getoutput"):
+                args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                if not (args and args[0] in ("pip", "matplotlib")):
+                    opaque = True  # code hidden in a string: keep the cell
+            if isinstance(f, ast.Name) and f.id in ("exec", "eval", "globals", "locals", "vars", "__import__"):
+                opaque = True
+            self.generic_visit(node)
+
+    Visitor().visit(tree)
+    return bound, loaded, static, opaque
+
+
+def exercise_section_start(nb) -> int:
+    """Index of the first cell of the exercise section: the first {exercise} box, solution or check."""
+    for index, cell in enumerate(nb.cells):
+        if has_solution(cell) or is_check_cell(cell) or (cell.cell_type == "markdown" and EXERCISE_BOX.search(cell.source)):
+            return index
+    return len(nb.cells)
+
+
+def needed_prefix(nb, start: int, extra_sources=()) -> list[int]:
+    """Indices of the code cells before ``start`` that the cells from ``start`` on (and
+    ``extra_sources``) need: those binding a name they use, those that may change such a name
+    in place (they use it), transitively; the setup cell and opaque cells always."""
+    prefix = [i for i in range(start) if nb.cells[i].cell_type == "code"]
+    later = [c.source for c in nb.cells[start:] if c.cell_type == "code"] + list(extra_sources)
+    needed: set = set()
+    static_names: set = set(dir(builtins))
+    parsed = {}
+    for i in prefix:
+        tree = _python(nb.cells[i].source)
+        parsed[i] = _names(tree) if tree is not None else None
+        if parsed[i]:
+            static_names |= parsed[i][2]
+    for source in later:
+        tree = _python(source)
+        if tree is None:
+            return prefix  # cannot analyse: keep everything
+        needed |= _names(tree)[1]
+    keep = []
+    for i in reversed(prefix):
+        info = parsed[i]
+        cell = nb.cells[i]
+        if info is None or info[3] or "setup" in cell.metadata.get("tags", []):
+            keep.append(i)
+            if info:
+                needed |= info[1]
+            continue
+        bound, loaded, _, _ = info
+        mutable_needed = needed - static_names
+        if bound & needed or loaded & mutable_needed:
+            keep.append(i)
+            needed |= loaded
+    return sorted(keep)
+
+
+def run_cells(cells, cwd: Path):
+    """Execute code cells in one fresh kernel, going on past errors; returns the executed cells."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source, metadata=dict(c.metadata)) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb.cells
+
+
+def _error(cell):
+    return next((o for o in cell.outputs if o.output_type == "error"), None)
+
+
+def both_directions(chapter: str, source, student, prune: bool) -> tuple[list[str], dict]:
+    """Run (part of) the shared prefix, the chapter's exercise section, then the student's; return
+    the problems found (naming each notebook's cell number) and some counts."""
+    start = exercise_section_start(source)
+    code_before = [i for i in range(start) if source.cells[i].cell_type == "code"]
+    keep = code_before
+    # code cells correspond one to one (test_student_notebook_structure): the sections start at the same one
+    stu_code = [i for i, c in enumerate(student.cells) if c.cell_type == "code"][len(code_before):]
+    src_code = [i for i in range(start, len(source.cells)) if source.cells[i].cell_type == "code"]
+    if prune:
+        keep = needed_prefix(source, start, [student.cells[i].source for i in stu_code])
+    plan = ([("chapter", i, source.cells[i]) for i in keep + src_code]
+            + [("student", i, student.cells[i]) for i in stu_code])
+    executed = run_cells([cell for _, _, cell in plan], cwd=source_path(chapter).parent)
+
+    problems, notes = [], []
+    checks = 0
+    for (role, index, _), cell in zip(plan, executed):
+        e = _error(cell)
+        allowed = "raises-exception" in cell.metadata.get("tags", [])
+        where = f"{chapter} ({role} notebook, cell {index})"
+        first_line = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+        problem = None
+        if role == "student" and is_check_cell(cell):
+            checks += 1
+            if e is None:
+                problem = "the check passed on an unfinished exercise"
+            elif e.ename != "ExerciseError" or NOT_DONE not in e.evalue:
+                problem = f"expected ExerciseError({NOT_DONE!r} ...), got {e.ename}: {e.evalue}"
+        elif role == "student" and e is not None and e.ename == "NotImplementedError":
+            notes.append(f"{where} uses an unfinished exercise outside a check cell: {first_line}")
+        elif e is not None and not allowed:
+            problem = f"{e.ename}: {e.evalue}" + (" (only check cells may fail)" if role == "student" else "")
+        elif role == "chapter" and is_check_cell(cell) and \
+                "Correct!" not in "".join(o.get("text", "") for o in cell.outputs):
+            problem = "the check did not say Correct!"
+        if problem:
+            problems.append(f"{where}: {problem}\n    {first_line}")
+    return problems, {"prefix_run": len(keep), "prefix_total": len(code_before), "student_checks": checks,
+                      "notes": notes}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_checks_pass_and_student_checks_say_not_done_yet(chapter, student_dir):
+    source = nbformat.read(source_path(chapter), as_version=4)
+    student = student_notebook(chapter, student_dir)
+    problems, info = both_directions(chapter, source, student, prune=not FULL)
+    if problems and not FULL:
+        print(f"{chapter}: the pruned run found {len(problems)} problem(s); re-running the whole chapter")
+        problems, info = both_directions(chapter, source, student, prune=False)
+    print(f"{chapter}: ran {info['prefix_run']} of {info['prefix_total']} cells before the exercises, "
+          f"{info['student_checks']} student checks")
+    for note in info["notes"]:
+        print(f"  note: {note} (raises NotImplementedError for students, as the exercise itself does)")
+    assert info["student_checks"] > 0, f"{chapter}: no check cell in the student notebook"
+    assert not problems, "\n".join(problems)
+
+
+END_TO_END = CHAPTERS if FULL else CHAPTERS[:1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", END_TO_END)
+def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
+    """As a student gets it: built by the CLI, executed top to bottom by nbclient in its own folder
+    (with the chapter's data files, if any, beside it, as on the website's download)."""
+    n = chapter_number(chapter)
+    subprocess.run([sys.executable, "-m", "course_lib", "assignments", "build", "--chapter", str(n),
+                    "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
+    path = tmp_path / f"{Path(chapter).name}.ipynb"
+    executed = assignments.execute_notebook(path, timeout=TIMEOUT)
+    results = assignments.check_results(executed)
+    assert results, f"{chapter}: no check cell"
+    wrong = [r for r in results if r.status != "not done"]
+    assert not wrong, f"{chapter}: every check should say '{NOT_DONE}': {wrong}"
+    for index, cell in enumerate(executed.cells):
+        e = _error(cell) if cell.cell_type == "code" and not is_check_cell(cell) else None
+        assert e is None or e.ename == "NotImplementedError" or "raises-exception" in cell.metadata.get("tags", []), \
+            f"{chapter}: student notebook cell {index} crashed with {e.ename}: {e.evalue} (only check cells may fail)"

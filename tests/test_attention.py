@@ -1,0 +1,76 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, strategies as st
+
+from course_lib import attention as A
+
+
+@given(st.integers(1, 4), st.integers(1, 12), st.integers(1, 5), st.integers(0, 10_000))
+def test_three_ways_to_average_the_past_agree(B, T, C, seed):
+    x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed))
+    v1 = A.average_past_loops(x)
+    assert torch.allclose(v1, A.average_past_matmul(x), atol=1e-6)
+    assert torch.allclose(v1, A.average_past_softmax(x), atol=1e-6)
+    assert torch.allclose(v1[:, 0], x[:, 0]) and torch.allclose(v1[:, -1], x.mean(1), atol=1e-6)
+
+
+def test_scaled_dot_product_attention_matches_pytorch():
+    q, k, v = torch.randn(3, 2, 2, 7, 8).unbind(0)
+    out, weights = A.scaled_dot_product_attention(q, k, v, A.causal_mask(7))
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 7))
+    assert torch.all(weights.triu(1) == 0)  # nothing on the future
+
+
+def test_head_list_fused_and_sdpa_agree_with_copied_weights():
+    torch.manual_seed(0)
+    C, nh, T = 32, 4, 10
+    mha = A.MultiHeadAttention(C, nh, block_size=16)
+    fused = A.CausalSelfAttention(C, nh, block_size=16).load_from_multihead(mha)
+    x = torch.randn(2, T, C)
+    expected = mha(x)
+    assert torch.allclose(fused(x), expected, atol=1e-6)
+    fused.need_weights = True  # the explicit path must agree too
+    assert torch.allclose(fused(x), expected, atol=1e-6)
+    assert fused.last_weights.shape == (2, nh, T, T)
+    # One head by hand with SDPA.
+    h = mha.heads[0]
+    ref = F.scaled_dot_product_attention(h.query(x), h.key(x), h.value(x), is_causal=True)
+    assert torch.allclose(h(x), ref, atol=1e-6)
+
+
+def test_with_biases_the_copy_is_exact_too():
+    mha = A.MultiHeadAttention(12, 3, block_size=8, bias=True)
+    fused = A.CausalSelfAttention(12, 3, block_size=8, bias=True).load_from_multihead(mha)
+    x = torch.randn(2, 8, 12)
+    assert torch.allclose(fused(x), mha(x), atol=1e-6)
+
+
+def test_heads_must_divide_channels():
+    with pytest.raises(ValueError, match=r"n_embd \(10\) must be divisible by n_head \(3\)"):
+        A.CausalSelfAttention(10, 3, block_size=8)
+    with pytest.raises(ValueError, match="divisible"):
+        A.MultiHeadAttention(10, 4, block_size=8)
+
+
+def test_padding_mask():
+    m = A.padding_mask(torch.tensor([2, 4]), 4)
+    assert m.tolist() == [[True, True, False, False], [True, True, True, True]]
+
+
+def test_kv_cache_overflow_is_a_clear_error():
+    cache = A.LayerKVCache(capacity=3)
+    cache.append(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
+    with pytest.raises(ValueError, match="KV cache is full"):
+        cache.append(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
+
+
+def test_incremental_attention_with_cache_equals_full():
+    torch.manual_seed(1)
+    attn = A.CausalSelfAttention(16, 4, block_size=12).eval()
+    x = torch.randn(2, 9, 16)
+    full = attn(x)
+    cache = A.LayerKVCache(12)
+    parts = [attn(x[:, :4], cache), attn(x[:, 4:6], cache)] + [attn(x[:, t : t + 1], cache) for t in range(6, 9)]
+    assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)

@@ -1,0 +1,184 @@
+"""Every chapter listed in _toc.yml follows the book's conventions: it exists, starts with the
+shared setup cell, uses course_lib, has exercises with checks in nbgrader markup, and is stored
+executed (nbval, run by `make test`, then proves the stored outputs reproduce).
+Also: no exact pin of torch or numpy (Colab brings its own)."""
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from _book_toc import ROOT, chapter_number, page_source, toc_chapters, toc_entries
+from course_lib import assignments
+from course_lib.book import SETUP_TAG, repository_url, setup_cell_source
+
+CHAPTERS = toc_chapters()
+EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
+SOLUTION_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{solution\}\s*(\S+)", re.M)
+EXERCISE_LABEL = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}.*\n(?:\s*:[\w-]+:.*\n)*?\s*:label:\s*(\S+)", re.M)
+
+
+def read(chapter: str):
+    path = ROOT / f"{chapter}.ipynb"
+    if not path.exists():
+        pytest.fail(f"{chapter}.ipynb is listed in _toc.yml but does not exist")
+    return nbformat.read(path, as_version=4)
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def tags(cell) -> list[str]:
+    return cell.metadata.get("tags", [])
+
+
+def skipped_by_nbval(cell) -> bool:
+    return cell.source.lstrip().startswith("# NBVAL_SKIP") or "nbval-skip" in tags(cell)
+
+
+def test_toc_lists_chapters_and_every_page_exists():
+    assert CHAPTERS, "_toc.yml lists no chapter (book/chNN_*)"
+    entries = toc_entries()
+    assert len(entries) == len(set(entries)), "a page is listed twice in _toc.yml"
+    missing = [e for e in entries if page_source(e) is None]
+    assert not missing, f"listed in _toc.yml but missing: {missing}"
+    numbers = [chapter_number(c) for c in CHAPTERS]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), \
+        f"chapters must appear once each, in order, in _toc.yml: {numbers}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_title_and_kernel(chapter):
+    nb = read(chapter)
+    nbformat.validate(nb)
+    first = nb.cells[0]
+    n = chapter_number(chapter)
+    assert first.cell_type == "markdown" and first.source.startswith(f"# {n}. "), \
+        f"{chapter}: the first cell must be a markdown title '# {n}. Title'"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3", f"{chapter}: kernelspec must be python3"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_first_code_cell_is_the_shared_setup_cell(chapter):
+    first = code_cells(read(chapter))[0]
+    assert SETUP_TAG in tags(first), f"{chapter}: the first code cell must be tagged {SETUP_TAG!r}"
+    assert first.source == setup_cell_source(repository_url(ROOT / "_config.yml")), \
+        f"{chapter}: the setup cell differs from course_lib.book.setup_cell_source: run `python -m course_lib.book sync`"
+    others = [i for i, c in enumerate(code_cells(read(chapter))) if SETUP_TAG in tags(c)]
+    assert others == [0], f"{chapter}: only the first code cell may be tagged {SETUP_TAG!r}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_uses_course_lib(chapter):
+    cells = code_cells(read(chapter))[1:]
+    assert any(re.search(r"^\s*(from course_lib[\w.]* import|import course_lib)", c.source, re.M) for c in cells), \
+        f"{chapter}: no cell after the setup cell imports from course_lib (the chapter should switch to the library)"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_exercises_have_solutions_in_nbgrader_markup_and_checks(chapter):
+    nb = read(chapter)
+    n = chapter_number(chapter)
+    boxes = [c for c in nb.cells if c.cell_type == "markdown" and EXERCISE_BOX.search(c.source)]
+    solutions = [c for c in nb.cells if assignments.has_solution(c)]
+    checks = [c for c in nb.cells if assignments.is_check_cell(c)]
+    assert boxes, f"{chapter}: no {{exercise}} box"
+    assert solutions, f"{chapter}: no code cell with {assignments.BEGIN_SOLUTION}"
+    assert checks, f"{chapter}: no check cell (chNN.check_...(...))"
+
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        has_begin = assignments.BEGIN_SOLUTION in cell.source
+        has_end = assignments.END_SOLUTION in cell.source
+        assert has_begin == has_end, f"{chapter}, cell {index}: BEGIN SOLUTION and END SOLUTION must come in pairs"
+        if has_begin:
+            # balanced, nested correctly, and still valid Python once the solution is removed
+            assignments.strip_solution_code(cell.source, where=f"{chapter}, cell {index}")
+            assignments._check_python(assignments.strip_solution_code(cell.source)[0], f"{chapter}, cell {index}")
+            assert "hide-input" in tags(cell), f"{chapter}, cell {index}: a solution cell must be tagged hide-input"
+
+    # every solution cell is checked before the next exercise's solution
+    order = ["S" if assignments.has_solution(c) else "C" for c in nb.cells
+             if assignments.has_solution(c) or assignments.is_check_cell(c)]
+    assert re.fullmatch(r"(S+C+)+", "".join(order)), \
+        f"{chapter}: each exercise's solution cell(s) must be followed by a check cell (order found: {''.join(order)})"
+
+    # the checks exist in course_lib.exercises.chNN
+    module = importlib.import_module(f"course_lib.exercises.ch{n:02d}")
+    for cell in checks:
+        for name in assignments.checked_names(cell):
+            assert hasattr(module, name), f"{chapter}: course_lib.exercises.ch{n:02d} has no {name}()"
+
+    # worked solutions are tagged (removed from student notebooks) and refer to an exercise of the chapter
+    labels = [m.group(2) for c in boxes for m in EXERCISE_LABEL.finditer(c.source)]
+    assert len(labels) == len(boxes), f"{chapter}: every {{exercise}} box needs a :label:"
+    for cell in nb.cells:
+        for m in SOLUTION_BOX.finditer(cell.source) if cell.cell_type == "markdown" else []:
+            assert "solution" in tags(cell), f"{chapter}: a {{solution}} cell must be tagged 'solution'"
+            assert m.group(2) in labels, f"{chapter}: {{solution}} {m.group(2)} refers to no exercise of the chapter"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_stored_executed_with_outputs(chapter):
+    nb = read(chapter)
+    counts = []
+    for index, cell in enumerate(code_cells(nb)):
+        if not cell.source.strip() or skipped_by_nbval(cell):
+            continue
+        assert cell.execution_count is not None, \
+            f"{chapter}: code cell {index} was never executed: run `python -m course_lib.book execute {chapter}.ipynb`"
+        counts.append(cell.execution_count)
+        for out in cell.outputs:
+            if out.output_type == "error" and "raises-exception" not in tags(cell):
+                pytest.fail(f"{chapter}: code cell {index} stores an error: {out.ename}: {out.evalue}")
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), \
+        f"{chapter}: execution counts are not increasing: execute the chapter top to bottom"
+    assert any(c.outputs for c in code_cells(nb)), f"{chapter}: no stored outputs"
+    assert "course_lib is ready" in "".join(o.get("text", "") for o in code_cells(nb)[0].outputs), \
+        f"{chapter}: the setup cell's output is missing"
+    for index, cell in enumerate(nb.cells):
+        if assignments.is_check_cell(cell):
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            assert "Correct!" in text, f"{chapter}, cell {index}: the stored check output has no 'Correct!'"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_outputs_leak_no_local_paths(chapter):
+    """The website shows the stored outputs: no absolute path of the machine that ran them."""
+    leaks = re.compile(r"(/work/|/root/|/home/\w+|site-packages|/tmp/)")
+    for index, cell in enumerate(code_cells(read(chapter))):
+        for out in cell.outputs:
+            text = out.get("text", "") + str(out.get("data", {}).get("text/plain", "")) + \
+                "\n".join(out.get("traceback", []))
+            m = leaks.search(text)
+            assert m is None, f"{chapter}: code cell {index} output shows a local path ({m.group(0)}...)"
+
+
+def _requirement_lines() -> dict[str, list[str]]:
+    found = {"requirements.txt": [], "pyproject.toml": []}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            found["requirements.txt"].append(line)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found["pyproject.toml"] += project.get("dependencies", [])
+    for extra in project.get("optional-dependencies", {}).values():
+        found["pyproject.toml"] += extra
+    return found
+
+
+def test_torch_and_numpy_are_never_pinned_exactly():
+    for where, lines in _requirement_lines().items():
+        for req in lines:
+            name = re.match(r"^\s*([A-Za-z0-9_.\-]+)", req).group(1).lower()
+            if name in ("torch", "numpy"):
+                assert not re.search(r"(===?|~=)", req), \
+                    f"{where}: {req!r} pins {name}; use an open range (Colab brings its own {name})"
+                assert not re.search(r"<", req), f"{where}: {req!r} caps {name}; Colab may have a newer one"
+    assert any(r.startswith("torch") for r in _requirement_lines()["pyproject.toml"]), "torch must be a dependency"

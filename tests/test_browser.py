@@ -1,0 +1,189 @@
+"""Every page of the built website, in a real browser (Playwright driving Debian's Chromium).
+
+For each page of _toc.yml, served from _build/html by a local server on 127.0.0.1: every formula
+typeset by the bundled MathJax (no raw TeX left, no MathJax error), every image loaded, no request
+leaving the machine, no console error except known harmless ones, exercise solutions folded away,
+and, on chapter pages, the Colab button pointing at the chapter's notebook in the repository and a
+working .ipynb download. A screenshot of each page goes to _build/screenshots/<page>.png for a
+person to look at.
+
+Needs the site built first (`make book`) and Chromium (`make browser`, or `apt-get install -y
+chromium`); without Chromium the tests are skipped.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from _book_toc import ROOT, page_source, toc_entries
+
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGES = toc_entries()
+LOCAL_HOSTS = {"127.0.0.1"}
+# Console errors known to be harmless, each with its reason.
+HARMLESS_CONSOLE = [
+    # sphinx-thebe registers its inline config (`const THEBE_JS_URL = ...`) after the builder has
+    # started, so Sphinx writes it twice on every page and the second copy fails. It only configures
+    # the "live code" button, which this book does not use (launch_buttons.thebe: false).
+    re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),
+]
+
+if CHROMIUM is None:
+    pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`): "
+                "the real-browser checks of the website are skipped", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+
+
+def config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+def expected_colab_link(entry: str) -> str:
+    c = config()
+    repo = urlparse(c["repository"]["url"]).path.strip("/")
+    base = c["launch_buttons"]["colab_url"].rstrip("/")
+    book = (c["repository"].get("path_to_book") or "").strip("/")
+    path = f"{book}/{entry}" if book else entry
+    return f"{base}/github/{repo}/blob/{c['repository'].get('branch', 'main')}/{path}.ipynb"
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (HTML / "index.html").exists():
+        pytest.fail("_build/html is missing: run the book build first (make book)")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(HTML)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = sync_api.sync_playwright().start()
+    chromium = playwright.chromium.launch(
+        executable_path=CHROMIUM,
+        args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"])
+    yield chromium
+    chromium.close()
+    playwright.stop()
+
+
+# Text of the article as a reader sees it, without code, outputs and typeset math.
+ARTICLE_TEXT = """() => {
+  const main = document.querySelector('main') || document.body;
+  const clone = main.cloneNode(true);
+  clone.querySelectorAll('pre, code, mjx-container, script, style, .cell_output, .highlight, .MathJax_Preview')
+       .forEach(e => e.remove());
+  return clone.textContent;
+}"""
+
+IMAGES_LOADED = """() => Array.from(document.images).every(i => i.complete)"""
+BROKEN_IMAGES = """() => Array.from(document.images)
+  .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'))"""
+VISIBLE_SOLUTIONS = """() => Array.from(document.querySelectorAll('main *'))
+  .filter(e => e.children.length === 0 && /BEGIN SOLUTION/.test(e.textContent) && e.checkVisibility())
+  .length"""
+
+RAW_TEX = [
+    (re.compile(r"\$\$"), "$$"),
+    (re.compile(r"\\\(|\\\)|\\\[|\\\]"), r"\( \) \[ \]"),
+    (re.compile(r"\\(begin|end)\{"), r"\begin / \end"),
+    (re.compile(r"\\(frac|sqrt|sum|mathrm|mathbf|text|cdot|times|top|left|right|ln|log|exp|infty|le|ge)\b"),
+     "a TeX command"),
+    (re.compile(r"(?<![\w$])\$[^\s$][^$\n]{0,200}?\$(?![\w$])"), "$...$"),
+]
+
+
+@pytest.mark.parametrize("entry", PAGES)
+def test_page_in_a_real_browser(entry, site, browser):
+    html = HTML / f"{entry}.html"
+    if not html.exists():
+        pytest.fail(f"{html.relative_to(ROOT)} is missing: run the book build first (make book)")
+    source = page_source(entry)
+    is_notebook = source is not None and source.suffix == ".ipynb"
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    outside, console, bad_responses = [], [], []
+
+    def route(r):
+        url = urlparse(r.request.url)
+        if url.scheme in ("data", "blob", "about") or url.hostname in LOCAL_HOSTS:
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console.append(f"uncaught: {e}"))
+    page.on("response", lambda r: bad_responses.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    try:
+        page.goto(f"{site}/{entry}.html", wait_until="load")
+
+        # formulas: typeset by MathJax, nothing left raw
+        n_math = page.locator(".math").count()
+        if n_math:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=20000)
+            page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            typeset = page.locator("mjx-container").count()
+            assert typeset >= n_math, f"{entry}: {n_math} formulas but only {typeset} typeset by MathJax"
+            assert page.locator("mjx-merror").count() == 0, f"{entry}: MathJax reports a TeX error"
+        text = page.evaluate(ARTICLE_TEXT)
+        for pattern, what in RAW_TEX:
+            m = pattern.search(text)
+            assert m is None, (f"{entry}: raw TeX ({what}) left in the text: "
+                               f"...{text[max(0, m.start() - 60): m.end() + 60]!r}...")
+
+        # images: all loaded (lazy ones forced)
+        page.evaluate("() => Array.from(document.images).forEach(i => { i.loading = 'eager'; })")
+        page.wait_for_function(IMAGES_LOADED, timeout=20000)
+        broken = page.evaluate(BROKEN_IMAGES)
+        assert not broken, f"{entry}: images that did not load: {broken}"
+
+        # the launch and download buttons of a chapter
+        if is_notebook:
+            colab = [a.get_attribute("href") for a in page.locator('a[href*="colab.research.google.com"]').all()]
+            assert expected_colab_link(entry) in colab, \
+                f"{entry}: no Colab link to {expected_colab_link(entry)} (found {colab})"
+            downloads = [a.get_attribute("href") for a in page.locator('a[href$=".ipynb"]').all()
+                         if "colab" not in (a.get_attribute("href") or "")]
+            assert downloads, f"{entry}: no .ipynb download link"
+            url = page.evaluate("(h) => new URL(h, document.baseURI).href", downloads[0])
+            response = context.request.get(url)
+            assert response.ok and response.text().lstrip().startswith("{"), \
+                f"{entry}: the .ipynb download {url} does not serve the notebook ({response.status})"
+
+            # exercises: boxes rendered, solution code folded away
+            if "{exercise}" in source.read_text():
+                assert page.locator(".exercise").count() > 0, f"{entry}: no exercise box rendered"
+            assert page.evaluate(VISIBLE_SOLUTIONS) == 0, f"{entry}: solution code is visible without a click"
+
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{Path(entry).name}.png"), full_page=True)
+    finally:
+        context.close()
+
+    assert not outside, f"{entry}: requests left the machine: {sorted(set(outside))}"
+    assert not bad_responses, f"{entry}: failed requests: {bad_responses}"
+    errors = [m for m in console if not any(p.search(m) for p in HARMLESS_CONSOLE)]
+    assert not errors, f"{entry}: console errors: {errors}"

@@ -1,0 +1,221 @@
+"""The chapter 3 exercise checks: right answers pass, plausible wrong ones fail with a hint."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.exercises import ExerciseError, ch03
+
+
+def not_done(*args):
+    raise NotImplementedError()
+
+
+# --- average_past_matmul -------------------------------------------------------------------------
+
+
+def matmul_right(x):
+    T = x.shape[1]
+    wei = torch.tril(torch.ones(T, T, dtype=x.dtype, device=x.device))
+    return (wei / wei.sum(dim=1, keepdim=True)) @ x
+
+
+def matmul_sums(x):
+    T = x.shape[1]
+    return torch.tril(torch.ones(T, T, dtype=x.dtype)) @ x
+
+
+def matmul_future(x):
+    T = x.shape[1]
+    wei = torch.triu(torch.ones(T, T, dtype=x.dtype))
+    return (wei / wei.sum(dim=1, keepdim=True)) @ x
+
+
+def matmul_float32_only(x):
+    T = x.shape[1]
+    wei = torch.tril(torch.ones(T, T))
+    return (wei / wei.sum(dim=1, keepdim=True)) @ x
+
+
+def matmul_wrong_side(x):
+    T = x.shape[1]
+    wei = torch.tril(torch.ones(T, T, dtype=x.dtype))
+    return x.transpose(1, 2) @ (wei / wei.sum(dim=1, keepdim=True))
+
+
+def test_average_past_matmul_right(capsys):
+    ch03.check_average_past_matmul(matmul_right)
+    assert capsys.readouterr().out.startswith("Correct!")
+
+
+@pytest.mark.parametrize("fn, message", [
+    (matmul_sums, "running SUMS"),
+    (matmul_future, "AFTER it"),
+    (matmul_float32_only, "On a float64 x"),
+    (matmul_wrong_side, "expected shape"),
+    (not_done, "Not done yet"),
+])
+def test_average_past_matmul_wrong(fn, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch03.check_average_past_matmul(fn)
+
+
+def test_average_past_matmul_dtype_hint():
+    with pytest.raises(ExerciseError, match="dtype=x.dtype"):
+        ch03.check_average_past_matmul(matmul_float32_only)
+
+
+# --- causal_softmax -------------------------------------------------------------------------------
+
+
+def softmax_right(scores):
+    T = scores.shape[-1]
+    tril = torch.tril(torch.ones(T, T))
+    return F.softmax(scores.masked_fill(tril == 0, float("-inf")), dim=-1)
+
+
+def softmax_fill_zero(scores):
+    T = scores.shape[-1]
+    tril = torch.tril(torch.ones(T, T))
+    return F.softmax(scores.masked_fill(tril == 0, 0.0), dim=-1)
+
+
+def softmax_result_dropped(scores):
+    T = scores.shape[-1]
+    tril = torch.tril(torch.ones(T, T))
+    scores.masked_fill(tril == 0, float("-inf"))  # result thrown away
+    return F.softmax(scores, dim=-1)
+
+
+def softmax_wrong_dim(scores):
+    T = scores.shape[-1]
+    tril = torch.tril(torch.ones(T, T))
+    return F.softmax(scores.masked_fill(tril == 0, float("-inf")), dim=-2)
+
+
+def softmax_mask_inverted(scores):
+    T = scores.shape[-1]
+    tril = torch.tril(torch.ones(T, T))
+    return F.softmax(scores.masked_fill(tril == 1, float("-inf")), dim=-1)
+
+
+def test_causal_softmax_right(capsys):
+    ch03.check_causal_softmax(softmax_right)
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, message", [
+    (softmax_fill_zero, "not -inf"),
+    (softmax_result_dropped, "no masking"),
+    (softmax_wrong_dim, "wrong dimension"),
+    (softmax_mask_inverted, "NaN"),
+    (not_done, "Not done yet"),
+])
+def test_causal_softmax_wrong(fn, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch03.check_causal_softmax(fn)
+
+
+# --- score_variance -------------------------------------------------------------------------------
+
+
+def variance_right(head_size, scaled):
+    q = torch.randn(8, 64, head_size)
+    k = torch.randn(8, 64, head_size)
+    scores = q @ k.transpose(-2, -1)
+    if scaled:
+        scores = scores * head_size**-0.5
+    return scores.var().item()
+
+
+def variance_divides_by_hs(head_size, scaled):
+    q, k = torch.randn(8, 64, head_size), torch.randn(8, 64, head_size)
+    scores = q @ k.transpose(-2, -1)
+    return (scores / head_size if scaled else scores).var().item()
+
+
+def variance_std(head_size, scaled):
+    q, k = torch.randn(8, 64, head_size), torch.randn(8, 64, head_size)
+    scores = q @ k.transpose(-2, -1)
+    return (scores * head_size**-0.5 if scaled else scores).std().item()
+
+
+def variance_always_scaled(head_size, scaled):
+    return variance_right(head_size, True)
+
+
+def test_score_variance_right(capsys):
+    ch03.check_score_variance(variance_right)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_score_variance_leaves_rng_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    ch03.check_score_variance(variance_right)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_score_variance_library_passes():
+    from course_lib.attention import score_variance
+    ch03.check_score_variance(lambda hs, scaled: score_variance(hs, scaled))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (variance_divides_by_hs, "divided the scores by the head size"),
+    (variance_std, "standard deviation"),
+    (variance_always_scaled, "about 1"),
+    (not_done, "Not done yet"),
+])
+def test_score_variance_wrong(fn, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch03.check_score_variance(fn)
+
+
+# --- is_causal_weights ----------------------------------------------------------------------------
+
+
+def valid_right(w):
+    rows_ok = torch.allclose(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    future_ok = bool((torch.triu(w, diagonal=1).abs() <= 1e-6).all())
+    return rows_ok and future_ok and bool((w >= 0).all())
+
+
+def valid_no_future_check(w):
+    return torch.allclose(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-5) and bool((w >= 0).all())
+
+
+def valid_exact_sum(w):
+    return bool((w.sum(dim=-1) == 1).all()) and bool((torch.triu(w, 1) == 0).all()) and bool((w >= 0).all())
+
+
+def valid_diagonal_forbidden(w):
+    return valid_right(w) and bool((torch.triu(w) == 0).all())
+
+
+def valid_no_sign_check(w):
+    rows_ok = torch.allclose(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    return rows_ok and bool((torch.triu(w, diagonal=1).abs() <= 1e-6).all())
+
+
+def valid_returns_tensor(w):
+    return torch.tensor(valid_right(w))
+
+
+def test_is_causal_weights_right(capsys):
+    ch03.check_is_causal_weights(valid_right)
+    ch03.check_is_causal_weights(valid_returns_tensor)
+    assert capsys.readouterr().out.count("Correct!") == 2
+
+
+@pytest.mark.parametrize("fn, message", [
+    (valid_no_future_check, "plain softmax with no mask"),
+    (valid_exact_sum, "rarely exactly 1"),
+    (valid_diagonal_forbidden, "diagonal is allowed"),
+    (valid_no_sign_check, "negative weight"),
+    (lambda w: "yes", "said True"),
+    (not_done, "Not done yet"),
+])
+def test_is_causal_weights_wrong(fn, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch03.check_is_causal_weights(fn)

@@ -1,0 +1,169 @@
+"""The checks of chapter 7's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import pytest
+import torch
+
+from course_lib.exercises import ExerciseError, ch07
+
+
+def not_done(*args):
+    raise NotImplementedError()
+
+
+# --- spot the bug: the training loop ---
+
+
+def fixed_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for iter in range(max_iters):
+        if iter % eval_interval == 0:
+            losses = estimate_loss()
+            print(f"step {iter}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        xb, yb = get_batch("train")
+        logits, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def buggy_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    # the tutorial's bug: the optimizer step is indented inside the evaluation `if`
+    for iter in range(max_iters):
+        xb, yb = get_batch("train")
+        logits, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if iter % eval_interval == 0:
+            losses = estimate_loss()
+            print(f"step {iter}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+            optimizer.step()
+
+
+def buggy_whole_step_inside_if(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for iter in range(max_iters):
+        if iter % eval_interval == 0:
+            estimate_loss()
+            xb, yb = get_batch("train")
+            logits, loss = model(xb, yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+
+def no_zero_grad(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for iter in range(max_iters):
+        if iter % eval_interval == 0:
+            estimate_loss()
+        xb, yb = get_batch("train")
+        logits, loss = model(xb, yb)
+        loss.backward()
+        optimizer.step()
+
+
+def never_evaluates(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for iter in range(max_iters):
+        xb, yb = get_batch("train")
+        logits, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def test_training_loop_correct(capsys):
+    ch07.check_training_loop(fixed_loop)
+    out = capsys.readouterr().out
+    assert "Correct!" in out and "step 0" not in out  # the loop's own prints are swallowed
+
+
+def test_training_loop_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch07.check_training_loop(not_done)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (buggy_loop, "weights changed on only 3 of 12 iterations"),
+    (no_zero_grad, "zero_grad"),
+    (never_evaluates, "estimate_loss"),
+])
+def test_training_loop_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch07.check_training_loop(wrong)
+
+
+def test_training_loop_bug_hint_names_the_if():
+    with pytest.raises(ExerciseError, match="indented inside") as info:
+        ch07.check_training_loop(buggy_whole_step_inside_if)
+    assert "training batches" in str(info.value) or "weights changed" in str(info.value)
+
+
+# --- gradient clipping ---
+
+
+def clip_grad_norm(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    scale = min(1.0, max_norm / (total.item() + 1e-6))
+    for g in grads:
+        g.mul_(scale)
+    return total
+
+
+def test_clip_grad_norm_correct(capsys):
+    ch07.check_clip_grad_norm(clip_grad_norm)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_clip_grad_norm_torch_passes(capsys):
+    ch07.check_clip_grad_norm(lambda ps, m: torch.nn.utils.clip_grad_norm_(ps, m))
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_clip_grad_norm_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch07.check_clip_grad_norm(not_done)
+
+
+def per_tensor(parameters, max_norm):
+    norms = []
+    for p in parameters:
+        if p.grad is not None:
+            n = p.grad.norm()
+            p.grad.mul_(min(1.0, max_norm / (n.item() + 1e-6)))
+            norms.append(n)
+    return torch.sqrt(sum(n ** 2 for n in norms))
+
+
+def returns_norm_after(parameters, max_norm):
+    clip_grad_norm(parameters, max_norm)
+    return torch.sqrt(sum((p.grad ** 2).sum() for p in parameters if p.grad is not None))
+
+
+def sum_of_norms(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum(g.norm() for g in grads)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+def always_rescales(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    for g in grads:
+        g.mul_(max_norm / (total.item() + 1e-6))
+    return total
+
+
+def crashes_on_missing_grad(parameters, max_norm):
+    total = torch.sqrt(sum((p.grad ** 2).sum() for p in parameters))
+    return total
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (per_tensor, "clipped on its own"),
+    (returns_norm_after, "AFTER clipping"),
+    (sum_of_norms, "sum of the per-tensor norms"),
+    (always_rescales, "below max_norm"),
+    (crashes_on_missing_grad, "raised TypeError"),
+])
+def test_clip_grad_norm_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch07.check_clip_grad_norm(wrong)

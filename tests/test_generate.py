@@ -1,0 +1,72 @@
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from course_lib.generate import generate, generate_text, sample_next, top_k_filter, top_p_filter
+from course_lib.model import GPT, GPTConfig
+from course_lib.tokenizers import CharTokenizer
+
+torch.manual_seed(0)
+MODEL = GPT(GPTConfig(vocab_size=12, block_size=10, n_layer=2, n_head=2, n_embd=16)).eval()
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.8), dict(temperature=0)])
+def test_kv_cache_gives_the_same_tokens_as_recomputation(kwargs):
+    idx = torch.randint(12, (3, 4), generator=torch.Generator().manual_seed(1))
+    # 25 new tokens: past block_size 10, so cropping and cache refills are exercised too.
+    a = generate(MODEL, idx, 25, generator=torch.Generator().manual_seed(2), **kwargs)
+    b = generate(MODEL, idx, 25, generator=torch.Generator().manual_seed(2), use_cache=True, **kwargs)
+    assert a.shape == (3, 29) and torch.equal(a, b)
+    assert torch.equal(a[:, :4], idx)
+
+
+def test_generation_crops_the_context_and_is_reproducible():
+    idx = torch.zeros(1, 30, dtype=torch.long)  # longer than block_size: must be cropped, not crash
+    a = generate(MODEL, idx, 5, generator=torch.Generator().manual_seed(3))
+    b = generate(MODEL, idx, 5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and a.shape == (1, 35)
+
+
+def test_greedy_is_argmax():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]])
+    assert sample_next(logits, temperature=0).tolist() == [[1], [0]]
+
+
+def test_top_k_keeps_k_most_likely():
+    logits = torch.tensor([[1.0, 4.0, 3.0, 2.0]])
+    kept = top_k_filter(logits, 2)
+    assert torch.isfinite(kept).tolist() == [[False, True, True, False]]
+    assert torch.equal(top_k_filter(logits, 10), logits)
+
+
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=20), st.floats(0.05, 1.0))
+def test_top_p_keeps_the_smallest_nucleus_reaching_p(values, p):
+    logits = torch.tensor([values])
+    kept = torch.isfinite(top_p_filter(logits, p))[0]
+    probs = torch.softmax(logits, -1)[0]
+    assert kept[probs == probs.max()].any()  # a most likely token always survives (ties: any one)
+    assert probs[kept].sum() >= p - 1e-5  # the nucleus reaches p ...
+    # ... and is minimal: dropping its least likely member falls below p.
+    smallest = probs[kept].min()
+    assert probs[kept].sum() - smallest < p + 1e-5
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(top_k=0), "top_k must be an integer >= 1"),
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+])
+def test_bad_sampling_arguments_are_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        generate(MODEL, torch.zeros(1, 1, dtype=torch.long), 3, **kwargs)
+
+
+def test_generate_text_round_trips_the_prompt():
+    tok = CharTokenizer("abcdefghijkl")
+    text = generate_text(MODEL, tok, "abc", 10, seed=0)
+    assert text.startswith("abc") and len(text) == 13
+    with pytest.raises(ValueError, match="prompt is empty"):
+        generate_text(MODEL, tok, "", 3)
+    with pytest.raises(ValueError, match="unknown character 'z'"):
+        generate_text(MODEL, tok, "z", 3)

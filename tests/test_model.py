@@ -1,0 +1,125 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from course_lib.model import (GPT, GPTConfig, count_parameters, flops_per_token, parameter_breakdown,
+                              sinusoidal_position_encoding, training_memory_bytes)
+from course_lib.presets import PRESETS
+
+configs = st.builds(
+    lambda V, T, L, nh, hs, bias, tie, norm, act: GPTConfig(
+        vocab_size=V, block_size=T, n_layer=L, n_head=nh, n_embd=nh * hs, bias=bias, tie_weights=tie,
+        norm_position=norm, activation=act),
+    st.integers(1, 70), st.integers(1, 40), st.integers(1, 4), st.integers(1, 4), st.integers(1, 8),
+    st.booleans(), st.booleans(), st.sampled_from(["pre", "post"]), st.sampled_from(["gelu", "relu"]),
+)
+
+
+@given(configs)
+def test_parameter_formula_equals_numel_for_every_config(config):
+    model = GPT(config)
+    assert count_parameters(config) == sum(p.numel() for p in model.parameters()) == model.num_parameters()
+
+
+def test_breakdown_matches_the_modules():
+    config = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=True, tie_weights=False)
+    model = GPT(config)
+    parts = parameter_breakdown(config)
+    count = lambda mods: sum(p.numel() for m in mods for p in m.parameters())
+    assert parts["token embedding"] == model.wte.weight.numel()
+    assert parts["position embedding"] == model.wpe.weight.numel()
+    assert parts["attention"] == count(b.attn for b in model.blocks)
+    assert parts["MLP"] == count(b.mlp for b in model.blocks)
+    assert parts["LayerNorms"] == count([b.ln_1 for b in model.blocks] + [b.ln_2 for b in model.blocks] + [model.ln_f])
+    assert parts["LM head"] == model.lm_head.weight.numel()
+    # 12 C^2 per block, without biases.
+    no_bias = parameter_breakdown(GPTConfig(n_embd=128, bias=False))
+    assert no_bias["attention"] + no_bias["MLP"] == 4 * 12 * 128**2
+
+
+def test_gpt2_small_has_124_439_808_parameters():
+    assert count_parameters(PRESETS["gpt2-small"].model) == 124_439_808
+
+
+def test_gpt3_non_embedding_weights_are_about_174_billion():
+    gpt3 = GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, bias=True)
+    parts = parameter_breakdown(gpt3)
+    assert parts["attention"] + parts["MLP"] == pytest.approx(96 * 12 * 12288**2, rel=1e-4)
+    assert 174e9 < count_parameters(gpt3) < 176e9
+
+
+def test_flops_and_memory():
+    c = PRESETS["gpt2-small"].model
+    n = count_parameters(c) - c.block_size * c.n_embd
+    assert flops_per_token(c) == 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
+    assert flops_per_token(c, training=False) * 3 == flops_per_token(c)
+    assert training_memory_bytes(c)["total"] == 16 * count_parameters(c)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(n_embd=10, n_head=3), r"n_embd \(10\) must be divisible by n_head \(3\).*one of \[1, 2, 5, 10\]"),
+    (dict(vocab_size=0), "vocab_size must be a positive integer"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(norm_position="middle"), "norm_position"),
+    (dict(activation="tanh"), "activation"),
+])
+def test_bad_config_is_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**kwargs)
+
+
+def test_forward_shapes_and_untrained_loss_near_ln_v(tiny_config):
+    model = GPT(tiny_config)
+    idx = torch.randint(11, (3, 16))
+    logits, loss = model(idx)
+    assert logits.shape == (3, 16, 11) and loss is None
+    targets = torch.randint(11, (3, 16))  # independent of the inputs (tied weights favour the input token)
+    _, loss = model(idx, targets)
+    assert abs(loss.item() - math.log(11)) < 0.1  # small init: nearly uniform predictions
+
+
+def test_weight_tying_shares_one_matrix(tiny_config):
+    model = GPT(tiny_config)
+    assert model.lm_head.weight is model.wte.weight
+    untied = GPT(GPTConfig(**{**tiny_config.to_dict(), "tie_weights": False}))
+    assert untied.num_parameters() == model.num_parameters() + 11 * 16
+
+
+def test_too_long_context_is_a_clear_error(tiny_config):
+    with pytest.raises(ValueError, match=r"sequence length 17 exceeds block_size 16.*Crop the context"):
+        GPT(tiny_config)(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_out_of_vocabulary_ids_are_a_clear_error(tiny_config):
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\]"):
+        GPT(tiny_config)(torch.tensor([[3, 11]]))
+
+
+_causal_models = {norm: GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                                      norm_position=norm)).eval() for norm in ("pre", "post")}
+
+
+@given(st.lists(st.integers(0, 10), min_size=2, max_size=16), st.data(), st.sampled_from(["pre", "post"]))
+def test_causality_changing_a_future_token_never_changes_the_past(tokens, data, norm):
+    model = _causal_models[norm]
+    t = data.draw(st.integers(1, len(tokens) - 1), label="changed position")
+    new = data.draw(st.integers(0, 10).filter(lambda v: v != tokens[t]), label="new token")
+    changed = tokens.copy()
+    changed[t] = new
+    with torch.no_grad():
+        a, _ = model(torch.tensor([tokens]))
+        b, _ = model(torch.tensor([changed]))
+    assert torch.allclose(a[0, :t], b[0, :t], atol=1e-6)  # positions before t are untouched
+    assert not torch.allclose(a[0, t], b[0, t])  # position t itself sees the change
+
+
+def test_sinusoidal_encoding_values():
+    pe = sinusoidal_position_encoding(50, 8)
+    assert pe.shape == (50, 8)
+    assert torch.allclose(pe[0, 0::2], torch.zeros(4)) and torch.allclose(pe[0, 1::2], torch.ones(4))
+    assert pe[3, 0].item() == pytest.approx(math.sin(3))
+    assert pe[5, 3].item() == pytest.approx(math.cos(5 / 10000 ** (2 / 8)), rel=1e-5)
+    with pytest.raises(ValueError):
+        sinusoidal_position_encoding(4, 7)

@@ -1,0 +1,159 @@
+import math
+
+import pytest
+import torch
+
+from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
+from course_lib.data import load_text, train_val_split
+from course_lib.model import GPT, GPTConfig
+from course_lib.tokenizers import CharTokenizer
+from course_lib.train import (TrainConfig, Trainer, configure_optimizer, cosine_lr, estimate_loss, lr_at,
+                              masked_accuracy, masked_cross_entropy, transformer_lr)
+
+TEXT = load_text()[:20_000]
+TOK = CharTokenizer.from_text(TEXT)
+TRAIN, VAL = train_val_split(torch.tensor(TOK.encode(TEXT)))
+
+
+def tiny_model(seed=0, dropout=0.1, **kw):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=32,
+                         dropout=dropout, **kw))
+
+
+def tiny_train_config(**kw):
+    defaults = dict(max_iters=30, batch_size=8, learning_rate=3e-3, warmup_iters=5, eval_interval=10, eval_iters=4)
+    return TrainConfig(**{**defaults, **kw})
+
+
+def test_training_a_tiny_model_lowers_the_loss():
+    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=60), progress=False)
+    history = trainer.train()
+    assert history["eval_step"] == [0, 10, 20, 30, 40, 50, 60]
+    assert history["val_loss"][0] > math.log(TOK.vocab_size) - 0.3
+    assert history["train_loss"][-1] < history["train_loss"][0] - 0.5
+    assert len(history["loss"]) == len(history["lr"]) == 60
+
+
+def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(tmp_path):
+    config = tiny_train_config()
+    straight = Trainer(tiny_model(), TRAIN, VAL, config, progress=False)
+    straight.train()
+
+    interrupted = Trainer(tiny_model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
+    interrupted.train(until=13)  # stop mid-way, between evaluations
+    interrupted.save()
+    torch.manual_seed(999)  # the world moves on: the global RNG is disturbed before resuming
+    torch.randn(100)
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False)
+    assert resumed.step == 13
+    resumed.train()
+
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert straight.history == resumed.history
+
+
+def test_checkpoint_interval_and_ctrl_c_save(tmp_path, monkeypatch):
+    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(checkpoint_interval=10), out_dir=tmp_path,
+                      progress=False)
+    real_step = trainer.train_step
+
+    def step_then_interrupt():
+        loss = real_step()
+        if trainer.step == 17:
+            raise KeyboardInterrupt
+        return loss
+
+    monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 17  # nothing lost
+
+
+def test_checkpoint_is_written_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"step": 1})
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_checkpoint(path, {"step": 2})
+    assert load_checkpoint(path)["step"] == 1  # the old checkpoint survives
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left behind
+
+
+def test_missing_truncated_and_foreign_checkpoints_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*train one first"):
+        load_checkpoint(tmp_path / "nope.pt")
+    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
+    trainer.train()
+    good = (tmp_path / "ckpt.pt").read_bytes()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not a course_lib checkpoint"):
+        load_checkpoint(foreign)
+
+
+def test_checkpoint_from_a_different_config_names_the_difference(tmp_path):
+    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
+    trainer.train()
+    other = Trainer(tiny_model(n_layer=3) if False else GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16,
+                                                                      n_layer=3, n_head=2, n_embd=32)),
+                    TRAIN, VAL, tiny_train_config(), progress=False)
+    with pytest.raises(CheckpointError, match="n_layer: checkpoint 2, model 3"):
+        other.load_state(load_checkpoint(tmp_path / "ckpt.pt"), tmp_path / "ckpt.pt")
+    model, ckpt = load_model(tmp_path / "ckpt.pt")  # the checkpoint's own config always works
+    assert model.config.n_layer == 2 and not model.training
+
+
+def test_weight_decay_applies_to_matrices_only():
+    model = tiny_model()
+    opt = configure_optimizer(model, TrainConfig(weight_decay=0.1))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_parameters()
+
+
+def test_schedules():
+    assert cosine_lr(0, 1e-3, 1e-4, 100, 2000) == pytest.approx(1e-3 / 101)
+    assert cosine_lr(100, 1e-3, 1e-4, 100, 2000) == pytest.approx(1e-3)
+    assert cosine_lr(1050, 1e-3, 1e-4, 100, 2000) == pytest.approx(5.5e-4)
+    assert cosine_lr(2000, 1e-3, 1e-4, 100, 2000) == pytest.approx(1e-4)
+    # The 2017 schedule peaks at step = warmup with lr = C^-0.5 * warmup^-0.5.
+    peak = max(range(1, 10_000), key=lambda s: transformer_lr(s - 1, 512, 4000))
+    assert peak == 4000
+    assert transformer_lr(3999, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert lr_at(5, TrainConfig(schedule="constant", learning_rate=0.5)) == 0.5
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")
+
+
+def test_estimate_loss_uses_eval_mode_and_restores_training_mode():
+    model = tiny_model(dropout=0.5)
+    model.train()
+    data = {"train": TRAIN, "val": VAL}
+    from course_lib.data import get_batch
+
+    batch_fn = lambda split, g: get_batch(data[split], 16, 4, g)
+    a = estimate_loss(model, batch_fn, 3, seed=1)
+    b = estimate_loss(model, batch_fn, 3, seed=1)
+    assert a == b  # no dropout noise, same batches
+    assert model.training
+
+
+def test_masked_loss_and_accuracy():
+    logits = torch.tensor([[[5.0, 0.0], [0.0, 5.0], [5.0, 0.0]]])  # (1, 3, 2)
+    targets = torch.tensor([[0, 0, -100]])
+    assert masked_accuracy(logits, targets) == 0.5
+    mask = targets != -100
+    loss = masked_cross_entropy(logits, targets.clamp(min=0), mask)
+    expected = torch.nn.functional.cross_entropy(logits[0, :2], targets[0, :2])
+    assert torch.allclose(loss, expected)
