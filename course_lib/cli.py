@@ -85,7 +85,7 @@ def cmd_sample(args) -> int:
     if not ckpt.get("tokenizer"):
         raise CheckpointError(f"{args.checkpoint} stores no tokenizer, so its tokens cannot be turned into text")
     tokenizer = CharTokenizer.from_dict(ckpt["tokenizer"])
-    prompt = args.prompt.encode("utf-8").decode("unicode_escape") if args.prompt else "\n"
+    prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
     print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, device=device,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, use_cache=True))
     return 0

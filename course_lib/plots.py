@@ -73,7 +73,8 @@ def plot_attention_heads(weights, tokens=None, titles=None, ncols: int = 4, cell
         raise ValueError(f"{len(titles)} titles for {len(mats)} heads")
     ncols = max(1, min(ncols, len(mats)))
     nrows = (len(mats) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_size * ncols, cell_size * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_size * ncols, cell_size * nrows), squeeze=False,
+                             layout="constrained")
     labels = None
     if tokens is not None:
         labels = [repr(t)[1:-1] if isinstance(t, str) else str(t) for t in tokens]
@@ -85,8 +86,8 @@ def plot_attention_heads(weights, tokens=None, titles=None, ncols: int = 4, cell
         image = ax.imshow(mats[i], cmap=cmap, vmin=0.0, vmax=1.0)
         ax.set_title(titles[i], fontsize=10)
         if labels is not None:
-            ax.set_xticks(range(len(labels)), labels, fontsize=6)
-            ax.set_yticks(range(len(labels)), labels, fontsize=6)
+            ax.set_xticks(range(len(labels)), labels, fontsize=7)
+            ax.set_yticks(range(len(labels)), labels, fontsize=7)
         else:
             ax.set_xticks([])
             ax.set_yticks([])
@@ -96,7 +97,7 @@ def plot_attention_heads(weights, tokens=None, titles=None, ncols: int = 4, cell
         ax.set_ylabel("query", fontsize=8)
     if suptitle:
         fig.suptitle(suptitle)
-    fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
     return axes
 
 
@@ -185,7 +186,8 @@ def plot_parameter_shares(breakdowns: dict[str, dict[str, int]], ax=None,
     ax.set_ylim(0, 112)
     ax.set_ylabel("share of all parameters (%)")
     ax.set_title(title)
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    handles, names = ax.get_legend_handles_labels()  # legend top-down in the order the bars stack
+    ax.legend(handles[::-1], names[::-1], loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     return ax
 
 

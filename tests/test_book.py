@@ -182,3 +182,16 @@ def test_torch_and_numpy_are_never_pinned_exactly():
                     f"{where}: {req!r} pins {name}; use an open range (Colab brings its own {name})"
                 assert not re.search(r"<", req), f"{where}: {req!r} caps {name}; Colab may have a newer one"
     assert any(r.startswith("torch") for r in _requirement_lines()["pyproject.toml"]), "torch must be a dependency"
+
+
+def test_intro_maps_every_course_lib_module():
+    """book/intro.md has a map of course_lib: every module it names exists, and every module is in it."""
+    import pkgutil
+
+    import course_lib
+
+    intro = (ROOT / "book" / "intro.md").read_text()
+    named = set(re.findall(r"`course_lib\.(\w+)`", intro))
+    modules = {m.name for m in pkgutil.iter_modules(course_lib.__path__) if not m.name.startswith("_")}
+    assert named - modules == set(), f"intro.md names modules that do not exist: {sorted(named - modules)}"
+    assert modules - named == set(), f"add these modules to the map in book/intro.md: {sorted(modules - named)}"

@@ -142,9 +142,13 @@ def test_page_in_a_real_browser(entry, site, browser):
         # formulas: typeset by MathJax, nothing left raw
         n_math = page.locator(".math").count()
         if n_math:
-            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                                   timeout=20000)
-            page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            try:
+                page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                       timeout=20000)
+                page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            except sync_api.TimeoutError:
+                pytest.fail(f"{entry}: MathJax did not load or typeset within 20 s, so its {n_math} formulas "
+                            f"show as raw TeX (requests blocked because they left the machine: {outside})")
             typeset = page.locator("mjx-container").count()
             assert typeset >= n_math, f"{entry}: {n_math} formulas but only {typeset} typeset by MathJax"
             assert page.locator("mjx-merror").count() == 0, f"{entry}: MathJax reports a TeX error"
