@@ -46,8 +46,9 @@ def main():
     print(f"threads: {torch.get_num_threads()}, seed {args.seed}, {config.max_iters} iterations")
     print(f"val loss (trainer's estimate, {config.eval_iters} batches): {history['val_loss'][-1]:.4f}")
     print(f"val loss ({args.precise_eval_iters} batches): {precise['val']:.4f}   train loss: {precise['train']:.4f}")
+    # nanoGPT's figure is one 20-batch estimate (noise about +-0.02); we judge on the 200-batch one.
     print(f"nanoGPT's published val loss: {NANOGPT_VAL_LOSS}  ->  "
-          f"{'reached' if history['val_loss'][-1] <= NANOGPT_VAL_LOSS else 'NOT reached'}")
+          f"{'reached' if precise['val'] <= NANOGPT_VAL_LOSS else 'NOT reached'} (200-batch estimate)")
     print(f"wall time: {wall:.1f} s ({config.max_iters * config.batch_size * model.config.block_size / wall:,.0f} tokens/s)")
 
 

@@ -2,6 +2,7 @@
 
     python -m course_lib assignments build --out student/              # every chapter
     python -m course_lib assignments build --chapter 3 --out student/  # one chapter
+    python -m course_lib assignments build --nbgrader --out source/    # nbgrader's source/chNN/ folders
     python -m course_lib assignments grade submissions/*.ipynb         # run them, report each check
 
 The chapter notebooks use nbgrader's markup: the body of every exercise function sits between
@@ -17,9 +18,12 @@ The chapter notebooks use nbgrader's markup: the body of every exercise function
 Running a check cell on an unfinished function then fails with the student-facing
 "Not done yet" message of :mod:`course_lib.exercises`.
 
+With ``--nbgrader`` the solutions stay (nbgrader's ``generate_assignment`` removes them) and the
+cells get nbgrader's metadata: exercise cells become "autograded answer" cells, check cells
+read-only "autograder tests" worth one point per check.
+
 ``build`` and ``grade`` need nbformat (and ``grade`` nbclient and a Jupyter kernel):
-``pip install "course_lib[instructor]"``. An instructor who uses nbgrader can instead take the
-chapter notebooks as they are (see the instructor guide in the book).
+``pip install "course_lib[instructor]"``. See the instructor guide in the book.
 """
 from __future__ import annotations
 

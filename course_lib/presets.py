@@ -16,12 +16,17 @@ class Preset:
 
 
 PRESETS = {
-    # nanoGPT's published CPU config for shakespeare_char (its val loss: 1.88).
+    # nanoGPT's published CPU config for shakespeare_char (its val loss: 1.88): the same shape, batch,
+    # schedule and 2000 iterations. Three choices nanoGPT takes from its GPT-2 defaults are made
+    # differently, because none pays off for so small a model trained for 1.5 passes over the text:
+    # an untied LM head, no weight decay, no gradient clipping. Measured with
+    # benchmarks/train_shakespeare_cpu.py (200-batch estimates): nanoGPT's choices 1.900 (3 seeds),
+    # these 1.875 (2 seeds).
     "shakespeare-char-cpu": Preset(
-        "4 layers, 4 heads, C=128, T=64: trains on a laptop CPU in a few minutes",
-        GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+        "4 layers, 4 heads, C=128, T=64: trains on a laptop CPU in a minute or two",
+        GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, tie_weights=False),
         TrainConfig(max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
-                    beta2=0.99, eval_interval=250, eval_iters=20),
+                    beta2=0.99, weight_decay=0.0, grad_clip=0.0, eval_interval=250, eval_iters=20),
     ),
     # nanoGPT's config/train_shakespeare_char.py (its val loss: 1.4697), for a GPU.
     "shakespeare-char-gpu": Preset(

@@ -24,6 +24,7 @@ import builtins
 import os
 import re
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -139,6 +140,33 @@ def test_student_notebook_of_a_made_up_chapter(tmp_path):
         assignments.build(book, book_dir=book)
 
 
+def test_nbgrader_source_notebook(tmp_path):
+    """--nbgrader: solutions kept for nbgrader to strip, cells carry nbgrader's metadata."""
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 3. Title"),
+        v4.new_code_cell(FUNCTION, metadata={"tags": ["hide-input"]}),
+        v4.new_code_cell("ch03.check_average_past(average_past)\nch03.check_other(average_past)"),
+        v4.new_code_cell(FUNCTION),
+        v4.new_code_cell("ch03.check_average_past(average_past)"),
+        v4.new_markdown_cell(":::{solution} x\nsecret\n:::", metadata={"tags": ["solution"]}),
+    ])
+    book = tmp_path / "book"
+    book.mkdir()
+    nbformat.write(nb, book / "ch03_example.ipynb")
+    [path] = assignments.build(tmp_path / "source", book_dir=book, nbgrader=True)
+    assert path == tmp_path / "source" / "ch03" / "ch03_example.ipynb"
+    out = nbformat.read(path, as_version=4)
+    meta = [c.metadata.get("nbgrader") for c in out.cells]
+    assert meta[1] == {"grade": False, "grade_id": "ch03-average_past", "locked": False, "schema_version": 3,
+                       "solution": True, "task": False}
+    assert meta[2]["grade"] and meta[2]["locked"] and meta[2]["points"] == 2 and not meta[2]["solution"]
+    ids = [m["grade_id"] for m in meta if m]
+    assert len(ids) == len(set(ids)) == 4, ids
+    assert "### BEGIN SOLUTION" in out.cells[1].source and "secret" not in str(out)
+    assert "Student version" not in str(out)
+
+
 def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "nbformat", None)  # import nbformat now raises ImportError
     with pytest.raises(ImportError, match=r"course_lib\[instructor\]"):
@@ -206,67 +234,81 @@ def _python(cell_source: str):
     """The cell as plain Python (IPython magics translated), or None if it cannot be parsed."""
     from IPython.core.inputtransformer2 import TransformerManager
 
+    code = TransformerManager().transform_cell(cell_source)
     try:
-        return ast.parse(TransformerManager().transform_cell(cell_source))
+        ast.parse(code)
     except SyntaxError:
         return None
+    return code
 
 
-def _names(tree) -> tuple[set, set, set, bool]:
-    """(names bound at module level, names loaded anywhere, names bound by import/def/class, opaque?)."""
+def _names(code: str) -> tuple[set, set, set, bool]:
+    """(names the cell binds at module level, module-level names it reads -- inside its functions
+    too, but not their local variables --, names bound by import/def/class, opaque?). Scopes come
+    from the compiler's own symbol tables (symtable)."""
+    top = symtable.symtable(code, "<cell>", "exec")
     bound, loaded, static = set(), set(), set()
+    for sym in top.get_symbols():
+        name = sym.get_name()
+        if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
+            bound.add(name)
+        if sym.is_imported() or sym.is_namespace():
+            static.add(name)
+        if sym.is_referenced():
+            loaded.add(name)
+
+    def nested(table):
+        for child in table.get_children():
+            for sym in child.get_symbols():
+                if sym.is_global() and sym.is_referenced():
+                    loaded.add(sym.get_name())
+                if sym.is_declared_global() and sym.is_assigned():
+                    bound.add(sym.get_name())
+            nested(child)
+
+    nested(top)
     opaque = False
-
-    class Visitor(ast.NodeVisitor):
-        depth = 0
-
-        def visit_Import(self, node):
-            nonlocal opaque
-            for alias in node.names:
-                name = alias.asname or alias.name.split(".")[0]
-                if name == "*":
-                    opaque = True
-                bound.add(name)
-                static.add(name)
-
-        visit_ImportFrom = visit_Import
-
-        def _scope(self, node):
-            if self.depth == 0:
-                bound.add(node.name)
-                static.add(node.name)
-            for d in getattr(node, "decorator_list", []):
-                self.visit(d)
-            self.depth += 1
-            for child in ast.iter_child_nodes(node):
-                if child not in getattr(node, "decorator_list", []):
-                    self.visit(child)
-            self.depth -= 1
-
-        visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scope
-
-        def visit_Global(self, node):
-            bound.update(node.names)
-
-        def visit_Name(self, node):
-            if isinstance(node.ctx, ast.Load):
-                loaded.add(node.id)
-            elif self.depth == 0:
-                bound.add(node.id)
-
-        def visit_Call(self, node):
-            nonlocal opaque
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            loaded.add(node.target.id)  # x += 1 reads x first (symtable counts it as assigned only)
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            opaque = True  # binds names we cannot see
+        if isinstance(node, ast.Call):
             f = node.func
-            if isinstance(f, ast.Attribute) and f.attr in ("run_cell_magic", "run_line_magic", "system", "getoutput"):
-                args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if isinstance(f, ast.Attribute) and f.attr in ("system", "getoutput"):
+                # a shell command (`!cmd`): it binds no Python name and reads the variables it expands
+                for arg in args:
+                    loaded.update(re.findall(r"(?:\{|\$)([A-Za-z_]\w*)", arg))
+            elif isinstance(f, ast.Attribute) and f.attr in ("run_cell_magic", "run_line_magic"):
                 if not (args and args[0] in ("pip", "matplotlib")):
                     opaque = True  # code hidden in a string: keep the cell
             if isinstance(f, ast.Name) and f.id in ("exec", "eval", "globals", "locals", "vars", "__import__"):
                 opaque = True
-            self.generic_visit(node)
-
-    Visitor().visit(tree)
     return bound, loaded, static, opaque
+
+
+def _targets(node) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _free_reads(code: str) -> tuple[set, set]:
+    """(module-level names the cell reads before binding them itself, names it surely binds), going
+    statement by statement: a name bound by an earlier top-level statement (an assignment, import,
+    def or class; not one inside an if, loop or try) is not read from outside; a loop's or with's
+    own targets are not either."""
+    reads, surely = set(), set()
+    for stmt in ast.parse(code).body:
+        bound, loaded, _, _ = _names(ast.unparse(stmt))
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            loaded = loaded - _targets(stmt.target)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            loaded = loaded - set().union(*(_targets(i.optional_vars) for i in stmt.items if i.optional_vars))
+        reads |= loaded - surely
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom,
+                             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            surely |= bound
+    return reads, surely
 
 
 def exercise_section_start(nb) -> int:
@@ -287,23 +329,32 @@ def needed_prefix(nb, start: int, extra_sources=()) -> list[int]:
     static_names: set = set(dir(builtins))
     parsed = {}
     for i in prefix:
-        tree = _python(nb.cells[i].source)
-        parsed[i] = _names(tree) if tree is not None else None
-        if parsed[i]:
-            static_names |= parsed[i][2]
+        code = _python(nb.cells[i].source)
+        if code is None:
+            parsed[i] = None
+            continue
+        bound, _, static, opaque = _names(code)
+        parsed[i] = (bound, _free_reads(code)[0], static, opaque)
+        static_names |= static
+    bound_in_section: set = set()
     for source in later:
-        tree = _python(source)
-        if tree is None:
-            return prefix  # cannot analyse: keep everything
-        needed |= _names(tree)[1]
+        code = _python(source)
+        if code is None or _names(code)[3]:
+            return prefix  # cannot analyse (or reads names we cannot see): keep everything
+        reads, surely = _free_reads(code)
+        needed |= reads - bound_in_section
+        bound_in_section |= surely
     keep = []
-    for i in reversed(prefix):
+    for n, i in enumerate(reversed(prefix)):
         info = parsed[i]
         cell = nb.cells[i]
-        if info is None or info[3] or "setup" in cell.metadata.get("tags", []):
+        if info is None or info[3]:
+            # unparsable or opaque (a shell command or magic may read any variable): keep it and
+            # every cell before it
+            return sorted(keep + prefix[: len(prefix) - n])
+        if "setup" in cell.metadata.get("tags", []):
             keep.append(i)
-            if info:
-                needed |= info[1]
+            needed |= info[1]
             continue
         bound, loaded, _, _ = info
         mutable_needed = needed - static_names

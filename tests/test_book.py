@@ -61,6 +61,9 @@ def test_title_and_kernel(chapter):
     assert first.cell_type == "markdown" and first.source.startswith(f"# {n}. "), \
         f"{chapter}: the first cell must be a markdown title '# {n}. Title'"
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", f"{chapter}: kernelspec must be python3"
+    assert nb.metadata.get("language_info", {}).get("pygments_lexer") == "ipython3", \
+        f"{chapter}: no language_info.pygments_lexer 'ipython3' in its metadata (written when a kernel executes it): " \
+        f"run `python -m course_lib.book execute {chapter}.ipynb`; without it `!` and `%` lines break the -W build"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -195,3 +198,17 @@ def test_intro_maps_every_course_lib_module():
     modules = {m.name for m in pkgutil.iter_modules(course_lib.__path__) if not m.name.startswith("_")}
     assert named - modules == set(), f"intro.md names modules that do not exist: {sorted(named - modules)}"
     assert modules - named == set(), f"add these modules to the map in book/intro.md: {sorted(modules - named)}"
+
+
+def test_instructor_guide_suggests_an_assignment_per_chapter_naming_its_exercises():
+    guide = (ROOT / "book" / "instructor_guide.md").read_text()
+    suggested = {int(n): " ".join(text.split()) for n, text in
+                 re.findall(r"\*\*Chapter (\d+), [^*]+\*\*\s+Exercises:(.*?)\.\s+Written part", guide, re.S)}
+    for chapter in CHAPTERS:
+        n = chapter_number(chapter)
+        assert n in suggested, f"book/instructor_guide.md has no suggested assignment for chapter {n}"
+        named = re.findall(r"\*(.+?)\*", suggested[n])
+        nb = read(chapter)
+        titles = [" ".join(m.group(1).split()) for c in nb.cells if c.cell_type == "markdown"
+                  for m in re.finditer(r"^\s*(?::{3,}|`{3,})\{exercise\}\s*(.*)$", c.source, re.M)]
+        assert named == titles, f"instructor_guide.md, chapter {n}: names exercises {named}, the chapter has {titles}"
