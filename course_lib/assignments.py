@@ -381,7 +381,7 @@ def check_results(nb) -> list[CheckResult]:
         elif cell.get("execution_count") is None and not cell.get("outputs"):
             status, message = "not run", ""
         elif "Correct!" in text:
-            status, message = "correct", text.strip().splitlines()[-1]
+            status, message = "correct", next(l for l in text.splitlines() if "Correct!" in l).strip()
         else:
             status, message = "wrong", "the check printed no `Correct!`"
         results.append(CheckResult(index, names, status, message))
@@ -419,9 +419,10 @@ def _cmd_grade(args) -> int:
     for path, results in grade(args.notebooks, timeout=args.timeout, kernel_name=args.kernel).items():
         correct = sum(r.status == "correct" for r in results)
         print(f"{path}: {correct}/{len(results)} checks correct")
+        width = max((len(", ".join(r.checks)) for r in results), default=0)
         for r in results:
             first_line = r.message.splitlines()[0] if r.message else ""
-            print(f"  cell {r.cell:>3}  {', '.join(r.checks):<40} {r.status:<9} {first_line}")
+            print(f"  cell {r.cell:>3}  {', '.join(r.checks):<{width}}  {r.status:<9} {first_line}")
             rows.append((path, r.cell, " ".join(r.checks), r.status, r.message))
     if args.csv:
         import csv

@@ -193,7 +193,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
-        self.need_weights = False  # set True to keep the (B, nh, T, T) weights for plotting
+        # Set True to keep the (B, nh, T, T) weights for plotting. That path runs the attention
+        # written out, without dropout on the weights: use it in eval mode.
+        self.need_weights = False
         self.last_weights: torch.Tensor | None = None
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
 
@@ -36,8 +37,8 @@ def plot_loss_curves(history: dict, ax=None, title: str = "Loss", smooth: int = 
 def plot_attention(weights, tokens=None, ax=None, title: str = "Attention weights", cmap: str = "viridis",
                    colorbar: bool = True):
     """Heat map of a (T, T) weight matrix: row t is what position t attends to."""
-    w = weights.detach().cpu() if isinstance(weights, torch.Tensor) else torch.as_tensor(weights)
-    if w.dim() != 2:
+    w = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+    if w.ndim != 2:
         raise ValueError(f"plot_attention expects a (T, T) matrix, got shape {tuple(w.shape)}; pick one batch/head")
     ax = _axes(ax, figsize=(4.5, 4))
     image = ax.imshow(w, cmap=cmap, vmin=0.0)

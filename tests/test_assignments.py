@@ -167,6 +167,27 @@ def test_nbgrader_source_notebook(tmp_path):
     assert "Student version" not in str(out)
 
 
+def test_check_results_classify_every_outcome():
+    v4 = nbformat.v4
+    def check(outputs, count=1):
+        return v4.new_code_cell("ch02.check_x(x)", execution_count=count, outputs=outputs)
+    error = lambda ename, evalue: v4.new_output("error", ename=ename, evalue=evalue, traceback=[])  # noqa: E731
+    nb = v4.new_notebook(cells=[
+        v4.new_code_cell("x = 1", execution_count=1),
+        check([v4.new_output("stream", text="some output\nCorrect! well done.\nmore\n")]),
+        check([error("ExerciseError", "Not done yet: x() still raises NotImplementedError.")]),
+        check([error("ExerciseError", "x(2) is wrong.\nHint: look again.")]),
+        check([error("NameError", "name 'x' is not defined")]),
+        check([], count=None),
+        check([v4.new_output("stream", text="nothing\n")]),
+    ])
+    results = assignments.check_results(nb)
+    assert [r.status for r in results] == ["correct", "not done", "wrong", "error", "not run", "wrong"]
+    assert [r.cell for r in results] == [1, 2, 3, 4, 5, 6]
+    assert results[0].message == "Correct! well done." and results[0].checks == ["check_x"]
+    assert results[3].message == "NameError: name 'x' is not defined"
+
+
 def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "nbformat", None)  # import nbformat now raises ImportError
     with pytest.raises(ImportError, match=r"course_lib\[instructor\]"):
@@ -321,8 +342,11 @@ def exercise_section_start(nb) -> int:
 
 def needed_prefix(nb, start: int, extra_sources=()) -> list[int]:
     """Indices of the code cells before ``start`` that the cells from ``start`` on (and
-    ``extra_sources``) need: those binding a name they use, those that may change such a name
-    in place (they use it), transitively; the setup cell and opaque cells always."""
+    ``extra_sources``, run after them) need: those binding a name they read, and those that read
+    such a name (they may change it in place: ``model.train()``), transitively, going backwards.
+    Names bound by import/def/class are taken as never changed in place. The setup cell is always
+    kept; a cell that cannot be analysed (a magic hiding code in a string, ``exec``, ``import *``)
+    is kept with every cell before it."""
     prefix = [i for i in range(start) if nb.cells[i].cell_type == "code"]
     later = [c.source for c in nb.cells[start:] if c.cell_type == "code"] + list(extra_sources)
     needed: set = set()

@@ -212,3 +212,23 @@ def test_instructor_guide_suggests_an_assignment_per_chapter_naming_its_exercise
         titles = [" ".join(m.group(1).split()) for c in nb.cells if c.cell_type == "markdown"
                   for m in re.finditer(r"^\s*(?::{3,}|`{3,})\{exercise\}\s*(.*)$", c.source, re.M)]
         assert named == titles, f"instructor_guide.md, chapter {n}: names exercises {named}, the chapter has {titles}"
+
+
+def test_references_credit_the_corpora_and_the_papers():
+    refs = (ROOT / "book" / "references.md").read_text()
+    for needed in ["karpathy/char-rnn", "karpathy/makemore", "MIT", "nanoGPT", "kCc8FmEb1nY",  # corpora, lecture
+                   "1706.03762", "language_models_are_unsupervised_multitask_learners", "2005.14165",  # papers
+                   "2001.08361", "1607.06450", "1512.03385", "1711.05101", "1904.09751", "1508.07909"]:
+        assert needed in refs, f"book/references.md does not credit {needed!r}"
+    assert "book/references" in toc_entries(), "book/references.md is not in _toc.yml"
+
+
+def test_pages_install_from_the_repository_url_of_config():
+    """The repository URL lives in _config.yml; a page that spells out `pip install git+...` must use it."""
+    url = repository_url(ROOT / "_config.yml")
+    for entry in toc_entries():
+        source = page_source(entry)
+        if source is None or source.suffix != ".md":
+            continue
+        for found in re.findall(r"git\+(https?://[^\s\"'`)>]+)", source.read_text()):
+            assert found.rstrip("/") == url, f"{source.name} installs from {found}, but _config.yml says {url}"

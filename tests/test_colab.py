@@ -161,5 +161,6 @@ def test_first_chapter_runs_alone_in_the_fresh_environment(fresh, monkeypatch):
     assert "course_lib is ready; device: cpu" in setup_out and "ERROR" not in setup_out, setup_out
     check_installed_in(probe(nb.cells[-1]), python)
     results = assignments.check_results(nb)
+    assert results, f"{source.name}: no exercise check ran"
     wrong = [r for r in results if r.status != "correct"]
     assert not wrong, f"{source.name}: checks that did not pass in the fresh environment: {wrong}"

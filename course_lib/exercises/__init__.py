@@ -42,6 +42,19 @@ def call(fn: Callable, *args, **kwargs) -> Any:
              "read the error above; test your function on a small input by hand first.")
 
 
+def call_with_hints(fn: Callable, hint_if: dict[str, str], *args, context: str = "") -> Any:
+    """Like :func:`call`, but when the function crashes with a message containing a key of
+    ``hint_if``, give that key's more specific hint (with ``context`` before the message)."""
+    try:
+        return call(fn, *args)
+    except ExerciseError as e:
+        message = str(e)
+        for needle, hint in hint_if.items():
+            if needle.lower() in message.lower():
+                fail(context + message.split("\nHint:")[0], hint)
+        raise
+
+
 def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5, rtol: float = 1e-4):
     """Fail unless ``actual`` equals ``expected`` numerically (tensors or numbers)."""
     if isinstance(expected, torch.Tensor):

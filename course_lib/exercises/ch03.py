@@ -11,24 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import average_past_loops, causal_mask
-from . import ExerciseError, call, expect_close, fail, passed
+from . import ExerciseError, call, call_with_hints, expect_close, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4)
-
-
-def _call_with_hint(fn, hint_if: dict[str, str], *args, context: str = ""):
-    """Like :func:`call`, but when the function crashes with a message containing one of the
-    keys of ``hint_if``, add that key's more specific hint (and ``context`` before the message)."""
-    try:
-        return call(fn, *args)
-    except ExerciseError as e:
-        message = str(e)
-        for needle, hint in hint_if.items():
-            if needle.lower() in message.lower():
-                fail(context + message.split("\nHint:")[0], hint)
-        raise
 
 
 # --- v2: the matmul version -------------------------------------------------------------------
@@ -69,7 +56,7 @@ def check_average_past_matmul(fn) -> None:
     x = torch.randn(2, 6, 3, dtype=torch.float64, generator=generator)
     dtype_hint = ("create the weights with the input's dtype and device, e.g. "
                   "torch.tril(torch.ones(T, T, dtype=x.dtype, device=x.device)).")
-    out = _call_with_hint(fn, {"dtype": dtype_hint, "Double": dtype_hint, "Float": dtype_hint}, x.clone(),
+    out = call_with_hints(fn, {"dtype": dtype_hint, "Double": dtype_hint, "Float": dtype_hint}, x.clone(),
                           context="On a float64 x, ")
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
         fail(f"average_past_matmul on a float64 x returned {getattr(out, 'dtype', type(out).__name__)}, "

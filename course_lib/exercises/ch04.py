@@ -10,23 +10,11 @@ import torch.nn as nn
 
 from ..attention import CausalSelfAttention, Head, average_past_softmax, causal_mask, scaled_dot_product_attention
 from ..model import sinusoidal_position_encoding
-from . import ExerciseError, call, expect_close, fail, passed
+from . import ExerciseError, call, call_with_hints, expect_close, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4)
-
-
-def _call_with_hint(fn, hint_if: dict[str, str], *args):
-    """Like :func:`call`, with a more specific hint when the crash message contains a key of ``hint_if``."""
-    try:
-        return call(fn, *args)
-    except ExerciseError as e:
-        message = str(e)
-        for needle, hint in hint_if.items():
-            if needle.lower() in message.lower():
-                fail(message.split("\nHint:")[0], hint)
-        raise
 
 
 # --- splitting and merging heads ------------------------------------------------------------------
@@ -44,7 +32,7 @@ def check_split_heads(split_heads, merge_heads) -> None:
         hs = C // nh
         x = torch.randn(B, T, C, generator=generator)
         expected = CausalSelfAttention(C, nh, T).split_heads(x)  # the library's split: (B, nh, T, hs)
-        out = _call_with_hint(split_heads, {"view size": _VIEW_HINT}, x.clone(), nh)
+        out = call_with_hints(split_heads, {"view size": _VIEW_HINT}, x.clone(), nh)
         what = f"split_heads(x of shape {(B, T, C)}, n_head={nh})"
         if not isinstance(out, torch.Tensor):
             fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the (B, nh, T, hs) tensor.")
@@ -63,7 +51,7 @@ def check_split_heads(split_heads, merge_heads) -> None:
         expect_close(out, expected, what,
                      "out[:, h] must equal x[:, :, h*hs:(h+1)*hs]; use x.view(B, T, n_head, hs).transpose(1, 2).")
         y = torch.randn(B, nh, T, hs, generator=generator)
-        merged = _call_with_hint(merge_heads, {"view size": _VIEW_HINT, "contiguous": _VIEW_HINT}, y.clone())
+        merged = call_with_hints(merge_heads, {"view size": _VIEW_HINT, "contiguous": _VIEW_HINT}, y.clone())
         what = f"merge_heads(y of shape {(B, nh, T, hs)})"
         want = y.transpose(1, 2).reshape(B, T, C)
         if not isinstance(merged, torch.Tensor):
