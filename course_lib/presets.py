@@ -20,7 +20,7 @@ PRESETS = {
     # schedule and 2000 iterations. Three choices nanoGPT takes from its GPT-2 defaults are made
     # differently, because none pays off for so small a model trained for 1.5 passes over the text:
     # an untied LM head, no weight decay, no gradient clipping. Measured with
-    # benchmarks/train_shakespeare_cpu.py (200-batch estimates): nanoGPT's choices 1.900 (3 seeds),
+    # benchmarks/train_shakespeare_cpu.py: nanoGPT's choices about 1.90 (3 seeds),
     # these 1.875 (2 seeds).
     "shakespeare-char-cpu": Preset(
         "4 layers, 4 heads, C=128, T=64: trains on a laptop CPU in a minute or two",
