@@ -25,17 +25,13 @@ from course_lib.train import configure_optimizer
 class ListOfHeads(nn.Module):
     """MultiHeadAttention (one module per head) behind the fused layer's interface."""
 
-    def __init__(self, fused):
+    def __init__(self, fused, block_size):
         super().__init__()
-        self.mha = MultiHeadAttention(fused.n_embd, fused.n_head, fused_block_size(fused), fused.dropout,
+        self.mha = MultiHeadAttention(fused.n_embd, fused.n_head, block_size, fused.dropout,
                                       fused.c_attn.bias is not None)
 
     def forward(self, x, cache=None):
         return self.mha(x)
-
-
-def fused_block_size(fused):
-    return BLOCK_SIZE
 
 
 def build(kind, config):
@@ -43,7 +39,7 @@ def build(kind, config):
     model = GPT(config)
     if kind == "list of heads":
         for block in model.blocks:
-            block.attn = ListOfHeads(block.attn)
+            block.attn = ListOfHeads(block.attn, config.block_size)
     return model
 
 
@@ -60,7 +56,6 @@ def time_steps(model, optimizer, batches):
 
 
 def main():
-    global BLOCK_SIZE
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30, help="training steps per round and model")
@@ -72,7 +67,6 @@ def main():
     tok = CharTokenizer.from_text(text)
     train, _ = train_val_split(torch.tensor(tok.encode(text)))
     config = replace(preset.model, vocab_size=tok.vocab_size)
-    BLOCK_SIZE = config.block_size
     B = preset.train.batch_size
     g = torch.Generator().manual_seed(0)
     batches = [get_batch(train, config.block_size, B, g, args.device) for _ in range(args.steps)]

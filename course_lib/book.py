@@ -9,7 +9,6 @@ Needs the book tooling (``pip install -r requirements.txt``).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -63,28 +62,16 @@ def sync_setup_cells(paths=None, url: str | None = None) -> list[Path]:
     return changed
 
 
-def fold_carriage_returns(text: str) -> str:
-    """Keep what a terminal would show: on each line, the text after its last carriage return."""
-    lines = []
-    for line in text.split("\n"):
-        parts = [p for p in line.split("\r") if p != ""]
-        lines.append(parts[-1] if parts else "")
-    return "\n".join(lines)
-
-
 def execute(path: Path, timeout: int = 600) -> None:
-    """Run a notebook top to bottom in book/ (as Jupyter Book and nbval do) and store its outputs,
-    with progress-bar carriage returns folded so the page shows the final bar only."""
+    """Run a notebook top to bottom in book/ (as Jupyter Book and nbval do) and store its outputs.
+    Streams are coalesced, which also folds progress-bar carriage returns: the page shows the
+    final bar only."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3", coalesce_streams=True,
                    resources={"metadata": {"path": str(Path(path).parent)}}).execute()
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and "\r" in out.get("text", ""):
-                out["text"] = fold_carriage_returns(out["text"])
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nbformat.write(nb, path)
 

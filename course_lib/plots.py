@@ -12,6 +12,20 @@ def _axes(ax, figsize=(6, 4)):
     return ax
 
 
+def _finish(ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def running_mean(values, window: int) -> list[float]:
+    """Mean of each run of ``window`` consecutive values: ``len(values) - window + 1`` of them."""
+    return np.convolve(np.asarray(values, dtype=float), np.ones(window) / window, mode="valid").tolist()
+
+
 def plot_loss_curves(history: dict, ax=None, title: str = "Loss", smooth: int = 20):
     """Per-step training loss (faint, plus a running mean) and the periodic train/val estimates."""
     ax = _axes(ax)
@@ -19,19 +33,12 @@ def plot_loss_curves(history: dict, ax=None, title: str = "Loss", smooth: int = 
     if losses:
         ax.plot(steps, losses, color="tab:blue", alpha=0.25, linewidth=0.8, label="batch loss")
         if len(losses) >= smooth:
-            kernel = torch.ones(smooth) / smooth
-            running = torch.nn.functional.conv1d(torch.tensor(losses)[None, None], kernel[None, None])[0, 0]
-            ax.plot(steps[smooth - 1:], running.tolist(), color="tab:blue", linewidth=1.2,
+            ax.plot(steps[smooth - 1:], running_mean(losses, smooth), color="tab:blue", linewidth=1.2,
                     label=f"batch loss ({smooth}-step mean)")
     if history.get("eval_step"):
         ax.plot(history["eval_step"], history["train_loss"], "o-", color="tab:green", label="train (estimate)")
         ax.plot(history["eval_step"], history["val_loss"], "s-", color="tab:red", label="val (estimate)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "step", "cross-entropy loss", title)
 
 
 def plot_attention(weights, tokens=None, ax=None, title: str = "Attention weights", cmap: str = "viridis",
@@ -107,12 +114,7 @@ def plot_lr_schedule(lrs: dict[str, list[float]], ax=None, title: str = "Learnin
     ax = _axes(ax)
     for name, values in lrs.items():
         ax.plot(range(len(values)), values, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("learning rate")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "step", "learning rate", title)
 
 
 def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal position encoding"):
@@ -137,18 +139,11 @@ def plot_loss_comparison(histories: dict[str, dict], ax=None, title: str = "Trai
         steps, losses = history.get("step", []), history.get("loss", [])
         ax.plot(steps, losses, color=color, alpha=0.2, linewidth=0.8)
         if len(losses) >= smooth:
-            kernel = torch.ones(smooth) / smooth
-            running = torch.nn.functional.conv1d(torch.tensor(losses)[None, None], kernel[None, None])[0, 0]
-            ax.plot(steps[smooth - 1:], running.tolist(), color=color, linewidth=1.5,
+            ax.plot(steps[smooth - 1:], running_mean(losses, smooth), color=color, linewidth=1.5,
                     label=f"{label} ({smooth}-step mean)")
         else:
             ax.plot(steps, losses, color=color, linewidth=1.5, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "step", "cross-entropy loss", title)
 
 
 def plot_gradient_norms(norms: dict[str, list[float]], ax=None, title: str = "Gradient norm per layer",

@@ -1,7 +1,7 @@
 """Named configurations for the CLI and the chapters."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .model import GPTConfig
 from .train import TrainConfig

@@ -5,26 +5,18 @@
   and each check cell then fails with the student-facing "Not done yet" message: never a crash of
   the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
 
-Speed. Executing every student notebook in full costs as much as nbval's run of the chapters.
-But a student notebook's code cells are, in order, the chapter's code cells with only the solution
-cells changed (test_student_notebook_structure proves it), and everything before the first
-exercise is therefore identical code, whose execution nbval already checks. So the kernel runs:
-the cells of that identical prefix that the exercises need (found by name analysis; cells that are
-unparsable, use magics or star imports are always kept), then the whole exercise section of the
-chapter (checks must say "Correct!"), then the whole exercise section of the student notebook
-(checks must say "Not done yet"). If anything unexpected happens in that pruned run, the test
-re-runs the whole notebook, so pruning can cost time but never hide a failure.
-COURSE_STUDENT_FULL=1 runs every chapter and student notebook in full, and the end-to-end test
-executes the first chapter's student notebook, as built by the command line, in full.
+How. One kernel runs the chapter's cells before its exercises, then the chapter's exercise section
+(checks must say "Correct!"), then the student notebook's exercise section (checks must say "Not done
+yet"). The student notebook's cells before the exercises are the chapter's own, unchanged
+(test_student_notebook_structure), so they need not run twice.
+COURSE_STUDENT_FULL=1 also runs every chapter's CLI-built student notebook end to end (by default,
+only the first chapter's).
 """
 from __future__ import annotations
 
-import ast
-import builtins
 import os
 import re
 import subprocess
-import symtable
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -228,7 +220,7 @@ def student_notebook(chapter, student_dir):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_student_notebook_structure(chapter, student_dir):
     """The student notebook is the chapter with only the solutions changed, so everything before
-    the exercises runs exactly as in the chapter (what the pruned execution relies on)."""
+    the exercises runs exactly as in the chapter (which is why the prefix runs only once, from the chapter)."""
     source = nbformat.read(source_path(chapter), as_version=4)
     student = student_notebook(chapter, student_dir)
     src_code = [c for c in source.cells if c.cell_type == "code"]
@@ -251,141 +243,12 @@ def test_student_notebook_structure(chapter, student_dir):
 # --- executing chapters and student notebooks --------------------------------------------------
 
 
-def _python(cell_source: str):
-    """The cell as plain Python (IPython magics translated), or None if it cannot be parsed."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    code = TransformerManager().transform_cell(cell_source)
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return None
-    return code
-
-
-def _names(code: str) -> tuple[set, set, set, bool]:
-    """(names the cell binds at module level, module-level names it reads -- inside its functions
-    too, but not their local variables --, names bound by import/def/class, opaque?). Scopes come
-    from the compiler's own symbol tables (symtable)."""
-    top = symtable.symtable(code, "<cell>", "exec")
-    bound, loaded, static = set(), set(), set()
-    for sym in top.get_symbols():
-        name = sym.get_name()
-        if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
-            bound.add(name)
-        if sym.is_imported() or sym.is_namespace():
-            static.add(name)
-        if sym.is_referenced():
-            loaded.add(name)
-
-    def nested(table):
-        for child in table.get_children():
-            for sym in child.get_symbols():
-                if sym.is_global() and sym.is_referenced():
-                    loaded.add(sym.get_name())
-                if sym.is_declared_global() and sym.is_assigned():
-                    bound.add(sym.get_name())
-            nested(child)
-
-    nested(top)
-    opaque = False
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            loaded.add(node.target.id)  # x += 1 reads x first (symtable counts it as assigned only)
-        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
-            opaque = True  # binds names we cannot see
-        if isinstance(node, ast.Call):
-            f = node.func
-            args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if isinstance(f, ast.Attribute) and f.attr in ("system", "getoutput"):
-                # a shell command (`!cmd`): it binds no Python name and reads the variables it expands
-                for arg in args:
-                    loaded.update(re.findall(r"(?:\{|\$)([A-Za-z_]\w*)", arg))
-            elif isinstance(f, ast.Attribute) and f.attr in ("run_cell_magic", "run_line_magic"):
-                if not (args and args[0] in ("pip", "matplotlib")):
-                    opaque = True  # code hidden in a string: keep the cell
-            if isinstance(f, ast.Name) and f.id in ("exec", "eval", "globals", "locals", "vars", "__import__"):
-                opaque = True
-    return bound, loaded, static, opaque
-
-
-def _targets(node) -> set:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-def _free_reads(code: str) -> tuple[set, set]:
-    """(module-level names the cell reads before binding them itself, names it surely binds), going
-    statement by statement: a name bound by an earlier top-level statement (an assignment, import,
-    def or class; not one inside an if, loop or try) is not read from outside; a loop's or with's
-    own targets are not either."""
-    reads, surely = set(), set()
-    for stmt in ast.parse(code).body:
-        bound, loaded, _, _ = _names(ast.unparse(stmt))
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
-            loaded = loaded - _targets(stmt.target)
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            loaded = loaded - set().union(*(_targets(i.optional_vars) for i in stmt.items if i.optional_vars))
-        reads |= loaded - surely
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom,
-                             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            surely |= bound
-    return reads, surely
-
-
 def exercise_section_start(nb) -> int:
     """Index of the first cell of the exercise section: the first {exercise} box, solution or check."""
     for index, cell in enumerate(nb.cells):
         if has_solution(cell) or is_check_cell(cell) or (cell.cell_type == "markdown" and EXERCISE_BOX.search(cell.source)):
             return index
     return len(nb.cells)
-
-
-def needed_prefix(nb, start: int, extra_sources=()) -> list[int]:
-    """Indices of the code cells before ``start`` that the cells from ``start`` on (and
-    ``extra_sources``, run after them) need: those binding a name they read, and those that read
-    such a name (they may change it in place: ``model.train()``), transitively, going backwards.
-    Names bound by import/def/class are taken as never changed in place. The setup cell is always
-    kept; a cell that cannot be analysed (a magic hiding code in a string, ``exec``, ``import *``)
-    is kept with every cell before it."""
-    prefix = [i for i in range(start) if nb.cells[i].cell_type == "code"]
-    later = [c.source for c in nb.cells[start:] if c.cell_type == "code"] + list(extra_sources)
-    needed: set = set()
-    static_names: set = set(dir(builtins))
-    parsed = {}
-    for i in prefix:
-        code = _python(nb.cells[i].source)
-        if code is None:
-            parsed[i] = None
-            continue
-        bound, _, static, opaque = _names(code)
-        parsed[i] = (bound, _free_reads(code)[0], static, opaque)
-        static_names |= static
-    bound_in_section: set = set()
-    for source in later:
-        code = _python(source)
-        if code is None or _names(code)[3]:
-            return prefix  # cannot analyse (or reads names we cannot see): keep everything
-        reads, surely = _free_reads(code)
-        needed |= reads - bound_in_section
-        bound_in_section |= surely
-    keep = []
-    for n, i in enumerate(reversed(prefix)):
-        info = parsed[i]
-        cell = nb.cells[i]
-        if info is None or info[3]:
-            # unparsable or opaque (a shell command or magic may read any variable): keep it and
-            # every cell before it
-            return sorted(keep + prefix[: len(prefix) - n])
-        if "setup" in cell.metadata.get("tags", []):
-            keep.append(i)
-            needed |= info[1]
-            continue
-        bound, loaded, _, _ = info
-        mutable_needed = needed - static_names
-        if bound & needed or loaded & mutable_needed:
-            keep.append(i)
-            needed |= loaded
-    return sorted(keep)
 
 
 def run_cells(cells, cwd: Path):
@@ -403,18 +266,15 @@ def _error(cell):
     return next((o for o in cell.outputs if o.output_type == "error"), None)
 
 
-def both_directions(chapter: str, source, student, prune: bool) -> tuple[list[str], dict]:
-    """Run (part of) the shared prefix, the chapter's exercise section, then the student's; return
-    the problems found (naming each notebook's cell number) and some counts."""
+def both_directions(chapter: str, source, student) -> tuple[list[str], dict]:
+    """Run the shared prefix, the chapter's exercise section, then the student's; return the
+    problems found (naming each notebook's cell number) and some counts."""
     start = exercise_section_start(source)
     code_before = [i for i in range(start) if source.cells[i].cell_type == "code"]
-    keep = code_before
     # code cells correspond one to one (test_student_notebook_structure): the sections start at the same one
     stu_code = [i for i, c in enumerate(student.cells) if c.cell_type == "code"][len(code_before):]
     src_code = [i for i in range(start, len(source.cells)) if source.cells[i].cell_type == "code"]
-    if prune:
-        keep = needed_prefix(source, start, [student.cells[i].source for i in stu_code])
-    plan = ([("chapter", i, source.cells[i]) for i in keep + src_code]
+    plan = ([("chapter", i, source.cells[i]) for i in code_before + src_code]
             + [("student", i, student.cells[i]) for i in stu_code])
     executed = run_cells([cell for _, _, cell in plan], cwd=source_path(chapter).parent)
 
@@ -441,20 +301,15 @@ def both_directions(chapter: str, source, student, prune: bool) -> tuple[list[st
             problem = "the check did not say Correct!"
         if problem:
             problems.append(f"{where}: {problem}\n    {first_line}")
-    return problems, {"prefix_run": len(keep), "prefix_total": len(code_before), "student_checks": checks,
-                      "notes": notes}
+    return problems, {"student_checks": checks, "notes": notes}
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_checks_pass_and_student_checks_say_not_done_yet(chapter, student_dir):
     source = nbformat.read(source_path(chapter), as_version=4)
     student = student_notebook(chapter, student_dir)
-    problems, info = both_directions(chapter, source, student, prune=not FULL)
-    if problems and not FULL:
-        print(f"{chapter}: the pruned run found {len(problems)} problem(s); re-running the whole chapter")
-        problems, info = both_directions(chapter, source, student, prune=False)
-    print(f"{chapter}: ran {info['prefix_run']} of {info['prefix_total']} cells before the exercises, "
-          f"{info['student_checks']} student checks")
+    problems, info = both_directions(chapter, source, student)
+    print(f"{chapter}: {info['student_checks']} student checks")
     for note in info["notes"]:
         print(f"  note: {note} (raises NotImplementedError for students, as the exercise itself does)")
     assert info["student_checks"] > 0, f"{chapter}: no check cell in the student notebook"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import re
 import tomllib
-from pathlib import Path
 
 import nbformat
 import pytest

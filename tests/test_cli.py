@@ -1,4 +1,3 @@
-import pytest
 import torch
 
 from course_lib.cli import main

@@ -104,9 +104,8 @@ def test_missing_truncated_and_foreign_checkpoints_are_clear_errors(tmp_path):
 def test_checkpoint_from_a_different_config_names_the_difference(tmp_path):
     trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
     trainer.train()
-    other = Trainer(tiny_model(n_layer=3) if False else GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16,
-                                                                      n_layer=3, n_head=2, n_embd=32)),
-                    TRAIN, VAL, tiny_train_config(), progress=False)
+    three_layers = GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=3, n_head=2, n_embd=32))
+    other = Trainer(three_layers, TRAIN, VAL, tiny_train_config(), progress=False)
     with pytest.raises(CheckpointError, match="n_layer: checkpoint 2, model 3"):
         other.load_state(load_checkpoint(tmp_path / "ckpt.pt"), tmp_path / "ckpt.pt")
     model, ckpt = load_model(tmp_path / "ckpt.pt")  # the checkpoint's own config always works

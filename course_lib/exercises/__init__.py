@@ -55,6 +55,16 @@ def call_with_hints(fn: Callable, hint_if: dict[str, str], *args, context: str =
         raise
 
 
+def as_number(value, what: str, hint: str | None = "return a number (a Python float or a 0-d tensor).") -> float:
+    """The student's answer as a float (a 0-d tensor counts), or fail naming what was returned."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        fail(f"{what}: expected a number, got {value!r}.", hint)
+
+
 def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5, rtol: float = 1e-4):
     """Fail unless ``actual`` equals ``expected`` numerically (tensors or numbers)."""
     if isinstance(expected, torch.Tensor):
@@ -66,10 +76,7 @@ def expect_close(actual, expected, what: str, hint: str | None = None, atol: flo
             worst = (actual.double() - expected.double()).abs().max().item()
             fail(f"{what}: values differ from the expected ones (largest difference {worst:.3g}).", hint)
         return
-    try:
-        a = float(actual)
-    except (TypeError, ValueError):
-        fail(f"{what}: expected a number, got {actual!r}.", hint)
+    a = as_number(actual, what, hint)
     if not math.isclose(a, float(expected), abs_tol=atol, rel_tol=rtol):
         fail(f"{what}: got {a:.6g}, which is not the expected value.", hint)
 

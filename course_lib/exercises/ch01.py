@@ -8,7 +8,7 @@ import torch
 
 from ..data import get_batch
 from ..tokenizers import CharTokenizer
-from . import ExerciseError, call, expect_close, expect_equal, fail, passed
+from . import ExerciseError, as_number, call, expect_close, expect_equal, fail, passed
 
 _VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "0123456789"]
 
@@ -139,13 +139,7 @@ def check_unigram_entropy_bits(fn) -> None:
              ("First Citizen:\nBefore we proceed any further, hear me speak.", None)]
     for text, known in cases:
         expected = _entropy_bits(text) if known is None else known
-        got = call(fn, text)
-        if isinstance(got, torch.Tensor):
-            got = got.item()
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            fail(f"unigram entropy of {text[:20]!r}: expected a number, got {got!r}.", "return a float")
+        got = as_number(call(fn, text), f"unigram entropy of {text[:20]!r}", "return a float")
         if expected > 0 and math.isclose(got, expected * math.log(2), rel_tol=1e-4):
             fail(f"the entropy of {text[:20]!r} came out in nats ({got:.4f}), not bits ({expected:.4f}).",
                  "use math.log2 (or divide the natural-log result by math.log(2)).")

@@ -7,20 +7,14 @@ import torch
 import torch.nn.functional as F
 
 from ..bigram import bigram_probs
-from . import call, expect_close, fail, passed
+from . import as_number, call, expect_close, fail, passed
 
 
 def check_initial_loss(fn) -> None:
     """``fn(vocab_size) -> float``: the cross-entropy of a model that gives every one of the
     ``vocab_size`` tokens the same probability."""
     for V in (2, 10, 65, 1000, 50257):
-        got = call(fn, V)
-        if isinstance(got, torch.Tensor):
-            got = got.item()
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            fail(f"initial_loss({V}): expected a number, got {got!r}.", "return a float")
+        got = as_number(call(fn, V), f"initial_loss({V})", "return a float")
         expected = math.log(V)
         if math.isclose(got, math.log2(V), rel_tol=1e-4):
             fail(f"initial_loss({V}) = {got:.4f} is log base 2; the loss uses natural logarithms.",

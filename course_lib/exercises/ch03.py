@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import average_past_loops, causal_mask
-from . import ExerciseError, call, call_with_hints, expect_close, fail, passed
+from . import call, call_with_hints, expect_close, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:

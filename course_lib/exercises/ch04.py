@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from ..attention import CausalSelfAttention, Head, average_past_softmax, causal_mask, scaled_dot_product_attention
 from ..model import sinusoidal_position_encoding
-from . import ExerciseError, call, call_with_hints, expect_close, fail, passed
+from . import call, call_with_hints, expect_close, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:

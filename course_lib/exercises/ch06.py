@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from ..model import GPT, GPTConfig, count_parameters, parameter_breakdown
+from ..model import GPT, GPTConfig, count_parameters
 from . import call, fail, passed
 
 # The configs the counting check tries: small ones are built and counted with sum(p.numel()),

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..model import GPT, GPTConfig
-from . import call, expect_close, fail, passed
+from . import as_number, call, expect_close, fail, passed
 
 
 def _flat(model) -> torch.Tensor:
@@ -124,11 +124,7 @@ def check_clip_grad_norm(fn) -> None:
             total = torch.nn.utils.clip_grad_norm_(expected, max_norm)
             got = call(fn, params + [no_grad], max_norm)
             true_norm = torch.cat([gr.reshape(-1) for gr in grads]).norm().item()
-            try:
-                got_value = float(got)
-            except (TypeError, ValueError):
-                fail(f"expected the total norm as a number (or a 0-d tensor), got {got!r}.",
-                     "return the norm you computed before clipping.")
+            got_value = as_number(got, "the returned total norm", "return the norm you computed before clipping.")
             if true_norm > max_norm and math.isclose(got_value, max_norm, rel_tol=1e-4):
                 fail(f"you returned {got_value:.4f}, the norm AFTER clipping; expected the norm before "
                      f"clipping, {true_norm:.4f}.",
