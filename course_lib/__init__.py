@@ -11,7 +11,8 @@ One small module per idea, each introduced by a chapter:
 - ``generate``: sampling and the KV cache (ch. 8)
 - ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
 """
-from .model import GPT, GPTConfig, count_parameters, parameter_breakdown
+from .model import GPT, GPTConfig
+from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text

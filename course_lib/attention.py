@@ -198,6 +198,12 @@ class CausalSelfAttention(nn.Module):
         self.need_weights = False
         self.last_weights: torch.Tensor | None = None
 
+    @classmethod
+    def from_config(cls, config) -> "CausalSelfAttention":
+        """Built from a model config, as ``Block(config)`` and ``FeedForward(config)`` are.
+        (Chapter 4 passes the sizes one by one to show what each is.)"""
+        return cls(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias)
+
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .checkpoint import register_model
+from .utils import config_from_dict
 
 
 # --- count-based baselines ------------------------------------------------------------------
@@ -99,13 +102,10 @@ class BigramConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "BigramConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown BigramConfig fields {sorted(unknown)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
+@register_model("bigram", BigramConfig)
 class BigramLanguageModel(nn.Module):
     """The simplest neural language model: a (V, V) table of logits, looked up by the
     current token.

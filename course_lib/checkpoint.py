@@ -1,32 +1,97 @@
-"""Checkpoints: written atomically, loaded safely (``weights_only=True``), checked against
-the config they are loaded into."""
+"""The one checkpoint format: what a run stores, written atomically, loaded safely.
+
+A checkpoint is a dict saved with ``torch.save`` and loaded with ``weights_only=True``
+(tensors and plain data only, so loading one cannot run code)::
+
+    format        "course_lib-checkpoint"
+    version       FORMAT_VERSION (an int; another version is refused with a clear error)
+    model_kind    "gpt", "seq2seq", ...: the registry name of the model's class
+    model_config  the model config as a dict
+    model         the model's state_dict
+    tokenizer     the tokenizer's to_dict() (its "type" picks the class), or None
+    train_config  the TrainConfig as a dict, or None
+    optimizer     the optimizer's state_dict, or None
+    step          optimizer steps taken
+    history       the Trainer's loss history
+    rng           the random-number-generator states needed to continue exactly
+
+Model classes join the registry with ``@register_model("name", ConfigClass)``; tokenizers
+have their own registry in :mod:`course_lib.tokenizers`. So a checkpoint of any registered
+model and tokenizer comes back with :func:`load_model` and :func:`load_tokenizer`, and
+nothing else in course_lib needs to know which classes exist.
+"""
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 
-FORMAT = "course_lib-checkpoint-v1"
+from .tokenizers import tokenizer_from_dict
+
+FORMAT = "course_lib-checkpoint"
+FORMAT_VERSION = 2
+CHECKPOINT_NAME = "ckpt.pt"  # the file a run writes in its output folder
+
+MODELS: dict[str, type] = {}  # model_kind -> model class (with a .config_class)
 
 
 class CheckpointError(ValueError):
-    """A checkpoint exists but cannot be used: corrupt, truncated, or from another config."""
+    """A checkpoint exists but cannot be used: corrupt, truncated, of another version or config."""
 
 
-def save_checkpoint(path: str | Path, payload: dict) -> Path:
-    """Write ``payload`` to ``path`` atomically: a crash mid-write leaves the old file intact.
+def register_model(name: str, config_class: type):
+    """Class decorator: store models of this class as ``model_kind = name``. The class is
+    built as ``cls(config_class.from_dict(d))`` and must keep its config in ``.config``."""
+    def register(cls):
+        if name in MODELS and MODELS[name] is not cls:
+            raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__name__}")
+        for method in ("to_dict", "from_dict"):
+            if not callable(getattr(config_class, method, None)):
+                raise TypeError(f"{config_class.__name__} needs a {method}() to be stored in checkpoints")
+        cls.model_kind, cls.config_class = name, config_class
+        MODELS[name] = cls
+        return cls
+    return register
 
-    The bytes go to a temporary file in the same folder, are flushed to disk, and
-    the file is then renamed over ``path`` (a rename within a folder is atomic).
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DistributedDataParallel or torch.compile wrapper."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def model_kind(model: nn.Module) -> str:
+    model = unwrap(model)
+    kind = getattr(type(model), "model_kind", None)
+    if kind is None or MODELS.get(kind) is not type(model):
+        raise CheckpointError(
+            f"{type(model).__name__} is not a registered model kind ({', '.join(sorted(MODELS))}): decorate "
+            "its class with @course_lib.checkpoint.register_model(name, ConfigClass) to store it in checkpoints")
+    return kind
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, obj) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically: a crash mid-write leaves the old file intact.
+
+    The bytes go to a temporary file in the same folder, are flushed to disk, and the file
+    is then renamed over ``path`` (a rename within one folder is atomic).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **payload}, f)
+            torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -36,8 +101,46 @@ def save_checkpoint(path: str | Path, payload: dict) -> Path:
     return path
 
 
+def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train_config=None, optimizer=None,
+                    step: int = 0, history: dict | None = None, rng: dict | None = None) -> Path:
+    """Write a checkpoint of ``model`` (and, for a training run, everything needed to resume it)."""
+    model = unwrap(model)
+    payload = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "model_kind": model_kind(model),
+        "model_config": model.config.to_dict(),
+        "model": model.state_dict(),
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+        "train_config": asdict(train_config) if is_dataclass(train_config) else train_config,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "step": int(step),
+        "history": history or {},
+        "rng": rng,
+    }
+    return write_atomic(path, payload)
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict:
+    """The random states a run needs to continue exactly: torch's global CPU (and CUDA) state,
+    plus its own batch ``generator``."""
+    return {"torch": torch.get_rng_state(), "generator": generator.get_state() if generator is not None else None,
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict, generator: torch.Generator | None = None) -> None:
+    torch.set_rng_state(state["torch"])
+    if generator is not None and state.get("generator") is not None:
+        generator.set_state(state["generator"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
+    """Load and check a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
@@ -51,20 +154,45 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path} is not a readable course_lib checkpoint ({type(e).__name__}: {str(e)[:200]}). "
             "It is probably truncated or corrupt; delete it and train again, or load an earlier checkpoint."
         ) from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+    fmt = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+    if fmt == "course_lib-checkpoint-v1":  # the first format named its version in the string
+        fmt, version = FORMAT, 1
+    else:
+        version = ckpt.get("version") if isinstance(ckpt, dict) else None
+    if fmt != FORMAT:
         raise CheckpointError(
-            f"{path} is not a course_lib checkpoint (format {found!r}, expected {FORMAT!r}); "
+            f"{path} is not a course_lib checkpoint (format {fmt!r}, expected {FORMAT!r}); "
             "save checkpoints with course_lib.Trainer or course_lib.checkpoint.save_checkpoint"
+        )
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} is a course_lib checkpoint of format version {version}, and this course_lib reads version "
+            f"{FORMAT_VERSION}. Train the run again with this version, or load the file with the course_lib "
+            f"release that wrote it{' (0.1.x)' if version == 1 else ''}."
         )
     return ckpt
 
 
-def check_model_config(ckpt: dict, config, path: str | Path = "checkpoint") -> None:
-    """Raise :class:`CheckpointError` naming every field where the checkpoint's model config
-    differs from ``config``."""
-    saved = ckpt.get("model_config", {})
-    wanted = config.to_dict()
+def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
+    """A freshly initialised model of the checkpoint's kind and config (weights not loaded)."""
+    kind = ckpt.get("model_kind")
+    if kind not in MODELS:
+        raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this course_lib does not know "
+                              f"(known: {', '.join(sorted(MODELS))})")
+    cls = MODELS[kind]
+    try:
+        return cls(cls.config_class.from_dict(ckpt["model_config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} holds an unusable {kind} config ({type(e).__name__}: {str(e)[:200]})") from e
+
+
+def check_model_config(ckpt: dict, model: nn.Module, path: str | Path = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` naming every field where the checkpoint's model differs
+    from ``model`` (kind or config)."""
+    model = unwrap(model)
+    if ckpt.get("model_kind") != model_kind(model):
+        raise CheckpointError(f"{path} holds a {ckpt.get('model_kind')!r} model, not a {model_kind(model)!r} one")
+    saved, wanted = ckpt.get("model_config") or {}, model.config.to_dict()
     diffs = [f"{k}: checkpoint {saved.get(k)!r}, model {wanted[k]!r}" for k in wanted if saved.get(k) != wanted[k]]
     if diffs:
         raise CheckpointError(
@@ -73,15 +201,29 @@ def check_model_config(ckpt: dict, config, path: str | Path = "checkpoint") -> N
         )
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu"):
-    """Rebuild the GPT stored in a checkpoint. Returns ``(model, checkpoint)``; the model is in eval mode."""
-    from .model import GPT, GPTConfig
-
-    ckpt = load_checkpoint(path, map_location=device)
+def load_weights(model: nn.Module, ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
+    check_model_config(ckpt, model, path)
     try:
-        config = GPTConfig.from_dict(ckpt["model_config"])
-        model = GPT(config)
-        model.load_state_dict(ckpt["model"])
-    except (KeyError, RuntimeError, TypeError) as e:
-        raise CheckpointError(f"{path} does not hold a usable model ({type(e).__name__}: {str(e)[:200]})") from e
+        unwrap(model).load_state_dict(ckpt["model"])
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {str(e)[:200]})") from e
+    return model
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu"):
+    """Rebuild the model stored in a checkpoint, whatever its kind. Returns ``(model, checkpoint)``;
+    the model is in eval mode on ``device``."""
+    ckpt = load_checkpoint(path, map_location=device)
+    model = load_weights(build_model(ckpt, path), ckpt, path)
     return model.to(device).eval(), ckpt
+
+
+def load_tokenizer(ckpt: dict, path: str | Path = "checkpoint"):
+    """The tokenizer stored in a checkpoint, whatever its type."""
+    if not ckpt.get("tokenizer"):
+        raise CheckpointError(f"{path} stores no tokenizer, so its tokens cannot be turned into text; "
+                              "pass tokenizer=... to the Trainer that writes it")
+    try:
+        return tokenizer_from_dict(ckpt["tokenizer"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} holds an unusable tokenizer ({e})") from e

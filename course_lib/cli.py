@@ -17,7 +17,7 @@ import torch
 
 
 def cmd_params(args) -> int:
-    from .model import count_parameters, flops_per_token, parameter_breakdown
+    from .sizing import count_parameters, flops_per_token, parameter_breakdown
     from .presets import get_preset
 
     config = get_preset(args.preset).model

@@ -1,18 +1,20 @@
-"""The GPT: config, feed-forward, Transformer block, the full model, and how big it is
-(chapters 5-6).
+"""The GPT: config, feed-forward, Transformer block and the full model (chapters 5-6).
+How big it is (parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizing`.
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache
+from .checkpoint import register_model
+from .utils import IGNORE_INDEX, config_from_dict
 
 
 @dataclass
@@ -55,11 +57,7 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown GPTConfig fields {sorted(unknown)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
 class FeedForward(nn.Module):
@@ -84,7 +82,7 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias)
+        self.attn = CausalSelfAttention.from_config(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = FeedForward(config)
 
@@ -98,6 +96,7 @@ class Block(nn.Module):
         return x
 
 
+@register_model("gpt", GPTConfig)
 class GPT(nn.Module):
     """A decoder-only Transformer language model.
 
@@ -140,7 +139,7 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                ignore_index: int = -100):
+                ignore_index: int = IGNORE_INDEX):
         B, T = idx.shape
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
@@ -166,61 +165,6 @@ class GPT(nn.Module):
         return logits, loss
 
 
-# --- how big is it --------------------------------------------------------------------------
-
-
-def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
-    """Parameters of each part of a :class:`GPT`, from the config alone.
-
-    Per block: attention 4C^2 (q, k, v and output projections), MLP 8C^2
-    (C x 4C and 4C x C), so 12C^2, plus 3C + C + 4C + C biases when ``bias``;
-    two LayerNorms of C gains (+ C biases). Embeddings: V*C tokens and T*C
-    positions. The LM head adds V*C unless it is tied to the token embedding.
-    """
-    V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
-    b = 1 if config.bias else 0
-    norm = C + b * C  # a LayerNorm: gain (+ bias)
-    attention = (3 * C * C + b * 3 * C) + (C * C + b * C)
-    mlp = (4 * C * C + b * 4 * C) + (4 * C * C + b * C)
-    final_norm = norm if config.norm_position == "pre" else 0
-    return {
-        "token embedding": V * C,
-        "position embedding": T * C,
-        "attention": L * attention,
-        "MLP": L * mlp,
-        "LayerNorms": L * 2 * norm + final_norm,
-        "LM head": 0 if config.tie_weights else V * C,
-    }
-
-
-def count_parameters(config: GPTConfig) -> int:
-    """The exact parameter count of ``GPT(config)``, equal to ``sum(p.numel())``."""
-    return sum(parameter_breakdown(config).values())
-
-
-def flops_per_token(config: GPTConfig, training: bool = True) -> int:
-    """Approximate floating-point operations per token at full context.
-
-    A matmul with N weights costs 2N FLOPs per token forward (a multiply and an
-    add); the attention scores and the weighted sum of values add 2 * 2 * T * C
-    per layer. Backward costs about twice forward, so training is about 3x:
-    6N + 12 L T C (the estimate of the PaLM paper, used by nanoGPT). N leaves out
-    the position embedding, which is a lookup, not a matmul; the token
-    embedding counts once, as the LM head's matmul.
-    """
-    N = count_parameters(config) - config.block_size * config.n_embd
-    if not config.tie_weights:
-        N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
-    forward = 2 * N + 4 * config.n_layer * config.block_size * config.n_embd
-    return 3 * forward if training else forward
-
-
-def training_memory_bytes(config: GPTConfig) -> dict[str, int]:
-    """fp32 memory for weights, gradients and AdamW's two moments (activations not included)."""
-    n = count_parameters(config)
-    return {"weights": 4 * n, "gradients": 4 * n, "AdamW state": 8 * n, "total": 16 * n}
-
-
 def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:
     """(max_len, C) fixed encodings of the 2017 paper:
     PE[pos, 2i] = sin(pos / 10000^(2i/C)), PE[pos, 2i+1] = cos(pos / 10000^(2i/C))."""
@@ -232,71 +176,3 @@ def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)
     return pe
-
-
-# --- measuring a model (chapters 5-6) ---------------------------------------------------------
-
-
-def parameter_gradient_norms(modules) -> list[float]:
-    """After a backward pass: the L2 norm of the gradients of all parameters of each module in
-    ``modules`` (e.g. the blocks of a stack, input side first), one float per module.
-
-    Parameters without a gradient count as zero. Squares are summed in float64, so gradients as
-    small as 1e-30 (whose float32 squares would underflow) are still measured.
-    """
-    norms = []
-    for module in modules:
-        total = 0.0
-        for p in module.parameters():
-            if p.grad is not None:
-                total += p.grad.detach().double().pow(2).sum().item()
-        norms.append(math.sqrt(total))
-    return norms
-
-
-def format_count(n: int | float) -> str:
-    """A parameter (or FLOP, or byte) count in short form: 804096 -> '804.1K', 124439808 ->
-    '124.4M', 174604259328 -> '174.6B'; from 1e18 on, scientific notation ('3.14e+23')."""
-    if abs(n) >= 1e18:
-        return f"{n:.2e}"
-    for value, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= value:
-            return f"{n / value:.1f}{suffix}"
-    return f"{n:g}" if isinstance(n, float) else str(n)
-
-
-def format_table(header: list[str], rows: list[list], markdown: bool = False) -> str:
-    """Rows of values as an aligned plain-text table (first column left-aligned, the others
-    right-aligned; ints get thousands separators), or as a Markdown table."""
-    def cell(v):
-        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-
-    table = [[str(h) for h in header]] + [[cell(v) for v in row] for row in rows]
-    if any(len(row) != len(header) for row in table):
-        raise ValueError(f"every row needs {len(header)} values, one per column of {header}")
-    if markdown:
-        lines = ["| " + " | ".join(table[0]) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
-        return "\n".join(lines)
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = []
-    for k, row in enumerate(table):
-        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def parameter_table(configs: dict[str, GPTConfig], markdown: bool = False) -> str:
-    """One row per named config: layers L, heads, C, T, V, the 12·L·C² weights of the blocks'
-    matrices, the embeddings (V·C + T·C), the exact total (:func:`count_parameters`) and that
-    total in short form. Computed from the configs alone: nothing is instantiated."""
-    header = ["model", "L", "heads", "C", "T", "V", "12·L·C²", "embeddings", "total", "≈"]
-    rows = []
-    for name, c in configs.items():
-        total = count_parameters(c)
-        parts = parameter_breakdown(c)
-        embeddings = parts["token embedding"] + parts["position embedding"]
-        rows.append([name, c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
-                     12 * c.n_layer * c.n_embd**2, embeddings, total, format_count(total)])
-    return format_table(header, rows, markdown)

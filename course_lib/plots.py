@@ -166,8 +166,8 @@ def plot_gradient_norms(norms: dict[str, list[float]], ax=None, title: str = "Gr
 def plot_parameter_shares(breakdowns: dict[str, dict[str, int]], ax=None,
                           title: str = "Where the parameters live"):
     """Stacked bars, one per named model, of each part's share of the parameters (in %), with
-    the total written above each bar. ``breakdowns``: {label: course_lib.model.parameter_breakdown(config)}."""
-    from .model import format_count
+    the total written above each bar. ``breakdowns``: {label: course_lib.sizing.parameter_breakdown(config)}."""
+    from .sizing import format_count
 
     ax = _axes(ax, figsize=(8, 4.5))
     labels = list(breakdowns)

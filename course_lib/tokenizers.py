@@ -1,13 +1,84 @@
-"""Tokenizers: text <-> lists of integer ids.
+"""Tokenizers: text <-> lists of integer ids, behind one small interface.
 
-``CharTokenizer`` maps each distinct character to an id (chapter 1).
+Every tokenizer has ``encode(str) -> list[int]``, ``decode(ids) -> str``, ``vocab_size``,
+``to_dict()`` (a JSON-able description carrying its ``"type"``) and two class methods:
+``from_dict(d)`` and ``train(text, **options)`` (build one from a training text).
+``@register_tokenizer("name")`` puts a class in the registry, so that checkpoints, the
+CLI and ``Trainer.resume`` can rebuild any tokenizer from its dict without knowing its
+class: :func:`tokenizer_from_dict` and :func:`train_tokenizer`.
+
+``CharTokenizer`` maps each distinct character to an id (chapter 1); ``course_lib.bpe``
+adds byte-level BPE (chapter 9).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the rest of course_lib needs of a tokenizer."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids) -> str: ...
+
+    def to_dict(self) -> dict: ...
+
+
+TOKENIZERS: dict[str, type] = {}  # "type" in to_dict() -> class
+
+
+def register_tokenizer(name: str):
+    """Class decorator: make ``name`` (the ``"type"`` of ``to_dict()``) rebuild this class."""
+    def register(cls):
+        if name in TOKENIZERS and TOKENIZERS[name] is not cls:
+            raise ValueError(f"tokenizer type {name!r} is already registered to {TOKENIZERS[name].__name__}")
+        for method in ("encode", "decode", "to_dict", "from_dict", "train"):
+            if not callable(getattr(cls, method, None)):
+                raise TypeError(f"{cls.__name__} cannot be a tokenizer: it has no {method}()")
+        cls.type_name = name
+        TOKENIZERS[name] = cls
+        return cls
+    return register
+
+
+def _tokenizer_class(name) -> type:
+    if name not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer type {name!r}; known types: {', '.join(sorted(TOKENIZERS))}. "
+                         "Import the module that registers it (course_lib does so for its own).")
+    return TOKENIZERS[name]
+
+
+def tokenizer_from_dict(d: dict) -> Tokenizer:
+    """Rebuild a tokenizer from its ``to_dict()``, whatever its class."""
+    if not isinstance(d, dict) or "type" not in d:
+        raise ValueError(f"a tokenizer description is a dict with a 'type' key, got {d!r:.80}")
+    return _tokenizer_class(d["type"]).from_dict(d)
+
+
+def train_tokenizer(spec: dict | str, text: str) -> Tokenizer:
+    """Build a tokenizer from a training ``text``. ``spec`` is a type name (``"char"``) or a
+    dict ``{"type": "bpe", "vocab_size": 512}``: its other keys are passed to ``train``."""
+    spec = {"type": spec} if isinstance(spec, str) else dict(spec)
+    cls = _tokenizer_class(spec.pop("type", None))
+    return cls.train(text, **spec)
+
+
+def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(tokenizer.to_dict(), ensure_ascii=False), encoding="utf-8")
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    return tokenizer_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@register_tokenizer("char")
 class CharTokenizer:
     """A character-level tokenizer: one id per distinct character, in sorted order.
 
@@ -36,6 +107,11 @@ class CharTokenizer:
         if not text:
             raise ValueError("cannot build a tokenizer from empty text: pass the training corpus")
         return cls(sorted(set(text)))
+
+    @classmethod
+    def train(cls, text: str) -> "CharTokenizer":
+        """The tokenizer interface's name for :meth:`from_text`."""
+        return cls.from_text(text)
 
     @property
     def vocab_size(self) -> int:
@@ -72,7 +148,7 @@ class CharTokenizer:
         return cls(d["chars"])
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        save_tokenizer(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":

@@ -6,8 +6,10 @@ Shapes: B batch, T time, V vocabulary size.
 from __future__ import annotations
 
 import math
+import signal
 import sys
-from dataclasses import asdict, dataclass, fields
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -16,8 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .checkpoint import CheckpointError, check_model_config, load_checkpoint, save_checkpoint
+from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
+                         rng_state, save_checkpoint, set_rng_state)
 from .data import get_batch
+from .utils import DEFAULT_SEED, IGNORE_INDEX, config_from_dict
 
 BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -37,8 +41,9 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     eval_interval: int = 250
     eval_iters: int = 20  # batches per loss estimate
-    checkpoint_interval: int = 0  # also save every N steps (0: only at the end / on Ctrl-C)
-    seed: int = 1337
+    # With an out_dir, save every N steps (None: at every evaluation; 0: only at the end and on Ctrl-C).
+    checkpoint_interval: int | None = None
+    seed: int = DEFAULT_SEED
 
     def __post_init__(self):
         if self.schedule not in ("constant", "cosine", "transformer"):
@@ -48,11 +53,18 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
+            raise ValueError(f"checkpoint_interval must be >= 0 (or None: at every evaluation), "
+                             f"got {self.checkpoint_interval}")
+
+    @property
+    def save_every(self) -> int:
+        """Steps between periodic checkpoints (0: none)."""
+        return self.eval_interval if self.checkpoint_interval is None else self.checkpoint_interval
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return config_from_dict(cls, d)
 
 
 # --- learning-rate schedules ----------------------------------------------------------------
@@ -112,7 +124,7 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torc
     return (losses * mask).sum() / mask.sum().clamp(min=1)
 
 
-def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> float:
+def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> float:
     """Share of positions whose most likely token is the target, skipping ``ignore_index``."""
     keep = targets != ignore_index
     correct = (logits.argmax(dim=-1) == targets) & keep
@@ -138,6 +150,23 @@ def estimate_loss(model: nn.Module, batch_fn: BatchFn, eval_iters: int, seed: in
     return out
 
 
+def parameter_gradient_norms(modules) -> list[float]:
+    """After a backward pass: the L2 norm of the gradients of all parameters of each module in
+    ``modules`` (e.g. the blocks of a stack, input side first), one float per module.
+
+    Parameters without a gradient count as zero. Squares are summed in float64, so gradients as
+    small as 1e-30 (whose float32 squares would underflow) are still measured.
+    """
+    norms = []
+    for module in modules:
+        total = 0.0
+        for p in module.parameters():
+            if p.grad is not None:
+                total += p.grad.detach().double().pow(2).sum().item()
+        norms.append(math.sqrt(total))
+    return norms
+
+
 # --- the trainer ---------------------------------------------------------------------------
 
 
@@ -153,15 +182,58 @@ def new_history() -> dict[str, list]:
     return {"step": [], "loss": [], "lr": [], "eval_step": [], "train_loss": [], "val_loss": []}
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by :meth:`Trainer.train` after Ctrl-C (or SIGTERM) stopped it at a step boundary.
+    ``signum`` is the signal; ``saved`` the checkpoint written, if any."""
+
+    def __init__(self, message: str, signum: int, saved: Path | None):
+        super().__init__(message)
+        self.signum, self.saved = signum, saved
+
+
+class StopAtStepBoundary:
+    """While active (in the main thread), the first Ctrl-C or SIGTERM only sets ``requested``:
+    the training loop finishes the step under way and stops cleanly. A second Ctrl-C
+    interrupts at once, as usual.
+
+    Why: a KeyboardInterrupt lands wherever the program is, nearly always inside forward,
+    backward or ``optimizer.step()``, after the step drew its batch and maybe after it
+    updated half of the weights. Nothing consistent can be saved from there.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> "StopAtStepBoundary":
+        self.requested: int | None = None
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = signum
+        signal.signal(signum, self._previous[signum])  # a second press acts at once
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 class Trainer:
     """Trains a language model whose ``forward(x, y)`` returns ``(logits, loss)``.
 
     Batches come from ``batch_fn(split, generator)`` or, by default, random windows of
     ``train_data``/``val_data`` (1-D token tensors) of the model's block size. Every
     ``eval_interval`` steps it estimates train/val loss; ``history`` keeps every step's
-    loss and learning rate. With ``out_dir`` it writes ``out_dir/ckpt.pt`` atomically (at
-    the end, every ``checkpoint_interval`` steps, and on Ctrl-C), and :meth:`resume`
-    continues from it bit-for-bit as if never stopped.
+    loss and learning rate.
+
+    With ``out_dir`` it writes ``out_dir/ckpt.pt`` atomically: at every evaluation (or every
+    ``checkpoint_interval`` steps), at the end, and when Ctrl-C stops it. Ctrl-C takes effect
+    between two steps: the state saved is exactly that of an uninterrupted run at that step,
+    and :meth:`resume` continues bit-for-bit as if it had never stopped. After saving,
+    ``train()`` raises :class:`TrainingInterrupted` (a KeyboardInterrupt), so that a notebook
+    cell stops and a script exits.
     """
 
     def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None, val_data: torch.Tensor | None = None,
@@ -184,10 +256,13 @@ class Trainer:
         self.progress = progress
         self.step = 0
         self.history = new_history()
+        self.saved_step: int | None = None  # the step of the last checkpoint written
+        # How to continue after an interrupt; the command line replaces it with its own command.
+        self.resume_hint = "Trainer.resume({path!r}, ...)"
 
     @property
     def checkpoint_path(self) -> Path | None:
-        return self.out_dir / "ckpt.pt" if self.out_dir is not None else None
+        return self.out_dir / CHECKPOINT_NAME if self.out_dir is not None else None
 
     def lr(self, step: int) -> float:
         return lr_at(step, self.config, getattr(getattr(self.model, "config", None), "n_embd", None))
@@ -220,6 +295,15 @@ class Trainer:
         done = self.history["eval_step"] and self.history["eval_step"][-1] == self.step
         return not done and (self.step % self.config.eval_interval == 0 or self.step == self.config.max_iters)
 
+    def _save_due(self) -> bool:
+        every = self.config.save_every
+        return (self.out_dir is not None and every > 0 and self.step > 0 and self.step % every == 0
+                and self.saved_step != self.step)
+
+    def _evaluate(self, bar) -> None:
+        losses = self.evaluate()
+        bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+
     def train(self, until: int | None = None) -> dict[str, list]:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
         Returns the loss history."""
@@ -227,91 +311,91 @@ class Trainer:
         self.model.train()
         bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress)
         try:
-            while self.step < end:
-                if self._eval_due():
-                    losses = self.evaluate()
-                    bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-                loss = self.train_step()
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-                if self.config.checkpoint_interval and self.step % self.config.checkpoint_interval == 0:
-                    self.save()
-            if self._eval_due():
-                losses = self.evaluate()
-                bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-        except KeyboardInterrupt:
+            with StopAtStepBoundary() as stop:
+                while self.step < end and not stop.requested:
+                    if self._eval_due():
+                        self._evaluate(bar)
+                    if self._save_due():
+                        self.save()
+                    if stop.requested:
+                        break
+                    loss = self.train_step()
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                if not stop.requested and self._eval_due():
+                    self._evaluate(bar)
+        except KeyboardInterrupt:  # a second Ctrl-C: the step under way is lost, not saved
             bar.close()
-            if self.out_dir is not None:
-                self.save()
-                print(f"interrupted at step {self.step}; saved {self.checkpoint_path}. "
-                      f"Continue with Trainer.resume({str(self.checkpoint_path)!r}, ...)")
+            print(f"interrupted again during step {self.step + 1}: nothing saved for it" +
+                  (f"; the last checkpoint is {self.checkpoint_path} (step {self.saved_step})"
+                   if self.saved_step is not None else ""))
             raise
         bar.close()
+        if stop.requested:
+            raise self._interrupted(stop.requested)
         if self.out_dir is not None:
             self.save()
         self.model.eval()
         return self.history
 
-    # --- checkpoints ---
+    def _interrupted(self, signum: int) -> TrainingInterrupted:
+        name = signal.Signals(signum).name
+        if self.out_dir is None:
+            message = f"{name}: stopped at step {self.step}; nothing saved (give the Trainer an out_dir to save)"
+            saved = None
+        else:
+            saved = self.save()
+            hint = self.resume_hint.format(path=str(saved))
+            message = f"{name}: stopped at step {self.step} and saved {saved}; continue with {hint}"
+        print(message)
+        self.model.eval()
+        return TrainingInterrupted(message, signum, saved)
 
-    def state(self) -> dict:
-        model_config = getattr(self.model, "config", None)
-        return {
-            "model_config": model_config.to_dict() if model_config is not None else None,
-            "train_config": asdict(self.config),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "step": self.step,
-            "history": self.history,
-            "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            "tokenizer": self.tokenizer.to_dict() if self.tokenizer is not None else None,
-        }
+    # --- checkpoints ---
 
     def save(self, path: str | Path | None = None) -> Path:
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: give Trainer(out_dir=...) or save(path)")
-        return save_checkpoint(path, self.state())
+        saved = save_checkpoint(path, self.model, tokenizer=self.tokenizer, train_config=self.config,
+                                optimizer=self.optimizer, step=self.step, history=self.history,
+                                rng=rng_state(self.generator))
+        self.saved_step = self.step
+        return saved
 
     def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
-        if getattr(self.model, "config", None) is not None:
-            check_model_config(ckpt, self.model.config, path)
+        load_weights(self.model, ckpt, path)
         try:
-            self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self.step = int(ckpt["step"])
             self.history = {k: list(v) for k, v in ckpt["history"].items()}
-            torch.set_rng_state(ckpt["rng"]["torch"])
-            self.generator.set_state(ckpt["rng"]["generator"])
-            if ckpt["rng"]["cuda"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+            set_rng_state(ckpt["rng"], self.generator)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: {str(e)[:200]})") from e
+        self.saved_step = self.step
 
     @classmethod
     def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,
                batch_fn: BatchFn | None = None, device=None, max_iters: int | None = None, out_dir=None,
-               tokenizer=None, progress: bool = True) -> "Trainer":
+               tokenizer=None, progress: bool = True, config: TrainConfig | None = None) -> "Trainer":
         """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
 
-        ``model`` defaults to a fresh ``GPT`` of the checkpoint's config; ``max_iters``
-        extends (or shortens) the run.
+        ``model`` defaults to a fresh model of the checkpoint's kind and config, ``tokenizer``
+        to the checkpoint's; ``max_iters`` extends (or shortens) the run; ``config`` replaces
+        the stored training config altogether.
         """
-        from .model import GPT, GPTConfig
-        from .tokenizers import CharTokenizer
-
         path = Path(path)
         ckpt = load_checkpoint(path)
-        config = TrainConfig.from_dict(ckpt.get("train_config", {}))
+        if config is None:
+            if not ckpt.get("train_config"):
+                raise CheckpointError(f"{path} stores a model but no training run to resume")
+            config = TrainConfig.from_dict(ckpt["train_config"])
         if max_iters is not None:
-            config.max_iters = max_iters
+            config = replace(config, max_iters=max_iters)
         if model is None:
-            if not ckpt.get("model_config"):
-                raise CheckpointError(f"{path} stores no model config: pass the model to resume()")
-            model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
+            model = build_model(ckpt, path)
         if tokenizer is None and ckpt.get("tokenizer"):
-            tokenizer = CharTokenizer.from_dict(ckpt["tokenizer"])
+            tokenizer = load_tokenizer(ckpt, path)
         trainer = cls(model, train_data, val_data, config, batch_fn=batch_fn, device=device,
                       out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress)
         trainer.load_state(ckpt, path)

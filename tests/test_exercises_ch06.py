@@ -2,7 +2,7 @@
 import pytest
 
 from course_lib.exercises import ExerciseError, ch06
-from course_lib.model import count_parameters
+from course_lib.sizing import count_parameters
 
 
 def not_done(*args):

@@ -4,8 +4,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from course_lib.model import (GPT, GPTConfig, count_parameters, flops_per_token, parameter_breakdown,
-                              sinusoidal_position_encoding, training_memory_bytes)
+from course_lib.model import GPT, GPTConfig, sinusoidal_position_encoding
+from course_lib.sizing import count_parameters, flops_per_token, parameter_breakdown, training_memory_bytes
 from course_lib.presets import PRESETS
 
 configs = st.builds(

@@ -8,8 +8,9 @@ import torch
 import torch.nn as nn
 
 from course_lib import plots
-from course_lib.model import (GPT, GPTConfig, count_parameters, format_count, format_table, parameter_breakdown,
-                              parameter_gradient_norms, parameter_table)
+from course_lib.model import GPT, GPTConfig
+from course_lib.sizing import count_parameters, format_count, format_table, parameter_breakdown, parameter_table
+from course_lib.train import parameter_gradient_norms
 from course_lib.presets import PRESETS
 
 

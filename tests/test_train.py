@@ -1,4 +1,6 @@
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, 
 from course_lib.data import load_text, train_val_split
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import (TrainConfig, Trainer, configure_optimizer, cosine_lr, estimate_loss, lr_at,
+from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss, lr_at,
                               masked_accuracy, masked_cross_entropy, transformer_lr)
 
 TEXT = load_text()[:20_000]
@@ -54,33 +56,58 @@ def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(tmp_path):
     assert straight.history == resumed.history
 
 
-def test_checkpoint_interval_and_ctrl_c_save(tmp_path, monkeypatch):
-    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(checkpoint_interval=10), out_dir=tmp_path,
-                      progress=False)
-    real_step = trainer.train_step
+def test_ctrl_c_mid_step_finishes_the_step_saves_and_resumes_exactly(tmp_path, monkeypatch):
+    """A real SIGINT delivered in the middle of a step (between backward and the optimizer
+    step): the step completes, the state of step 17 is saved, and resuming it gives exactly
+    the uninterrupted run."""
+    config = tiny_train_config(checkpoint_interval=10)
+    straight = Trainer(tiny_model(), TRAIN, VAL, config, progress=False)
+    straight.train()
 
-    def step_then_interrupt():
-        loss = real_step()
-        if trainer.step == 17:
-            raise KeyboardInterrupt
-        return loss
+    trainer = Trainer(tiny_model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
+    real_clip = torch.nn.utils.clip_grad_norm_
 
-    monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
+    def clip_then_interrupt(*args, **kwargs):
+        if trainer.step == 16:  # inside the 17th step
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_then_interrupt)
+    with pytest.raises(TrainingInterrupted) as stopped:
         trainer.train()
+    monkeypatch.undo()
+    assert stopped.value.signum == signal.SIGINT and isinstance(stopped.value, KeyboardInterrupt)
     assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 17  # nothing lost
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False)
+    resumed.train()
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert straight.history == resumed.history
+
+
+def test_periodic_checkpoints_are_on_by_default(tmp_path, monkeypatch):
+    saved_at = []
+    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(), out_dir=tmp_path, progress=False)
+    real_save = trainer.save
+    monkeypatch.setattr(trainer, "save", lambda *a: saved_at.append(trainer.step) or real_save(*a))
+    trainer.train()
+    assert saved_at == [10, 20, 30]  # at every evaluation (eval_interval 10), the end included once
+    assert TrainConfig(checkpoint_interval=0).save_every == 0
 
 
 def test_checkpoint_is_written_atomically(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, {"step": 1})
+    model = tiny_model()
+    save_checkpoint(path, model, step=1)
 
     def crash(*args, **kwargs):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(RuntimeError, match="disk full"):
-        save_checkpoint(path, {"step": 2})
+        save_checkpoint(path, model, step=2)
     assert load_checkpoint(path)["step"] == 1  # the old checkpoint survives
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left behind
 

@@ -6,7 +6,8 @@ import numbers
 
 import torch
 
-from ..model import GPT, GPTConfig, count_parameters
+from ..model import GPT, GPTConfig
+from ..sizing import count_parameters
 from . import call, fail, passed
 
 # The configs the counting check tries: small ones are built and counted with sum(p.numel()),

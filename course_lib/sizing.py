@@ -1,0 +1,108 @@
+"""How big a GPT is, from its config alone: parameters (exact, and part by part), FLOPs per
+token, training memory, and tables of them (chapter 6). Nothing here builds a model.
+
+Shapes: C = n_embd, T = block_size, V = vocab_size, L = n_layer.
+"""
+from __future__ import annotations
+
+from .model import GPTConfig
+
+
+def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
+    """Parameters of each part of a :class:`GPT`, from the config alone.
+
+    Per block: attention 4C^2 (q, k, v and output projections), MLP 8C^2
+    (C x 4C and 4C x C), so 12C^2, plus 3C + C + 4C + C biases when ``bias``;
+    two LayerNorms of C gains (+ C biases). Embeddings: V*C tokens and T*C
+    positions. The LM head adds V*C unless it is tied to the token embedding.
+    """
+    V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
+    b = 1 if config.bias else 0
+    norm = C + b * C  # a LayerNorm: gain (+ bias)
+    attention = (3 * C * C + b * 3 * C) + (C * C + b * C)
+    mlp = (4 * C * C + b * 4 * C) + (4 * C * C + b * C)
+    final_norm = norm if config.norm_position == "pre" else 0
+    return {
+        "token embedding": V * C,
+        "position embedding": T * C,
+        "attention": L * attention,
+        "MLP": L * mlp,
+        "LayerNorms": L * 2 * norm + final_norm,
+        "LM head": 0 if config.tie_weights else V * C,
+    }
+
+
+def count_parameters(config: GPTConfig) -> int:
+    """The exact parameter count of ``GPT(config)``, equal to ``sum(p.numel())``."""
+    return sum(parameter_breakdown(config).values())
+
+
+def flops_per_token(config: GPTConfig, training: bool = True) -> int:
+    """Approximate floating-point operations per token at full context.
+
+    A matmul with N weights costs 2N FLOPs per token forward (a multiply and an
+    add); the attention scores and the weighted sum of values add 2 * 2 * T * C
+    per layer. Backward costs about twice forward, so training is about 3x:
+    6N + 12 L T C (the estimate of the PaLM paper, used by nanoGPT). N leaves out
+    the position embedding, which is a lookup, not a matmul; the token
+    embedding counts once, as the LM head's matmul.
+    """
+    N = count_parameters(config) - config.block_size * config.n_embd
+    if not config.tie_weights:
+        N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
+    forward = 2 * N + 4 * config.n_layer * config.block_size * config.n_embd
+    return 3 * forward if training else forward
+
+
+def training_memory_bytes(config: GPTConfig) -> dict[str, int]:
+    """fp32 memory for weights, gradients and AdamW's two moments (activations not included)."""
+    n = count_parameters(config)
+    return {"weights": 4 * n, "gradients": 4 * n, "AdamW state": 8 * n, "total": 16 * n}
+
+
+def format_count(n: int | float) -> str:
+    """A parameter (or FLOP, or byte) count in short form: 804096 -> '804.1K', 124439808 ->
+    '124.4M', 174604259328 -> '174.6B'; from 1e18 on, scientific notation ('3.14e+23')."""
+    if abs(n) >= 1e18:
+        return f"{n:.2e}"
+    for value, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= value:
+            return f"{n / value:.1f}{suffix}"
+    return f"{n:g}" if isinstance(n, float) else str(n)
+
+
+def format_table(header: list[str], rows: list[list], markdown: bool = False) -> str:
+    """Rows of values as an aligned plain-text table (first column left-aligned, the others
+    right-aligned; ints get thousands separators), or as a Markdown table."""
+    def cell(v):
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    table = [[str(h) for h in header]] + [[cell(v) for v in row] for row in rows]
+    if any(len(row) != len(header) for row in table):
+        raise ValueError(f"every row needs {len(header)} values, one per column of {header}")
+    if markdown:
+        lines = ["| " + " | ".join(table[0]) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
+        return "\n".join(lines)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for k, row in enumerate(table):
+        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def parameter_table(configs: dict[str, GPTConfig], markdown: bool = False) -> str:
+    """One row per named config: layers L, heads, C, T, V, the 12·L·C² weights of the blocks'
+    matrices, the embeddings (V·C + T·C), the exact total (:func:`count_parameters`) and that
+    total in short form. Computed from the configs alone: nothing is instantiated."""
+    header = ["model", "L", "heads", "C", "T", "V", "12·L·C²", "embeddings", "total", "≈"]
+    rows = []
+    for name, c in configs.items():
+        total = count_parameters(c)
+        parts = parameter_breakdown(c)
+        embeddings = parts["token embedding"] + parts["position embedding"]
+        rows.append([name, c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
+                     12 * c.n_layer * c.n_embd**2, embeddings, total, format_count(total)])
+    return format_table(header, rows, markdown)
