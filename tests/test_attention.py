@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, strategies as st
 
+from course_lib import attention
 from course_lib import attention as A
 
 
@@ -74,3 +75,36 @@ def test_incremental_attention_with_cache_equals_full():
     cache = A.LayerKVCache(12)
     parts = [attn(x[:, :4], cache), attn(x[:, 4:6], cache)] + [attn(x[:, t : t + 1], cache) for t in range(6, 9)]
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+# --- score variance (chapter 3) ---
+
+
+def test_score_variance_matches_the_definition():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(8, 64, 16, generator=gen)
+    k = torch.randn(8, 64, 16, generator=gen)
+    scores = q @ k.transpose(-2, -1)
+    got = attention.score_variance(16, generator=torch.Generator().manual_seed(0))
+    assert got == pytest.approx(scores.var().item(), rel=1e-6)
+    got = attention.score_variance(16, scaled=True, generator=torch.Generator().manual_seed(0))
+    assert got == pytest.approx((scores / 4).var().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("hs", [4, 64, 512])
+def test_score_variance_is_about_head_size_then_one(hs):
+    gen = torch.Generator().manual_seed(1)
+    assert attention.score_variance(hs, generator=gen) == pytest.approx(hs, rel=0.15)
+    assert attention.score_variance(hs, scaled=True, generator=gen) == pytest.approx(1.0, rel=0.15)
+
+
+def test_score_variance_uses_the_global_rng_without_generator():
+    torch.manual_seed(3)
+    a = attention.score_variance(8, batch=2, T=4)
+    torch.manual_seed(3)
+    assert attention.score_variance(8, batch=2, T=4) == a
+
+
+def test_score_variance_rejects_bad_head_size():
+    with pytest.raises(ValueError, match="head_size"):
+        attention.score_variance(0)

@@ -1,10 +1,16 @@
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from course_lib.generate import generate, generate_text, sample_next, top_k_filter, top_p_filter
+from course_lib.generate import compare_cache_speed, generate, generate_text, sample_next, top_k_filter, top_p_filter
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 torch.manual_seed(0)
 MODEL = GPT(GPTConfig(vocab_size=12, block_size=10, n_layer=2, n_head=2, n_embd=16)).eval()
@@ -70,3 +76,43 @@ def test_generate_text_round_trips_the_prompt():
         generate_text(MODEL, tok, "", 3)
     with pytest.raises(ValueError, match="unknown character 'z'"):
         generate_text(MODEL, tok, "z", 3)
+
+
+# --- measuring the KV cache (chapter 8) ---
+
+
+@pytest.fixture
+def model(tiny_model):
+    return tiny_model(vocab_size=12).eval()
+
+
+def test_compare_cache_speed_reports_both_speeds_and_equal_tokens(model):
+    idx = torch.randint(12, (2, 5), generator=torch.Generator().manual_seed(1))
+    result = compare_cache_speed(model, idx, 20, repeats=2, temperature=0.8, top_k=5)
+    assert set(result) == {"no_cache", "cache", "speedup", "same_tokens"}
+    assert result["same_tokens"] is True
+    assert result["no_cache"] > 0 and result["cache"] > 0
+    assert result["speedup"] == pytest.approx(result["cache"] / result["no_cache"])
+
+
+def test_compare_cache_speed_uses_the_seed_like_generate(model):
+    # The tokens it compares are the ones generate() gives for that seed: nothing else draws from it.
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    expected = generate(model, idx, 10, generator=torch.Generator().manual_seed(5))
+    assert compare_cache_speed(model, idx, 10, seed=5)["same_tokens"]
+    assert torch.equal(expected, generate(model, idx, 10, generator=torch.Generator().manual_seed(5), use_cache=True))
+
+
+def test_compare_cache_speed_rejects_zero_repeats(model):
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        compare_cache_speed(model, torch.zeros(1, 1, dtype=torch.long), 3, repeats=0)
+
+
+def test_kv_cache_benchmark_script_runs_and_checks_equal_tokens():
+    # The CPU preset (block_size 64) with a 60-token prompt: 4 new tokens, a quick smoke test.
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_cache.py"), "--preset", "shakespeare-char-cpu",
+                          "--prompt-len", "60", "--repeats", "1", "--threads", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "without KV cache:" in out.stdout and "with KV cache:" in out.stdout
+    assert "same tokens: True" in out.stdout and "speed-up:" in out.stdout
