@@ -316,3 +316,36 @@ def test_vocabulary_without_all_bytes_is_refused():
     vocab = {i: bytes([i]) for i in range(256)}
     with pytest.raises(ValueError, match="merge 0"):
         BPETokenizer(vocab, [(b"a", b"b")])
+
+
+def test_library_naive_trainer_agrees():
+    from course_lib.bpe import train_bpe_naive
+
+    text = SLICE[:8000] + ENDOFTEXT + SLICE[8000:12000]
+    assert train_bpe_naive(text, 300, [ENDOFTEXT]) == train_bpe(text=text, vocab_size=300, special_tokens=[ENDOFTEXT])
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)), st.sampled_from(["gpt2", "cl100k"]))
+def test_ascii_fast_patterns_cut_like_the_unicode_ones(text, name):
+    import re
+    import sys
+
+    import regex
+
+    from course_lib.bpe import ASCII_PATTERNS, PATTERNS
+    pattern = PATTERNS[name]
+    if pattern not in ASCII_PATTERNS:
+        assert name == "cl100k" and sys.version_info < (3, 11)
+        return
+    assert re.findall(ASCII_PATTERNS[pattern], text, re.ASCII) == regex.findall(pattern, text)
+
+
+def test_ascii_fast_pattern_on_edge_cases():
+    import re
+
+    import regex
+
+    from course_lib.bpe import ASCII_PATTERNS
+    text = "a\x0b\x0c\x1c\x1d\x1e\x1f b  \n\n x'S'll 12345 \t\r\n  \x0b\n  y  "  # \x1c-\x1f: str.isspace(), not \s
+    for pattern, fast in ASCII_PATTERNS.items():
+        assert re.findall(fast, text, re.ASCII) == regex.findall(pattern, text)
