@@ -452,6 +452,17 @@ class BPETokenizer:
         """Text -> ids: special tokens first (longest match), then pre-tokens, each merged by priority."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        if len(text) < 100_000:
+            return self._encode(text)
+        gc_was_on = gc.isenabled()
+        gc.disable()  # a long text adds many cache entries; the cycle collector would rescan them all
+        try:
+            return self._encode(text)
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    def _encode(self, text: str) -> list[int]:
         if self._splitter is None:
             return self._encode_ordinary(text)
         ids = []
