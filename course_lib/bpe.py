@@ -574,3 +574,20 @@ def read_tiktoken_ranks(path: str | os.PathLike) -> dict[bytes, int]:
         except (ValueError, binascii.Error):
             raise ValueError(f"{path}, line {lineno}: expected 'base64-token rank', got {line[:80]!r}") from None
     return ranks
+
+
+PALETTE = ["#fde2e4", "#cde7f0", "#e2f0cb", "#fff1c1", "#e4d8f5", "#ffd8be", "#d0f4de", "#f1e3d3"]
+
+
+def tokens_html(tokenizer, text: str) -> str:
+    """HTML that shows how ``tokenizer`` cuts ``text``: one coloured span per token (for notebooks:
+    ``IPython.display.HTML(tokens_html(tok, text))``). A token that holds part of a character's bytes
+    shows as U+FFFD; hover over a span to see its id."""
+    import html
+
+    spans = []
+    for k, i in enumerate(tokenizer.encode(text)):
+        piece = html.escape(tokenizer.decode([i])).replace("\n", "\u21b5<br>")
+        spans.append(f'<span title="{i}" style="background:{PALETTE[k % len(PALETTE)]};border-radius:3px;'
+                     f'padding:1px 0">{piece}</span>')
+    return '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.8">' + "".join(spans) + "</div>"

@@ -384,3 +384,12 @@ def test_bpe_preset_trains_saves_and_samples(tmp_path):
     a = generate_text(model.eval(), tok, "ROMEO:", 20, seed=1)
     b = generate_text(loaded, loaded_tok, "ROMEO:", 20, seed=1)
     assert a == b and a.startswith("ROMEO:")
+
+
+def test_tokens_html_has_one_span_per_token(shakespeare_tok):
+    from course_lib.bpe import tokens_html
+
+    text = "To be, or not to be <&>\n"
+    page = tokens_html(shakespeare_tok, text)
+    assert page.count("<span") == len(shakespeare_tok.encode(text))
+    assert "&lt;" in page and "&amp;" in page and "<&>" not in page
