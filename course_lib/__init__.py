@@ -9,11 +9,13 @@ One small module per idea, each introduced by a chapter:
 - ``model``: ``GPTConfig``, ``Block``, ``GPT``, parameter counting (ch. 5-6)
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7)
 - ``generate``: sampling and the KV cache (ch. 8)
+- ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
 - ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
 """
 from .model import GPT, GPTConfig
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
+from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
 from .utils import pick_device, seed_everything
@@ -21,6 +23,6 @@ from .utils import pick_device, seed_everything
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "Trainer", "TrainConfig",
+    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer", "train_bpe", "Trainer", "TrainConfig",
     "generate", "generate_text", "pick_device", "seed_everything", "__version__",
 ]
