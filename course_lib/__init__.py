@@ -9,6 +9,7 @@ One small module per idea, each introduced by a chapter:
 - ``model``: ``GPTConfig``, ``Block``, ``GPT``, parameter counting (ch. 5-6)
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7)
 - ``generate``: sampling and the KV cache (ch. 8)
+- ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
 - ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
 """
 from .model import GPT, GPTConfig
@@ -16,11 +17,12 @@ from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .utils import pick_device, seed_everything
 
 __version__ = "0.1.0"
 
 __all__ = [
     "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "Trainer", "TrainConfig",
-    "generate", "generate_text", "pick_device", "seed_everything", "__version__",
+    "generate", "generate_text", "Seq2Seq", "Seq2SeqConfig", "pick_device", "seed_everything", "__version__",
 ]
