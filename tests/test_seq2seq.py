@@ -206,13 +206,16 @@ def brute_force_best(model, src, length, alpha):
     return max([best] + [(s / length_penalty(len(ids), alpha), ids) for ids, s in frontier])
 
 
-def test_wide_beam_finds_the_best_finished_sequence():
-    torch.manual_seed(0)
+@pytest.mark.parametrize("seed", [7, 11, 17, 28])  # models where the best sequence is not greedy's for some alpha
+def test_wide_beam_finds_the_best_sequence(seed):
+    torch.manual_seed(seed)
     model = Seq2Seq(tiny(vocab_size=5, n_embd=8)).eval()  # 2 real tokens + EOS
     src = torch.tensor([[3, 4, 4]])
-    for alpha in (0.0, 0.6, 2.0):
-        score, ids = brute_force_best(model, src, 3, alpha)
-        # 16 beams hold every hypothesis (at most 2 x 2 x 3 = 12 candidates a step): the search is exhaustive
+    greedy = greedy_decode(model, src, max_len=3)[0]
+    best = [brute_force_best(model, src, 3, alpha)[1] for alpha in (0.0, 0.6, 2.0)]
+    assert any(ids != greedy for ids in best)
+    for alpha, ids in zip((0.0, 0.6, 2.0), best):
+        # 16 beams hold every hypothesis (at most 4 live x 3 tokens = 12 candidates a step): exhaustive
         assert beam_search(model, src, beam_size=16, max_len=3, alpha=alpha)[0] == ids
 
 
