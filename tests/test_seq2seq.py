@@ -278,3 +278,15 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
     texts = ["3 March 2021", "12/01/99"]
     assert translate(loaded, tok2, texts) == translate(trainer.model, tok, texts)
     assert 0.0 <= exact_match(loaded, tok2, date_test_set(20)) <= 1.0
+
+
+def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
+    from course_lib.seq2seq import train_dates
+
+    trainer = train_dates(tmp_path, max_iters=2, progress=False)
+    assert trainer.step == 2 and trainer.config.schedule == "transformer"
+    model, ckpt = checkpoint.load_model(tmp_path / checkpoint.CHECKPOINT_NAME)
+    tok = checkpoint.load_tokenizer(ckpt)
+    assert isinstance(tok, Seq2SeqTokenizer) and isinstance(model, Seq2Seq)
+    out = translate(model, tok, ["3 March 2021"], beam_size=2)
+    assert len(out) == 1 and isinstance(out[0], str)
