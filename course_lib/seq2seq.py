@@ -14,14 +14,14 @@ from __future__ import annotations
 import calendar
 import datetime
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import CausalSelfAttention, causal_mask, scaled_dot_product_attention
+from .attention import CausalSelfAttention, scaled_dot_product_attention
 from .checkpoint import register_model
 from .model import FeedForward, sinusoidal_position_encoding
 from .tokenizers import register_tokenizer
