@@ -10,6 +10,7 @@ One small module per idea, each introduced by a chapter:
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7)
 - ``generate``: sampling and the KV cache (ch. 8)
 - ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
+- ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
 - ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
 """
 from .model import GPT, GPTConfig
@@ -18,11 +19,13 @@ from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .utils import pick_device, seed_everything
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer", "train_bpe", "Trainer", "TrainConfig",
-    "generate", "generate_text", "pick_device", "seed_everything", "__version__",
+    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer", "train_bpe",
+    "Trainer", "TrainConfig", "generate", "generate_text", "Seq2Seq", "Seq2SeqConfig", "pick_device", "seed_everything",
+    "__version__",
 ]
