@@ -216,3 +216,18 @@ def test_ctrl_c_at_any_moment_saves_a_consistent_state_and_resumes_bitwise(tmp_p
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {ckpt} at step {step}" in resumed.stdout
     _assert_same_run(torch.load(ckpt, weights_only=True), uninterrupted)
+
+
+def test_the_encoder_decoder_trains_and_translates_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "dates"
+    assert main(["train-dates", "--out", str(out), "--max-iters", "3", "--device", "cpu"]) == 0
+    assert torch.load(out / "ckpt.pt", weights_only=True)["model_kind"] == "seq2seq"
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "03/04/21", "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ->  ")[0] for line in lines] == ["3 March 2021", "03/04/21"]
+    assert main(["sample", "--checkpoint", str(out / "ckpt.pt")]) == 2
+    assert "use `python -m course_lib translate" in capsys.readouterr().err
+    assert main(["train-dates", "--out", str(out), "--max-iters", "3"]) == 2  # never overwrites a run
+    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "--beam", "0"]) == 2
+    assert "beam_size must be an integer >= 1" in capsys.readouterr().err
