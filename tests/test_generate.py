@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from course_lib.generate import compare_cache_speed, generate, generate_text, sample_next, top_k_filter, top_p_filter
+from course_lib.generate import (compare_cache_speed, generate, generate_batch, generate_text, sample_next,
+                                 top_k_filter, top_p_filter)
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
 
@@ -116,3 +117,60 @@ def test_kv_cache_benchmark_script_runs_and_checks_equal_tokens():
     assert out.returncode == 0, out.stderr
     assert "without KV cache:" in out.stdout and "with KV cache:" in out.stdout
     assert "same tokens: True" in out.stdout and "speed-up:" in out.stdout
+
+
+# --- batched generation from prompts of different lengths (chapter 10) ---
+
+SAMPLERS = [dict(temperature=0), dict(), dict(temperature=0.8, top_k=5), dict(top_p=0.9)]
+
+
+def _alone(prompt, n, seed, use_cache, end_id=None, **kwargs):
+    """One prompt on its own, through the plain tensor path of generate, cut after end_id."""
+    out = generate(MODEL, torch.tensor([prompt]), n, generator=torch.Generator().manual_seed(seed),
+                   use_cache=use_cache, **kwargs)[0].tolist()
+    if end_id is not None and end_id in out[len(prompt):]:
+        out = out[: out.index(end_id, len(prompt)) + 1]
+    return out
+
+
+@settings(max_examples=25)
+@given(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=10), min_size=1, max_size=4),
+       st.integers(0, 14), st.sampled_from(range(len(SAMPLERS))), st.booleans(), st.sampled_from([None, 3]))
+def test_batched_generation_equals_one_prompt_at_a_time(prompts, n, sampler, use_cache, end_id):
+    kwargs = SAMPLERS[sampler]
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(len(prompts))]
+    batched = generate_batch(MODEL, prompts, n, generators=gens, use_cache=use_cache, end_id=end_id, **kwargs)
+    expected = [_alone(p, n, 100 + i, use_cache, end_id, **kwargs) for i, p in enumerate(prompts)]
+    assert batched == expected
+
+
+def test_generate_accepts_a_list_of_prompts_and_stops_rows_at_the_end_token():
+    prompts = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10, 11]]
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    out = generate(MODEL, prompts, 20, generators=gens, end_id=0, use_cache=True)
+    assert [o[: len(p)] for o, p in zip(out, prompts)] == prompts
+    for o, p in zip(out, prompts):
+        new = o[len(p):]
+        assert 0 not in new[:-1] and (new[-1] == 0 or len(new) == 20)
+    greedy = generate_batch(MODEL, prompts, 5, temperature=0)
+    assert greedy == [generate(MODEL, torch.tensor([p]), 5, temperature=0)[0].tolist() for p in prompts]
+
+
+@pytest.mark.parametrize("prompts, kwargs, message", [
+    ([], {}, "non-empty list of prompts"),
+    ([[1], []], {}, "prompt 1 is empty"),
+    ([[1] * 11], {}, "prompt 0 has 11 tokens, more than block_size 10"),
+    ([[1], [2]], dict(generators=[torch.Generator()]), "one generator per prompt: 2 prompts, 1 generators"),
+    ([[1]], dict(pad_id=12), "pad_id 12 must be a token id"),
+    ([[1]], dict(top_k=0), "top_k must be"),
+])
+def test_batched_generation_bad_input_is_a_clear_error(prompts, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        generate_batch(MODEL, prompts, 3, **kwargs)
+
+
+def test_list_of_prompts_with_a_single_generator_is_refused():
+    with pytest.raises(ValueError, match="generators="):
+        generate(MODEL, [[1], [2]], 3, generator=torch.Generator())
+    with pytest.raises(TypeError, match="only for a list of prompts"):
+        generate(MODEL, torch.zeros(1, 1, dtype=torch.long), 3, end_id=0)

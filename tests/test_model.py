@@ -72,3 +72,84 @@ def test_sinusoidal_encoding_values():
     assert pe[5, 3].item() == pytest.approx(math.cos(5 / 10000 ** (2 / 8)), rel=1e-5)
     with pytest.raises(ValueError):
         sinusoidal_position_encoding(4, 7)
+
+
+# --- attention masks and position ids (chapter 10) ---
+
+_masked_model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16)).eval()
+
+
+def test_without_mask_and_positions_forward_is_unchanged(tiny_config):
+    model = _masked_model
+    idx = torch.randint(11, (3, 9))
+    with torch.no_grad():
+        plain, _ = model(idx)
+        full_mask, _ = model(idx, attention_mask=torch.ones(3, 9, dtype=torch.bool))
+        explicit, _ = model(idx, position_ids=torch.arange(9))
+    assert torch.equal(plain, explicit)
+    assert torch.allclose(plain, full_mask, atol=1e-6)
+
+
+@given(st.lists(st.lists(st.integers(1, 10), min_size=1, max_size=16), min_size=1, max_size=5),
+       st.sampled_from(["left", "right"]))
+def test_padded_rows_give_the_logits_of_each_sequence_alone(seqs, side):
+    from course_lib.data import pad_batch
+
+    ids, mask = pad_batch(seqs, pad_id=0, side=side)
+    with torch.no_grad():
+        batched, _ = _masked_model(ids, attention_mask=mask)
+        for i, s in enumerate(seqs):
+            alone, _ = _masked_model(torch.tensor([s]))
+            assert torch.allclose(batched[i][mask[i]], alone[0], atol=1e-5)
+
+
+def test_left_padding_without_the_mask_or_positions_is_wrong():
+    from course_lib.data import pad_batch
+
+    ids, mask = pad_batch([[3, 4, 5, 6], [7, 8]], pad_id=0, side="left")
+    with torch.no_grad():
+        alone, _ = _masked_model(torch.tensor([[7, 8]]))
+        right, _ = _masked_model(ids, attention_mask=mask)
+        no_mask, _ = _masked_model(ids)
+        shifted, _ = _masked_model(ids, attention_mask=mask, position_ids=torch.arange(4))
+    assert torch.allclose(right[1, 2:], alone[0], atol=1e-6)
+    assert not torch.allclose(no_mask[1, 2:], alone[0], atol=1e-3)  # it sees the pads
+    assert not torch.allclose(shifted[1, 2:], alone[0], atol=1e-3)  # positions 2, 3 instead of 0, 1
+
+
+def test_packed_sequences_with_a_block_diagonal_mask_equal_separate_ones():
+    from course_lib.attention import segment_mask
+    from course_lib.data import pack_sequences
+
+    seqs = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]
+    ids, segments, positions = pack_sequences(seqs, block_size=16, pad_id=0)
+    with torch.no_grad():
+        packed, _ = _masked_model(ids, attention_mask=segment_mask(segments), position_ids=positions)
+        for s, seq in enumerate(seqs, start=1):
+            alone, _ = _masked_model(torch.tensor([seq]))
+            assert torch.allclose(packed[0][segments[0] == s], alone[0], atol=1e-5)
+
+
+def test_padded_targets_are_left_out_of_the_loss():
+    from course_lib.data import pad_batch
+
+    seqs = [[1, 2, 3, 4, 5], [6, 7]]
+    x, mask = pad_batch([s[:-1] for s in seqs], 0)
+    y, _ = pad_batch([s[1:] for s in seqs], -100)
+    _, loss = _masked_model(x, y)
+    total, count = 0.0, 0
+    for s in seqs:
+        _, l = _masked_model(torch.tensor([s[:-1]]), torch.tensor([s[1:]]))
+        total, count = total + l.item() * (len(s) - 1), count + len(s) - 1
+    assert loss.item() == pytest.approx(total / count, rel=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(attention_mask=torch.ones(2, 5, dtype=torch.bool)), r"attention_mask has shape \(2, 5\), expected \(2, 4\)"),
+    (dict(attention_mask=torch.ones(4, dtype=torch.bool)), "attention_mask has shape"),
+    (dict(position_ids=torch.arange(5)), r"position_ids has shape \(5,\)"),
+    (dict(position_ids=torch.arange(4) + 14), r"position_ids must lie in \[0, 15\]"),
+])
+def test_bad_masks_and_positions_are_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _masked_model(torch.zeros(2, 4, dtype=torch.long), **kwargs)
