@@ -664,7 +664,7 @@ DATES_MODEL = Seq2SeqConfig(vocab_size=len(DATE_ALPHABET) + 3, block_size=32, n_
                             n_decoder_layers=2, n_head=4, n_embd=64, dropout=0.0, label_smoothing=0.1)
 
 
-def dates_train_config(max_iters: int = 1000, batch_size: int = 64, warmup_iters: int = 200):
+def dates_train_config(max_iters: int = 750, batch_size: int = 64, warmup_iters: int = 200):
     from .train import TrainConfig
 
     return TrainConfig(max_iters=max_iters, batch_size=batch_size, schedule="transformer", warmup_iters=warmup_iters,
