@@ -104,7 +104,7 @@ def check_gpt2_parameters(fn) -> None:
         if got == expected:
             continue
         diff = got - expected
-        known = {V * C: "you counted the LM head as well: GPT-2 ties it to (shares it with) the token embedding, one V x C matrix.",
+        known = {V * C: "you counted the LM head as well: in GPT-2 it is tied to the token embedding (one shared V x C matrix).",
                  -T * C: "the position embedding (T x C) is missing.",
                  -(13 * L * C): "the biases are missing: c_attn 3C, attn c_proj C, c_fc 4C, mlp c_proj C per block.",
                  -(13 * L * C + 2 * C): "some biases are missing: the linear layers' (9C per block) and the "
