@@ -34,8 +34,8 @@ notebooks:
 
 # Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
 execute:
-	$(PYTHON) -m course_lib.book sync
-	$(PYTHON) -m course_lib.book execute $(NB)
+	$(PYTHON) -m course_lib.tools book sync
+	$(PYTHON) -m course_lib.tools book execute $(NB)
 
 clean:
 	rm -rf _build

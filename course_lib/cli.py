@@ -1,24 +1,32 @@
 """Command line: ``python -m course_lib train / sample / params``.
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
+    python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
+    python -m course_lib train --out runs/cpu --resume --set max_iters=4000   # continue a run
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small
-    python -m course_lib assignments build --chapter 3 --out student/   # for instructors
+
+Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
+training after the step under way, saves, says how to resume and exits with status 130.
+Maintainer and instructor tools live in ``python -m course_lib.tools``.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
 
+DEFAULT_PRESET = "shakespeare-char-cpu"
+
 
 def cmd_params(args) -> int:
-    from .sizing import count_parameters, flops_per_token, parameter_breakdown
     from .presets import get_preset
+    from .sizing import count_parameters, flops_per_token, parameter_breakdown
 
     config = get_preset(args.preset).model
     print(f"{args.preset}: {config}")
@@ -32,59 +40,144 @@ def cmd_params(args) -> int:
     return 0
 
 
+# --- train: settings ---------------------------------------------------------------------------
+
+
+def parse_settings(pairs: list[str], model_config, train_config) -> tuple[dict, dict]:
+    """``["n_layer=6", "learning_rate=3e-4"]`` -> (model fields, training fields), as text.
+    An unknown key is an error that lists every valid one."""
+    model_keys = [f.name for f in fields(model_config)]
+    train_keys = [f.name for f in fields(train_config)]
+    model, train = {}, {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: write KEY=VALUE, e.g. --set n_layer=6")
+        if key in model_keys:
+            model[key] = value.strip()
+        elif key in train_keys:
+            train[key] = value.strip()
+        else:
+            raise ValueError(f"--set {key}: unknown setting. Model settings: {', '.join(model_keys)}. "
+                             f"Training settings: {', '.join(train_keys)}")
+    return model, train
+
+
+def check_writable(folder: Path) -> None:
+    """Fail now, not after an hour of training, if ``folder`` cannot hold the checkpoint. A
+    folder this check creates is removed again, so that a failed start leaves nothing."""
+    created = []
+    try:
+        for parent in reversed([folder, *folder.parents]):
+            if not parent.exists():
+                parent.mkdir()
+                created.append(parent)
+        probe = folder / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        for made in reversed(created):
+            made.rmdir()
+        raise ValueError(f"cannot write to --out {folder} ({e.strerror or e}): choose a folder you can write") from None
+    for made in reversed(created):  # the Trainer creates it again when it first saves
+        made.rmdir()
+
+
+def resume_command(argv: list[str]) -> str:
+    args = [a for a in argv if a != "--resume"] + ["--resume"]
+    return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
+
+
 def cmd_train(args) -> int:
-    from .data import load_text, train_val_split
+    from .checkpoint import CHECKPOINT_NAME, load_checkpoint, load_tokenizer
+    from .data import load_text, read_text_file, train_val_split
     from .generate import generate_text
     from .model import GPT
     from .presets import get_preset
-    from .tokenizers import CharTokenizer
-    from .train import Trainer
-    from .utils import pick_device, seed_everything
+    from .tokenizers import train_tokenizer
+    from .train import Trainer, TrainConfig, TrainingInterrupted
+    from .utils import apply_overrides, check_device, pick_device, seed_everything
 
+    # Everything that can be wrong is checked before anything is written.
     preset = get_preset(args.preset)
     if preset.train is None:
         raise ValueError(f"preset {args.preset!r} is for counting parameters only (try `params --preset "
                          f"{args.preset}`); train shakespeare-char-cpu or shakespeare-char-gpu")
-    device = args.device or pick_device()
-    text = load_text(preset.corpus)
-    tokenizer = CharTokenizer.from_text(text)
+    device = check_device(args.device) if args.device else pick_device()
+    model_set, train_set = parse_settings(args.set, preset.model, preset.train)
+    if args.max_iters is not None:
+        train_set["max_iters"] = str(args.max_iters)
+    text = read_text_file(args.text) if args.text else load_text(preset.corpus)
+    name = Path(args.text).stem if args.text else args.preset
+    out = Path(args.out or f"runs/{name}")
+    ckpt_path = out / CHECKPOINT_NAME
+    resuming = ckpt_path.exists()
+    if resuming and not args.resume:
+        raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
+                              "or choose another --out so that it is not overwritten")
+
+    if resuming:
+        ckpt = load_checkpoint(ckpt_path)
+        tokenizer = load_tokenizer(ckpt, ckpt_path)
+        saved_model = type(preset.model).from_dict(ckpt["model_config"])
+        changed = {k: v for k, v in model_set.items() if apply_overrides(saved_model, {k: v}) != saved_model}
+        if changed:
+            raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({ckpt_path}); "
+                             "start a new run in another --out to change it")
+        train_config = apply_overrides(TrainConfig.from_dict(ckpt["train_config"]), train_set)
+        model_config = saved_model
+    else:
+        tokenizer = train_tokenizer(preset.tokenizer, text)
+        model_config = apply_overrides(replace(preset.model, vocab_size=tokenizer.vocab_size), model_set,
+                                       forbidden={"vocab_size": "it is the tokenizer's vocabulary size"})
+        train_config = apply_overrides(preset.train, train_set)
+
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_data, val_data = train_val_split(data)
-    out = Path(args.out or f"runs/{args.preset}")
-    ckpt = out / "ckpt.pt"
-    train_config = preset.train if args.max_iters is None else replace(preset.train, max_iters=args.max_iters)
-    if ckpt.exists():
-        if not args.resume:
-            raise FileExistsError(f"{ckpt} already exists: pass --resume to continue that run, "
-                                  "or choose another --out so that it is not overwritten")
-        trainer = Trainer.resume(ckpt, train_data=train_data, val_data=val_data, device=device,
-                                 max_iters=args.max_iters)
-        print(f"resuming {ckpt} at step {trainer.step}")
+    need = model_config.block_size + 1
+    if len(val_data) < need:
+        raise ValueError(f"the text is too short: {len(data):,} tokens split 90/10 leave {len(val_data):,} for "
+                         f"validation, fewer than one window plus one ({need}); use a longer text or a smaller "
+                         f"--set block_size=...")
+    check_writable(out)
+
+    if resuming:
+        trainer = Trainer.resume(ckpt_path, train_data=train_data, val_data=val_data, device=device,
+                                 config=train_config, tokenizer=tokenizer)
+        print(f"resuming {ckpt_path} at step {trainer.step} of {train_config.max_iters}")
     else:
+        if args.resume:
+            print(f"no checkpoint in {out} yet: starting a new run")
         seed_everything(train_config.seed)
-        model = GPT(replace(preset.model, vocab_size=tokenizer.vocab_size))
-        trainer = Trainer(model, train_data, val_data, train_config, device=device, out_dir=out, tokenizer=tokenizer)
-    print(f"{args.preset}: {trainer.model.num_parameters():,} parameters on {device}, "
-          f"{trainer.config.max_iters} iterations")
+        trainer = Trainer(GPT(model_config), train_data, val_data, train_config, device=device, out_dir=out,
+                          tokenizer=tokenizer)
+    trainer.resume_hint = resume_command(args.argv)
+    print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
+          f"{tokenizer.vocab_size} tokens, on {device}; {train_config.max_iters} iterations, checkpoints in {out}")
     start = time.perf_counter()
-    history = trainer.train()
-    print(f"done in {time.perf_counter() - start:.1f} s: val loss {history['val_loss'][-1]:.4f}; saved {ckpt}")
-    print(generate_text(trainer.model, tokenizer, "\n", 200, seed=train_config.seed, device=device))
+    try:
+        history = trainer.train()
+    except TrainingInterrupted as stop:  # the Trainer has saved and said how to resume
+        return 128 + stop.signum
+    print(f"done in {time.perf_counter() - start:.1f} s: val loss {history['val_loss'][-1]:.4f}; "
+          f"saved {ckpt_path}")
+    prompt = "\n" if "\n" in text else text[0]
+    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=train_config.seed, device=device))
     return 0
 
 
 def cmd_sample(args) -> int:
-    from .checkpoint import CheckpointError, load_model
+    from .checkpoint import load_model, load_tokenizer
     from .generate import check_sampling_args, generate_text
-    from .tokenizers import CharTokenizer
-    from .utils import pick_device
+    from .utils import check_device, pick_device
 
     check_sampling_args(args.temperature, args.top_k, args.top_p)
-    device = args.device or pick_device()
+    if args.tokens < 1:
+        raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
+    device = check_device(args.device) if args.device else pick_device()
     model, ckpt = load_model(args.checkpoint, device)
-    if not ckpt.get("tokenizer"):
-        raise CheckpointError(f"{args.checkpoint} stores no tokenizer, so its tokens cannot be turned into text")
-    tokenizer = CharTokenizer.from_dict(ckpt["tokenizer"])
+    tokenizer = load_tokenizer(ckpt, args.checkpoint)
     prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
     print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, device=device,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, use_cache=True))
@@ -93,46 +186,63 @@ def cmd_sample(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .presets import PRESETS
+    from .utils import DEFAULT_SEED
 
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    devices = ["cpu", "cuda", "mps"]
 
-    p = sub.add_parser("train", help="train a preset on its corpus, writing DIR/ckpt.pt")
-    p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
-    p.add_argument("--max-iters", type=int, help="override the preset's number of iterations")
-    p.add_argument("--out", help="output folder (default runs/PRESET)")
+    p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    p.add_argument("--text", metavar="FILE", help="train on this UTF-8 text file instead of the preset's corpus "
+                   "(its tokenizer is built from it; 90%% train, 10%% validation)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one model or training setting of the preset; repeat for more (see below)")
+    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
+    p.add_argument("--out", help="output folder (default runs/PRESET, or runs/NAME for --text NAME.txt)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", choices=devices, help="default: cuda, else mps, else cpu")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate")
+    p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy; < 1 sharper, > 1 flatter")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="sample from the nucleus of probability p")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--device", choices=devices)
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=cmd_params)
-
-    # For instructors: `assignments build` (student notebooks) and `assignments grade`.
-    from .assignments import add_parser as add_assignments_parser
-
-    add_assignments_parser(sub)
     return parser
 
 
+def settings_help() -> str:
+    from .model import GPTConfig
+    from .train import TrainConfig
+
+    def names(cls):
+        return ", ".join(f.name for f in fields(cls))
+
+    return ("settings for --set KEY=VALUE (values are checked like the config classes check them):\n"
+            f"  model:    {names(GPTConfig)} (vocab_size comes from the tokenizer)\n"
+            f"  training: {names(TrainConfig)}\n"
+            "example: --set n_layer=6 --set n_embd=192 --set learning_rate=3e-4 --set dropout=0.1")
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, OSError) as e:  # CheckpointError is a ValueError; FileNotFoundError an OSError
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -95,6 +95,27 @@ def load_text(name: str = "tinyshakespeare", path: str | Path | None = None) -> 
     return path.read_text(encoding="utf-8")
 
 
+def read_text_file(path: str | Path) -> str:
+    """Your own training text: a UTF-8 file, read whole. Clear errors for a missing file, an
+    empty one, and bytes that are not UTF-8 (with where they are)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such text file: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}, column "
+            f"{column}) cannot be decoded. Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)."
+        ) from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty: give a text to train on")
+    return text
+
+
 def load_names() -> list[str]:
     """The names corpus as a list of lowercase names."""
     return load_text("names").split()

@@ -13,6 +13,7 @@ class Preset:
     model: GPTConfig
     train: TrainConfig | None = None  # None: for counting parameters only
     corpus: str | None = "tinyshakespeare"
+    tokenizer: dict | str = "char"  # how course_lib.tokenizers.train_tokenizer builds it from the text
 
 
 PRESETS = {

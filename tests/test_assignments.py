@@ -1,7 +1,7 @@
 """Student notebooks, both directions, for every chapter in _toc.yml:
 
 - the chapter (solution) notebook passes its exercise checks ("Correct!");
-- the student notebook built by `python -m course_lib assignments build` runs up to each exercise,
+- the student notebook built by `python -m course_lib.tools assignments build` runs up to each exercise,
   and each check cell then fails with the student-facing "Not done yet" message: never a crash of
   the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
 
@@ -24,9 +24,9 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from _book_toc import ROOT, chapter_number, toc_chapters
-from course_lib import assignments
-from course_lib.assignments import has_solution, is_check_cell
+from course_lib.tools.chapters import ROOT, chapter_number, toc_chapters
+from course_lib.tools import assignments
+from course_lib.tools.assignments import has_solution, is_check_cell
 
 CHAPTERS = toc_chapters()
 FULL = os.environ.get("COURSE_STUDENT_FULL", "") not in ("", "0")
@@ -187,7 +187,7 @@ def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
 
 
 def test_command_line(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib", "assignments", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", *a],  # noqa: E731
                                     cwd=ROOT, capture_output=True, text=True, timeout=120)
     first = chapter_number(CHAPTERS[0])
     done = run("build", "--chapter", str(first), "--out", str(tmp_path))
@@ -325,7 +325,7 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     """As a student gets it: built by the CLI, executed top to bottom by nbclient in its own folder
     (with the chapter's data files, if any, beside it, as on the website's download)."""
     n = chapter_number(chapter)
-    subprocess.run([sys.executable, "-m", "course_lib", "assignments", "build", "--chapter", str(n),
+    subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter", str(n),
                     "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
     path = tmp_path / f"{Path(chapter).name}.ipynb"
     executed = assignments.execute_notebook(path, timeout=TIMEOUT)

@@ -11,9 +11,9 @@ import tomllib
 import nbformat
 import pytest
 
-from _book_toc import ROOT, chapter_number, page_source, toc_chapters, toc_entries
-from course_lib import assignments
-from course_lib.book import SETUP_TAG, repository_url, setup_cell_source
+from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_chapters, toc_entries
+from course_lib.tools import assignments
+from course_lib.tools.book import SETUP_TAG, repository_url, setup_cell_source
 
 CHAPTERS = toc_chapters()
 EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
@@ -62,7 +62,7 @@ def test_title_and_kernel(chapter):
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", f"{chapter}: kernelspec must be python3"
     assert nb.metadata.get("language_info", {}).get("pygments_lexer") == "ipython3", \
         f"{chapter}: no language_info.pygments_lexer 'ipython3' in its metadata (written when a kernel executes it): " \
-        f"run `python -m course_lib.book execute {chapter}.ipynb`; without it `!` and `%` lines break the -W build"
+        f"run `python -m course_lib.tools book execute {chapter}.ipynb`; without it `!` and `%` lines break the -W build"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -70,7 +70,7 @@ def test_first_code_cell_is_the_shared_setup_cell(chapter):
     first = code_cells(read(chapter))[0]
     assert SETUP_TAG in tags(first), f"{chapter}: the first code cell must be tagged {SETUP_TAG!r}"
     assert first.source == setup_cell_source(repository_url(ROOT / "_config.yml")), \
-        f"{chapter}: the setup cell differs from course_lib.book.setup_cell_source: run `python -m course_lib.book sync`"
+        f"{chapter}: the setup cell differs from course_lib.book.setup_cell_source: run `python -m course_lib.tools book sync`"
     others = [i for i, c in enumerate(code_cells(read(chapter))) if SETUP_TAG in tags(c)]
     assert others == [0], f"{chapter}: only the first code cell may be tagged {SETUP_TAG!r}"
 
@@ -134,7 +134,7 @@ def test_stored_executed_with_outputs(chapter):
         if not cell.source.strip() or skipped_by_nbval(cell):
             continue
         assert cell.execution_count is not None, \
-            f"{chapter}: code cell {index} was never executed: run `python -m course_lib.book execute {chapter}.ipynb`"
+            f"{chapter}: code cell {index} was never executed: run `python -m course_lib.tools book execute {chapter}.ipynb`"
         counts.append(cell.execution_count)
         for out in cell.outputs:
             if out.output_type == "error" and "raises-exception" not in tags(cell):

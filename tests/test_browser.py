@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from _book_toc import ROOT, page_source, toc_entries
+from course_lib.tools.chapters import ROOT, page_source, toc_entries
 
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"

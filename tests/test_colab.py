@@ -26,8 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from _book_toc import ROOT, toc_chapters
-from course_lib import assignments
+from course_lib.tools.chapters import ROOT, toc_chapters
+from course_lib.tools import assignments
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,9 @@
 """Student notebooks for instructors: the chapter notebooks without their solutions.
 
-    python -m course_lib assignments build --out student/              # every chapter
-    python -m course_lib assignments build --chapter 3 --out student/  # one chapter
-    python -m course_lib assignments build --nbgrader --out source/    # nbgrader's source/chNN/ folders
-    python -m course_lib assignments grade submissions/*.ipynb         # run them, report each check
+    python -m course_lib.tools assignments build --out student/              # every chapter
+    python -m course_lib.tools assignments build --chapter 3 --out student/  # one chapter
+    python -m course_lib.tools assignments build --nbgrader --out source/    # nbgrader's source/chNN/ folders
+    python -m course_lib.tools assignments grade submissions/*.ipynb         # run them, report each check
 
 The chapter notebooks use nbgrader's markup: the body of every exercise function sits between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION``. A student notebook is the chapter with
@@ -34,6 +34,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .chapters import CHAPTER_NAME, chapter_notebooks, execute_notebook
+
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
@@ -47,7 +49,6 @@ STUDENT_NOTE = (
     "`raise NotImplementedError()`. Write your code there, run the cell, then run the check "
     "cell below it: it says `Correct!` or tells you what to fix."
 )
-CHAPTER_FILE = re.compile(r"^ch(\d+)_.*\.ipynb$")
 CHECK_CALL = re.compile(r"(?<![\w.])(?:ch\d+\.)?check_\w+\s*\(")
 
 INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat nbclient ipykernel)'
@@ -287,28 +288,6 @@ def _check_python(source: str, where: str) -> None:
 # --- chapters ----------------------------------------------------------------------------------
 
 
-def default_book_dir() -> Path:
-    """``book/`` under the current directory when there is one, else the repository's."""
-    here = Path("book")
-    return here if here.is_dir() else Path(__file__).resolve().parent.parent / "book"
-
-
-def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
-    """Chapter number -> notebook, for every ``chNN_*.ipynb`` in ``book_dir``."""
-    book_dir = Path(book_dir) if book_dir is not None else default_book_dir()
-    if not book_dir.is_dir():
-        raise FileNotFoundError(f"no book folder at {book_dir}: pass --book DIR (the folder of the chapter notebooks)")
-    found: dict[int, Path] = {}
-    for path in sorted(book_dir.iterdir()):
-        m = CHAPTER_FILE.match(path.name)
-        if m:
-            number = int(m.group(1))
-            if number in found:
-                raise AssignmentError(f"two notebooks for chapter {number}: {found[number].name} and {path.name}")
-            found[number] = path
-    return dict(sorted(found.items()))
-
-
 def build_student_notebook(source: str | Path, out_dir: str | Path, nbgrader: bool = False) -> Path:
     """Write the student version of one chapter notebook into ``out_dir`` (same file name); with
     ``nbgrader=True``, its nbgrader source version into ``out_dir/chNN/`` (nbgrader's layout:
@@ -325,7 +304,7 @@ def build_student_notebook(source: str | Path, out_dir: str | Path, nbgrader: bo
         print(f"warning: {source.name} has no `{BEGIN_SOLUTION}` region: its student version has nothing "
               "to write", file=sys.stderr)
     if nbgrader:
-        m = CHAPTER_FILE.match(source.name)
+        m = CHAPTER_NAME.match(source.name)
         out_dir = out_dir / (f"ch{int(m.group(1)):02d}" if m else source.stem)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / source.name
@@ -337,13 +316,16 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
           nbgrader: bool = False) -> list[Path]:
     """Build the student notebooks of every chapter (or of one) into ``out_dir`` (with
     ``nbgrader=True``: nbgrader source notebooks, ``out_dir/chNN/chNN_*.ipynb``)."""
-    chapters = chapter_notebooks(book_dir)
+    try:
+        chapters = chapter_notebooks(book_dir)
+    except ValueError as e:
+        raise AssignmentError(str(e)) from None
     if chapter is not None:
         if chapter not in chapters:
             have = ", ".join(map(str, chapters)) or "none"
-            where = Path(book_dir) if book_dir is not None else default_book_dir()
+            where = Path(book_dir).resolve() if book_dir is not None else "the book"
             raise AssignmentError(f"no notebook for chapter {chapter} (ch{chapter:02d}_*.ipynb) in "
-                                  f"{where.resolve()}; chapters found: {have}")
+                                  f"{where}; chapters found: {have}")
         chapters = {chapter: chapters[chapter]}
     if not chapters:
         raise AssignmentError("no chapter notebooks (chNN_*.ipynb) found")
@@ -388,20 +370,10 @@ def check_results(nb) -> list[CheckResult]:
     return results
 
 
-def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3"):
-    """Run a notebook top to bottom in its own folder, going on past errors; returns it executed."""
-    nbformat = _require("nbformat")
-    nbclient = _require("nbclient")
-    path = Path(path)
-    nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
-    return nb
-
-
 def grade(paths, timeout: int = 600, kernel_name: str = "python3") -> dict[str, list[CheckResult]]:
     """Execute each submitted notebook and classify its check cells."""
-    return {str(p): check_results(execute_notebook(p, timeout, kernel_name)) for p in paths}
+    _require("nbclient")
+    return {str(p): check_results(execute_notebook(p, timeout, kernel_name, allow_errors=True)) for p in paths}
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -435,18 +407,8 @@ def _cmd_grade(args) -> int:
     return 0
 
 
-def _run(func):
-    def run(args) -> int:
-        try:
-            return func(args)
-        except ImportError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    return run
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``assignments build`` / ``assignments grade`` to the course_lib command line."""
+    """Add ``assignments build`` / ``assignments grade`` to the tools' command line."""
     p = subparsers.add_parser("assignments", help="build student notebooks (solutions removed) or grade them",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="assignments_command", required=True)
@@ -457,11 +419,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--nbgrader", action="store_true",
                    help="write nbgrader source notebooks instead (solutions kept, cells marked for "
                         "nbgrader: answer cells and autograded checks) into OUT/chNN/")
-    b.set_defaults(func=_run(_cmd_build))
+    b.set_defaults(func=_cmd_build)
     g = sub.add_parser("grade", help="execute notebooks and report every exercise check")
     g.add_argument("notebooks", nargs="+", help="the submitted notebooks")
     g.add_argument("--csv", help="also write the results to this CSV file")
     g.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     g.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
-    g.set_defaults(func=_run(_cmd_grade))
+    g.set_defaults(func=_cmd_grade)
     return p

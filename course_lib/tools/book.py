@@ -1,0 +1,83 @@
+"""Maintainer tools for the book's notebooks: the shared setup cell, and executing a
+chapter so that its stored outputs are the ones nbval checks.
+
+    python -m course_lib.tools book sync      # rewrite every chapter's setup cell from _config.yml
+    python -m course_lib.tools book execute book/ch01_text_and_tokens.ipynb
+
+Needs the book tooling (``pip install -r requirements.txt``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..utils import DEFAULT_SEED
+from .chapters import ROOT, chapter_notebooks, execute_notebook
+
+SETUP_TAG = "setup"
+
+
+def repository_url(config_path: Path = ROOT / "_config.yml") -> str:
+    """The course repository's URL: set once, in _config.yml (repository.url)."""
+    import yaml
+
+    config = yaml.safe_load(config_path.read_text())
+    return config["repository"]["url"].rstrip("/")
+
+
+def setup_cell_source(url: str, seed: int = DEFAULT_SEED) -> str:
+    return f'''\
+# Setup (the same in every chapter): install course_lib if it is missing (e.g. on Colab),
+# import it, pick a device and seed every random number generator.
+import importlib.util, os
+if importlib.util.find_spec("course_lib") is None:
+    course_lib_source = os.environ.get("COURSE_LIB_SOURCE", "git+{url}")
+    %pip install -q {{course_lib_source}}
+import course_lib
+device = course_lib.pick_device()
+course_lib.seed_everything({seed})
+print("course_lib is ready; device:", device)'''
+
+
+def sync_setup_cells(paths=None, url: str | None = None) -> list[Path]:
+    """Make the first code cell of every chapter the setup cell; returns the notebooks changed."""
+    import nbformat
+
+    url = url or repository_url()
+    changed = []
+    for path in paths or chapter_notebooks(ROOT / "book").values():
+        nb = nbformat.read(path, as_version=4)
+        source = setup_cell_source(url)
+        first = next((c for c in nb.cells if c.cell_type == "code"), None)
+        if first is None or SETUP_TAG not in first.metadata.get("tags", []):
+            raise ValueError(f"{path}: the first code cell must be the setup cell, tagged {SETUP_TAG!r}")
+        if first.source != source:
+            first.source = source
+            nbformat.write(nb, path)
+            changed.append(Path(path))
+    return changed
+
+
+def _cmd_sync(args) -> int:
+    for path in sync_setup_cells():
+        print(f"updated {path}")
+    return 0
+
+
+def _cmd_execute(args) -> int:
+    for path in args.paths or chapter_notebooks(ROOT / "book").values():
+        print(f"executing {path} ...", flush=True)
+        execute_notebook(path, store=True)
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``book sync`` / ``book execute`` to the tools' command line."""
+    p = subparsers.add_parser("book", help="maintain the chapters: setup cells, stored outputs",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="book_command", required=True)
+    sub.add_parser("sync", help="rewrite every chapter's setup cell from _config.yml").set_defaults(func=_cmd_sync)
+    e = sub.add_parser("execute", help="execute notebooks and store their outputs")
+    e.add_argument("paths", nargs="*", type=Path, help="default: every chapter of _toc.yml")
+    e.set_defaults(func=_cmd_execute)
+    return p

@@ -1,0 +1,95 @@
+"""The one list of chapters and the one notebook executor, shared by the maintainer tools
+(``book``), the instructor tools (``assignments``) and the tests.
+
+The chapters are the ``chNN_*`` entries of ``_toc.yml``, in reading order. A folder of
+notebooks handed out without the book (no ``_toc.yml`` beside it) is listed by file name.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (when course_lib is used from a checkout)
+CHAPTER_NAME = re.compile(r"^ch(\d+)_")
+
+
+def _files(node) -> list[str]:
+    """Every ``file:`` entry below a _toc.yml node, in reading order."""
+    found = []
+    if isinstance(node, dict):
+        if "file" in node:
+            found.append(node["file"])
+        for key in ("parts", "chapters", "sections"):
+            for child in node.get(key) or []:
+                found.extend(_files(child))
+    elif isinstance(node, list):
+        for child in node:
+            found.extend(_files(child))
+    return found
+
+
+def toc_entries(root: Path = ROOT) -> list[str]:
+    """Every page of the book (without suffix, relative to the repository root), root first."""
+    import yaml
+
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text())
+    return [toc["root"]] + _files(toc)
+
+
+def toc_chapters(root: Path = ROOT) -> list[str]:
+    """The chapter notebooks listed in _toc.yml (``book/chNN_*``), in order, without suffix."""
+    return [e for e in toc_entries(root) if CHAPTER_NAME.match(Path(e).name)]
+
+
+def chapter_number(entry: str | Path) -> int:
+    return int(CHAPTER_NAME.match(Path(entry).name).group(1))
+
+
+def page_source(entry: str, root: Path = ROOT) -> Path | None:
+    """The file behind a toc entry (.ipynb or .md), or None if there is none yet."""
+    for suffix in (".ipynb", ".md"):
+        path = Path(root) / f"{entry}{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
+    """Chapter number -> notebook: from ``_toc.yml`` beside ``book_dir`` (default: the book of
+    the current folder, else the repository's), else every ``chNN_*.ipynb`` in the folder."""
+    if book_dir is None:
+        book_dir = Path("book") if Path("book").is_dir() else ROOT / "book"
+    book_dir = Path(book_dir)
+    if not book_dir.is_dir():
+        raise FileNotFoundError(f"no book folder at {book_dir}: pass --book DIR (the folder of the chapter notebooks)")
+    root = book_dir.resolve().parent
+    if (root / "_toc.yml").exists():
+        paths = [root / f"{entry}.ipynb" for entry in toc_chapters(root)]
+        paths = [p for p in paths if p.parent == book_dir.resolve() and p.exists()]
+    else:
+        paths = sorted(p for p in book_dir.iterdir() if CHAPTER_NAME.match(p.name) and p.suffix == ".ipynb")
+    found: dict[int, Path] = {}
+    for path in paths:
+        number = chapter_number(path)
+        if number in found:
+            raise ValueError(f"two notebooks for chapter {number}: {found[number].name} and {path.name}")
+        found[number] = path
+    return dict(sorted(found.items()))
+
+
+def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
+                     allow_errors: bool = False, store: bool = False):
+    """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
+    it executed; with ``store``, write its outputs back into the file. Streams are coalesced,
+    which also folds progress-bar carriage returns: the page shows the final bar only."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
+                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+    if store:
+        nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+        nbformat.write(nb, path)
+    return nb
