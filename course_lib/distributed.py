@@ -46,6 +46,11 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def launched_world_size() -> int:
+    """The number of processes torchrun started (1 without torchrun), before :func:`setup`."""
+    return int(os.environ.get("WORLD_SIZE", 1)) if launched_by_torchrun() else 1
+
+
 def setup(device: str) -> str:
     """Join the process group when started by torchrun (else do nothing). Returns the device this
     process trains on: ``cuda:LOCAL_RANK`` for GPUs, else ``device`` as given."""
@@ -98,6 +103,15 @@ def gather(obj) -> list:
     out = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def average(value: float) -> float:
+    """The mean of ``value`` over all processes (``value`` itself without torchrun)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return t.item() / world_size()
 
 
 def any_process(flag: bool) -> bool:

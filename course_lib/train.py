@@ -377,6 +377,7 @@ class Trainer:
             self._stop_compiling(e)  # then retry the same batches in eager mode
             loss = self.forward_backward(batches)
         self._compile_unproven = False
+        loss = distributed.average(loss)  # under torchrun: the loss of the whole global batch
         if self.config.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not fp16's scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
