@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
-                         rng_state, save_checkpoint, set_rng_state, unwrap)
+                         rng_state, save_checkpoint, set_rng_state)
 from .data import get_batch
 from .utils import DEFAULT_SEED, IGNORE_INDEX, config_from_dict
 

@@ -1,6 +1,5 @@
 """Chapter 12: gradient accumulation, mixed precision, torch.compile, and data-parallel training with
 torchrun (2 CPU processes, gloo) equal to one process with accumulation over the same global batch."""
-import copy
 import os
 import signal
 import subprocess
