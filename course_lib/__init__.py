@@ -2,25 +2,30 @@
 
 One small module per idea, each introduced by a chapter:
 
-- ``data``: bundled corpora, splits, batches (ch. 1)
+- ``data``: bundled corpora, splits, batches (ch. 1); padding, packing, the names dataset (ch. 10)
 - ``bigram``: counting and learned bigram models, unigram entropy (ch. 1-2)
 - ``tokenizers``: ``CharTokenizer`` (ch. 1)
 - ``attention``: averaging the past, ``Head``, ``MultiHeadAttention``, ``CausalSelfAttention`` (ch. 3-4)
 - ``model``: ``GPTConfig``, ``Block``, ``GPT``, parameter counting (ch. 5-6)
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7)
-- ``generate``: sampling and the KV cache (ch. 8)
+- ``generate``: sampling and the KV cache (ch. 8); batches of prompts of different lengths (ch. 10)
+- ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
+- ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
 - ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
 """
 from .model import GPT, GPTConfig
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
+from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .utils import pick_device, seed_everything
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "Trainer", "TrainConfig",
-    "generate", "generate_text", "pick_device", "seed_everything", "__version__",
+    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer", "train_bpe",
+    "Trainer", "TrainConfig", "generate", "generate_text", "Seq2Seq", "Seq2SeqConfig", "pick_device", "seed_everything",
+    "__version__",
 ]

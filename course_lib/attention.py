@@ -18,9 +18,71 @@ def causal_mask(T: int, device=None) -> torch.Tensor:
     return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
 
 
-def padding_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
-    """(B, T) boolean mask: True for real tokens, False for padding after each sequence's length."""
-    return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+def padding_mask(lengths: torch.Tensor, T: int, side: str = "right") -> torch.Tensor:
+    """(B, T) boolean mask: True for real tokens, False for padding. With ``side="right"`` the
+    pads follow each sequence's ``lengths[b]`` tokens; with ``side="left"`` they precede them."""
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    positions = torch.arange(T, device=lengths.device)[None, :]  # (1, T)
+    if side == "left":
+        return positions >= (T - lengths)[:, None]
+    return positions < lengths[:, None]
+
+
+def check_attention_mask(attention_mask: torch.Tensor, B: int, Tk: int, Tq: int | None = None) -> torch.Tensor:
+    """Validate a mask of real tokens and return it as booleans.
+
+    Accepted shapes: (B, Tk), True where key position s holds a real token, or (B, Tq, Tk),
+    True where query t may attend to key s (e.g. the block-diagonal mask of packed sequences).
+    Tk counts every key the queries can see: with a KV cache, the cached positions too.
+    """
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a tensor, got {type(attention_mask).__name__}")
+    shapes = [(B, Tk)] + ([(B, Tq, Tk)] if Tq is not None else [])
+    if tuple(attention_mask.shape) not in shapes:
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
+            f"{' or '.join(str(s) for s in shapes)}: (batch, keys) with True on real tokens, where keys counts "
+            "the cached positions too"
+            + ("" if Tq is None else ", or (batch, queries, keys) for a full mask")
+        )
+    if attention_mask.dtype != torch.bool:
+        if attention_mask.dtype.is_floating_point or not ((attention_mask == 0) | (attention_mask == 1)).all():
+            raise ValueError("attention_mask must hold booleans (or 0/1 integers): True/1 for real tokens, "
+                             f"False/0 for padding; got dtype {attention_mask.dtype}")
+        attention_mask = attention_mask.bool()
+    return attention_mask
+
+
+def causal_padding_mask(attention_mask: torch.Tensor, T: int | None = None) -> torch.Tensor:
+    """The mask attention really uses: causal AND padding, shape (B, 1, Tq, Tk), True = may attend.
+
+    ``attention_mask`` is (B, Tk) with True on real tokens (or (B, Tq, Tk), a full mask per
+    sequence). The ``T`` queries (default: all Tk positions) are the *last* T positions, as with
+    a KV cache: query i sits at position Tk - T + i and may see keys 0 .. Tk - T + i that are
+    real. Broadcasting does the combining: causal (1, 1, Tq, Tk) & keys (B, 1, 1, Tk).
+
+    A pad query would see no key at all, and a softmax over nothing but -inf is nan; so every
+    query may always see itself (the diagonal). That changes nothing for real tokens, whose
+    outputs never read a pad, and keeps the pads' own (ignored) outputs finite.
+    """
+    Tk = attention_mask.shape[-1]
+    T = Tk if T is None else T
+    causal = causal_mask(Tk, attention_mask.device)[Tk - T:]  # (Tq, Tk)
+    if attention_mask.dim() == 2:
+        allowed = causal[None, None] & attention_mask[:, None, None, :].bool()  # (B, 1, Tq, Tk)
+    else:
+        allowed = causal[None, None] & attention_mask[:, None, -T:, :].bool()
+    diagonal = torch.eye(Tk, dtype=torch.bool, device=attention_mask.device)[Tk - T:]  # (Tq, Tk)
+    return allowed | diagonal
+
+
+def segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) segment ids of packed sequences -> (B, T, T) block-diagonal mask: query t may attend
+    to key s when both belong to the same sequence (same id). Id 0 marks padding, which no
+    query sees. Combine with the causal mask, e.g. through :func:`causal_padding_mask`."""
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, T, T)
+    return same & (segment_ids != 0)[:, None, :]
 
 
 # --- the mathematical trick: three ways to average the past -------------------------------
@@ -208,7 +270,11 @@ class CausalSelfAttention(nn.Module):
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
 
-    def forward(self, x: torch.Tensor, cache: LayerKVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKVCache | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask``, when given, is the whole boolean mask, causal part included, broadcastable to
+        (B, nh, T, past + T): True where query t may attend to key s (see
+        :func:`causal_padding_mask`). Without it the mask is causal only."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # each (B, T, C)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # each (B, nh, T, hs)
@@ -217,11 +283,17 @@ class CausalSelfAttention(nn.Module):
             past = cache.length
             k, v = cache.append(k, v)  # now (B, nh, past + T, hs)
         dropout_p = self.dropout if self.training else 0.0
+        if mask is not None and mask.shape[-2:] != (T, past + T):
+            raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
+                             f"(queries, keys) = ({T}, {past + T})")
         if self.need_weights:
-            # Query i sits at absolute position past + i and may see keys 0 .. past + i.
-            mask = causal_mask(past + T, x.device)[past:]
+            if mask is None:
+                # Query i sits at absolute position past + i and may see keys 0 .. past + i.
+                mask = causal_mask(past + T, x.device)[past:]
             y, weights = scaled_dot_product_attention(q, k, v, mask)
             self.last_weights = weights.detach()
+        elif mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         elif past == 0:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         elif T == 1:

@@ -6,6 +6,8 @@
     torchrun --nproc_per_node=2 -m course_lib train --set grad_accum_steps=2 --out runs/ddp   # data parallel
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small
+    python -m course_lib train-dates --out runs/dates             # chapter 11's encoder-decoder
+    python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130.
@@ -185,6 +187,42 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_train_dates(args) -> int:
+    from .seq2seq import train_dates
+    from .train import TrainingInterrupted
+    from .utils import check_device, pick_device
+
+    device = check_device(args.device) if args.device else pick_device()
+    if args.max_iters is not None and args.max_iters < 1:
+        raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
+    out = Path(args.out)
+    if (out / "ckpt.pt").exists():
+        raise FileExistsError(f"{out / 'ckpt.pt'} already exists: choose another --out so that it is not overwritten")
+    check_writable(out)
+    try:
+        trainer = train_dates(out, args.max_iters, device=device)
+    except TrainingInterrupted as stop:
+        return 128 + stop.signum
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {out / 'ckpt.pt'}")
+    return 0
+
+
+def cmd_translate(args) -> int:
+    from .checkpoint import load_model, load_tokenizer
+    from .seq2seq import Seq2Seq, translate
+    from .utils import check_device, pick_device
+
+    device = check_device(args.device) if args.device else pick_device()
+    model, ckpt = load_model(args.checkpoint, device)
+    if not isinstance(model, Seq2Seq):
+        raise ValueError(f"{args.checkpoint} holds a {ckpt['model_kind']!r} model, not an encoder-decoder: "
+                         "use `sample` to generate text from it")
+    tokenizer = load_tokenizer(ckpt, args.checkpoint)
+    for source, target in zip(args.texts, translate(model, tokenizer, args.texts, beam_size=args.beam)):
+        print(f"{source}  ->  {target}")
+    return 0
+
+
 def cmd_sample(args) -> int:
     from .checkpoint import load_model, load_tokenizer
     from .generate import check_sampling_args, generate_text
@@ -195,6 +233,9 @@ def cmd_sample(args) -> int:
         raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
     device = check_device(args.device) if args.device else pick_device()
     model, ckpt = load_model(args.checkpoint, device)
+    if ckpt["model_kind"] == "seq2seq":
+        raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather than continues "
+                         f"a text: use `python -m course_lib translate --checkpoint {args.checkpoint} TEXT`")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
     prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
     print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, device=device,
@@ -237,6 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--device", choices=devices)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
+    p.add_argument("--out", default="runs/dates", help="output folder (default runs/dates)")
+    p.add_argument("--max-iters", type=int, help="training steps (default: the chapter's 1000)")
+    p.add_argument("--device", choices=devices)
+    p.set_defaults(func=cmd_train_dates)
+
+    p = sub.add_parser("translate", help="translate texts with an encoder-decoder checkpoint (train-dates)")
+    p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train-dates`")
+    p.add_argument("texts", nargs="+", help="the texts to translate, e.g. '3 March 2021'")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy decoding)")
+    p.add_argument("--device", choices=devices)
+    p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")

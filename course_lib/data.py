@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from .utils import DEFAULT_SEED, IGNORE_INDEX
+
 CORPUS_DIR = Path(__file__).resolve().parent / "corpora"
 
 
@@ -191,3 +193,146 @@ class StridedWindows(torch.utils.data.Dataset):
         start = i * self.stride
         chunk = self.data[start : start + self.block_size + 1]
         return chunk[:-1], chunk[1:]
+
+
+# --- sequences of different lengths (chapter 10) ---------------------------------------------
+
+
+def pad_batch(seqs, pad_id: int, side: str = "right", length: int | None = None,
+              check_collision: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack sequences of different lengths into one (B, T) batch.
+
+    ``seqs`` is a list of B sequences of token ids (lists or 1-D tensors). Each is padded with
+    ``pad_id`` to ``length`` (default: the longest one), after its tokens (``side="right"``,
+    for training) or before them (``side="left"``, for generation: every row then ends in the
+    last column). Returns ``ids`` (B, T), a long tensor, and ``mask`` (B, T), a bool tensor that
+    is True on real tokens and False on pads.
+
+    A ``pad_id`` that is also a real token of some sequence is refused (``check_collision``):
+    anything that later finds the pads by their value would drop that token too. Pad targets
+    with ``IGNORE_INDEX`` (-100), which is never a token.
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' (training) or 'left' (generation), got {side!r}")
+    if seqs is None or len(seqs) == 0:
+        raise ValueError("pad_batch got an empty list of sequences: a batch needs at least one sequence")
+    rows = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
+    for i, row in enumerate(rows):
+        if len(row) == 0:
+            raise ValueError(f"sequence {i} is empty: every sequence needs at least one token "
+                             "(e.g. a begin token); drop empty ones before padding")
+        if check_collision and pad_id in row:
+            raise ValueError(f"pad_id {pad_id} is also a real token of sequence {i} (at position {row.index(pad_id)}): "
+                             "choose a pad id that no sequence uses, e.g. a dedicated <pad> token, or IGNORE_INDEX "
+                             "(-100) for targets")
+    longest = max(len(r) for r in rows)
+    T = longest if length is None else length
+    if T < longest:
+        raise ValueError(f"length {T} is shorter than the longest sequence ({longest} tokens)")
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), T, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        where = slice(0, len(row)) if side == "right" else slice(T - len(row), T)
+        ids[i, where] = torch.tensor(row, dtype=torch.long)
+        mask[i, where] = True
+    return ids, mask
+
+
+def pack_sequences(seqs, block_size: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pack whole sequences one after another into windows of ``block_size`` tokens, the
+    alternative to padding each one: a window is filled with sequences, in order, until the
+    next one does not fit, then padded.
+
+    Returns ``ids`` (B, T), ``segments`` (B, T) (1, 2, ... for the sequences of a window, 0 on
+    pads) and ``positions`` (B, T) (restarting at 0 in every sequence). The block-diagonal mask
+    ``attention.segment_mask(segments)`` keeps each sequence from seeing its neighbours.
+    """
+    if seqs is None or len(seqs) == 0:
+        raise ValueError("pack_sequences got an empty list of sequences")
+    rows = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
+    windows: list[list[list[int]]] = [[]]
+    for i, row in enumerate(rows):
+        if not 0 < len(row) <= block_size:
+            raise ValueError(f"sequence {i} has {len(row)} tokens; each must have 1 to block_size ({block_size})")
+        if sum(map(len, windows[-1])) + len(row) > block_size:
+            windows.append([])
+        windows[-1].append(row)
+    ids = torch.full((len(windows), block_size), pad_id, dtype=torch.long)
+    segments = torch.zeros(len(windows), block_size, dtype=torch.long)
+    positions = torch.zeros(len(windows), block_size, dtype=torch.long)
+    for b, window in enumerate(windows):
+        start = 0
+        for s, row in enumerate(window, start=1):
+            ids[b, start : start + len(row)] = torch.tensor(row)
+            segments[b, start : start + len(row)] = s
+            positions[b, start : start + len(row)] = torch.arange(len(row))
+            start += len(row)
+    return ids, segments, positions
+
+
+class NamesDataset:
+    """The names corpus as one sequence per name: ``<bos> e m m a <eos>``.
+
+    Token ids: 0 ``<pad>``, 1 ``<bos>`` (begin), 2 ``<eos>`` (end), then the letters in
+    alphabetical order. The names are shuffled (with ``seed``) and split into train and
+    validation names. :meth:`batch` draws random names and pads them into (x, y) where ``y``
+    is ``x`` shifted by one, with ``IGNORE_INDEX`` at padded targets so the loss skips them.
+    """
+
+    PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+
+    def __init__(self, names: list[str] | None = None, train_fraction: float = 0.9, seed: int = DEFAULT_SEED):
+        names = load_names() if names is None else list(names)
+        if not names:
+            raise ValueError("NamesDataset needs at least one name")
+        if not 0.0 < train_fraction < 1.0:
+            raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+        self.chars = sorted(set("".join(names)))
+        self.itos = [self.PAD, self.BOS, self.EOS] + self.chars
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
+        order = torch.randperm(len(names), generator=torch.Generator().manual_seed(seed)).tolist()
+        shuffled = [names[i] for i in order]
+        n = max(1, int(train_fraction * len(names)))
+        self.names = {"train": shuffled[:n], "val": shuffled[n:] or shuffled[:1]}
+        self.max_len = max(len(name) for name in names) + 2  # with <bos> and <eos>
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, name: str) -> list[int]:
+        """'emma' -> [<bos>, e, m, m, a, <eos>] as ids."""
+        unknown = sorted(set(name) - set(self.chars))
+        if unknown:
+            raise ValueError(f"{name!r} has characters {unknown} that no name in the list uses")
+        return [self.bos_id] + [self.stoi[c] for c in name] + [self.eos_id]
+
+    def decode(self, ids) -> str:
+        """Ids -> the name: the begin and pad tokens are skipped, and the name ends at <eos>."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        letters = []
+        for i in ids:
+            if i == self.eos_id:
+                break
+            if i not in (self.pad_id, self.bos_id):
+                letters.append(self.itos[i])
+        return "".join(letters)
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator | None = None,
+              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``batch_size`` random names of ``split`` -> ``x`` (B, T), ``y`` (B, T), ``mask`` (B, T),
+        right-padded to the longest name drawn, T = its length + 1. ``y[b, t]`` is the token after
+        ``x[b, :t+1]``, and ``IGNORE_INDEX`` where ``x[b, t]`` is a pad; ``mask`` is True on real inputs."""
+        if split not in self.names:
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        names = self.names[split]
+        picks = torch.randint(len(names), (batch_size,), generator=generator).tolist()
+        seqs = [self.encode(names[i]) for i in picks]
+        x, mask = pad_batch([s[:-1] for s in seqs], self.pad_id)
+        y, _ = pad_batch([s[1:] for s in seqs], IGNORE_INDEX)
+        return x.to(device), y.to(device), mask.to(device)
+
+    def batch_fn(self, batch_size: int, device: str | torch.device = "cpu"):
+        """A ``batch_fn(split, generator) -> (x, y)`` for :class:`course_lib.train.Trainer`."""
+        return lambda split, generator: self.batch(split, batch_size, generator, device)[:2]

@@ -1,5 +1,6 @@
 """Sampling from a trained model: greedy, temperature, top-k, top-p, with the context
-cropped to block_size, and an optional KV cache (chapter 8).
+cropped to block_size, and an optional KV cache (chapter 8); batches of prompts of different
+lengths with left padding, an attention mask and per-row generators (chapter 10).
 
 Shapes: B batch, T time, V vocabulary size.
 """
@@ -55,8 +56,12 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 @torch.no_grad()
 def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = False) -> torch.Tensor:
+             use_cache: bool = False, **batch_options) -> torch.Tensor:
     """Extend ``idx`` (B, T) by ``max_new_tokens`` sampled tokens; returns (B, T + max_new_tokens).
+
+    ``idx`` may also be a list of prompts of different lengths (lists of token ids): then
+    this is :func:`generate_batch` (which takes ``generators``, ``end_id`` and ``pad_id``)
+    and returns one list of tokens per prompt.
 
     The model only ever sees the last ``block_size`` tokens. With ``use_cache`` the keys and
     values of earlier positions are kept, so each step runs the model on one new token
@@ -64,6 +69,13 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     is longer than block_size every position shifts, so the cache is refilled from the
     cropped context each step (no saving there: learned positions are absolute).
     """
+    if isinstance(idx, (list, tuple)):
+        if generator is not None:
+            raise ValueError("with a list of prompts give generators=[one torch.Generator per prompt], not generator")
+        return generate_batch(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache=use_cache,
+                              **batch_options)
+    if batch_options:
+        raise TypeError(f"{', '.join(sorted(batch_options))}: only for a list of prompts (see generate_batch)")
     check_sampling_args(temperature, top_k, top_p)
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}; "
@@ -87,6 +99,85 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
         idx = torch.cat([idx, next_id], dim=1)
     model.train(was_training)
     return idx
+
+
+@torch.no_grad()
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None,
+                   generators: list[torch.Generator] | None = None, end_id: int | None = None,
+                   pad_id: int = 0, use_cache: bool = False) -> list[list[int]]:
+    """Continue several prompts of different lengths at once (chapter 10).
+
+    ``prompts`` is a list of B lists of token ids. They are padded on the **left** to a (B, T)
+    batch, so that every row's newest token sits in the last column, and the model gets an
+    attention mask (no token sees a pad) and position ids (each row's tokens are at positions
+    0, 1, ... as if it were alone). Returns, for each prompt, the prompt followed by its new
+    tokens: exactly what generating from that prompt alone returns, with or without the KV cache.
+
+    ``generators``: one ``torch.Generator`` per prompt; row i draws its samples from
+    ``generators[i]`` only, so row i equals ``generate_batch(model, [prompts[i]], ...,
+    generators=[generators[i]])`` and ``generate(model, torch.tensor([prompts[i]]), ...,
+    generator=generators[i])`` seeded the same way. Without them, rows draw in turn from
+    PyTorch's global generator. ``end_id``: a row stops after producing this token (which it
+    keeps); generation ends when every row has stopped or after ``max_new_tokens``. ``pad_id``
+    fills the padding; its value never matters (the mask hides it), but it must be a valid id.
+
+    Floating point: the padded batch runs matrix products of other shapes than a single prompt
+    does, so the logits can differ in the last bits (about 1e-7); masked keys get exactly zero
+    weight. Greedy and sampled tokens are equal unless two tokens tie to within that rounding.
+    """
+    from .data import pad_batch  # data imports nothing from here; kept local to keep generate light
+
+    check_sampling_args(temperature, top_k, top_p)
+    block_size = model.config.block_size
+    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+        raise ValueError("prompts must be a non-empty list of prompts, each a list of token ids")
+    prompts = [list(p.tolist() if isinstance(p, torch.Tensor) else p) for p in prompts]
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty: start every prompt with at least one token (e.g. a begin token)")
+        if len(p) > block_size:
+            raise ValueError(f"prompt {i} has {len(p)} tokens, more than block_size {block_size}: crop it to its "
+                             f"last {block_size} tokens (prompt[-{block_size}:]) before generating")
+    if generators is not None and len(generators) != len(prompts):
+        raise ValueError(f"give one generator per prompt: {len(prompts)} prompts, {len(generators)} generators")
+    if not 0 <= pad_id < model.config.vocab_size:
+        raise ValueError(f"pad_id {pad_id} must be a token id in [0, {model.config.vocab_size - 1}] "
+                         "(the pads are embedded, then hidden by the mask)")
+    device = next(model.parameters()).device
+    ids, mask = pad_batch(prompts, pad_id, side="left", check_collision=False)  # (B, T) each
+    ids, mask = ids.to(device), mask.to(device)
+    B = len(prompts)
+    out = [list(p) for p in prompts]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    was_training = model.training
+    model.eval()
+    cache = None
+    for _ in range(max_new_tokens):
+        context, context_mask = ids[:, -block_size:], mask[:, -block_size:]  # crop, as generate does
+        if not use_cache:
+            logits, _ = model(context, attention_mask=context_mask)
+        elif cache is None or cache.length + 1 > block_size or ids.shape[1] > block_size:
+            cache = KVCache(model.config.n_layer, block_size)
+            logits, _ = model(context, cache=cache, attention_mask=context_mask)  # prefill
+        else:  # the newest column only; the mask covers the cached positions too
+            logits, _ = model(ids[:, -1:], cache=cache, attention_mask=mask[:, -(cache.length + 1):])
+        last = logits[:, -1, :]  # (B, V)
+        next_id = torch.full((B, 1), pad_id, dtype=torch.long, device=device)
+        for i in range(B):
+            if not done[i]:  # row by row, each from its own generator, exactly as alone
+                gen = generators[i] if generators is not None else None
+                next_id[i] = sample_next(last[i : i + 1], temperature, top_k, top_p, gen)[0]
+                out[i].append(int(next_id[i]))
+        new_mask = ~done[:, None]  # a finished row gets a pad, hidden from everyone
+        if end_id is not None:
+            done = done | (next_id[:, 0] == end_id)
+        ids = torch.cat([ids, next_id], dim=1)
+        mask = torch.cat([mask, new_mask], dim=1)
+        if bool(done.all()):
+            break
+    model.train(was_training)
+    return out
 
 
 def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 200, seed: int | None = None,

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import CausalSelfAttention, KVCache
+from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .checkpoint import register_model
 from .utils import IGNORE_INDEX, config_from_dict
 
@@ -90,12 +90,12 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = FeedForward(config)
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_norm:  # GPT-2: x + f(LN(x)); the residual path stays a clean highway
-            x = x + self.attn(self.ln_1(x), cache)
+            x = x + self.attn(self.ln_1(x), cache, mask)
             x = x + self.mlp(self.ln_2(x))
         else:  # the 2017 paper: LN(x + f(x)), "add & norm"
-            x = self.ln_1(x + self.attn(x, cache))
+            x = self.ln_1(x + self.attn(x, cache, mask))
             x = self.ln_2(x + self.mlp(x))
         return x
 
@@ -108,6 +108,16 @@ class GPT(nn.Module):
     ``(logits, loss)``: logits (B, T, V), and the mean cross-entropy against
     ``targets`` (B, T) when they are given (positions whose target equals
     ``ignore_index`` are left out), else ``None``.
+
+    Batches of sequences of different lengths (chapter 10): ``attention_mask`` (B, T) is True
+    on real tokens and False on pads (with a KV cache it covers the cached positions too:
+    (B, past + T)); no position attends to a pad. ``position_ids`` (B, T) or (T,) give each
+    token's position; by default they are 0, 1, 2, ... counted over the real tokens of each
+    row when a mask is given (so a left-padded row gets the positions it would have alone),
+    else ``past, past + 1, ...``. Padded targets are left out of the loss by setting them to
+    ``ignore_index`` (the mask does not do it). A (B, T, T) ``attention_mask`` is a full
+    per-sequence mask, e.g. the block-diagonal one of packed sequences; the causal part is
+    always added.
     """
 
     def __init__(self, config: GPTConfig):
@@ -151,7 +161,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                ignore_index: int = IGNORE_INDEX):
+                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None):
         B, T = idx.shape
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
@@ -165,10 +176,26 @@ class GPT(nn.Module):
                 f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size {self.config.vocab_size}), "
                 f"got ids from {int(idx.min())} to {int(idx.max())}: was the text encoded with another tokenizer?"
             )
-        pos = torch.arange(past, past + T, device=idx.device)  # (T,)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) -> (B, T, C)
+        mask = None
+        if attention_mask is not None:
+            attention_mask = check_attention_mask(attention_mask, B, past + T, T)
+            mask = causal_padding_mask(attention_mask, T)  # (B, 1, T, past + T): causal AND real keys
+        if position_ids is None:
+            if attention_mask is not None and attention_mask.dim() == 2:
+                # the i-th real token of a row is at position i, however many pads come before it
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
+            else:
+                position_ids = torch.arange(past, past + T, device=idx.device)  # (T,)
+        else:
+            if tuple(position_ids.shape) not in ((T,), (B, T)):
+                raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}, expected ({T},) or ({B}, {T})")
+            if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.config.block_size):
+                raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size "
+                                 f"{self.config.block_size}), got {int(position_ids.min())} to {int(position_ids.max())}")
+        pos = position_ids
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache.layers[i] if cache is not None else None)
+            x = block(x, cache.layers[i] if cache is not None else None, mask)
         x = self.ln_f(x)
         logits = self.lm_head(x)  # (B, T, V)
         loss = None

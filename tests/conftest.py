@@ -20,6 +20,21 @@ def tiny_config():
     return GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16)
 
 
+@pytest.fixture
+def tiny_model(tiny_config):
+    """The one tiny GPT of the tests: ``tiny_model(seed=0, **changes)`` builds a freshly
+    initialised GPT of ``tiny_config`` with ``changes`` applied (e.g. vocab_size=12)."""
+    from dataclasses import replace
+
+    from course_lib.model import GPT
+
+    def make(seed: int = 0, **changes):
+        torch.manual_seed(seed)
+        return GPT(replace(tiny_config, **changes))
+
+    return make
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

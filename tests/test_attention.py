@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, strategies as st
 
+from course_lib import attention
 from course_lib import attention as A
 
 
@@ -74,3 +75,96 @@ def test_incremental_attention_with_cache_equals_full():
     cache = A.LayerKVCache(12)
     parts = [attn(x[:, :4], cache), attn(x[:, 4:6], cache)] + [attn(x[:, t : t + 1], cache) for t in range(6, 9)]
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+# --- score variance (chapter 3) ---
+
+
+def test_score_variance_matches_the_definition():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(8, 64, 16, generator=gen)
+    k = torch.randn(8, 64, 16, generator=gen)
+    scores = q @ k.transpose(-2, -1)
+    got = attention.score_variance(16, generator=torch.Generator().manual_seed(0))
+    assert got == pytest.approx(scores.var().item(), rel=1e-6)
+    got = attention.score_variance(16, scaled=True, generator=torch.Generator().manual_seed(0))
+    assert got == pytest.approx((scores / 4).var().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("hs", [4, 64, 512])
+def test_score_variance_is_about_head_size_then_one(hs):
+    gen = torch.Generator().manual_seed(1)
+    assert attention.score_variance(hs, generator=gen) == pytest.approx(hs, rel=0.15)
+    assert attention.score_variance(hs, scaled=True, generator=gen) == pytest.approx(1.0, rel=0.15)
+
+
+def test_score_variance_uses_the_global_rng_without_generator():
+    torch.manual_seed(3)
+    a = attention.score_variance(8, batch=2, T=4)
+    torch.manual_seed(3)
+    assert attention.score_variance(8, batch=2, T=4) == a
+
+
+def test_score_variance_rejects_bad_head_size():
+    with pytest.raises(ValueError, match="head_size"):
+        attention.score_variance(0)
+
+
+def test_padding_mask_left():
+    m = A.padding_mask(torch.tensor([2, 4]), 4, side="left")
+    assert m.tolist() == [[False, False, True, True], [True, True, True, True]]
+    with pytest.raises(ValueError, match="side"):
+        A.padding_mask(torch.tensor([1]), 2, side="up")
+
+
+def test_causal_padding_mask_combines_by_broadcasting():
+    real = torch.tensor([[True, True, True, False], [False, True, True, True]])  # right, left padded
+    m = A.causal_padding_mask(real)
+    assert m.shape == (2, 1, 4, 4)
+    causal = A.causal_mask(4)
+    eye = torch.eye(4, dtype=torch.bool)
+    assert torch.equal(m[:, 0], (causal & real[:, None, :]) | eye)
+    # the last 2 queries only (a KV cache with 2 past positions)
+    assert torch.equal(A.causal_padding_mask(real, 2), m[:, :, 2:])
+    # no query row is empty, so the softmax never sees only -inf
+    assert m.any(-1).all()
+
+
+def test_segment_mask_is_block_diagonal():
+    seg = torch.tensor([[1, 1, 2, 2, 2, 0]])
+    m = A.segment_mask(seg)[0].int()
+    assert m.tolist() == [[1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0],
+                          [0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0]]
+
+
+def test_check_attention_mask_shapes_and_dtypes():
+    assert A.check_attention_mask(torch.tensor([[1, 0]]), 1, 2).dtype == torch.bool
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 3\), expected \(2, 4\)"):
+        A.check_attention_mask(torch.ones(2, 3, dtype=torch.bool), 2, 4)
+    with pytest.raises(ValueError, match="booleans"):
+        A.check_attention_mask(torch.full((1, 2), 0.5), 1, 2)
+    with pytest.raises(TypeError, match="tensor"):
+        A.check_attention_mask([[1, 1]], 1, 2)
+
+
+def test_masked_attention_ignores_padded_keys_and_matches_the_written_out_path():
+    torch.manual_seed(2)
+    attn = A.CausalSelfAttention(16, 4, block_size=12).eval()
+    x = torch.randn(2, 6, 16)
+    real = torch.tensor([[True] * 6, [False, False, True, True, True, True]])
+    mask = A.causal_padding_mask(real)
+    y = attn(x, mask=mask)
+    # row 1 with its pads dropped is the same as its 4 real tokens alone
+    assert torch.allclose(y[1, 2:], attn(x[1:, 2:])[0], atol=1e-6)
+    assert torch.allclose(y[0], attn(x[:1])[0], atol=1e-6)
+    attn.need_weights = True
+    assert torch.allclose(attn(x, mask=mask), y, atol=1e-6)
+    assert (attn.last_weights[1, :, 2:, :2] == 0).all()  # real queries put exactly zero weight on pads
+    attn.need_weights = False
+    # with a cache: the mask covers past + new keys
+    cache = A.LayerKVCache(12)
+    parts = [attn(x[:, :4], cache, A.causal_padding_mask(real[:, :4])),
+             attn(x[:, 4:], cache, A.causal_padding_mask(real, 2))]
+    assert torch.allclose(torch.cat(parts, 1)[1, 2:], y[1, 2:], atol=1e-5)
+    with pytest.raises(ValueError, match="attention mask ends in shape"):
+        attn(x, mask=A.causal_padding_mask(real[:, :5]))

@@ -1,18 +1,35 @@
+"""The command line: train / sample / params, bad input as one-line errors that write nothing,
+and runs that survive SIGKILL and Ctrl-C (real signals sent to a real `python -m course_lib train`)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 import torch
 
 from course_lib.cli import main
+from course_lib.data import load_text
+
+ROOT = Path(__file__).resolve().parent.parent
+# A small model and run, so that each subprocess trains in a few seconds.
+TINY = ["--set", "n_layer=2", "--set", "n_head=2", "--set", "n_embd=48", "--set", "block_size=32",
+        "--set", "batch_size=8", "--set", "eval_interval=10", "--set", "eval_iters=2", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("text") / "shakespeare.txt"
+    path.write_text(load_text()[:30_000], encoding="utf-8")
+    return path
 
 
 def test_params_prints_the_breakdown_and_total(capsys):
     assert main(["params", "--preset", "gpt2-small"]) == 0
     out = capsys.readouterr().out
     assert "124,439,808" in out and "attention" in out and "MLP" in out
-
-
-def test_unknown_preset_is_a_clear_error(capsys):
-    assert main(["params", "--preset", "gpt5"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown preset 'gpt5'" in err and "shakespeare-char-cpu" in err
 
 
 def test_train_then_sample_then_resume(tmp_path, capsys):
@@ -33,13 +50,184 @@ def test_train_then_sample_then_resume(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
-def test_sample_rejects_bad_arguments_and_missing_checkpoints(tmp_path, capsys):
-    assert main(["sample", "--checkpoint", str(tmp_path / "missing.pt")]) == 2
-    assert "no checkpoint at" in capsys.readouterr().err
-    assert main(["sample", "--checkpoint", str(tmp_path / "missing.pt"), "--top-p", "2"]) == 2
-    assert "top_p must be in (0, 1]" in capsys.readouterr().err
+def test_your_own_text_and_settings(tmp_path, capsys):
+    text = tmp_path / "poem.txt"
+    text.write_text("the owl and the pussy-cat went to sea\nin a beautiful pea-green boat\n" * 40, encoding="utf-8")
+    out = tmp_path / "poem"
+    assert main(["train", "--text", str(text), "--out", str(out), "--set", "max_iters=20", *TINY,
+                 "--set", "learning_rate=3e-3", "--set", "dropout=0.1"]) == 0
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["tokenizer"] == {"type": "char", "chars": "".join(sorted(set(text.read_text())))}
+    assert ckpt["model_config"]["n_layer"] == 2 and ckpt["model_config"]["dropout"] == 0.1
+    assert ckpt["model_config"]["vocab_size"] == len(set(text.read_text()))
+    assert ckpt["train_config"]["learning_rate"] == 3e-3 and ckpt["step"] == 20
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(out / "ckpt.pt"), "--prompt", "the owl", "--tokens", "10"]) == 0
+    assert capsys.readouterr().out.startswith("the owl")
 
 
-def test_counting_preset_cannot_be_trained(capsys):
-    assert main(["train", "--preset", "gpt2-small"]) == 2
-    assert "counting parameters only" in capsys.readouterr().err
+def test_resuming_a_finished_run_with_more_iterations_continues_it(tmp_path, text_file):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(text_file), "--out", str(out), "--set", "max_iters=20", *TINY]) == 0
+    assert main(["train", "--text", str(text_file), "--out", str(out), "--set", "max_iters=30", *TINY,
+                 "--resume"]) == 0
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["step"] == 30 and ckpt["history"]["step"] == list(range(1, 31))
+    assert ckpt["history"]["eval_step"] == [0, 10, 20, 30]
+
+
+# --- bad input: one line on stderr, exit status 2, nothing written --------------------------------
+
+
+def _bad_inputs(tmp: Path, text_file: Path) -> dict[str, tuple[list[str], str]]:
+    (tmp / "empty.txt").write_text("   \n", encoding="utf-8")
+    (tmp / "short.txt").write_text("To be, or not to be" * 3, encoding="utf-8")
+    (tmp / "latin1.txt").write_bytes("Line one\nCaf\u00e9 au lait\n".encode("latin-1") * 100)
+    (tmp / "a-file").write_text("not a folder")
+    (tmp / "corrupt.pt").write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    done = tmp / "done"
+    done.mkdir()
+    assert main(["train", "--text", str(text_file), "--out", str(done), "--set", "max_iters=2", *TINY]) == 0
+    text = ["--text", str(text_file)]
+    cases = {
+        "missing text file": (["train", "--text", str(tmp / "nope.txt")], "no such text file"),
+        "empty text file": (["train", "--text", str(tmp / "empty.txt")], "is empty"),
+        "text shorter than a window": (["train", "--text", str(tmp / "short.txt")], "too short"),
+        "text not UTF-8": (["train", "--text", str(tmp / "latin1.txt")], r"not UTF-8 text: byte 0xe9 at offset 12 \(line 2"),
+        "unknown setting": (["train", *text, "--set", "n_layers=6"], "unknown setting.*n_layer, n_head"),
+        "setting of the wrong type": (["train", *text, "--set", "n_layer=six"], "n_layer='six': expected .*int"),
+        "setting the config refuses": (["train", *text, "--set", "n_head=5"], "divisible by n_head"),
+        "setting without a value": (["train", *text, "--set", "n_layer"], "KEY=VALUE"),
+        "vocab_size set by hand": (["train", *text, "--set", "vocab_size=10"], "vocab_size cannot be set"),
+        "negative learning rate": (["train", *text, "--set", "learning_rate=-1"], "learning_rate must be positive"),
+        "unwritable --out": (["train", *text, "--out", str(tmp / "a-file" / "run")], "cannot write to --out"),
+        "unknown preset": (["train", "--preset", "gpt5"], "unknown preset 'gpt5'.*shakespeare-char-cpu"),
+        "counting-only preset": (["train", "--preset", "gpt2-small"], "counting parameters only"),
+        "existing run without --resume": (["train", *text, "--out", str(done)], "already exists: pass --resume"),
+        "resume with another model": (["train", *text, "--out", str(done), "--resume", "--set", "n_layer=3"],
+                                      "a resumed run keeps its model"),
+        "sample --tokens below 1": (["sample", "--checkpoint", str(done / "ckpt.pt"), "--tokens", "-5"],
+                                    "--tokens must be at least 1"),
+        "sample a missing checkpoint": (["sample", "--checkpoint", str(tmp / "nope.pt")], "no checkpoint at"),
+        "sample a corrupt checkpoint": (["sample", "--checkpoint", str(tmp / "corrupt.pt")], "truncated or corrupt"),
+        "sample with top-p 2": (["sample", "--checkpoint", str(done / "ckpt.pt"), "--top-p", "2"],
+                                r"top_p must be in \(0, 1\]"),
+        "sample an unknown character": (["sample", "--checkpoint", str(done / "ckpt.pt"), "--prompt", "\u00e9"],
+                                        "unknown character"),
+    }
+    if not torch.cuda.is_available():
+        cases["--device cuda without a GPU"] = (["train", *text, "--device", "cuda"], "'cuda' is not available")
+    return cases
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_every_bad_input_is_a_one_line_error_that_writes_nothing(tmp_path, text_file, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default output folders (runs/...) would appear here
+    cases = _bad_inputs(tmp_path, text_file)
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    for name, (argv, message) in cases.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, f"{name}: not one line: {err!r}"
+        import re
+
+        assert re.search(message, err), f"{name}: {err!r} does not match {message!r}"
+        assert _tree(tmp_path) == before, f"{name}: left files behind"
+
+
+# --- runs that survive a crash and an interrupt ----------------------------------------------------
+
+
+def _train_command(text_file: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "course_lib", "train", "--text", str(text_file), "--out", str(out),
+            "--set", "max_iters=60", "--set", "dropout=0.1", *TINY, *extra]
+
+
+def _env():
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    return env
+
+
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, **kw)
+
+
+def _start_and_wait_for_checkpoint(cmd, ckpt: Path, extra_wait: float = 0.0) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    deadline = time.monotonic() + 240
+    while not ckpt.exists():  # the first periodic checkpoint (step 10); the file appears whole (atomic rename)
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    time.sleep(extra_wait)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, text_file) -> dict:
+    out = tmp_path_factory.mktemp("straight")
+    done = _run(_train_command(text_file, out))
+    assert done.returncode == 0, done.stderr
+    return torch.load(out / "ckpt.pt", weights_only=True)
+
+
+def _assert_same_run(ckpt: dict, reference: dict) -> None:
+    assert ckpt["step"] == reference["step"] == 60
+    for name, tensor in reference["model"].items():
+        assert torch.equal(ckpt["model"][name], tensor), name
+    assert ckpt["history"] == reference["history"]
+
+
+@pytest.mark.slow
+def test_sigkill_after_a_periodic_checkpoint_then_resume_is_bitwise_the_same(tmp_path, text_file, uninterrupted):
+    ckpt = tmp_path / "ckpt.pt"
+    proc = _start_and_wait_for_checkpoint(_train_command(text_file, tmp_path), ckpt)
+    proc.send_signal(signal.SIGKILL)  # no handler can run: only the periodic checkpoint is left
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert torch.load(ckpt, weights_only=True)["step"] >= 10
+    resumed = _run(_train_command(text_file, tmp_path, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    _assert_same_run(torch.load(ckpt, weights_only=True), uninterrupted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4])
+def test_ctrl_c_at_any_moment_saves_a_consistent_state_and_resumes_bitwise(tmp_path, text_file, uninterrupted,
+                                                                          delay):
+    ckpt = tmp_path / "ckpt.pt"
+    proc = _start_and_wait_for_checkpoint(_train_command(text_file, tmp_path), ckpt, extra_wait=delay)
+    proc.send_signal(signal.SIGINT)  # lands wherever the run is: nearly always inside a step
+    stdout, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # the run was faster than the signal: nothing to resume
+        pytest.skip("the run finished before the signal arrived")
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    [line] = [l for l in stdout.splitlines() if l.startswith("SIGINT: stopped at step")]
+    assert "continue with python -m course_lib train" in line and line.endswith("--resume")
+    step = torch.load(ckpt, weights_only=True)["step"]
+    assert f"stopped at step {step} " in line
+    resumed = _run(_train_command(text_file, tmp_path, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {ckpt} at step {step}" in resumed.stdout
+    _assert_same_run(torch.load(ckpt, weights_only=True), uninterrupted)
+
+
+def test_the_encoder_decoder_trains_and_translates_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "dates"
+    assert main(["train-dates", "--out", str(out), "--max-iters", "3", "--device", "cpu"]) == 0
+    assert torch.load(out / "ckpt.pt", weights_only=True)["model_kind"] == "seq2seq"
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "03/04/21", "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ->  ")[0] for line in lines] == ["3 March 2021", "03/04/21"]
+    assert main(["sample", "--checkpoint", str(out / "ckpt.pt")]) == 2
+    assert "use `python -m course_lib translate" in capsys.readouterr().err
+    assert main(["train-dates", "--out", str(out), "--max-iters", "3"]) == 2  # never overwrites a run
+    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "--beam", "0"]) == 2
+    assert "beam_size must be an integer >= 1" in capsys.readouterr().err

@@ -68,3 +68,72 @@ def test_strided_windows_tile_the_data():
     assert len(overlapping) == 50 - 8
     with pytest.raises(IndexError):
         ds[len(ds)]
+
+
+# --- padding, packing, names (chapter 10) ---
+
+
+def test_pad_batch_right_and_left():
+    ids, mask = data.pad_batch([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and ids.dtype == torch.long
+    assert mask.tolist() == [[True, True, True], [True, False, False]] and mask.dtype == torch.bool
+    ids, mask = data.pad_batch([torch.tensor([5, 6, 7]), torch.tensor([8])], pad_id=0, side="left")
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert mask.tolist() == [[True, True, True], [False, False, True]]
+    ids, _ = data.pad_batch([[1]], pad_id=-100, length=3)
+    assert ids.tolist() == [[1, -100, -100]]
+
+
+def test_pad_batch_mask_agrees_with_attention_padding_mask():
+    from course_lib.attention import padding_mask
+
+    seqs = [[1, 2], [3, 4, 5, 6], [7]]
+    lengths = torch.tensor([len(s) for s in seqs])
+    for side in ("right", "left"):
+        _, mask = data.pad_batch(seqs, 0, side=side)
+        assert torch.equal(mask, padding_mask(lengths, 4, side=side))
+
+
+@pytest.mark.parametrize("seqs, kwargs, message", [
+    ([], {}, "empty list of sequences"),
+    ([[1, 2], []], {}, "sequence 1 is empty"),
+    ([[1, 2], [3, 0]], {}, r"pad_id 0 is also a real token of sequence 1 \(at position 1\)"),
+    ([[1, 2]], dict(side="middle"), "side must be 'right'"),
+    ([[1, 2, 3]], dict(length=2), "shorter than the longest"),
+])
+def test_pad_batch_bad_input_is_a_clear_error(seqs, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        data.pad_batch(seqs, 0, **kwargs)
+
+
+def test_pack_sequences_fills_windows_in_order():
+    ids, segments, positions = data.pack_sequences([[1, 2], [3, 4, 5], [6, 7, 8, 9]], block_size=6, pad_id=0)
+    assert ids.tolist() == [[1, 2, 3, 4, 5, 0], [6, 7, 8, 9, 0, 0]]
+    assert segments.tolist() == [[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 0, 0]]
+    assert positions.tolist() == [[0, 1, 0, 1, 2, 0], [0, 1, 2, 3, 0, 0]]
+    with pytest.raises(ValueError, match="sequence 0 has 7 tokens"):
+        data.pack_sequences([[1] * 7], block_size=6, pad_id=0)
+    with pytest.raises(ValueError, match="empty list"):
+        data.pack_sequences([], 6, 0)
+
+
+def test_names_dataset_tokens_and_batches():
+    ds = data.NamesDataset()
+    assert ds.itos[:3] == ["<pad>", "<bos>", "<eos>"] and ds.vocab_size == 29
+    assert ds.encode("emma") == [1, 7, 15, 15, 3, 2]
+    assert ds.decode(ds.encode("emma")) == "emma" and ds.decode([1, 3, 2, 4]) == "a"
+    assert sorted(ds.names["train"] + ds.names["val"]) == sorted(data.load_names())  # a shuffled split
+    assert len(ds.names["train"]) == 28_829
+    x, y, mask = ds.batch("train", 8, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == mask.shape
+    assert torch.equal(mask, x != ds.pad_id)  # letters and <bos> are never the pad id
+    assert torch.equal(y == -100, ~mask)  # padded targets are left out of the loss
+    assert (x[:, 0] == ds.bos_id).all()
+    assert ((y == ds.eos_id).sum(1) == 1).all()  # one end per name
+    assert torch.equal(y[:, :-1][mask[:, 1:]], x[:, 1:][mask[:, 1:]])  # y is x shifted by one
+    x2, _, _ = ds.batch("train", 8, torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2)
+    with pytest.raises(ValueError, match="characters"):
+        ds.encode("émile")
+    with pytest.raises(ValueError, match="split"):
+        ds.batch("test", 2)

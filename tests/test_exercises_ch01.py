@@ -6,10 +6,7 @@ import pytest
 import torch
 
 from course_lib.exercises import ExerciseError, ch01
-
-
-def not_done(*args):
-    raise NotImplementedError()
+from exercise_helpers import assert_correct, assert_not_done, not_done
 
 
 # --- encode / decode ---
@@ -29,14 +26,12 @@ def decode(ids, chars):
 
 def test_encode_decode_correct(capsys):
     ch01.check_encode_decode(encode, decode)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_encode_decode_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch01.check_encode_decode(not_done, decode)
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch01.check_encode_decode(encode, not_done)
+    assert_not_done(ch01.check_encode_decode, not_done, decode)
+    assert_not_done(ch01.check_encode_decode, encode, not_done)
 
 
 def test_encode_off_by_one_fails():
@@ -96,8 +91,7 @@ def test_get_batch_different_but_valid_sampling_passes(capsys):
 
 
 def test_get_batch_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch01.check_get_batch(not_done)
+    assert_not_done(ch01.check_get_batch, not_done)
 
 
 def test_get_batch_unshifted_target_fails():
@@ -146,12 +140,11 @@ def entropy_bits(text):
 
 def test_entropy_correct(capsys):
     ch01.check_unigram_entropy_bits(entropy_bits)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_entropy_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch01.check_unigram_entropy_bits(not_done)
+    assert_not_done(ch01.check_unigram_entropy_bits, not_done)
 
 
 def test_entropy_in_nats_fails():

@@ -3,10 +3,7 @@ import pytest
 import torch
 
 from course_lib.exercises import ExerciseError, ch05
-
-
-def not_done(*args):
-    raise NotImplementedError()
+from exercise_helpers import assert_correct, assert_not_done, not_done
 
 
 # --- the post-LN block ---
@@ -19,12 +16,11 @@ def post_ln_block(x, attn, mlp, ln_1, ln_2):
 
 def test_post_ln_block_correct(capsys):
     ch05.check_post_ln_block(post_ln_block)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_post_ln_block_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch05.check_post_ln_block(not_done)
+    assert_not_done(ch05.check_post_ln_block, not_done)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -54,17 +50,16 @@ def dropout(x, p, training):
 
 def test_dropout_correct(capsys):
     ch05.check_dropout(dropout)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_dropout_with_torch_passes(capsys):
     ch05.check_dropout(lambda x, p, training: torch.nn.functional.dropout(x, p, training))
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_dropout_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch05.check_dropout(not_done)
+    assert_not_done(ch05.check_dropout, not_done)
 
 
 def always_on(x, p, training):

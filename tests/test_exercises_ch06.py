@@ -3,10 +3,7 @@ import pytest
 
 from course_lib.exercises import ExerciseError, ch06
 from course_lib.sizing import count_parameters
-
-
-def not_done(*args):
-    raise NotImplementedError()
+from exercise_helpers import assert_correct, assert_not_done, not_done
 
 
 # --- counting parameters by hand ---
@@ -29,17 +26,16 @@ def count_by_hand(c, *, tie=True, position=True, final_norm=True, block_norms=Tr
 
 def test_count_parameters_correct(capsys):
     ch06.check_count_parameters(count_by_hand)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_count_parameters_library_passes(capsys):
     ch06.check_count_parameters(count_parameters)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_count_parameters_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch06.check_count_parameters(not_done)
+    assert_not_done(ch06.check_count_parameters, not_done)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -74,12 +70,11 @@ def best_config(budget, strict=False, layers=range(1, 17), widths=range(64, 1025
 
 def test_best_config_correct(capsys):
     ch06.check_best_config(best_config)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_best_config_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch06.check_best_config(not_done)
+    assert_not_done(ch06.check_best_config, not_done)
 
 
 def smallest_over(budget):

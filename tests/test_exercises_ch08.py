@@ -5,10 +5,7 @@ import torch.nn.functional as F
 
 from course_lib.exercises import ExerciseError, ch08
 from course_lib.generate import top_p_filter as library_top_p
-
-
-def not_done(*args):
-    raise NotImplementedError()
+from exercise_helpers import assert_correct, assert_not_done, not_done
 
 
 # --- top-p ---
@@ -25,17 +22,16 @@ def top_p(logits, p):
 
 def test_top_p_correct(capsys):
     ch08.check_top_p_filter(top_p)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_top_p_library_passes(capsys):
     ch08.check_top_p_filter(library_top_p)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_top_p_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch08.check_top_p_filter(not_done)
+    assert_not_done(ch08.check_top_p_filter, not_done)
 
 
 def excludes_the_crossing_token(logits, p):
@@ -92,12 +88,11 @@ def temperature_probs(logits, temperature):
 
 def test_temperature_correct(capsys):
     ch08.check_temperature_probs(temperature_probs)
-    assert "Correct!" in capsys.readouterr().out
+    assert_correct(capsys)
 
 
 def test_temperature_not_done():
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        ch08.check_temperature_probs(not_done)
+    assert_not_done(ch08.check_temperature_probs, not_done)
 
 
 def naive_exp(logits, temperature):

@@ -5,57 +5,6 @@ import torch
 from hypothesis import given, strategies as st
 
 from course_lib.model import GPT, GPTConfig, sinusoidal_position_encoding
-from course_lib.sizing import count_parameters, flops_per_token, parameter_breakdown, training_memory_bytes
-from course_lib.presets import PRESETS
-
-configs = st.builds(
-    lambda V, T, L, nh, hs, bias, tie, norm, act: GPTConfig(
-        vocab_size=V, block_size=T, n_layer=L, n_head=nh, n_embd=nh * hs, bias=bias, tie_weights=tie,
-        norm_position=norm, activation=act),
-    st.integers(1, 70), st.integers(1, 40), st.integers(1, 4), st.integers(1, 4), st.integers(1, 8),
-    st.booleans(), st.booleans(), st.sampled_from(["pre", "post"]), st.sampled_from(["gelu", "relu"]),
-)
-
-
-@given(configs)
-def test_parameter_formula_equals_numel_for_every_config(config):
-    model = GPT(config)
-    assert count_parameters(config) == sum(p.numel() for p in model.parameters()) == model.num_parameters()
-
-
-def test_breakdown_matches_the_modules():
-    config = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=True, tie_weights=False)
-    model = GPT(config)
-    parts = parameter_breakdown(config)
-    count = lambda mods: sum(p.numel() for m in mods for p in m.parameters())
-    assert parts["token embedding"] == model.wte.weight.numel()
-    assert parts["position embedding"] == model.wpe.weight.numel()
-    assert parts["attention"] == count(b.attn for b in model.blocks)
-    assert parts["MLP"] == count(b.mlp for b in model.blocks)
-    assert parts["LayerNorms"] == count([b.ln_1 for b in model.blocks] + [b.ln_2 for b in model.blocks] + [model.ln_f])
-    assert parts["LM head"] == model.lm_head.weight.numel()
-    # 12 C^2 per block, without biases.
-    no_bias = parameter_breakdown(GPTConfig(n_embd=128, bias=False))
-    assert no_bias["attention"] + no_bias["MLP"] == 4 * 12 * 128**2
-
-
-def test_gpt2_small_has_124_439_808_parameters():
-    assert count_parameters(PRESETS["gpt2-small"].model) == 124_439_808
-
-
-def test_gpt3_non_embedding_weights_are_about_174_billion():
-    gpt3 = GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, bias=True)
-    parts = parameter_breakdown(gpt3)
-    assert parts["attention"] + parts["MLP"] == pytest.approx(96 * 12 * 12288**2, rel=1e-4)
-    assert 174e9 < count_parameters(gpt3) < 176e9
-
-
-def test_flops_and_memory():
-    c = PRESETS["gpt2-small"].model
-    n = count_parameters(c) - c.block_size * c.n_embd
-    assert flops_per_token(c) == 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
-    assert flops_per_token(c, training=False) * 3 == flops_per_token(c)
-    assert training_memory_bytes(c)["total"] == 16 * count_parameters(c)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -123,3 +72,84 @@ def test_sinusoidal_encoding_values():
     assert pe[5, 3].item() == pytest.approx(math.cos(5 / 10000 ** (2 / 8)), rel=1e-5)
     with pytest.raises(ValueError):
         sinusoidal_position_encoding(4, 7)
+
+
+# --- attention masks and position ids (chapter 10) ---
+
+_masked_model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16)).eval()
+
+
+def test_without_mask_and_positions_forward_is_unchanged(tiny_config):
+    model = _masked_model
+    idx = torch.randint(11, (3, 9))
+    with torch.no_grad():
+        plain, _ = model(idx)
+        full_mask, _ = model(idx, attention_mask=torch.ones(3, 9, dtype=torch.bool))
+        explicit, _ = model(idx, position_ids=torch.arange(9))
+    assert torch.equal(plain, explicit)
+    assert torch.allclose(plain, full_mask, atol=1e-6)
+
+
+@given(st.lists(st.lists(st.integers(1, 10), min_size=1, max_size=16), min_size=1, max_size=5),
+       st.sampled_from(["left", "right"]))
+def test_padded_rows_give_the_logits_of_each_sequence_alone(seqs, side):
+    from course_lib.data import pad_batch
+
+    ids, mask = pad_batch(seqs, pad_id=0, side=side)
+    with torch.no_grad():
+        batched, _ = _masked_model(ids, attention_mask=mask)
+        for i, s in enumerate(seqs):
+            alone, _ = _masked_model(torch.tensor([s]))
+            assert torch.allclose(batched[i][mask[i]], alone[0], atol=1e-5)
+
+
+def test_left_padding_without_the_mask_or_positions_is_wrong():
+    from course_lib.data import pad_batch
+
+    ids, mask = pad_batch([[3, 4, 5, 6], [7, 8]], pad_id=0, side="left")
+    with torch.no_grad():
+        alone, _ = _masked_model(torch.tensor([[7, 8]]))
+        right, _ = _masked_model(ids, attention_mask=mask)
+        no_mask, _ = _masked_model(ids)
+        shifted, _ = _masked_model(ids, attention_mask=mask, position_ids=torch.arange(4))
+    assert torch.allclose(right[1, 2:], alone[0], atol=1e-6)
+    assert not torch.allclose(no_mask[1, 2:], alone[0], atol=1e-3)  # it sees the pads
+    assert not torch.allclose(shifted[1, 2:], alone[0], atol=1e-3)  # positions 2, 3 instead of 0, 1
+
+
+def test_packed_sequences_with_a_block_diagonal_mask_equal_separate_ones():
+    from course_lib.attention import segment_mask
+    from course_lib.data import pack_sequences
+
+    seqs = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]
+    ids, segments, positions = pack_sequences(seqs, block_size=16, pad_id=0)
+    with torch.no_grad():
+        packed, _ = _masked_model(ids, attention_mask=segment_mask(segments), position_ids=positions)
+        for s, seq in enumerate(seqs, start=1):
+            alone, _ = _masked_model(torch.tensor([seq]))
+            assert torch.allclose(packed[0][segments[0] == s], alone[0], atol=1e-5)
+
+
+def test_padded_targets_are_left_out_of_the_loss():
+    from course_lib.data import pad_batch
+
+    seqs = [[1, 2, 3, 4, 5], [6, 7]]
+    x, mask = pad_batch([s[:-1] for s in seqs], 0)
+    y, _ = pad_batch([s[1:] for s in seqs], -100)
+    _, loss = _masked_model(x, y)
+    total, count = 0.0, 0
+    for s in seqs:
+        _, l = _masked_model(torch.tensor([s[:-1]]), torch.tensor([s[1:]]))
+        total, count = total + l.item() * (len(s) - 1), count + len(s) - 1
+    assert loss.item() == pytest.approx(total / count, rel=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(attention_mask=torch.ones(2, 5, dtype=torch.bool)), r"attention_mask has shape \(2, 5\), expected \(2, 4\)"),
+    (dict(attention_mask=torch.ones(4, dtype=torch.bool)), "attention_mask has shape"),
+    (dict(position_ids=torch.arange(5)), r"position_ids has shape \(5,\)"),
+    (dict(position_ids=torch.arange(4) + 14), r"position_ids must lie in \[0, 15\]"),
+])
+def test_bad_masks_and_positions_are_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _masked_model(torch.zeros(2, 4, dtype=torch.long), **kwargs)

@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from course_lib.data import load_text
-from course_lib.tokenizers import CharTokenizer
+from course_lib.tokenizers import (TOKENIZERS, CharTokenizer, Tokenizer, register_tokenizer, tokenizer_from_dict,
+                                   train_tokenizer)
 
 SHAKESPEARE = load_text("tinyshakespeare")
 TOK = CharTokenizer.from_text(SHAKESPEARE)
@@ -51,3 +52,25 @@ def test_save_and_load_json(tmp_path):
     assert loaded.encode("To be") == TOK.encode("To be")
     with pytest.raises(ValueError, match="not a CharTokenizer"):
         CharTokenizer.from_dict({"type": "bpe"})
+
+
+def test_tokenizers_come_back_from_their_dict_through_the_registry():
+    assert TOKENIZERS["char"] is CharTokenizer and isinstance(TOK, Tokenizer)
+    back = tokenizer_from_dict(TOK.to_dict())
+    assert type(back) is CharTokenizer and back.chars == TOK.chars
+    built = train_tokenizer("char", "hello")
+    assert built.chars == ["e", "h", "l", "o"] and train_tokenizer({"type": "char"}, "hello").chars == built.chars
+    with pytest.raises(ValueError, match="unknown tokenizer type 'sentencepiece'; known types: .*char"):
+        tokenizer_from_dict({"type": "sentencepiece"})
+    with pytest.raises(ValueError, match="a dict with a 'type' key"):
+        tokenizer_from_dict({"chars": "abc"})
+
+
+def test_registering_a_tokenizer_checks_the_interface():
+    class Half:
+        def encode(self, text):
+            return []
+
+    with pytest.raises(TypeError, match="Half cannot be a tokenizer: it has no decode"):
+        register_tokenizer("half")(Half)
+    assert "half" not in TOKENIZERS

@@ -4,23 +4,25 @@ import signal
 
 import pytest
 import torch
+import torch.nn as nn
 
-from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
+from course_lib.checkpoint import load_checkpoint
 from course_lib.data import load_text, train_val_split
-from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss, lr_at,
-                              masked_accuracy, masked_cross_entropy, transformer_lr)
+from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss,
+                              lr_at, masked_accuracy, masked_cross_entropy, parameter_gradient_norms,
+                              transformer_lr)
 
 TEXT = load_text()[:20_000]
 TOK = CharTokenizer.from_text(TEXT)
 TRAIN, VAL = train_val_split(torch.tensor(TOK.encode(TEXT)))
 
 
-def tiny_model(seed=0, dropout=0.1, **kw):
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=32,
-                         dropout=dropout, **kw))
+@pytest.fixture
+def model(tiny_model):
+    """A tiny GPT for the training text: ``model(seed=0, **changes)``."""
+    return lambda seed=0, **changes: tiny_model(seed, **{"vocab_size": TOK.vocab_size, "n_embd": 32,
+                                                         "dropout": 0.1, **changes})
 
 
 def tiny_train_config(**kw):
@@ -28,8 +30,8 @@ def tiny_train_config(**kw):
     return TrainConfig(**{**defaults, **kw})
 
 
-def test_training_a_tiny_model_lowers_the_loss():
-    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=60), progress=False)
+def test_training_a_tiny_model_lowers_the_loss(model):
+    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=60), progress=False)
     history = trainer.train()
     assert history["eval_step"] == [0, 10, 20, 30, 40, 50, 60]
     assert history["val_loss"][0] > math.log(TOK.vocab_size) - 0.3
@@ -37,12 +39,12 @@ def test_training_a_tiny_model_lowers_the_loss():
     assert len(history["loss"]) == len(history["lr"]) == 60
 
 
-def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(tmp_path):
+def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(model, tmp_path):
     config = tiny_train_config()
-    straight = Trainer(tiny_model(), TRAIN, VAL, config, progress=False)
+    straight = Trainer(model(), TRAIN, VAL, config, progress=False)
     straight.train()
 
-    interrupted = Trainer(tiny_model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
+    interrupted = Trainer(model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
     interrupted.train(until=13)  # stop mid-way, between evaluations
     interrupted.save()
     torch.manual_seed(999)  # the world moves on: the global RNG is disturbed before resuming
@@ -56,15 +58,15 @@ def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(tmp_path):
     assert straight.history == resumed.history
 
 
-def test_ctrl_c_mid_step_finishes_the_step_saves_and_resumes_exactly(tmp_path, monkeypatch):
+def test_ctrl_c_mid_step_finishes_the_step_saves_and_resumes_exactly(model, tmp_path, monkeypatch):
     """A real SIGINT delivered in the middle of a step (between backward and the optimizer
     step): the step completes, the state of step 17 is saved, and resuming it gives exactly
     the uninterrupted run."""
     config = tiny_train_config(checkpoint_interval=10)
-    straight = Trainer(tiny_model(), TRAIN, VAL, config, progress=False)
+    straight = Trainer(model(), TRAIN, VAL, config, progress=False)
     straight.train()
 
-    trainer = Trainer(tiny_model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
+    trainer = Trainer(model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False)
     real_clip = torch.nn.utils.clip_grad_norm_
 
     def clip_then_interrupt(*args, **kwargs):
@@ -87,9 +89,9 @@ def test_ctrl_c_mid_step_finishes_the_step_saves_and_resumes_exactly(tmp_path, m
     assert straight.history == resumed.history
 
 
-def test_periodic_checkpoints_are_on_by_default(tmp_path, monkeypatch):
+def test_periodic_checkpoints_are_on_by_default(model, tmp_path, monkeypatch):
     saved_at = []
-    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(), out_dir=tmp_path, progress=False)
+    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(), out_dir=tmp_path, progress=False)
     real_save = trainer.save
     monkeypatch.setattr(trainer, "save", lambda *a: saved_at.append(trainer.step) or real_save(*a))
     trainer.train()
@@ -97,50 +99,8 @@ def test_periodic_checkpoints_are_on_by_default(tmp_path, monkeypatch):
     assert TrainConfig(checkpoint_interval=0).save_every == 0
 
 
-def test_checkpoint_is_written_atomically(tmp_path, monkeypatch):
-    path = tmp_path / "ckpt.pt"
-    model = tiny_model()
-    save_checkpoint(path, model, step=1)
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("disk full")
-
-    monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(RuntimeError, match="disk full"):
-        save_checkpoint(path, model, step=2)
-    assert load_checkpoint(path)["step"] == 1  # the old checkpoint survives
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left behind
-
-
-def test_missing_truncated_and_foreign_checkpoints_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint at .*train one first"):
-        load_checkpoint(tmp_path / "nope.pt")
-    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
-    trainer.train()
-    good = (tmp_path / "ckpt.pt").read_bytes()
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(good[: len(good) // 2])
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
-        load_checkpoint(truncated)
-    foreign = tmp_path / "foreign.pt"
-    torch.save({"weights": torch.zeros(2)}, foreign)
-    with pytest.raises(CheckpointError, match="not a course_lib checkpoint"):
-        load_checkpoint(foreign)
-
-
-def test_checkpoint_from_a_different_config_names_the_difference(tmp_path):
-    trainer = Trainer(tiny_model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
-    trainer.train()
-    three_layers = GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=3, n_head=2, n_embd=32))
-    other = Trainer(three_layers, TRAIN, VAL, tiny_train_config(), progress=False)
-    with pytest.raises(CheckpointError, match="n_layer: checkpoint 2, model 3"):
-        other.load_state(load_checkpoint(tmp_path / "ckpt.pt"), tmp_path / "ckpt.pt")
-    model, ckpt = load_model(tmp_path / "ckpt.pt")  # the checkpoint's own config always works
-    assert model.config.n_layer == 2 and not model.training
-
-
-def test_weight_decay_applies_to_matrices_only():
-    model = tiny_model()
+def test_weight_decay_applies_to_matrices_only(model):
+    model = model()
     opt = configure_optimizer(model, TrainConfig(weight_decay=0.1))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -162,8 +122,8 @@ def test_schedules():
         TrainConfig(schedule="linear")
 
 
-def test_estimate_loss_uses_eval_mode_and_restores_training_mode():
-    model = tiny_model(dropout=0.5)
+def test_estimate_loss_uses_eval_mode_and_restores_training_mode(model):
+    model = model(dropout=0.5)
     model.train()
     data = {"train": TRAIN, "val": VAL}
     from course_lib.data import get_batch
@@ -183,3 +143,25 @@ def test_masked_loss_and_accuracy():
     loss = masked_cross_entropy(logits, targets.clamp(min=0), mask)
     expected = torch.nn.functional.cross_entropy(logits[0, :2], targets[0, :2])
     assert torch.allclose(loss, expected)
+
+
+# --- gradient norms (chapter 5) ---
+
+
+def test_parameter_gradient_norms_match_a_manual_norm():
+    layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)])
+    x = torch.randn(3, 4)
+    for layer in layers:
+        x = layer(x)
+    x.pow(2).sum().backward()
+    norms = parameter_gradient_norms(layers)
+    assert len(norms) == 3
+    for layer, norm in zip(layers, norms):
+        manual = torch.cat([p.grad.flatten() for p in layer.parameters()]).norm().item()
+        assert math.isclose(norm, manual, rel_tol=1e-5)
+
+
+def test_parameter_gradient_norms_zero_without_gradients_and_tiny_values_survive():
+    a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3, bias=False)
+    a.weight.grad = torch.full((3, 3), 1e-25)  # its float32 square underflows to 0
+    assert parameter_gradient_norms([a, b]) == pytest.approx([3e-25, 0.0], rel=1e-4)

@@ -1,0 +1,186 @@
+"""Checks for chapter 9, Subword tokenizers: ``from course_lib.exercises import ch09``."""
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+from ..bpe import merge
+from . import as_number, call, fail, passed
+
+
+def _id_lists():
+    rng = random.Random(9)
+    cases = [[], [5], [1, 2], [1, 2, 3, 1, 2], [7, 7, 7], [7, 7, 7, 7], list(b"hello hello world")]
+    cases += [[rng.randrange(6) for _ in range(rng.randrange(2, 40))] for _ in range(20)]
+    return cases
+
+
+def check_count_pairs(fn) -> None:
+    """``fn(ids) -> dict`` mapping each pair of adjacent ids ``(ids[i], ids[i+1])`` to how often it occurs."""
+    for ids in _id_lists():
+        expected = Counter(zip(ids, ids[1:]))
+        got = call(fn, list(ids))
+        if not isinstance(got, dict):
+            fail(f"count_pairs({ids}) returned a {type(got).__name__}; expected a dict (pair -> count).",
+                 "build a dict (or collections.Counter) whose keys are tuples (a, b).")
+        got = {k: v for k, v in got.items() if v}
+        if got == dict(expected):
+            continue
+        if expected and got == {p: 1 for p in expected}:
+            fail(f"count_pairs({ids}): every count is 1, but some pairs occur several times: {dict(expected)}.",
+                 "add 1 to a pair's count each time you meet it, instead of just marking it seen.")
+        if len(ids) >= 2 and got == dict(Counter(zip(ids, ids[1:-1]))):
+            fail(f"count_pairs({ids}) misses the last pair {tuple(ids[-2:])}.",
+                 "there are len(ids) - 1 adjacent pairs: zip(ids, ids[1:]) gives them all.")
+        if any(not isinstance(k, tuple) for k in got):
+            fail(f"count_pairs({ids}): keys must be tuples (a, b), got {next(iter(got))!r}.")
+        fail(f"count_pairs({ids}) returned {got}; expected {dict(expected)}.",
+             "count each (ids[i], ids[i+1]) for i from 0 to len(ids) - 2.")
+    passed("your pair counts are right on every list tried.")
+
+
+def check_apply_merge(fn) -> None:
+    """``fn(ids, pair, new_id) -> list``: every occurrence of ``pair``, scanned left to right, replaced
+    by ``new_id`` (so [7, 7, 7] with pair (7, 7) becomes [new_id, 7]); ``ids`` itself unchanged."""
+    for ids in _id_lists():
+        pairs = list(dict.fromkeys(zip(ids, ids[1:]))) or [(1, 2)]
+        for pair in pairs[:3] + [(9, 9)]:
+            before = list(ids)
+            got = call(fn, before, pair, 99)
+            expected = merge(ids, pair, 99)
+            if before != ids:
+                fail(f"apply_merge changed its input list {ids} in place.", "build and return a new list.")
+            if not isinstance(got, list):
+                fail(f"apply_merge({ids}, {pair}, 99) returned a {type(got).__name__}; expected a list.")
+            if got == expected:
+                continue
+            if pair[0] == pair[1] and got.count(99) > expected.count(99):
+                fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
+                     "occurrences overlap in runs like 7, 7, 7: after a merge, skip both ids (i += 2), so "
+                     "one id is never used twice.")
+            if got == expected[:-1] or len(got) == len(expected) + 1:
+                fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
+                     "check the last position: a pair can end at the last id, and a lone last id must be kept.")
+            fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
+                 "walk i from 0: if (ids[i], ids[i+1]) == pair, append new_id and move 2, else append ids[i] "
+                 "and move 1.")
+    passed("your merge replaces every occurrence, left to right, without overlaps.")
+
+
+def _encode_reference(text: str, merges) -> list[int]:
+    ids = list(text.encode("utf-8"))
+    rank = {pair: k for k, pair in enumerate(merges)}
+    while len(ids) > 1:
+        pairs = set(zip(ids, ids[1:]))
+        best = min(pairs, key=lambda p: rank.get(p, math.inf))
+        if best not in rank:
+            break
+        ids = merge(ids, best, 256 + rank[best])
+    return ids
+
+
+def check_encode_with_merges(fn) -> None:
+    """``fn(text, merges) -> list[int]``: the UTF-8 bytes of ``text``, then merges applied by priority:
+    ``merges[k]`` is a pair of ids that becomes id ``256 + k``, and an earlier merge always goes first."""
+    from ..bpe import train_bpe
+
+    corpus = "the theme of the thesis: then, there, these. " * 3 + "naïve café"
+    vocab, merges_bytes = train_bpe(text=corpus, vocab_size=290)
+    ids_of = {b: i for i, b in vocab.items()}
+    merges = [(ids_of[a], ids_of[b]) for a, b in merges_bytes]
+    texts = ["the", "the theme", "thesis then there", "these are the themes", "café naïve", "", "x", corpus]
+    answers = []
+    for text in texts:
+        got = call(fn, text, [tuple(m) for m in merges])
+        if not isinstance(got, list) or not all(isinstance(i, int) for i in got):
+            fail(f"encode({text!r}) returned {got!r:.80}; expected a list of ints.")
+        answers.append(got)
+    wrong = [(t, g, _encode_reference(t, merges)) for t, g in zip(texts, answers) if g != _encode_reference(t, merges)]
+    if not wrong:
+        passed("your encoder applies the merges in priority order, like BPETokenizer.encode.")
+        return
+    text, got, expected = wrong[0]
+    what = f"encode({text!r}) returned {got}; expected {expected}."
+    if all(g == list(t.encode("utf-8")) for t, g in zip(texts, answers)):
+        fail(what, "no merge was applied: after text.encode('utf-8'), merge k turns its pair into id 256 + k.")
+    if all(g == _reversed(t, merges) for t, g in zip(texts, answers)):
+        fail(what, "the merges are in priority order: merges[0] first. A later merge can only apply after the "
+                   "merges that made its parts.")
+    if all(g == _one_merge(t, merges) for t, g in zip(texts, answers)):
+        fail(what, "keep merging until no adjacent pair is a merge; one merge is not the end.")
+    if len(got) > len(expected):
+        fail(what, "some merges were missed: keep merging until no adjacent pair is a merge (one pass over the "
+                   "merges in order also works, if each pass replaces every occurrence).")
+    fail(what, "repeatedly find the adjacent pair with the lowest merge index, replace it with 256 + index; stop "
+               "when no adjacent pair is a merge.")
+
+
+def _one_merge(text, merges):
+    ids = list(text.encode("utf-8"))
+    rank = {pair: k for k, pair in enumerate(merges)}
+    pairs = [p for p in zip(ids, ids[1:]) if p in rank]
+    if pairs:
+        best = min(pairs, key=rank.get)
+        ids = merge(ids, best, 256 + rank[best])
+    return ids
+
+
+
+
+def _reversed(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k in reversed(range(len(merges))):
+        ids = merge(ids, merges[k], 256 + k)
+    return ids
+
+
+def check_bits_per_char(fn) -> None:
+    """``fn(loss, n_tokens, n_chars) -> float``: a mean cross-entropy of ``loss`` nats per token over a text
+    of ``n_tokens`` tokens and ``n_chars`` characters, in bits per character."""
+    cases = [(1.0, 100, 100), (1.2, 1000, 1000), (3.5, 575, 1115), (2.7, 50, 200), (math.log(2), 10, 10)]
+    for loss, n_tokens, n_chars in cases:
+        expected = loss * n_tokens / n_chars / math.log(2)
+        got = as_number(call(fn, loss, n_tokens, n_chars), f"bits_per_char({loss}, {n_tokens}, {n_chars})")
+        if math.isclose(got, expected, rel_tol=1e-6):
+            continue
+        what = f"bits_per_char(loss={loss}, n_tokens={n_tokens}, n_chars={n_chars}) = {got:.4f}; expected {expected:.4f}."
+        if math.isclose(got, loss * n_tokens / n_chars, rel_tol=1e-6):
+            fail(what, "the loss is in nats (natural log): divide by ln 2 to get bits.")
+        if math.isclose(got, loss * n_chars / n_tokens / math.log(2), rel_tol=1e-6):
+            fail(what, "the ratio is upside down: total bits = loss x n_tokens / ln 2, then divide by n_chars.")
+        if math.isclose(got, loss / math.log(2), rel_tol=1e-6):
+            fail(what, "that is bits per token: a token holds n_chars / n_tokens characters on average.")
+        if math.isclose(got, loss * n_tokens / n_chars / math.log(10), rel_tol=1e-6):
+            fail(what, "bits use log base 2: divide by ln 2, not ln 10.")
+        fail(what, "total information = loss x n_tokens nats = loss x n_tokens / ln 2 bits; share it over n_chars.")
+    passed("losses per token in nats become bits per character; models with different tokenizers can now be compared.")
+
+
+def check_decode_bytes(fn) -> None:
+    """``fn(vocab, ids) -> str``: join the tokens' bytes, then decode UTF-8 once, with U+FFFD for bytes that
+    are not valid UTF-8 (``errors="replace"``), never an exception."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab.update({256: "é".encode()[:1], 257: "é".encode()[1:] + b"t", 258: "你".encode()[:2], 259: b" caf"})
+    cases = [[104, 105], [259, 256, 257], [258, "你".encode()[2]], [256], [0xFF, 104], [259, 256], []]
+    for ids in cases:
+        expected = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+        try:
+            got = fn(vocab, list(ids))
+        except UnicodeDecodeError:
+            fail(f"decode({ids}) raised UnicodeDecodeError.",
+                 "arbitrary ids may not form valid UTF-8: decode with errors='replace', which writes U+FFFD.")
+        except NotImplementedError:
+            call(fn, vocab, ids)
+        except Exception as e:
+            fail(f"decode({ids}) raised {type(e).__name__}: {e}")
+        if got == expected:
+            continue
+        separate = "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+        if got == separate:
+            fail(f"decode({ids}) returned {got!r}; expected {expected!r}.",
+                 "a character's bytes can be split between two tokens (here é and 你): decoding token by "
+                 "token breaks it. Join all the bytes first, then decode once.")
+        fail(f"decode({ids}) returned {got!r}; expected {expected!r}.",
+             "b''.join(vocab[i] for i in ids).decode('utf-8', errors='replace').")
+    passed("multi-byte characters split between tokens come back whole, and broken bytes become U+FFFD.")

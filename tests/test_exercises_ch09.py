@@ -1,0 +1,190 @@
+"""The checks of chapter 9's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import math
+from collections import Counter
+
+import pytest
+
+from course_lib.bpe import merge
+from course_lib.exercises import ExerciseError, ch09
+
+
+def not_done(*args):
+    raise NotImplementedError()
+
+
+# --- count pairs ---
+
+
+def test_count_pairs(capsys):
+    ch09.check_count_pairs(lambda ids: Counter(zip(ids, ids[1:])))
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda ids: {p: 1 for p in zip(ids, ids[1:])}, "add 1"),
+    (lambda ids: dict(Counter(zip(ids, ids[1:-1]))), "last pair"),
+    (lambda ids: list(zip(ids, ids[1:])), "dict"),
+    (lambda ids: Counter(zip(ids, ids[2:])), "adjacent pairs"),
+])
+def test_count_pairs_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch09.check_count_pairs(wrong)
+
+
+def test_count_pairs_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch09.check_count_pairs(not_done)
+
+
+# --- apply one merge ---
+
+
+def test_apply_merge(capsys):
+    ch09.check_apply_merge(merge)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def overlapping(ids, pair, new_id):
+    out = []
+    for i, x in enumerate(ids):
+        if i + 1 < len(ids) and (x, ids[i + 1]) == pair:
+            out.append(new_id)
+        elif i and (ids[i - 1], x) == pair:
+            continue
+        else:
+            out.append(x)
+    return out
+
+
+def in_place(ids, pair, new_id):
+    ids[:] = merge(ids, pair, new_id)
+    return ids
+
+
+def drops_last(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("wrong, hint", [(overlapping, "overlap"), (in_place, "in place"), (drops_last, "last")])
+def test_apply_merge_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch09.check_apply_merge(wrong)
+
+
+def test_apply_merge_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch09.check_apply_merge(not_done)
+
+
+# --- encode with merges ---
+
+
+def encode_sequential(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, pair in enumerate(merges):
+        ids = merge(ids, pair, 256 + k)
+    return ids
+
+
+def encode_by_rank(text, merges):
+    rank = {p: k for k, p in enumerate(merges)}
+    ids = list(text.encode("utf-8"))
+    while len(ids) > 1:
+        best = min(zip(ids, ids[1:]), key=lambda p: rank.get(p, math.inf))
+        if best not in rank:
+            break
+        ids = merge(ids, best, 256 + rank[best])
+    return ids
+
+
+@pytest.mark.parametrize("right", [encode_sequential, encode_by_rank])
+def test_encode_with_merges(right, capsys):
+    ch09.check_encode_with_merges(right)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def encode_reversed(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k in reversed(range(len(merges))):
+        ids = merge(ids, merges[k], 256 + k)
+    return ids
+
+
+def encode_one_step(text, merges):
+    ids = list(text.encode("utf-8"))
+    rank = {p: k for k, p in enumerate(merges)}
+    pairs = [p for p in zip(ids, ids[1:]) if p in rank]
+    if pairs:
+        best = min(pairs, key=rank.get)
+        ids = merge(ids, best, 256 + rank[best])
+    return ids
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda text, merges: list(text.encode("utf-8")), "no merge"),
+    (encode_reversed, "priority order"),
+    (encode_one_step, "keep merging"),
+])
+def test_encode_with_merges_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch09.check_encode_with_merges(wrong)
+
+
+def test_encode_with_merges_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch09.check_encode_with_merges(not_done)
+
+
+# --- bits per character ---
+
+
+def test_bits_per_char(capsys):
+    ch09.check_bits_per_char(lambda loss, n_tokens, n_chars: loss * n_tokens / n_chars / math.log(2))
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda loss, t, c: loss * t / c, "nats"),
+    (lambda loss, t, c: loss * c / t / math.log(2), "upside down"),
+    (lambda loss, t, c: loss / math.log(2), "bits per token"),
+    (lambda loss, t, c: loss * t / c / math.log(10), "base 2"),
+])
+def test_bits_per_char_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch09.check_bits_per_char(wrong)
+
+
+def test_bits_per_char_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch09.check_bits_per_char(not_done)
+
+
+# --- spot the bug: decoding token by token ---
+
+
+def test_decode_bytes(capsys):
+    ch09.check_decode_bytes(lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace"))
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda vocab, ids: "".join(vocab[i].decode("utf-8", errors="replace") for i in ids), "token by token"),
+    (lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8"), "errors='replace'"),
+    (lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore"), "b''.join"),
+])
+def test_decode_bytes_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch09.check_decode_bytes(wrong)
+
+
+def test_decode_bytes_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch09.check_decode_bytes(not_done)
