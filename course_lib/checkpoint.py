@@ -201,10 +201,21 @@ def check_model_config(ckpt: dict, model: nn.Module, path: str | Path = "checkpo
         )
 
 
+def unwrapped_state_dict(state: dict) -> dict:
+    """A state dict without the ``module.`` (DistributedDataParallel) and ``_orig_mod.``
+    (torch.compile) prefixes that a wrapped model's ``state_dict()`` carries. Our checkpoints
+    are always saved unwrapped; this lets one saved by other code from a wrapped model load too."""
+    prefix = next((p for p in ("module.", "_orig_mod.") if state and all(k.startswith(p) for k in state)), None)
+    if prefix is None:
+        return state
+    return unwrapped_state_dict({k[len(prefix):]: v for k, v in state.items()})
+
+
 def load_weights(model: nn.Module, ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
+    """Load a checkpoint's weights into ``model``, wrapped (DDP, torch.compile) or not."""
     check_model_config(ckpt, model, path)
     try:
-        unwrap(model).load_state_dict(ckpt["model"])
+        unwrap(model).load_state_dict(unwrapped_state_dict(ckpt["model"]))
     except (KeyError, RuntimeError) as e:
         raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {str(e)[:200]})") from e
     return model

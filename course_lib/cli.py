@@ -3,6 +3,7 @@
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
     python -m course_lib train --out runs/cpu --resume --set max_iters=4000   # continue a run
+    torchrun --nproc_per_node=2 -m course_lib train --set grad_accum_steps=2 --out runs/ddp   # data parallel
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small
     python -m course_lib train-dates --out runs/dates             # chapter 11's encoder-decoder
@@ -92,13 +93,14 @@ def resume_command(argv: list[str]) -> str:
 
 
 def cmd_train(args) -> int:
+    from . import distributed
     from .checkpoint import CHECKPOINT_NAME, load_checkpoint, load_tokenizer
     from .data import load_text, read_text_file, train_val_split
     from .generate import generate_text
     from .model import GPT
     from .presets import get_preset
     from .tokenizers import train_tokenizer
-    from .train import Trainer, TrainConfig, TrainingInterrupted
+    from .train import Trainer, TrainConfig, TrainingInterrupted, check_precision
     from .utils import apply_overrides, check_device, pick_device, seed_everything
 
     # Everything that can be wrong is checked before anything is written.
@@ -110,6 +112,10 @@ def cmd_train(args) -> int:
     model_set, train_set = parse_settings(args.set, preset.model, preset.train)
     if args.max_iters is not None:
         train_set["max_iters"] = str(args.max_iters)
+    if args.dtype is not None:
+        train_set["dtype"] = args.dtype
+    if args.compile:
+        train_set["compile"] = "true"
     text = read_text_file(args.text) if args.text else load_text(preset.corpus)
     name = Path(args.text).stem if args.text else args.preset
     out = Path(args.out or f"runs/{name}")
@@ -142,27 +148,39 @@ def cmd_train(args) -> int:
         raise ValueError(f"the text is too short: {len(data):,} tokens split 90/10 leave {len(val_data):,} for "
                          f"validation, fewer than one window plus one ({need}); use a longer text or a smaller "
                          f"--set block_size=...")
-    check_writable(out)
-
+    check_precision(torch.device(device), train_config.dtype)
+    distributed.local_micro_batches(train_config.grad_accum_steps, distributed.launched_world_size())
+    device = distributed.setup(device)  # under torchrun: join the other processes (gloo on CPU, nccl on GPU)
+    main = distributed.is_main()  # under torchrun, rank 0 alone checks the folder, prints and samples
+    if main:
+        check_writable(out)
     if resuming:
         trainer = Trainer.resume(ckpt_path, train_data=train_data, val_data=val_data, device=device,
                                  config=train_config, tokenizer=tokenizer)
-        print(f"resuming {ckpt_path} at step {trainer.step} of {train_config.max_iters}")
+        if main:
+            print(f"resuming {ckpt_path} at step {trainer.step} of {train_config.max_iters}")
     else:
-        if args.resume:
+        if args.resume and main:
             print(f"no checkpoint in {out} yet: starting a new run")
         seed_everything(train_config.seed)
         trainer = Trainer(GPT(model_config), train_data, val_data, train_config, device=device, out_dir=out,
                           tokenizer=tokenizer)
     trainer.resume_hint = resume_command(args.argv)
-    print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
-          f"{tokenizer.vocab_size} tokens, on {device}; {train_config.max_iters} iterations, checkpoints in {out}")
+    if main:
+        processes = f" x {distributed.world_size()} processes" if distributed.is_distributed() else ""
+        print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
+              f"{tokenizer.vocab_size} tokens, on {device}{processes}; {train_config.max_iters} iterations, "
+              f"checkpoints in {out}")
     start = time.perf_counter()
     try:
         history = trainer.train()
     except TrainingInterrupted as stop:  # the Trainer has saved and said how to resume
         return 128 + stop.signum
-    print(f"done in {time.perf_counter() - start:.1f} s: val loss {history['val_loss'][-1]:.4f}; "
+    if not main:
+        return 0
+    speed = f", {trainer.tokens_per_s:,.0f} tokens/s" if trainer.tokens_per_s else ""
+    speed += f", MFU {100 * trainer.mfu:.1f}%" if trainer.mfu is not None else ""
+    print(f"done in {time.perf_counter() - start:.1f} s{speed}: val loss {history['val_loss'][-1]:.4f}; "
           f"saved {ckpt_path}")
     prompt = "\n" if "\n" in text else text[0]
     print(generate_text(trainer.model, tokenizer, prompt, 200, seed=train_config.seed, device=device))
@@ -245,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default runs/PRESET, or runs/NAME for --text NAME.txt)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
     p.add_argument("--device", choices=devices, help="default: cuda, else mps, else cpu")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (the same as --set dtype=...; "
+                   "fp16 needs a CUDA GPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (the same as --set compile=true)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -300,3 +321,6 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:  # CheckpointError is a ValueError; FileNotFoundError an OSError
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        from .distributed import teardown
+        teardown()  # leave the torchrun process group, if this process joined one

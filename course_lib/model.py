@@ -17,6 +17,10 @@ from .checkpoint import register_model
 from .utils import IGNORE_INDEX, config_from_dict
 
 
+# GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
+ACTIVATIONS = {"gelu": lambda: nn.GELU(), "relu": lambda: nn.ReLU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+
+
 @dataclass
 class GPTConfig:
     vocab_size: int = 65
@@ -28,7 +32,7 @@ class GPTConfig:
     bias: bool = False  # biases in Linear layers and LayerNorms (GPT-2: True)
     tie_weights: bool = True  # share the token embedding with the LM head
     norm_position: str = "pre"  # "pre": LayerNorm before each sub-layer (GPT-2); "post": after the residual add (2017 paper)
-    activation: str = "gelu"  # "gelu" or "relu"
+    activation: str = "gelu"  # "gelu", "relu" or "gelu_tanh" (GELU's tanh approximation, as GPT-2)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -45,8 +49,8 @@ class GPTConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_position not in ("pre", "post"):
             raise ValueError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
-        if self.activation not in ("gelu", "relu"):
-            raise ValueError(f"activation must be 'gelu' or 'relu', got {self.activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {self.activation!r}")
 
     @property
     def head_size(self) -> int:
@@ -66,7 +70,7 @@ class FeedForward(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+        self.act = ACTIVATIONS[config.activation]()
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -143,6 +147,14 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @classmethod
+    def from_pretrained(cls, model_or_name, dropout: float = 0.0) -> "GPT":
+        """Our GPT holding OpenAI's GPT-2 weights (chapter 13): ``model_or_name`` is a Hugging Face
+        ``GPT2LMHeadModel`` or one of ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``
+        (downloaded with ``transformers``). The mapping lives in :mod:`course_lib.gpt2`."""
+        from .gpt2 import from_pretrained
+        return from_pretrained(model_or_name, dropout=dropout)
 
     def num_parameters(self) -> int:
         """Parameters actually held (a tied matrix counts once)."""

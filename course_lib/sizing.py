@@ -54,6 +54,35 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     return 3 * forward if training else forward
 
 
+# Peak dense bf16/fp16 tensor-core FLOP/s of common GPUs, from NVIDIA's data sheets (no sparsity).
+# MFU is quoted against this peak whatever the dtype trained in, as nanoGPT and the PaLM paper do.
+GPU_PEAK_FLOPS = {
+    "H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12,
+    "V100": 125e12, "T4": 65e12,
+}
+
+
+def gpu_peak_flops(device) -> float | None:
+    """The peak FLOP/s of the CUDA GPU ``device``, or None when it is not a CUDA GPU of the table."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
+
+
+def model_flops_utilization(config, tokens_per_s: float, device, n_devices: int = 1) -> float | None:
+    """Model FLOPs utilisation: the FLOP/s the model's training needs at ``tokens_per_s``
+    (:func:`flops_per_token` of a GPT ``config``) over the peak of ``n_devices`` GPUs like
+    ``device``. None where the peak is unknown (a CPU, an unlisted GPU) or ``config`` is no GPTConfig."""
+    peak = gpu_peak_flops(device)
+    if peak is None or not isinstance(config, GPTConfig):
+        return None
+    return flops_per_token(config) * tokens_per_s / (peak * n_devices)
+
+
 def training_memory_bytes(config: GPTConfig) -> dict[str, int]:
     """fp32 memory for weights, gradients and AdamW's two moments (activations not included)."""
     n = count_parameters(config)

@@ -1,14 +1,18 @@
 """Training: learning-rate schedules, AdamW with weight-decay groups, loss estimates, and a
-``Trainer`` with a progress bar, loss history and exactly resumable checkpoints (chapters 2, 7).
+``Trainer`` with a progress bar, loss history and exactly resumable checkpoints (chapters 2, 7);
+gradient accumulation, mixed precision, ``torch.compile``, tokens/s and MFU, and data-parallel
+training under torchrun (chapter 12, with :mod:`course_lib.distributed`).
 
 Shapes: B batch, T time, V vocabulary size.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -18,12 +22,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
                          rng_state, save_checkpoint, set_rng_state)
 from .data import get_batch
 from .utils import DEFAULT_SEED, IGNORE_INDEX, config_from_dict
 
 BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -44,13 +50,20 @@ class TrainConfig:
     # With an out_dir, save every N steps (None: at every evaluation; 0: only at the end and on Ctrl-C).
     checkpoint_interval: int | None = None
     seed: int = DEFAULT_SEED
+    # Chapter 12. A step's global batch is grad_accum_steps micro-batches of batch_size sequences, in all
+    # (shared out among the processes under torchrun): the gradient of their mean loss, as one big batch.
+    grad_accum_steps: int = 1
+    dtype: str = "fp32"  # forward passes under autocast: "fp32" (off), "bf16", or "fp16" (CUDA only)
+    compile: bool = False  # torch.compile the model; falls back to eager, with a message, where it cannot
 
     def __post_init__(self):
         if self.schedule not in ("constant", "cosine", "transformer"):
             raise ValueError(f"schedule must be 'constant', 'cosine' or 'transformer', got {self.schedule!r}")
-        for name in ("max_iters", "batch_size", "eval_interval", "eval_iters"):
+        for name in ("max_iters", "batch_size", "eval_interval", "eval_iters", "grad_accum_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
@@ -114,7 +127,41 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Ad
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2))
+    fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters on a GPU
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=fused)
+
+
+# --- precision, compilation, speed (chapter 12) ----------------------------------------------
+
+
+def check_precision(device: torch.device, dtype: str) -> None:
+    """A clear error for a precision this device cannot train in."""
+    if dtype == "fp16" and device.type != "cuda":
+        raise ValueError(f"dtype 'fp16' needs a CUDA GPU: float16 training needs loss scaling (GradScaler), which "
+                         f"PyTorch does on GPUs. On {device.type} use 'bf16' (float32's range, 8 bits of "
+                         "precision) or 'fp32'")
+    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError("this GPU has no bfloat16 support (it is older than NVIDIA's Ampere): use dtype 'fp16' "
+                         "(with loss scaling) or 'fp32'")
+
+
+def autocast(device: torch.device, dtype: str):
+    """The context forward passes run in: autocast to bf16 or fp16 (matmuls in half precision;
+    softmax, LayerNorm and the loss kept in fp32; the weights themselves stay fp32), or nothing."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=DTYPES[dtype])
+
+
+def compile_model(model: nn.Module) -> nn.Module:
+    """``torch.compile(model)``, or ``model`` itself, with a message, where torch.compile is not
+    available. (Compilation happens at the first call; the Trainer handles a failure there.)"""
+    try:
+        return torch.compile(model)
+    except Exception as e:  # e.g. a Python version torch.compile does not support yet
+        print(f"torch.compile is not available here ({type(e).__name__}: {str(e)[:200]}); "
+              "training continues without it (eager mode)")
+        return model
 
 
 def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -241,7 +288,8 @@ class Trainer:
                  out_dir: str | Path | None = None, tokenizer=None, progress: bool = True):
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model = model.to(self.device)
+        self.model = model.to(self.device)  # the model itself; training runs through self.train_model
+        check_precision(self.device, self.config.dtype)
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
@@ -250,15 +298,34 @@ class Trainer:
             batch_fn = lambda split, gen: get_batch(data[split], block_size, self.config.batch_size, gen, self.device)
         self.batch_fn = batch_fn
         self.optimizer = configure_optimizer(self.model, self.config)
-        self.generator = torch.Generator().manual_seed(self.config.seed)  # the training batch stream
+        # fp16 gradients underflow: the scaler multiplies the loss before backward and divides the
+        # gradients before the step. Off (a plain optimizer.step()) for fp32 and bf16.
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.config.dtype == "fp16")
+        if self.device.type == "cuda":  # fp32 matmuls on tensor cores, in TF32 (a 10-bit mantissa)
+            torch.set_float32_matmul_precision("high")
+        # One random batch stream per micro-batch of a step; this process draws its share of them.
+        self.micro_batches = distributed.my_micro_batches(self.config.grad_accum_steps)
+        self.generators = [torch.Generator().manual_seed(distributed.batch_stream_seed(self.config.seed, j))
+                           for j in self.micro_batches]
+        self.train_model = distributed.wrap(compile_model(self.model) if self.config.compile else self.model,
+                                            self.device)
+        self._compile_unproven = self.config.compile  # until a compiled step has run
+        self.tokens_per_s: float | None = None  # a running average, over the processes together
+        self.mfu: float | None = None  # model FLOPs utilisation, on a GPU of known peak only
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.tokenizer = tokenizer
         self.progress = progress
         self.step = 0
         self.history = new_history()
         self.saved_step: int | None = None  # the step of the last checkpoint written
+        self._first_step = 0  # the step train() started from (its timing includes warm-up)
         # How to continue after an interrupt; the command line replaces it with its own command.
         self.resume_hint = "Trainer.resume({path!r}, ...)"
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The batch stream of this process's first micro-batch (the only one, by default)."""
+        return self.generators[0]
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -268,28 +335,88 @@ class Trainer:
         return lr_at(step, self.config, getattr(getattr(self.model, "config", None), "n_embd", None))
 
     def evaluate(self) -> dict[str, float]:
-        losses = estimate_loss(self.model, self.batch_fn, self.config.eval_iters, seed=self.config.seed + 1)
+        with autocast(self.device, self.config.dtype):
+            losses = estimate_loss(self.model, self.batch_fn, self.config.eval_iters, seed=self.config.seed + 1)
         self.history["eval_step"].append(self.step)
         self.history["train_loss"].append(losses["train"])
         self.history["val_loss"].append(losses["val"])
         return losses
 
+    def forward_backward(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        """Leave in every parameter's ``.grad`` the gradient of the mean loss over ``batches``
+        (this process's micro-batches), one micro-batch at a time; returns that mean loss.
+
+        Each micro-batch's loss is divided by their number and backward *adds* into ``.grad``,
+        so the sum is the gradient of the mean: what one batch of all of them gives when each
+        loss is a mean over equally many tokens. Under DDP the gradients are averaged over the
+        processes once, during the last backward (``no_sync`` skips the all-reduce before).
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for i, (x, y) in enumerate(batches):
+            last = i == len(batches) - 1
+            with self.train_model.no_sync() if distributed.is_distributed() and not last else contextlib.nullcontext():
+                with autocast(self.device, self.config.dtype):
+                    _, loss = self.train_model(x, y)
+                loss = loss / len(batches)
+                self.scaler.scale(loss).backward()
+            total += loss.item()
+        return total
+
     def train_step(self) -> float:
         lr = self.lr(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = self.batch_fn("train", self.generator)
-        _, loss = self.model(x, y)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        start = time.perf_counter()
+        batches = [self.batch_fn("train", g) for g in self.generators]
+        try:
+            loss = self.forward_backward(batches)
+        except Exception as e:
+            if not self._compile_unproven:
+                raise
+            self._stop_compiling(e)  # then retry the same batches in eager mode
+            loss = self.forward_backward(batches)
+        self._compile_unproven = False
+        loss = distributed.average(loss)  # under torchrun: the loss of the whole global batch
         if self.config.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not fp16's scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self._measure_speed(sum(x.numel() for x, _ in batches), time.perf_counter() - start)
         self.step += 1
         self.history["step"].append(self.step)
-        self.history["loss"].append(loss.item())
+        self.history["loss"].append(loss)
         self.history["lr"].append(lr)
-        return loss.item()
+        return loss
+
+    def _stop_compiling(self, error: Exception) -> None:
+        if distributed.is_main():
+            print(f"torch.compile could not compile this model here ({type(error).__name__}: "
+                  f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); "
+                  "training continues without it (eager mode)")
+        self._compile_unproven = False
+        self.train_model = distributed.wrap(self.model, self.device)
+
+    def _measure_speed(self, tokens: int, seconds: float) -> None:
+        """Tokens per second over all processes (a running average; the first step, which
+        compiles and warms up, is left out) and, on a GPU of known peak, MFU."""
+        from .sizing import model_flops_utilization
+
+        if self.step == self._first_step:
+            return
+        rate = tokens * distributed.world_size() / max(seconds, 1e-9)
+        self.tokens_per_s = rate if self.tokens_per_s is None else 0.9 * self.tokens_per_s + 0.1 * rate
+        self.mfu = model_flops_utilization(getattr(self.model, "config", None), self.tokens_per_s, self.device,
+                                           n_devices=distributed.world_size())
+
+    def _speed_postfix(self) -> dict[str, str]:
+        out = {}
+        if self.tokens_per_s is not None:
+            out["tok/s"] = f"{self.tokens_per_s:,.0f}"
+        if self.mfu is not None:
+            out["mfu"] = f"{100 * self.mfu:.1f}%"
+        return out
 
     def _eval_due(self) -> bool:
         done = self.history["eval_step"] and self.history["eval_step"][-1] == self.step
@@ -301,6 +428,8 @@ class Trainer:
                 and self.saved_step != self.step)
 
     def _evaluate(self, bar) -> None:
+        if not distributed.is_main():  # under torchrun, rank 0 alone evaluates and logs
+            return
         losses = self.evaluate()
         bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
 
@@ -308,21 +437,25 @@ class Trainer:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
         Returns the loss history."""
         end = self.config.max_iters if until is None else min(until, self.config.max_iters)
-        self.model.train()
-        bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress)
+        self.train_model.train()
+        self._first_step = self.step
+        bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress or not distributed.is_main())
         try:
             with StopAtStepBoundary() as stop:
-                while self.step < end and not stop.requested:
+                # Under torchrun every process must stop at the same step: ask them all.
+                stopping = lambda: distributed.any_process(stop.requested is not None)
+                while self.step < end and not stopping():
                     if self._eval_due():
                         self._evaluate(bar)
                     if self._save_due():
                         self.save()
-                    if stop.requested:
+                    if stopping():
                         break
                     loss = self.train_step()
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-                if not stop.requested and self._eval_due():
+                    bar.set_postfix(loss=f"{loss:.3f}", **self._speed_postfix(), refresh=False)
+                stopped = self.step < end or stopping()
+                if not stopped and self._eval_due():
                     self._evaluate(bar)
         except KeyboardInterrupt:  # a second Ctrl-C: the step under way is lost, not saved
             bar.close()
@@ -331,8 +464,8 @@ class Trainer:
                    if self.saved_step is not None else ""))
             raise
         bar.close()
-        if stop.requested:
-            raise self._interrupted(stop.requested)
+        if stopped:
+            raise self._interrupted(stop.requested or signal.SIGINT)
         if self.out_dir is not None:
             self.save()
         self.model.eval()
@@ -347,21 +480,29 @@ class Trainer:
             saved = self.save()
             hint = self.resume_hint.format(path=str(saved))
             message = f"{name}: stopped at step {self.step} and saved {saved}; continue with {hint}"
-        print(message)
+        if distributed.is_main():
+            print(message)
         self.model.eval()
         return TrainingInterrupted(message, signum, saved)
 
     # --- checkpoints ---
 
     def save(self, path: str | Path | None = None) -> Path:
+        """Write a checkpoint (under torchrun: every process calls this, rank 0 writes)."""
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: give Trainer(out_dir=...) or save(path)")
-        saved = save_checkpoint(path, self.model, tokenizer=self.tokenizer, train_config=self.config,
-                                optimizer=self.optimizer, step=self.step, history=self.history,
-                                rng=rng_state(self.generator))
+        streams = {}  # every micro-batch's stream, gathered from the processes that draw them
+        for part in distributed.gather({j: g.get_state() for j, g in zip(self.micro_batches, self.generators)}):
+            streams.update(part)
         self.saved_step = self.step
-        return saved
+        if not distributed.is_main():
+            return path
+        rng = rng_state(self.generators[0])
+        if self.config.grad_accum_steps > 1:
+            rng["streams"] = [streams[j] for j in range(self.config.grad_accum_steps)]
+        return save_checkpoint(path, self.model, tokenizer=self.tokenizer, train_config=self.config,
+                               optimizer=self.optimizer, step=self.step, history=self.history, rng=rng)
 
     def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
         load_weights(self.model, ckpt, path)
@@ -369,10 +510,25 @@ class Trainer:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self.step = int(ckpt["step"])
             self.history = {k: list(v) for k, v in ckpt["history"].items()}
-            set_rng_state(ckpt["rng"], self.generator)
+            set_rng_state(ckpt["rng"])
+            self._restore_batch_streams(ckpt["rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: {str(e)[:200]})") from e
         self.saved_step = self.step
+
+    def _restore_batch_streams(self, rng: dict) -> None:
+        """Every micro-batch stream as saved; with another number of micro-batches per step than
+        the saved run, fresh streams (the run continues, but not as the saved one would have)."""
+        streams = rng.get("streams") or [rng.get("generator")]
+        if len(streams) == self.config.grad_accum_steps and all(s is not None for s in streams):
+            for j, g in zip(self.micro_batches, self.generators):
+                g.set_state(streams[j])
+            return
+        for j, g in zip(self.micro_batches, self.generators):
+            g.manual_seed(distributed.batch_stream_seed(self.config.seed + self.step, j))
+        if distributed.is_main():
+            print(f"note: the checkpoint has {len(streams)} batch stream(s), this run {self.config.grad_accum_steps} "
+                  "micro-batches per step: batches are drawn from fresh streams from here on")
 
     @classmethod
     def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,

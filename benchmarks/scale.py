@@ -1,0 +1,119 @@
+"""Training throughput (tokens/s) on this machine, side by side in one run: eager fp32, bf16
+autocast and torch.compile in one process, then 1 vs 2 data-parallel processes under torchrun.
+
+The model has the ``shakespeare-char-cpu`` preset's shape (4 layers, 4 heads, C = 128, T = 64,
+batch 12); the data are random token windows (speed does not depend on them). Each way runs
+``--warmup`` steps (compilation happens there, and is timed separately), then ``--steps`` timed
+steps; tokens/s counts every token of every process's micro-batches. Usage:
+
+    python benchmarks/scale.py [--steps 30] [--threads N] [--skip-compile] [--skip-torchrun]
+
+torchrun gives each worker one thread (OMP_NUM_THREADS=1), so the torchrun rows compare 1 and 2
+processes of one thread each. These are CPU figures: on GPUs the same switches behave very
+differently (bf16 and compile are large wins there), and this script says nothing about them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# Threads that spin while they wait for each other waste a shared machine's cores: wait passively
+# (unless the environment says otherwise). Set before torch starts its thread pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from course_lib import distributed  # noqa: E402
+from course_lib.model import GPT  # noqa: E402
+from course_lib.presets import get_preset  # noqa: E402
+from course_lib.train import Trainer, TrainConfig  # noqa: E402
+
+
+def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1) -> Trainer:
+    torch.manual_seed(1337)
+    preset = get_preset("shakespeare-char-cpu")
+    config = TrainConfig(max_iters=10**6, batch_size=preset.train.batch_size, dtype=dtype, compile=compile,
+                         grad_accum_steps=grad_accum_steps, warmup_iters=0)
+    data = torch.randint(0, preset.model.vocab_size, (100_000,), generator=torch.Generator().manual_seed(0))
+    return Trainer(GPT(preset.model), data, data, config, device="cpu", progress=False)
+
+
+def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
+    start = time.perf_counter()
+    for _ in range(warmup):
+        trainer.train_step()
+    first = time.perf_counter() - start
+    tokens = trainer.config.grad_accum_steps * trainer.config.batch_size * trainer.model.config.block_size
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step()
+    seconds = time.perf_counter() - start
+    return {"tokens_per_s": tokens * steps / seconds, "ms_per_step": 1000 * seconds / steps, "warmup_s": first}
+
+
+def worker(args) -> None:
+    """One torchrun process: each handles one micro-batch of 12 sequences per step."""
+    distributed.setup("cpu")
+    n = distributed.world_size()
+    result = time_steps(make_trainer(grad_accum_steps=n), args.warmup, args.steps)
+    if distributed.is_main():
+        print("RESULT " + json.dumps(result))
+    distributed.teardown()
+
+
+def torchrun(n: int, args) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
+           "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="timed training steps per way")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the one-process rows")
+    parser.add_argument("--skip-compile", action="store_true")
+    parser.add_argument("--skip-torchrun", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    rows = []
+    ways = [("eager fp32", {}), ("bf16 autocast", {"dtype": "bf16"})]
+    if not args.skip_compile:
+        ways.append(("torch.compile fp32", {"compile": True}))
+    threads = torch.get_num_threads()
+    for name, options in ways:
+        r = time_steps(make_trainer(**options), args.warmup, args.steps)
+        rows.append((f"{name}, 1 process x {threads} threads", r))
+    if not args.skip_torchrun:
+        for n in (1, 2):
+            rows.append((f"torchrun, {n} process{'es' if n > 1 else ''} x 1 thread (gloo)", torchrun(n, args)))
+
+    base = rows[0][1]["tokens_per_s"]
+    print(f"shakespeare-char-cpu shape, batch 12 x 64 tokens per process per step; {args.steps} timed steps "
+          f"after {args.warmup} warm-up steps; torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print("| way | tokens/s | ms/step | vs eager fp32 | warm-up steps (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in rows:
+        print(f"| {name} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | {r['tokens_per_s'] / base:.2f}x | "
+              f"{r['warmup_s']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

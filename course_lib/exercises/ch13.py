@@ -1,0 +1,123 @@
+"""Checks for chapter 13, The real GPT-2: ``from course_lib.exercises import ch13``.
+
+Neither check needs ``transformers`` or the network: the first builds a state dict with GPT-2's
+names and Conv1D layout from random numbers, the second compares with chapter 6's formula.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..gpt2 import GPT2_SIZES, weight_map
+from ..model import Block, GPTConfig
+from ..sizing import count_parameters
+from . import call, fail, passed
+
+
+def _fake_gpt2_state(n_layer: int, C: int, V: int = 50, T: int = 16, seed: int = 13) -> dict[str, torch.Tensor]:
+    """Random tensors under Hugging Face's GPT-2 names, in its layout (Conv1D matrices (in, out))."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
+              "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
+              "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C),
+              "mlp.c_proj.bias": (C,)}
+    state = {"transformer.wte.weight": torch.randn(V, C, generator=g),
+             "transformer.wpe.weight": torch.randn(T, C, generator=g)}
+    for i in range(n_layer):
+        for name, shape in shapes.items():
+            state[f"transformer.h.{i}.{name}"] = torch.randn(*shape, generator=g)
+    state["transformer.ln_f.weight"] = torch.randn(C, generator=g)
+    state["transformer.ln_f.bias"] = torch.randn(C, generator=g)
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    return state
+
+
+def _expected_block(state: dict, i: int, n_layer: int) -> dict[str, torch.Tensor]:
+    prefix = f"blocks.{i}."
+    return {ours[len(prefix):]: (state[hf].t() if t else state[hf])
+            for ours, hf, t in weight_map(n_layer) if ours.startswith(prefix)}
+
+
+def check_map_block(fn) -> None:
+    """``fn(hf_state, i) -> dict``: the weights of block ``i`` of a GPT-2 state dict (Hugging Face
+    names such as ``transformer.h.{i}.attn.c_attn.weight``, Conv1D matrices stored (in, out)),
+    under our :class:`~course_lib.model.Block`'s names (``ln_1.weight``, ``attn.c_attn.weight``,
+    ...) in ``nn.Linear``'s (out, in) layout, ready for ``block.load_state_dict``."""
+    n_layer, C = 3, 16
+    state = _fake_gpt2_state(n_layer, C)
+    config = GPTConfig(vocab_size=50, block_size=16, n_layer=n_layer, n_head=2, n_embd=C, bias=True,
+                       activation="gelu_tanh")
+    for i in range(n_layer):
+        got = call(fn, dict(state), i)
+        expected = _expected_block(state, i, n_layer)
+        what = f"map_block(state, {i})"
+        if not isinstance(got, dict):
+            fail(f"{what}: expected a dict of tensors, got {type(got).__name__}.", "return {our_name: tensor, ...}")
+        prefixed = [k for k in got if k.startswith(("blocks.", "transformer."))]
+        if prefixed:
+            fail(f"{what}: keys such as {prefixed[0]!r} carry a prefix; Block's own names have none.",
+                 "use the names of Block().state_dict(): 'ln_1.weight', 'attn.c_attn.weight', ...")
+        missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        if missing or extra:
+            fail(f"{what}: {'missing ' + str(missing) if missing else ''}{' and ' if missing and extra else ''}"
+                 f"{'unexpected ' + str(extra) if extra else ''}.",
+                 "a block has 12 tensors: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj "
+                 "(a weight and a bias each).")
+        for name, want in expected.items():
+            have = got[name]
+            if not isinstance(have, torch.Tensor):
+                fail(f"{what}[{name!r}]: expected a tensor, got {type(have).__name__}.")
+            other = next((j for j in range(n_layer) if j != i and have.shape == want.shape
+                          and torch.equal(have, _expected_block(state, j, n_layer)[name])), None)
+            if other is not None:
+                fail(f"{what}[{name!r}] holds the weights of block {other}.",
+                     f"read transformer.h.{{i}}.{name} with the block index i you were given.")
+            if have.shape != want.shape:
+                hint = ("GPT-2's Conv1D stores this matrix (in, out); nn.Linear wants (out, in): transpose it (.t())."
+                        if have.dim() == 2 and have.shape == want.t().shape else
+                        "biases and LayerNorm parameters are 1-D vectors: copy them as they are.")
+                fail(f"{what}[{name!r}]: shape {tuple(have.shape)}, our Block expects {tuple(want.shape)}.", hint)
+            if not torch.equal(have, want):
+                hint = ("this square matrix has the right shape either way, but GPT-2 stores it (in, out): "
+                        "transpose it too." if have.dim() == 2 and torch.equal(have, want.t()) else
+                        f"copy transformer.h.{i}.{name} (transposed if it is one of the four Conv1D matrices).")
+                fail(f"{what}[{name!r}]: the values are not those of GPT-2's tensor.", hint)
+        Block(config).load_state_dict(got)  # loads strictly
+    passed("your mapping loads GPT-2's block weights into our Block, transposing the four Conv1D matrices.")
+
+
+def check_gpt2_parameters(fn) -> None:
+    """``fn(n_layer, n_embd, vocab_size, block_size) -> int``: the parameters of a GPT-2 of that
+    shape (biases everywhere, LM head tied to the token embedding), equal to
+    ``course_lib.sizing.count_parameters`` for all four published sizes, GPT-2 medium first."""
+    cases = [(name, *GPT2_SIZES[name]) for name in ("gpt2-medium", "gpt2", "gpt2-large", "gpt2-xl")]
+    cases += [("a tiny GPT-2", 2, 2, 16), ("a one-layer GPT-2", 1, 4, 64)]
+    for name, L, H, C in cases:
+        V, T = (50257, 1024) if name.startswith("gpt2") else (97, 32)
+        config = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True)
+        expected = count_parameters(config)
+        got = call(fn, L, C, V, T)
+        what = f"gpt2_parameters({L}, {C}, {V}, {T}) for {name}"
+        try:
+            got = int(got)
+        except (TypeError, ValueError):
+            fail(f"{what}: expected an integer, got {got!r}.")
+        if got == expected:
+            continue
+        diff = got - expected
+        known = {V * C: "you counted the LM head as well: in GPT-2 it is tied to the token embedding (one shared V x C matrix).",
+                 -T * C: "the position embedding (T x C) is missing.",
+                 -(13 * L * C): "the biases are missing: c_attn 3C, attn c_proj C, c_fc 4C, mlp c_proj C per block.",
+                 -(13 * L * C + 2 * C): "some biases are missing: the linear layers' (9C per block) and the "
+                                        "LayerNorms' (2C per block + C for the final one)?",
+                 -(4 * L * C + 2 * C): "the LayerNorms are missing: two per block and a final one, each a gain and a bias.",
+                 -2 * C: "the final LayerNorm (ln_f: C gains and C biases) is missing.",
+                 -(4 * L * C): "the LayerNorms of the blocks (2 per block, gain and bias: 4C) are missing."}
+        fail(f"{what}: got {got:,}, expected {expected:,} (off by {diff:+,}).",
+             known.get(diff, "per block: 12C² weights + 13C biases (9C in the linear layers, 4C in two LayerNorms); "
+                             "then V·C + T·C embeddings and 2C for the final LayerNorm."))
+    medium = count_parameters(GPTConfig(vocab_size=50257, block_size=1024, n_layer=24, n_head=16, n_embd=1024,
+                                        bias=True))
+    passed(f"GPT-2 medium has {medium:,} parameters (the published '355M'), and your formula is exact for all four sizes.")
+
+
+__all__ = ["check_map_block", "check_gpt2_parameters"]

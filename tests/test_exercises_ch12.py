@@ -1,0 +1,132 @@
+"""The checks of chapter 12's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import pytest
+
+from course_lib.exercises import ExerciseError, ch12
+
+
+def not_done(*args):
+    raise NotImplementedError()
+
+
+# --- accumulation by hand ---
+
+
+def accumulated_gradients(model, batches):
+    model.zero_grad(set_to_none=True)
+    for x, y in batches:
+        (model(x, y)[1] / len(batches)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def not_divided(model, batches):
+    model.zero_grad(set_to_none=True)
+    for x, y in batches:
+        model(x, y)[1].backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def zeroes_inside(model, batches):
+    for x, y in batches:
+        model.zero_grad(set_to_none=True)
+        (model(x, y)[1] / len(batches)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def first_only(model, batches):
+    return accumulated_gradients(model, batches[:1])
+
+
+def test_accumulation_correct(capsys):
+    ch12.check_accumulated_gradients(accumulated_gradients)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_accumulation_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch12.check_accumulated_gradients(not_done)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (not_divided, "times too large"),
+    (zeroes_inside, "last micro-batch only"),
+    (first_only, "differ from those of one big batch"),
+    (lambda model, batches: None, "expected a list"),
+])
+def test_accumulation_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch12.check_accumulated_gradients(wrong)
+
+
+# --- all-reduce average by hand ---
+
+
+def all_reduce_mean(per_process):
+    W = len(per_process)
+    mean = [sum(grads[i] for grads in per_process) / W for i in range(len(per_process[0]))]
+    return [[t.clone() for t in mean] for _ in range(W)]
+
+
+def test_all_reduce_correct(capsys):
+    ch12.check_all_reduce_mean(all_reduce_mean)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_all_reduce_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch12.check_all_reduce_mean(not_done)
+
+
+def sums(per_process):
+    total = [sum(grads[i] for grads in per_process) for i in range(len(per_process[0]))]
+    return [[t.clone() for t in total] for _ in per_process]
+
+
+def shared(per_process):
+    W = len(per_process)
+    mean = [sum(grads[i] for grads in per_process) / W for i in range(len(per_process[0]))]
+    return [mean for _ in range(W)]
+
+
+def only_rank0(per_process):
+    return all_reduce_mean(per_process)[0]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (sums, "SUM"),
+    (shared, "share one tensor"),
+    (only_rank0, "one list of tensors per process|should hold"),
+    (lambda per_process: per_process, "not the mean"),
+])
+def test_all_reduce_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch12.check_all_reduce_mean(wrong)
+
+
+# --- compute budget ---
+
+
+def training_days(n_params, n_tokens, n_gpus, peak_flops, mfu):
+    return 6 * n_params * n_tokens / (n_gpus * peak_flops * mfu) / 86400
+
+
+def test_days_correct(capsys):
+    ch12.check_training_days(training_days)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_days_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch12.check_training_days(not_done)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda N, D, n, p, m: 2 * N * D / (n * p * m) / 86400, "6·N·D"),
+    (lambda N, D, n, p, m: 6 * N * D / (n * p * m) / 3600, "hours"),
+    (lambda N, D, n, p, m: 6 * N * D / (n * p) / 86400, "divide by mfu"),
+    (lambda N, D, n, p, m: 6 * N * D / (p * m) / 86400, "n_gpus"),
+    (lambda N, D, n, p, m: 6 * N * D * m / (n * p) / 86400, "not multiply"),
+    (lambda N, D, n, p, m: N * D, "expected"),
+])
+def test_days_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch12.check_training_days(wrong)

@@ -1,0 +1,102 @@
+"""The checks of chapter 13's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import pytest
+
+from course_lib.exercises import ExerciseError, ch13
+
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+NAMES = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+         "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+         "mlp.c_proj.weight", "mlp.c_proj.bias")
+
+
+def not_done(*args):
+    raise NotImplementedError()
+
+
+# --- mapping one block ---
+
+
+def map_block(hf_state, i):
+    out = {}
+    for name in NAMES:
+        w = hf_state[f"transformer.h.{i}.{name}"]
+        out[name] = w.t() if name in CONV1D else w
+    return out
+
+
+def test_map_block_correct(capsys):
+    ch13.check_map_block(map_block)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_map_block_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch13.check_map_block(not_done)
+
+
+def no_transpose(hf_state, i):
+    return {name: hf_state[f"transformer.h.{i}.{name}"] for name in NAMES}
+
+
+def transposes_only_non_square(hf_state, i):
+    out = {}
+    for name in NAMES:
+        w = hf_state[f"transformer.h.{i}.{name}"]
+        out[name] = w.t() if w.dim() == 2 and w.shape[0] != w.shape[1] else w
+    return out
+
+
+def always_block_zero(hf_state, i):
+    return map_block(hf_state, 0)
+
+
+def keeps_prefix(hf_state, i):
+    return {f"blocks.{i}.{k}": v for k, v in map_block(hf_state, i).items()}
+
+
+def forgets_biases(hf_state, i):
+    return {k: v for k, v in map_block(hf_state, i).items() if not k.endswith("bias")}
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (no_transpose, "Conv1D stores this matrix"),
+    (transposes_only_non_square, "square matrix"),
+    (always_block_zero, "weights of block 0"),
+    (keeps_prefix, "prefix"),
+    (forgets_biases, "missing"),
+])
+def test_map_block_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch13.check_map_block(wrong)
+
+
+# --- counting GPT-2's parameters ---
+
+
+def gpt2_parameters(n_layer, n_embd, vocab_size, block_size):
+    C = n_embd
+    return n_layer * (12 * C * C + 13 * C) + vocab_size * C + block_size * C + 2 * C
+
+
+def test_count_correct(capsys):
+    ch13.check_gpt2_parameters(gpt2_parameters)
+    out = capsys.readouterr().out
+    assert "Correct!" in out and "354,823,168" in out
+
+
+def test_count_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch13.check_gpt2_parameters(not_done)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda L, C, V, T: gpt2_parameters(L, C, V, T) + V * C, "tied"),
+    (lambda L, C, V, T: gpt2_parameters(L, C, V, T) - T * C, "position embedding"),
+    (lambda L, C, V, T: 12 * L * C * C + V * C + T * C, "biases"),
+    (lambda L, C, V, T: gpt2_parameters(L, C, V, T) - 2 * C, "final LayerNorm"),
+    (lambda L, C, V, T: 12 * L * C * C, "off by"),
+    (lambda L, C, V, T: "355M", "integer"),
+])
+def test_count_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch13.check_gpt2_parameters(wrong)
