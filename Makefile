@@ -7,7 +7,7 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 
-.PHONY: install browser book test unit notebooks execute clean
+.PHONY: install browser book test unit notebooks execute figures clean
 
 install:
 	$(PIP) install -q -r requirements.txt
@@ -36,6 +36,10 @@ notebooks:
 execute:
 	$(PYTHON) -m course_lib.tools book sync
 	$(PYTHON) -m course_lib.tools book execute $(NB)
+
+# Redraw the architecture diagrams (book/figures/*.svg) from book/figures/make_figures.py
+figures:
+	$(PYTHON) book/figures/make_figures.py
 
 clean:
 	rm -rf _build

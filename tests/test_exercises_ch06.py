@@ -1,5 +1,6 @@
 """The checks of chapter 6's exercises: right answers pass, plausible wrong ones fail with a hint."""
 import pytest
+import torch
 
 from course_lib.exercises import ExerciseError, ch06
 from course_lib.sizing import count_parameters
@@ -104,3 +105,32 @@ def deepest_first(budget):
 def test_best_config_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch06.check_best_config(wrong)
+
+
+def gpt_logits_right(model, idx):
+    x = model.wte(idx) + model.wpe(torch.arange(idx.shape[1]))
+    for block in model.blocks:
+        x = block(x)
+    return model.lm_head(model.ln_f(x))
+
+
+def gpt_logits_buggy(model, idx):  # the tutorial's bug: ln_f created, never applied
+    x = model.wte(idx) + model.wpe(torch.arange(idx.shape[1]))
+    for block in model.blocks:
+        x = block(x)
+    return model.lm_head(x)
+
+
+def test_gpt_logits_correct(capsys):
+    ch06.check_gpt_logits(gpt_logits_right)
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_gpt_logits_bug_fails_with_hint():
+    with pytest.raises(ExerciseError, match="ln_f"):
+        ch06.check_gpt_logits(gpt_logits_buggy)
+
+
+def test_gpt_logits_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch06.check_gpt_logits(not_done)

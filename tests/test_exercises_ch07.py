@@ -162,3 +162,41 @@ def crashes_on_missing_grad(parameters, max_norm):
 def test_clip_grad_norm_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch07.check_clip_grad_norm(wrong)
+
+
+def karpathy_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    # nanoGPT / the lecture: also evaluate at the last iteration
+    for iter in range(max_iters):
+        if iter % eval_interval == 0 or iter == max_iters - 1:
+            estimate_loss()
+        xb, yb = get_batch("train")
+        _, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def eval_after_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    fixed_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval)
+    estimate_loss()  # the final loss, after the last step
+
+
+def eval_every_step(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for iter in range(max_iters):
+        estimate_loss()
+        xb, yb = get_batch("train")
+        _, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("loop", [karpathy_loop, eval_after_loop])
+def test_training_loop_accepts_an_evaluation_after_the_last_step(loop, capsys):
+    ch07.check_training_loop(loop)
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_training_loop_rejects_evaluating_every_step():
+    with pytest.raises(AssertionError, match="estimate_loss"):
+        ch07.check_training_loop(eval_every_step)

@@ -134,3 +134,40 @@ def check_best_config(fn) -> None:
                     "deepest or the widest one.")
             fail(f"with a budget of {budget:,} your config has {n:,} parameters, but one with {best:,} fits.", hint)
     passed("you found the largest model under every budget (and None when nothing fits).")
+
+
+def _logits_without_ln_f(model, idx):
+    T = idx.shape[1]
+    x = model.wte(idx) + model.wpe(torch.arange(T, device=idx.device))
+    for block in model.blocks:
+        x = block(x)
+    return model.lm_head(x)
+
+
+def check_gpt_logits(fn) -> None:
+    """Spot the bug: ``fn(model, idx) -> logits (B, T, V)``, the GPT's forward pass written out
+    (embeddings, blocks, final LayerNorm, LM head), equal to ``model(idx)[0]``."""
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                              bias=True)).eval()
+        with torch.no_grad():  # a LayerNorm that is far from the identity, as after training
+            model.ln_f.weight.uniform_(0.5, 2.0)
+            model.ln_f.bias.normal_(0.0, 0.5)
+        idx = torch.randint(13, (3, 8), generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            got = call(fn, model, idx)
+            expected = model(idx)[0]
+            if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
+                    got, _logits_without_ln_f(model, idx), atol=1e-5):
+                fail("your logits equal those of a model without its final LayerNorm.",
+                     "`self.ln_f` is created in __init__ but never applied: normalise x after the last "
+                     "block, before the LM head.")
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            fail(f"expected logits of shape {tuple(expected.shape)}, got "
+                 f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.",
+                 "return the LM head's output, (B, T, V).")
+        if not torch.allclose(got, expected, atol=1e-5):
+            fail("your logits differ from model(idx)[0].",
+                 "embeddings wte(idx) + wpe(positions), every block in order, ln_f, then lm_head.")
+    passed("the final LayerNorm is applied: your logits equal the model's.")

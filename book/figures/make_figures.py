@@ -1,0 +1,428 @@
+"""Draw the course's architecture diagrams as SVG files next to this script.
+
+    python3 book/figures/make_figures.py          (or: make figures)
+
+Every figure is drawn with matplotlib and written deterministically (fixed hash salt, no date, text
+kept as text), so running the script again reproduces the committed files byte for byte with the same
+matplotlib version; tests/test_figures.py checks that. Each drawing sits on a white rounded panel on a
+transparent page, so it reads the same in the book's light and dark themes.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+# mid-tone colours that print and read well on white
+BLUE, ORANGE, GREEN, RED, PURPLE, GREY, TEAL = (
+    "#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D9D9D", "#72B7B2")
+LIGHT = {BLUE: "#D6E2F0", ORANGE: "#FDE3C8", GREEN: "#D9EDD5", RED: "#F8D5D4",
+         PURPLE: "#EEDFEA", GREY: "#E6E6E6", TEAL: "#DCEFEE"}
+INK = "#222222"
+
+RC = {
+    "svg.hashsalt": "build-a-gpt-figures",  # stable ids inside the SVG
+    "svg.fonttype": "none",  # text stays text: small files, no font outlines
+    "font.family": "sans-serif",
+    "font.size": 11,
+}
+METADATA = {"Date": None, "Creator": f"book/figures/make_figures.py (matplotlib {matplotlib.__version__})"}
+
+FIGURES = {}
+
+
+def figure(name):
+    """Register a drawing function under its file name (without .svg)."""
+    def register(draw):
+        FIGURES[name] = draw
+        return draw
+    return register
+
+
+def canvas(width, height):
+    """A figure of width x height inches with axes in data units = inches and a white rounded panel."""
+    fig = plt.figure(figsize=(width, height))
+    fig.patch.set_alpha(0.0)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.add_patch(FancyBboxPatch((0.06, 0.06), width - 0.12, height - 0.12,
+                                boxstyle="round,pad=0,rounding_size=0.18",
+                                facecolor="white", edgecolor="#BBBBBB", linewidth=1.0, zorder=0))
+    return fig, ax
+
+
+def box(ax, x, y, w, h, text, color=BLUE, fontsize=10.5, fill=None, bold=False):
+    """A rounded box centred at (x, y)."""
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0,rounding_size=0.08",
+                                facecolor=fill or LIGHT.get(color, "white"), edgecolor=color,
+                                linewidth=1.5, zorder=2))
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color=INK, zorder=3,
+            fontweight="bold" if bold else "normal")
+
+
+def arrow(ax, x0, y0, x1, y1, color=INK, style="-|>", lw=1.3, rad=0.0):
+    ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle=style, mutation_scale=12,
+                                 color=color, linewidth=lw, zorder=1,
+                                 connectionstyle=f"arc3,rad={rad}"))
+
+
+def label(ax, x, y, text, fontsize=9.5, color="#444444", ha="center", va="center", **kw):
+    ax.text(x, y, text, ha=ha, va=va, fontsize=fontsize, color=color, zorder=3, **kw)
+
+
+def grid(ax, x, y, rows, cols, cell, colors, edge="white", values=None, fontsize=8):
+    """A matrix drawn as rows x cols squares; (x, y) is its top-left corner; colors[r][c] a colour or None."""
+    for r in range(rows):
+        for c in range(cols):
+            color = colors[r][c]
+            ax.add_patch(Rectangle((x + c * cell, y - (r + 1) * cell), cell, cell,
+                                   facecolor=color or "white", edgecolor=edge if color else "#CCCCCC",
+                                   linewidth=0.8, zorder=2))
+            if values is not None and values[r][c] is not None:
+                ax.text(x + (c + 0.5) * cell, y - (r + 0.5) * cell, values[r][c], ha="center", va="center",
+                        fontsize=fontsize, color=INK, zorder=3)
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("gpt_data_path")
+def gpt_data_path():
+    fig, ax = canvas(7.6, 8.4)
+    cx = 3.5
+    box(ax, cx, 7.8, 3.4, 0.5, "token ids  idx  (B, T)", GREY)
+    box(ax, 1.9, 6.85, 2.7, 0.62, "token embedding\nwte: (V, C) lookup", BLUE, fontsize=9.5)
+    box(ax, 5.1, 6.85, 2.7, 0.62, "position embedding\nwpe: (block_size, C)", PURPLE, fontsize=9.5)
+    arrow(ax, cx - 0.6, 7.55, 1.9, 7.17)
+    label(ax, 6.85, 7.55, "positions 0 .. T-1", fontsize=8.5)
+    arrow(ax, 6.3, 7.4, 5.4, 7.17)
+    box(ax, cx, 5.95, 0.45, 0.45, "+", GREY, fontsize=13)
+    arrow(ax, 1.9, 6.54, cx - 0.25, 6.05)
+    arrow(ax, 5.1, 6.54, cx + 0.25, 6.05)
+    label(ax, cx + 1.35, 5.95, "x  (B, T, C)", fontsize=9.5, ha="left")
+    # the stack of blocks
+    ax.add_patch(FancyBboxPatch((1.0, 2.22), 5.0, 3.23, boxstyle="round,pad=0,rounding_size=0.12",
+                                facecolor="none", edgecolor=ORANGE, linewidth=1.5, linestyle="--", zorder=1))
+    label(ax, 6.1, 4.1, "N blocks\n(n_layer)", fontsize=9.5, color=ORANGE, ha="left")
+    arrow(ax, cx, 5.72, cx, 5.18)
+    box(ax, cx, 4.9, 3.6, 0.5, "LayerNorm  ->  causal self-attention", ORANGE, fontsize=9.5)
+    box(ax, cx, 4.05, 0.4, 0.4, "+", GREY, fontsize=12)
+    box(ax, cx, 3.25, 3.6, 0.5, "LayerNorm  ->  MLP (C -> 4C -> C)", ORANGE, fontsize=9.5)
+    arrow(ax, cx, 4.65, cx, 4.25)
+    arrow(ax, cx, 3.85, cx, 3.5)
+    # residual paths
+    ax.plot([cx, 1.35, 1.35], [5.4, 5.4, 4.05], color=GREY, linewidth=1.2, zorder=1)
+    arrow(ax, 1.35, 4.05, cx - 0.2, 4.05, color=GREY, lw=1.2)
+    label(ax, 1.45, 4.3, "residual", fontsize=8, color="#777777", ha="left")
+    box(ax, cx, 2.5, 0.4, 0.4, "+", GREY, fontsize=12)
+    arrow(ax, cx, 3.0, cx, 2.7)
+    ax.plot([cx, 1.35, 1.35], [3.72, 3.72, 2.5], color=GREY, linewidth=1.2, zorder=1)
+    arrow(ax, 1.35, 2.5, cx - 0.2, 2.5, color=GREY, lw=1.2)
+    arrow(ax, cx, 2.3, cx, 1.98)
+    box(ax, cx, 1.75, 3.0, 0.45, "final LayerNorm  ln_f", TEAL, fontsize=9.5)
+    arrow(ax, cx, 1.52, cx, 1.25)
+    box(ax, cx, 1.0, 3.6, 0.48, "LM head: (C, V) linear -> logits (B, T, V)", GREEN, fontsize=9.5)
+    label(ax, cx, 0.45, "softmax over V: P(next token);  with targets: cross-entropy loss",
+          fontsize=8.5)
+    label(ax, 6.1, 1.0, "weights tied\nwith wte", fontsize=8, color=BLUE, ha="left")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("attention_head")
+def attention_head():
+    fig, ax = canvas(10.6, 5.4)
+    T = 5
+    cell = 0.24
+    label(ax, 0.7, 4.2, "x  (T, C)", fontsize=10)
+    grid(ax, 0.3, 3.95, T, 3, cell, [[GREY] * 3 for _ in range(T)])
+    ys = {"q": 4.3, "k": 2.85, "v": 1.4}
+    cols = {"q": BLUE, "k": ORANGE, "v": GREEN}
+    h = T * cell * 0.9
+    for name, y in ys.items():
+        arrow(ax, 1.1, 3.35, 1.75, y)
+        box(ax, 2.3, y, 1.05, 0.42, f"W_{name}: (C, hs)", cols[name], fontsize=8.5)
+        arrow(ax, 2.85, y, 3.2, y)
+        grid(ax, 3.25, y + h / 2, T, 2, cell * 0.9, [[cols[name]] * 2 for _ in range(T)])
+        label(ax, 3.9, y + h / 2 - 0.1, f"{name}\n(T, hs)", fontsize=8.5, ha="left", va="top")
+    # scores = q k^T / sqrt(hs)
+    sy = 3.6
+    arrow(ax, 3.8, 4.3, 4.75, sy + 0.1)
+    arrow(ax, 3.8, 2.85, 4.75, sy - 0.1)
+    box(ax, 5.3, sy, 1.05, 0.55, "q @ k.T\n/ sqrt(hs)", PURPLE, fontsize=8.5)
+    arrow(ax, 5.85, sy, 6.1, sy)
+    grid(ax, 6.15, sy + T * cell / 2, T, T, cell, [[PURPLE] * T for _ in range(T)])
+    label(ax, 6.15 + T * cell / 2, sy + T * cell / 2 + 0.18, "scores (T, T)", fontsize=8.5)
+    # mask
+    arrow(ax, 6.15 + T * cell + 0.05, sy, 7.75, sy)
+    label(ax, 7.6, sy + 0.2, "mask", fontsize=8.5)
+    masked = [[PURPLE if c <= r else RED for c in range(T)] for r in range(T)]
+    vals = [[None if c <= r else "-inf" for c in range(T)] for r in range(T)]
+    grid(ax, 7.8, sy + T * cell / 2, T, T, cell, masked, values=vals, fontsize=5)
+    label(ax, 7.8 + T * cell / 2, sy + T * cell / 2 + 0.18, "future = -inf", fontsize=8.5)
+    # softmax
+    wy = 1.4
+    arrow(ax, 7.8 + T * cell / 2, sy - T * cell / 2 - 0.05, 7.8 + T * cell / 2, wy + T * cell / 2 + 0.05)
+    label(ax, 7.8 + T * cell + 0.1, (sy + wy) / 2, "softmax\n(each row)", fontsize=8.5, ha="left")
+    shade = ["#C9B3D9", "#A98BC4", "#8E6BB0", "#7A569E"]
+    wei = [[(shade[min(r, 3)] if c <= r else "#FFFFFF") for c in range(T)] for r in range(T)]
+    wv = [[(f"{1 / (r + 1):.2f}".lstrip("0") if c <= r else "0") for c in range(T)] for r in range(T)]
+    grid(ax, 7.8, wy + T * cell / 2, T, T, cell, wei, values=wv, fontsize=5.5, edge="#DDDDDD")
+    label(ax, 7.8 + T * cell / 2, wy - T * cell / 2 - 0.2, "weights (T, T)\n(e.g. uniform)", fontsize=8.5)
+    # weighted sum with v
+    arrow(ax, 4.6, 1.4, 7.7, 1.4, color=GREEN)
+    label(ax, 6.2, 1.58, "v", fontsize=9, color=GREEN)
+    arrow(ax, 7.8 + T * cell + 0.05, wy, 9.5, wy)
+    label(ax, 9.1, wy - 0.22, "weights\n@ v", fontsize=8.5)
+    grid(ax, 9.55, wy + h / 2, T, 2, cell * 0.9, [[TEAL] * 2 for _ in range(T)])
+    label(ax, 9.77, wy - h / 2 - 0.15, "out (T, hs)", fontsize=8.5)
+    label(ax, 5.3, 0.3, "Row t of the output mixes the values of positions 0..t, weighted by how well "
+          "query t matches each key.", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("heads_split_merge")
+def heads_split_merge():
+    fig, ax = canvas(10.0, 4.2)
+    heads = [BLUE, ORANGE, GREEN, PURPLE]
+    cell = 0.22
+    T, C = 4, 8
+
+    def strip(x, y, colors_per_col, rows=T):
+        grid(ax, x, y, rows, len(colors_per_col), cell, [list(colors_per_col) for _ in range(rows)])
+
+    label(ax, 1.15, 3.7, "q, k, v: each (B, T, C)", fontsize=9.5)
+    strip(0.3, 3.45, [c for c in heads for _ in range(2)])
+    label(ax, 1.15, 2.3, "C = n_head x hs\n(here 4 x 2)", fontsize=8.5)
+    arrow(ax, 2.2, 3.0, 2.9, 3.0)
+    label(ax, 2.55, 3.25, ".view", fontsize=8.5)
+    label(ax, 3.85, 3.7, "(B, T, n_head, hs)", fontsize=9)
+    for h, color in enumerate(heads):
+        strip(3.0 + h * 0.5, 3.45, [color] * 2)
+    arrow(ax, 5.05, 3.0, 5.7, 3.0)
+    label(ax, 5.38, 2.75, ".transpose\n(1, 2)", fontsize=8)
+    label(ax, 7.15, 3.7, "(B, n_head, T, hs): one attention per head", fontsize=9)
+    for h, color in enumerate(heads):
+        strip(5.9 + h * 0.95, 3.45, [color] * 2)
+        label(ax, 5.9 + h * 0.95 + cell, 2.4, f"head {h}", fontsize=8)
+    ax.add_patch(FancyBboxPatch((5.8, 2.2), 3.8, 1.4, boxstyle="round,pad=0,rounding_size=0.08",
+                                facecolor="none", edgecolor=GREY, linestyle="--", linewidth=1.0))
+    label(ax, 7.7, 2.0, "softmax(q k^T / sqrt(hs) + mask) v, all heads in one batched matmul", fontsize=8.5)
+    arrow(ax, 7.7, 1.8, 7.7, 1.35)
+    label(ax, 5.6, 1.05, ".transpose(1, 2).contiguous().view(B, T, C)", fontsize=8.5, ha="right")
+    strip(6.8, 1.3, [c for c in heads for _ in range(2)], rows=T)
+    label(ax, 7.7, 0.22, "heads side by side again (B, T, C)", fontsize=8.5)
+    arrow(ax, 8.65, 0.85, 9.1, 0.85)
+    box(ax, 9.45, 0.85, 0.6, 0.45, "proj", TEAL, fontsize=9)
+    label(ax, 9.45, 1.35, "(C, C)", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("tril_averaging")
+def tril_averaging():
+    fig, ax = canvas(9.4, 3.5)
+    T, C, cell = 4, 2, 0.48
+    shade = ["#4C78A8", "#7FA1C6", "#A3BCD8", "#C3D3E6"]
+    vals = [[(f"{1 / (r + 1):.2f}" if c <= r else "0") for c in range(T)] for r in range(T)]
+    cols = [[(shade[r] if c <= r else None) for c in range(T)] for r in range(T)]
+    grid(ax, 0.5, 2.85, T, T, cell, cols, values=vals, fontsize=9, edge="#FFFFFF")
+    label(ax, 0.5 + T * cell / 2, 3.1, "wei (T, T)", fontsize=10)
+    label(ax, 0.5 + T * cell / 2, 0.75, "tril(ones), rows\nnormalised to sum 1", fontsize=8.5)
+    label(ax, 2.75, 1.9, "@", fontsize=16)
+    xs = [["x0", "x0"], ["x1", "x1"], ["x2", "x2"], ["x3", "x3"]]
+    xcol = [[GREEN, "#86BE7F"] for _ in range(T)]
+    grid(ax, 3.1, 2.85, T, C, cell, xcol, values=[[f"{r}a", f"{r}b"] for r in range(T)], fontsize=8.5)
+    label(ax, 3.1 + C * cell / 2, 3.1, "x (T, C)", fontsize=10)
+    label(ax, 4.45, 1.9, "=", fontsize=16)
+    outs = ["x0", "(x0+x1)/2", "(x0+x1+x2)/3", "(x0+..+x3)/4"]
+    for r, text in enumerate(outs):
+        ax.add_patch(Rectangle((4.85, 2.85 - (r + 1) * cell), 1.7, cell, facecolor=LIGHT[ORANGE],
+                               edgecolor="white", linewidth=0.8, zorder=2))
+        label(ax, 5.7, 2.85 - (r + 0.5) * cell, text, fontsize=8.5, color=INK)
+    label(ax, 5.7, 3.1, "out (T, C)", fontsize=10)
+    label(ax, 7.9, 2.3, "row t = mean of\nthe rows 0..t of x", fontsize=9)
+    label(ax, 7.9, 1.35, "the same wei from\nsoftmax(masked zeros):\n0 -> 1/(t+1),\n-inf -> 0",
+          fontsize=8.5, color="#555555")
+    label(ax, 4.7, 0.3, "Batched: (T, T) @ (B, T, C) broadcasts over B and gives (B, T, C).", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("block_pre_post_ln")
+def block_pre_post_ln():
+    fig, ax = canvas(8.2, 6.4)
+
+    def column(x, title, steps, skips, note):
+        label(ax, x, 6.0, title, fontsize=11, color=INK, fontweight="bold")
+        y = 5.5
+        box(ax, x, y, 1.4, 0.4, "x", GREY)
+        bottoms, centres = [y - 0.2], [y]
+        for kind, text in steps:
+            if kind == "add":
+                y -= 0.62
+                arrow(ax, x, bottoms[-1], x, y + 0.2)
+                box(ax, x, y, 0.4, 0.4, "+", GREY, fontsize=12)
+                bottoms.append(y - 0.2)
+            else:
+                y -= 0.68
+                arrow(ax, x, bottoms[-1], x, y + 0.22)
+                box(ax, x, y, 1.8, 0.44, text, {"ln": TEAL, "attn": ORANGE, "mlp": GREEN}[kind],
+                    fontsize=9.5)
+                bottoms.append(y - 0.22)
+            centres.append(y)
+        for src, add in skips:  # residual: from just below element src to the "+" at index add
+            ys = bottoms[src] - 0.12
+            xl = x - 1.15
+            ax.plot([x, xl, xl], [ys, ys, centres[add]], color=RED, linewidth=1.5, zorder=1)
+            arrow(ax, xl, centres[add], x - 0.2, centres[add], color=RED, lw=1.5)
+        label(ax, x, 0.5, note, fontsize=8.5)
+
+    pre = [("ln", "LayerNorm"), ("attn", "self-attention"), ("add", ""),
+           ("ln", "LayerNorm"), ("mlp", "MLP"), ("add", "")]
+    post = [("attn", "self-attention"), ("add", ""), ("ln", "LayerNorm"),
+            ("mlp", "MLP"), ("add", ""), ("ln", "LayerNorm")]
+    column(2.3, "pre-LN (GPT-2, this course)", pre, [(0, 3), (3, 6)],
+           "x + f(LN(x)): the residual path from\ninput to output passes no LayerNorm")
+    column(6.0, "post-LN (2017 paper)", post, [(0, 2), (3, 5)],
+           "LN(x + f(x)): every sub-layer ends by\nnormalising the residual stream")
+    label(ax, 4.15, 1.05, "red: residual (skip) connections", fontsize=8.5, color=RED)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("teacher_forcing")
+def teacher_forcing():
+    fig, ax = canvas(9.0, 4.1)
+    chunk = "First Cit"
+    cell = 0.62
+    x0 = 1.6
+    label(ax, 0.85, 3.35, "chunk", fontsize=9.5, ha="center")
+    for i, ch in enumerate(chunk):
+        color = GREY
+        ax.add_patch(Rectangle((x0 + i * cell, 3.05), cell, cell * 0.9, facecolor=LIGHT[color],
+                               edgecolor="white", linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 3.05 + cell * 0.45, repr(ch)[1:-1] if ch != " " else "␣",
+              fontsize=11, color=INK)
+    label(ax, 0.85, 2.35, "input x", fontsize=9.5, color=BLUE)
+    label(ax, 0.85, 1.55, "target y", fontsize=9.5, color=GREEN)
+    for i in range(len(chunk) - 1):
+        ax.add_patch(Rectangle((x0 + i * cell, 2.1), cell, cell * 0.8, facecolor=LIGHT[BLUE],
+                               edgecolor="white", linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 2.1 + cell * 0.4, chunk[i] if chunk[i] != " " else "␣",
+              fontsize=11, color=INK)
+        ax.add_patch(Rectangle((x0 + i * cell, 1.3), cell, cell * 0.8, facecolor=LIGHT[GREEN],
+                               edgecolor="white", linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 1.3 + cell * 0.4, chunk[i + 1] if chunk[i + 1] != " " else "␣",
+              fontsize=11, color=INK)
+        arrow(ax, x0 + (i + 0.5) * cell, 2.08, x0 + (i + 0.5) * cell, 1.82, color="#777777", lw=1.0)
+    T = len(chunk) - 1
+    label(ax, x0 + T * cell + 0.25, 2.35, "= chunk[:-1]", fontsize=9, ha="left", color=BLUE)
+    label(ax, x0 + T * cell + 0.25, 1.55, "= chunk[1:]", fontsize=9, ha="left", color=GREEN)
+    # bracket for one example
+    t = 3
+    ax.add_patch(Rectangle((x0, 2.02), (t + 1) * cell, cell * 0.96, facecolor="none", edgecolor=ORANGE,
+                           linewidth=2.0, zorder=3))
+    label(ax, x0 + (t + 0.5) * cell, 0.95, f"position t = {t}: context 'Firs' -> target 't'",
+          fontsize=9, color=ORANGE)
+    label(ax, 4.5, 0.45, "One chunk of T + 1 tokens gives T training examples at once, "
+          "each predicting the true next token.", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("kv_cache")
+def kv_cache():
+    fig, ax = canvas(9.6, 4.4)
+    cell = 0.3
+    t = 5  # tokens already processed
+    ry = 1.25  # the row of the newest token
+    ids = ["F", "i", "r", "s", "t", " "]
+    for i, ch in enumerate(ids):
+        new = i == t
+        ax.add_patch(Rectangle((0.4 + i * 0.42, ry - 0.19), 0.38, 0.38, facecolor=LIGHT[ORANGE if new else GREY],
+                               edgecolor=ORANGE if new else "white", linewidth=1.2, zorder=2))
+        label(ax, 0.59 + i * 0.42, ry, ch if ch != " " else "␣", fontsize=10, color=INK)
+    label(ax, 1.6, ry - 0.4, "tokens 0..t; only token t = 5 is new", fontsize=8.5)
+    arrow(ax, 2.9, ry, 3.3, ry)
+    box(ax, 3.95, ry, 1.15, 0.5, "k_t, v_t (and q_t)\nof the new token", ORANGE, fontsize=8)
+
+    def stack(x, name, color):
+        rows = [[GREY] * 3 for _ in range(t)] + [[color] * 3]
+        top = ry - cell / 2 + (t + 1) * cell
+        grid(ax, x, top, t + 1, 3, cell, rows)
+        label(ax, x + 1.5 * cell, top + 0.18, name, fontsize=9.5)
+
+    stack(4.9, "K cache (t+1, hs)", ORANGE)
+    stack(6.5, "V cache (t+1, hs)", GREEN)
+    arrow(ax, 4.55, ry, 4.88, ry, color=ORANGE)
+    arrow(ax, 4.3, ry - 0.26, 6.48, ry - 0.1, color=GREEN, rad=0.35)
+    label(ax, 5.7, 0.3, "grey rows: computed at earlier steps and reused; coloured row: appended now",
+          fontsize=8.5)
+    label(ax, 8.65, 2.3, "q_t (1, hs)\n@ K.T -> (1, t+1)\nsoftmax\n@ V -> (1, hs)", fontsize=9)
+    label(ax, 1.8, 3.2, "Step t feeds only the newest token\nthrough the model. Without a cache it\n"
+          "would recompute k and v for all\nt+1 tokens in every layer.", fontsize=8.5, color="#555555")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("param_count")
+def param_count():
+    fig, ax = canvas(10.0, 6.0)
+    u = 0.75  # inches for one C
+
+    def mat(x, top, rows, cols, color, name, shape, count, inside=True):
+        ax.add_patch(Rectangle((x, top - rows * u), cols * u, rows * u, facecolor=LIGHT[color], edgecolor=color,
+                               linewidth=1.4, zorder=2))
+        if inside:
+            label(ax, x + cols * u / 2, top - rows * u / 2, name, fontsize=9, color=INK)
+        else:
+            label(ax, x + cols * u + 0.1, top - rows * u / 2, name, fontsize=9, color=INK, ha="left")
+        label(ax, x + cols * u / 2, top - rows * u - 0.18, shape, fontsize=8.5)
+        if count:
+            label(ax, x + cols * u / 2, top - rows * u - 0.4, count, fontsize=8.5, color=color)
+
+    label(ax, 5.0, 5.6, "One block: 4C^2 weights in attention + 8C^2 in the MLP = 12C^2 "
+          "(plus biases and LayerNorms)", fontsize=10, color=INK)
+    top = 5.1
+    mat(0.4, top, 1, 3, ORANGE, "attn c_attn\nq, k, v", "(C, 3C)", "3C^2")
+    mat(2.9, top, 1, 1, ORANGE, "attn\nc_proj", "(C, C)", "C^2")
+    mat(3.9, top, 1, 4, GREEN, "MLP c_fc", "(C, 4C)", "4C^2")
+    mat(7.15, top, 4, 1, GREEN, "MLP\nc_proj", "(4C, C)", "4C^2", inside=False)
+    # embeddings, to scale for the CPU preset (V = 65, block_size = 64, C = 128)
+    label(ax, 3.2, 3.1, "Once per model; to scale for V = 65, block_size = 64, C = 128:", fontsize=8.5)
+    mat(0.6, 2.75, 65 / 128, 1, BLUE, "", "wte (V, C)", "V C")
+    mat(2.4, 2.75, 64 / 128, 1, PURPLE, "", "wpe (block_size, C)", "block_size C")
+    label(ax, 4.9, 2.45, "LM head (C, V): tied to wte,\nno new weights", fontsize=8.5, color=BLUE,
+          ha="left")
+    label(ax, 5.0, 0.45, "total  =  n_layer x 12C^2  +  V C  +  block_size C  +  (biases, LayerNorms)",
+          fontsize=9.5, color=INK)
+    return fig
+
+
+def main(out_dir: Path = HERE) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with plt.rc_context(RC):
+        for name, draw in FIGURES.items():
+            fig = draw()
+            path = out_dir / f"{name}.svg"
+            fig.savefig(path, format="svg", metadata=METADATA, transparent=True)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+        print(path)
