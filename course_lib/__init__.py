@@ -4,14 +4,19 @@ One small module per idea, each introduced by a chapter:
 
 - ``data``: bundled corpora, splits, batches (ch. 1); padding, packing, the names dataset (ch. 10)
 - ``bigram``: counting and learned bigram models, unigram entropy (ch. 1-2)
-- ``tokenizers``: ``CharTokenizer`` (ch. 1)
+- ``tokenizers``: the tokenizer interface and its registry, ``CharTokenizer`` (ch. 1)
 - ``attention``: averaging the past, ``Head``, ``MultiHeadAttention``, ``CausalSelfAttention`` (ch. 3-4)
-- ``model``: ``GPTConfig``, ``Block``, ``GPT``, parameter counting (ch. 5-6)
-- ``train``: ``Trainer``, schedules, losses (ch. 2, 7)
+- ``model``: ``GPTConfig``, ``Block``, ``GPT`` (ch. 5-6); ``GPT.from_pretrained`` via ``gpt2`` (ch. 13)
+- ``sizing``: parameter counts, FLOPs, memory (ch. 6)
+- ``train``: ``Trainer``, schedules, losses (ch. 2, 7); accumulation, precision, compile (ch. 12)
+- ``checkpoint``: the one checkpoint format and the registry of model kinds (ch. 7)
 - ``generate``: sampling and the KV cache (ch. 8); batches of prompts of different lengths (ch. 10)
 - ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
 - ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
-- ``plots``, ``exercises``, ``presets``; the CLI is ``python -m course_lib``.
+- ``distributed``: data-parallel training under torchrun (ch. 12)
+- ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib``.
+
+Instructor and maintainer tools live apart, in ``course_lib.tools``.
 """
 from .model import GPT, GPTConfig
 from .sizing import count_parameters, parameter_breakdown
