@@ -231,3 +231,14 @@ def test_the_encoder_decoder_trains_and_translates_from_the_command_line(tmp_pat
     assert main(["train-dates", "--out", str(out), "--max-iters", "3"]) == 2  # never overwrites a run
     assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "--beam", "0"]) == 2
     assert "beam_size must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_the_bpe_preset_trains_its_tokenizer_on_your_text_and_samples(tmp_path, text_file, capsys):
+    out = tmp_path / "bpe"
+    assert main(["train", "--preset", "shakespeare-bpe-cpu", "--text", str(text_file), "--out", str(out),
+                 "--set", "max_iters=2", *TINY]) == 0
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["tokenizer"]["type"] == "bpe" and ckpt["model_config"]["vocab_size"] == 512
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(out / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
