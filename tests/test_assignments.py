@@ -328,7 +328,7 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter", str(n),
                     "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
     path = tmp_path / f"{Path(chapter).name}.ipynb"
-    executed = assignments.execute_notebook(path, timeout=TIMEOUT)
+    executed = assignments.execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
     results = assignments.check_results(executed)
     assert results, f"{chapter}: no check cell"
     wrong = [r for r in results if r.status != "not done"]
