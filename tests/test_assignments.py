@@ -5,17 +5,16 @@
   and each check cell then fails with the student-facing "Not done yet" message: never a crash of
   the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
 
-How. One kernel runs the chapter's cells before its exercises, then the chapter's exercise section
-(checks must say "Correct!"), then the student notebook's exercise section (checks must say "Not done
-yet"). The student notebook's cells before the exercises are the chapter's own, unchanged
-(test_student_notebook_structure), so they need not run twice.
+How. nbval runs every chapter and compares the stored outputs of its check cells ("Correct!");
+then, in the same kernel, tests/nbval_students.py runs the student notebook's exercise section
+(checks must say "Not done yet"). The student notebook's cells before the exercises are the
+chapter's own, unchanged (test_student_notebook_structure), so no chapter runs twice.
 COURSE_STUDENT_FULL=1 also runs every chapter's CLI-built student notebook end to end (by default,
 only the first chapter's).
 """
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +30,6 @@ from course_lib.tools.assignments import has_solution, is_check_cell
 CHAPTERS = toc_chapters()
 FULL = os.environ.get("COURSE_STUDENT_FULL", "") not in ("", "0")
 TIMEOUT = 600
-EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
 NOT_DONE = "Not done yet"
 
 
@@ -241,79 +239,64 @@ def test_student_notebook_structure(chapter, student_dir):
 
 
 # --- executing chapters and student notebooks --------------------------------------------------
+# The student notebook's exercise section runs in nbval's kernel right after the chapter
+# (tests/nbval_students.py). Here: that plugin can fail, and nbval's comparison of the stored
+# outputs covers the other direction (every check says "Correct!" on the solutions).
 
-
-def exercise_section_start(nb) -> int:
-    """Index of the first cell of the exercise section: the first {exercise} box, solution or check."""
-    for index, cell in enumerate(nb.cells):
-        if has_solution(cell) or is_check_cell(cell) or (cell.cell_type == "markdown" and EXERCISE_BOX.search(cell.source)):
-            return index
-    return len(nb.cells)
-
-
-def run_cells(cells, cwd: Path):
-    """Execute code cells in one fresh kernel, going on past errors; returns the executed cells."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source, metadata=dict(c.metadata)) for c in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
-    return nb.cells
+NBVAL_OFF = ("nbval-ignore-output", "nbval-skip", "raises-exception")
 
 
 def _error(cell):
     return next((o for o in cell.outputs if o.output_type == "error"), None)
 
 
-def both_directions(chapter: str, source, student) -> tuple[list[str], dict]:
-    """Run the shared prefix, the chapter's exercise section, then the student's; return the
-    problems found (naming each notebook's cell number) and some counts."""
-    start = exercise_section_start(source)
-    code_before = [i for i in range(start) if source.cells[i].cell_type == "code"]
-    # code cells correspond one to one (test_student_notebook_structure): the sections start at the same one
-    stu_code = [i for i, c in enumerate(student.cells) if c.cell_type == "code"][len(code_before):]
-    src_code = [i for i in range(start, len(source.cells)) if source.cells[i].cell_type == "code"]
-    plan = ([("chapter", i, source.cells[i]) for i in code_before + src_code]
-            + [("student", i, student.cells[i]) for i in stu_code])
-    executed = run_cells([cell for _, _, cell in plan], cwd=source_path(chapter).parent)
-
-    problems, notes = [], []
-    checks = 0
-    for (role, index, _), cell in zip(plan, executed):
-        e = _error(cell)
-        allowed = "raises-exception" in cell.metadata.get("tags", [])
-        where = f"{chapter} ({role} notebook, cell {index})"
-        first_line = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
-        problem = None
-        if role == "student" and is_check_cell(cell):
-            checks += 1
-            if e is None:
-                problem = "the check passed on an unfinished exercise"
-            elif e.ename != "ExerciseError" or NOT_DONE not in e.evalue:
-                problem = f"expected ExerciseError({NOT_DONE!r} ...), got {e.ename}: {e.evalue}"
-        elif role == "student" and e is not None and e.ename == "NotImplementedError":
-            notes.append(f"{where} uses an unfinished exercise outside a check cell: {first_line}")
-        elif e is not None and not allowed:
-            problem = f"{e.ename}: {e.evalue}" + (" (only check cells may fail)" if role == "student" else "")
-        elif role == "chapter" and is_check_cell(cell) and \
-                "Correct!" not in "".join(o.get("text", "") for o in cell.outputs):
-            problem = "the check did not say Correct!"
-        if problem:
-            problems.append(f"{where}: {problem}\n    {first_line}")
-    return problems, {"student_checks": checks, "notes": notes}
-
-
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_checks_pass_and_student_checks_say_not_done_yet(chapter, student_dir):
-    source = nbformat.read(source_path(chapter), as_version=4)
-    student = student_notebook(chapter, student_dir)
-    problems, info = both_directions(chapter, source, student)
-    print(f"{chapter}: {info['student_checks']} student checks")
-    for note in info["notes"]:
-        print(f"  note: {note} (raises NotImplementedError for students, as the exercise itself does)")
-    assert info["student_checks"] > 0, f"{chapter}: no check cell in the student notebook"
-    assert not problems, "\n".join(problems)
+def test_stored_checks_say_correct_and_nbval_compares_them(chapter):
+    """nbval re-runs every check cell and compares its output with the stored one, so a stored
+    "Correct!" that nbval compares is a check that passes on the chapter's solution, in CI."""
+    nb = nbformat.read(source_path(chapter), as_version=4)
+    checks = [(i, c) for i, c in enumerate(nb.cells) if is_check_cell(c)]
+    assert checks, f"{chapter}: no check cell"
+    for i, cell in checks:
+        text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        assert "Correct!" in text, f"{chapter}, cell {i}: the stored check output does not say Correct!"
+        assert not any(o.get("output_type") == "error" for o in cell.outputs), f"{chapter}, cell {i}"
+        tags = cell.metadata.get("tags", [])
+        assert not set(tags) & set(NBVAL_OFF) and "NBVAL_" not in cell.source, \
+            f"{chapter}, cell {i}: nbval must compare the output of a check cell"
+
+
+def _made_up_chapter(path: Path, check_body: str, after: str = "") -> None:
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[
+        v4.new_code_cell("from course_lib.exercises import call, passed\n"
+                         f"def check_double(fn):\n{check_body}"),
+        v4.new_markdown_cell(":::{exercise} Double\n:label: ex-double\nWrite `double(x)`.\n:::"),
+        v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
+                         "answer = double(21)"),
+        v4.new_code_cell("check_double(double)"),
+        v4.new_code_cell(after or "print('after the exercises')"),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_nbval_plugin_runs_the_student_exercises_in_the_chapters_kernel(tmp_path):
+    good = "    assert call(fn, 2) == 4\n    passed('doubles')"
+    _made_up_chapter(tmp_path / "ch01_good.ipynb", good)
+    _made_up_chapter(tmp_path / "ch02_lenient.ipynb", "    passed('always')")  # passes unfinished work
+    _made_up_chapter(tmp_path / "ch03_bare.ipynb", "    assert fn(2) == 4\n    passed('doubles')")  # no call()
+    _made_up_chapter(tmp_path / "ch04_crash.ipynb", good, after="print(answer)\ndel answer")  # answer: solution only
+    done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--nbval-lax", "-p", "tests.nbval_students",
+                           "-p", "no:cacheprovider", "-q", "-rf"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = done.stdout
+    summary = out.split("short test summary")[-1]
+    assert "3 failed" in out and summary.count("::student exercises") == 3, out
+    assert "ch01_good" not in summary, out
+    assert "the check passed on an unfinished exercise" in out, out
+    assert "expected ExerciseError('Not done yet' ...), got NotImplementedError" in out, out
+    assert "NameError: name 'answer' is not defined (only check cells may fail)" in out, out
 
 
 END_TO_END = CHAPTERS if FULL else CHAPTERS[:1]

@@ -16,7 +16,7 @@ from course_lib.tools import assignments
 from course_lib.tools.book import SETUP_TAG, repository_url, setup_cell_source
 
 CHAPTERS = toc_chapters()
-EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
+EXERCISE_BOX = assignments.EXERCISE_BOX
 SOLUTION_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{solution\}\s*(\S+)", re.M)
 EXERCISE_LABEL = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}.*\n(?:\s*:[\w-]+:.*\n)*?\s*:label:\s*(\S+)", re.M)
 

@@ -49,6 +49,7 @@ STUDENT_NOTE = (
     "`raise NotImplementedError()`. Write your code there, run the cell, then run the check "
     "cell below it: it says `Correct!` or tells you what to fix."
 )
+EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
 CHECK_CALL = re.compile(r"(?<![\w.])(?:ch\d+\.)?check_\w+\s*\(")
 
 INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat nbclient ipykernel)'
@@ -185,6 +186,16 @@ def checked_names(cell) -> list[str]:
     """The check functions a check cell calls, e.g. ``["check_encode"]``."""
     return [m.group(0).split(".")[-1].rstrip("( ") for m in CHECK_CALL.finditer(cell.source)] \
         if is_check_cell(cell) else []
+
+
+def exercise_section_start(nb) -> int:
+    """Index of the first cell of a chapter's exercise section: its first ``{exercise}`` box,
+    solution or check cell (``len(nb.cells)`` when it has none)."""
+    for index, cell in enumerate(nb.cells):
+        if has_solution(cell) or is_check_cell(cell) or (
+                cell.cell_type == "markdown" and EXERCISE_BOX.search(cell.source)):
+            return index
+    return len(nb.cells)
 
 
 def _tags(cell) -> list[str]:
