@@ -150,6 +150,35 @@ def test_stored_executed_with_outputs(chapter):
             assert "Correct!" in text, f"{chapter}, cell {index}: the stored check output has no 'Correct!'"
 
 
+CODE_WIDTH = 85  # characters the theme shows in a code cell before a scroll bar cuts the line
+FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})(.*)$")
+
+
+def code_lines(cell):
+    """The lines a page shows as code: a code cell's, or a Markdown cell's fenced code blocks
+    (not the prose inside a ```{note} or :::{exercise} directive)."""
+    if cell.cell_type == "code":
+        return cell.source.splitlines()
+    lines, open_fences = [], []  # [(marker, is_code)], innermost last
+    for line in cell.source.splitlines():
+        m = FENCE.match(line)
+        if m and open_fences and m.group(1) == open_fences[-1][0] and not m.group(2).strip():
+            open_fences.pop()
+        elif m:  # an opening fence: ```python is code, ```{note} and :::{exercise} are not
+            open_fences.append((m.group(1), not m.group(2).strip().startswith("{") and m.group(1)[0] != ":"))
+        elif open_fences and open_fences[-1][1]:
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_code_fits_the_page(chapter):
+    """At the theme's width a longer line is cut behind a scroll bar: wrap it."""
+    long = [f"cell {i}: {len(line)} characters: {line.strip()[:50]}..."
+            for i, cell in enumerate(read(chapter).cells) for line in code_lines(cell) if len(line) > CODE_WIDTH]
+    assert not long, f"{chapter}: wrap these lines to {CODE_WIDTH} characters:\n" + "\n".join(long)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_outputs_leak_no_local_paths(chapter):
     """The website shows the stored outputs: no absolute path of the machine that ran them."""

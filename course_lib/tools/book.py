@@ -27,11 +27,12 @@ def repository_url(config_path: Path = ROOT / "_config.yml") -> str:
 
 def setup_cell_source(url: str, seed: int = DEFAULT_SEED) -> str:
     return f'''\
-# Setup (the same in every chapter): install course_lib if it is missing (e.g. on Colab),
-# import it, pick a device and seed every random number generator.
+# Setup (the same in every chapter): install course_lib if it is missing
+# (e.g. on Colab), import it, pick a device and seed every random number generator.
 import importlib.util, os
 if importlib.util.find_spec("course_lib") is None:
-    course_lib_source = os.environ.get("COURSE_LIB_SOURCE", "git+{url}")
+    course_lib_source = os.environ.get(
+        "COURSE_LIB_SOURCE", "git+{url}")
     %pip install -q {{course_lib_source}}
 import course_lib
 device = course_lib.pick_device()
