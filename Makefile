@@ -5,7 +5,8 @@
 #               the real-browser check of every page
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
-NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+# tests/nbval_students.py: after each chapter, its student notebook's exercises run in the same kernel
+NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 -p tests.nbval_students
 
 .PHONY: install browser book test unit notebooks execute figures clean
 
