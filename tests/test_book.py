@@ -260,3 +260,19 @@ def test_pages_install_from_the_repository_url_of_config():
             continue
         for found in re.findall(r"git\+(https?://[^\s\"'`)>]+)", source.read_text()):
             assert found.rstrip("/") == url, f"{source.name} installs from {found}, but _config.yml says {url}"
+
+
+def test_exercises_are_numbered_per_chapter():
+    """The Sphinx extension of _config.yml renumbers sphinx-exercise's book-wide counter."""
+    from course_lib.tools.exercise_numbers import FIGTYPE, number_per_chapter, renumber
+
+    assert number_per_chapter({"b": (8,), "a": (7,), "c": (12,)}, "book/ch03_self_attention_trick") == \
+        {"a": (3, 1), "b": (3, 2), "c": (3, 3)}
+    assert number_per_chapter({"x": (20,)}, "book/instructor_guide") == {"x": (1,)}
+    env = type("Env", (), {})()
+    env.toc_fignumbers = {"book/ch01_x": {FIGTYPE: {"e1": (1,)}}, "book/ch02_y": {FIGTYPE: {"e2": (2,)}},
+                          "book/intro": {"figure": {"f": (3,)}}}
+    assert renumber(None, env) == ["book/ch01_x", "book/ch02_y"]
+    assert env.toc_fignumbers["book/ch02_y"][FIGTYPE] == {"e2": (2, 1)}
+    assert env.toc_fignumbers["book/intro"] == {"figure": {"f": (3,)}}, "figures keep their numbers"
+    assert "course_lib.tools.exercise_numbers" in (ROOT / "_config.yml").read_text()

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from course_lib.tools.chapters import ROOT, page_source, toc_entries
+from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_entries
 
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
@@ -180,6 +180,10 @@ def test_page_in_a_real_browser(entry, site, browser):
             # exercises: boxes rendered, solution code folded away
             if "{exercise}" in source.read_text():
                 assert page.locator(".exercise").count() > 0, f"{entry}: no exercise box rendered"
+                # numbered per chapter (course_lib.tools.exercise_numbers): ch03's first is 3.1
+                first = page.locator(".exercise .admonition-title").first.inner_text()
+                expected = f"Exercise {chapter_number(entry)}.1"
+                assert first.startswith(expected), f"{entry}: the first exercise is {first!r}, not {expected}"
             assert page.evaluate(VISIBLE_SOLUTIONS) == 0, f"{entry}: solution code is visible without a click"
 
         SHOTS.mkdir(parents=True, exist_ok=True)
