@@ -143,3 +143,160 @@ def test_bigram_probs_transposed_fails():
 def test_bigram_probs_ignoring_smoothing_fails():
     with pytest.raises(ExerciseError, match="some probabilities are 0|not the expected|values differ"):
         ch02.check_bigram_probs(lambda data, V, smoothing=1.0: bigram_probs(data, V, 0.0))
+
+
+# --- spot the bug: a ReLU on the logits ---
+
+
+def logits_and_loss(table, idx, targets):
+    logits = table[idx]  # (B, T, V)
+    B, T, V = logits.shape
+    return logits, F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+
+
+def logits_and_loss_relu(table, idx, targets):  # the tutorial's bug
+    logits = F.relu(table[idx])
+    B, T, V = logits.shape
+    return logits, F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+
+
+def test_logits_and_loss_correct(capsys):
+    ch02.check_bigram_logits_and_loss(logits_and_loss)
+    assert_correct(capsys)
+
+
+def test_logits_and_loss_leaves_rng_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    ch02.check_bigram_logits_and_loss(logits_and_loss)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_logits_and_loss_not_done():
+    assert_not_done(ch02.check_bigram_logits_and_loss, not_done)
+
+
+def test_logits_and_loss_relu_names_the_bug():
+    with pytest.raises(ExerciseError, match=r"F\.relu\(table\[idx\]\)") as e:
+        ch02.check_bigram_logits_and_loss(logits_and_loss_relu)
+    assert "no gradient" in str(e.value) and "raising all the others" in str(e.value)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda table, idx, targets: (F.softmax(table[idx], -1), logits_and_loss(table, idx, targets)[1]),
+     "probabilities"),
+    (lambda table, idx, targets: (table[idx].abs(), logits_and_loss(table, idx, targets)[1]), "never negative"),
+    (lambda table, idx, targets: (table[idx], logits_and_loss(table, idx, targets)[1].item()), "0-d tensor"),
+    (lambda table, idx, targets: logits_and_loss(table, idx, targets)[0], "pair"),
+    (lambda table, idx, targets: logits_and_loss(table.detach(), idx, targets), "no gradient"),
+    (lambda table, idx, targets: (table[idx], logits_and_loss(table, idx, targets)[1] * idx.numel()),
+     "the loss"),
+])
+def test_logits_and_loss_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch02.check_bigram_logits_and_loss(wrong)
+
+
+# --- spot the bug: `if targets != None` ---
+
+
+def bigram_forward(table, idx, targets=None):
+    logits = table[idx]  # (B, T, V)
+    loss = None
+    if targets is not None:
+        B, T, V = logits.shape
+        loss = F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+    return logits, loss
+
+
+def bigram_forward_ne_none(table, idx, targets=None):  # the tutorial's bug
+    logits = table[idx]
+    if targets != None:  # noqa: E711
+        B, T, V = logits.shape
+        loss = F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+    else:
+        loss = None
+    return logits, loss
+
+
+def bigram_forward_eq_none_on_the_left(table, idx, targets=None):
+    logits = table[idx]
+    if None == targets:  # noqa: E711
+        return logits, None
+    return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def bigram_forward_truthiness(table, idx, targets=None):
+    logits = table[idx]
+    loss = None
+    if targets:
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return logits, loss
+
+
+def bigram_forward_always_loss(table, idx, targets=None):
+    logits = table[idx]
+    if targets is None:
+        targets = idx
+    return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_bigram_forward_correct(capsys):
+    ch02.check_bigram_forward(bigram_forward)
+    out = assert_correct(capsys)
+    assert "`is`, not `!=`" in out
+
+
+def test_bigram_forward_not_done():
+    assert_not_done(ch02.check_bigram_forward, not_done)
+
+
+def test_ne_none_passes_on_tensors_but_fails_the_source_check():
+    import numpy as np
+
+    table, idx = torch.randn(5, 5), torch.tensor([[1, 2]])
+    assert bigram_forward_ne_none(table, idx)[1] is None  # the bug is invisible on tensors...
+    with pytest.raises(ValueError, match="ambiguous"):  # ...but not on NumPy arrays
+        if np.array([1, 2]) != None:  # noqa: E711
+            pass
+    with pytest.raises(ExerciseError, match=r"`targets != None`") as e:
+        ch02.check_bigram_forward(bigram_forward_ne_none)
+    assert "is not None" in str(e.value) and "PEP 8" in str(e.value)
+
+
+def test_eq_none_on_the_left_is_found():
+    with pytest.raises(ExerciseError, match=r"`None == targets`"):
+        ch02.check_bigram_forward(bigram_forward_eq_none_on_the_left)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (bigram_forward_truthiness, "ambiguous"),
+    (bigram_forward_always_loss, "should be None"),
+    (lambda table, idx, targets=None: table[idx], "pair"),
+])
+def test_bigram_forward_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch02.check_bigram_forward(wrong)
+
+
+def test_bigram_forward_single_zero_target_is_not_skipped():
+    def numel_test(table, idx, targets=None):  # `if targets:` on one target 0 is False
+        logits = table[idx]
+        if targets is not None and targets.numel() == 1 and not targets:
+            return logits, None
+        return bigram_forward(table, idx, targets)
+
+    with pytest.raises(ExerciseError, match="None although targets were given"):
+        ch02.check_bigram_forward(numel_test)
+
+
+def test_bigram_forward_without_source_skips_the_static_check(capsys):
+    namespace = {"F": F}
+    exec("def forward(table, idx, targets=None):\n"
+         "    logits = table[idx]\n"
+         "    if targets != None:\n"
+         "        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())\n"
+         "    return logits, None\n", namespace)
+    ch02.check_bigram_forward(namespace["forward"])
+    assert "could not be read" in assert_correct(capsys)

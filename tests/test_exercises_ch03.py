@@ -216,3 +216,76 @@ def test_is_causal_weights_right(capsys):
 def test_is_causal_weights_wrong(fn, message):
     with pytest.raises(ExerciseError, match=message):
         ch03.check_is_causal_weights(fn)
+
+
+# --- spot the bug: softmax over the wrong axis ------------------------------------------------------
+
+
+def weights_right(q, k):
+    T, hs = q.shape[-2], q.shape[-1]
+    wei = q @ k.transpose(-2, -1) * hs**-0.5  # (B, T, T)
+    wei = wei.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf"))
+    return F.softmax(wei, dim=-1)
+
+
+def weights_softmax_dim1(q, k):  # the tutorial's nn.Softmax(dim=1)
+    T, hs = q.shape[-2], q.shape[-1]
+    wei = q @ k.transpose(-2, -1) * hs**-0.5
+    wei = wei.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf"))
+    return torch.nn.Softmax(dim=1)(wei)
+
+
+def weights_unscaled(q, k):
+    return weights_right(q * q.shape[-1] ** 0.5, k)
+
+
+def weights_by_hs(q, k):
+    return weights_right(q * q.shape[-1] ** -0.5, k)
+
+
+def weights_no_mask(q, k):
+    return F.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
+
+
+def weights_fill_zero(q, k):
+    T = q.shape[-2]
+    wei = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    return F.softmax(wei.masked_fill(torch.tril(torch.ones(T, T)) == 0, 0.0), dim=-1)
+
+
+def weights_mask_inverted(q, k):
+    T = q.shape[-2]
+    wei = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    return F.softmax(wei.masked_fill(torch.tril(torch.ones(T, T)) == 1, float("-inf")), dim=-1)
+
+
+def test_attention_weights_right(capsys):
+    ch03.check_attention_weights(weights_right)
+    assert_correct(capsys)
+
+
+def test_attention_weights_library_passes():
+    from course_lib.attention import causal_mask, scaled_dot_product_attention
+    ch03.check_attention_weights(
+        lambda q, k: scaled_dot_product_attention(q, k, k, causal_mask(q.shape[1]))[1])
+
+
+def test_attention_weights_dim1_names_the_axis():
+    with pytest.raises(ExerciseError, match="COLUMN") as e:
+        ch03.check_attention_weights(weights_softmax_dim1)
+    message = str(e.value)
+    assert "dim=1" in message and "dim=-1" in message and "1/T" in message and "future leaks" in message
+
+
+@pytest.mark.parametrize("fn, message", [
+    (weights_unscaled, "not scaled"),
+    (weights_by_hs, "not by sqrt"),
+    (weights_no_mask, "no masking"),
+    (weights_fill_zero, "not -inf"),
+    (weights_mask_inverted, "NaN"),
+    (lambda q, k: weights_right(q, k)[0], "expected shape"),
+    (not_done, "Not done yet"),
+])
+def test_attention_weights_wrong(fn, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch03.check_attention_weights(fn)

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..attention import average_past_loops, causal_mask
+from ..attention import average_past_loops, causal_mask, scaled_dot_product_attention
 from . import call, call_with_hints, expect_close, fail, passed
 
 
@@ -228,3 +228,63 @@ def check_is_causal_weights(fn) -> None:
         if answer:
             fail(f"is_causal_weights said True for {name}.", hint)
     passed("is_causal_weights accepts 5 valid weight matrices and rejects 5 invalid ones.")
+
+
+# --- spot the bug: softmax over the wrong axis --------------------------------------------------------
+
+
+def _weights(q, k, scale, mask=True, dim=-1, fill=float("-inf")):
+    T = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) * scale  # (B, T, T)
+    if mask:
+        scores = scores.masked_fill(~causal_mask(T), fill)
+    return F.softmax(scores, dim=dim)
+
+
+def check_attention_weights(fn) -> None:
+    """Spot the bug: ``fn(q, k)``, q and k (B, T, hs) -> causal attention weights (B, T, T):
+    scores q k^T / sqrt(hs), the future set to -inf, softmax over the keys (the last axis), so
+    that every ROW sums to 1. Compared with course_lib.attention.scaled_dot_product_attention."""
+    generator = torch.Generator().manual_seed(6)
+    cases = [(2, 6, 8), (1, 10, 16), (3, 5, 4), (4, 8, 32)]
+    for B, T, hs in cases:
+        q = torch.randn(B, T, hs, generator=generator)
+        k = torch.randn(B, T, hs, generator=generator)
+        _, expected = scaled_dot_product_attention(q, k, k, causal_mask(T))
+        out = call(fn, q.clone(), k.clone())
+        what = f"attention_weights on q, k of shape {(B, T, hs)}"
+        if not isinstance(out, torch.Tensor):
+            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the (B, T, T) weights.")
+        if out.shape != expected.shape:
+            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
+                 "the scores are q @ k.transpose(-2, -1): (B, T, hs) @ (B, hs, T) -> (B, T, T).")
+        if torch.isnan(out).any():
+            fail(f"{what}: the weights contain NaN.",
+                 "a row that is -inf everywhere gives NaN: mask only the future (tril == 0), never the diagonal.")
+        scale = hs**-0.5
+        if _close(out, _weights(q, k, scale, dim=-2)):
+            rows = ", ".join(f"{r:.2f}" for r in out[0].sum(dim=-1).tolist())
+            fail(f"{what}: each COLUMN of your weights sums to 1, not each row (the rows of sequence 0 sum to "
+                 f"{rows}): the softmax normalises over the queries, dim=1, instead of over the keys.",
+                 "row t holds query t's weights over the keys s <= t and must sum to 1: softmax over the "
+                 "last axis, F.softmax(wei, dim=-1). With dim=1 (= dim=-2 on (B, T, T)) each key's column "
+                 "sums to 1 over the queries: key 0, which every query sees, shares its weight among all T "
+                 "queries, and query 0's row is just its share (about 1/T when the scores are alike). And "
+                 "that sum runs over later queries, so the future leaks into the weights of the past "
+                 "despite the mask.")
+        if _close(out, _weights(q, k, scale, mask=False)):
+            fail(f"{what}: no masking: every position attends to the future.",
+                 "set the scores of the future (s > t) to -inf before the softmax: "
+                 "wei.masked_fill(tril == 0, float('-inf')).")
+        if _close(out, _weights(q, k, scale, fill=0.0)):
+            fail(f"{what}: the future still gets weight: you filled it with 0, not -inf.",
+                 "exp(0) = 1 is a weight like any other; only float('-inf') becomes exactly 0.")
+        if _close(out, _weights(q, k, 1.0)):
+            fail(f"{what}: the scores are not scaled.", f"multiply q @ k^T by hs ** -0.5 = 1/sqrt({hs}).")
+        if _close(out, _weights(q, k, 1.0 / hs)):
+            fail(f"{what}: you divided the scores by hs, not by sqrt(hs).", "multiply by hs ** -0.5.")
+        expect_close(out, expected, what,
+                     "wei = q @ k.transpose(-2, -1) * hs**-0.5, masked_fill(tril == 0, float('-inf')), "
+                     "then F.softmax(wei, dim=-1).")
+    passed(f"every row of your weights sums to 1 over the keys, and they match "
+           f"scaled_dot_product_attention on {len(cases)} shapes.")
