@@ -207,3 +207,21 @@ def plot_token_distributions(dists: dict, labels, ax=None, title: str = "Next-to
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
     return ax
+
+
+def plot_eval_losses(runs: dict[str, list[dict]], ax=None, title: str = "Validation loss",
+                     key: str = "val_loss", baseline: float | None = None,
+                     baseline_label: str = "baseline"):
+    """Many runs of a few variants on one plot: ``runs`` is {variant: [Trainer history, ...]}
+    (e.g. one history per seed). Each run is a line of ``history[key]`` against
+    ``history["eval_step"]``, in one colour per variant, with one legend entry per variant.
+    ``baseline``: a dashed horizontal line to compare with (e.g. the unigram loss)."""
+    ax = _axes(ax)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (variant, histories) in enumerate(runs.items()):
+        for j, history in enumerate(histories):
+            ax.plot(history["eval_step"], history[key], "o-", color=colors[i % len(colors)], markersize=3,
+                    linewidth=1.2, alpha=0.8, label=variant if j == 0 else None)
+    if baseline is not None:
+        ax.axhline(baseline, color="gray", linestyle="--", linewidth=1, label=f"{baseline_label} {baseline:.4f}")
+    return _finish(ax, "step", "validation loss" if key == "val_loss" else key, title)

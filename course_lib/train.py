@@ -281,11 +281,14 @@ class Trainer:
     and :meth:`resume` continues bit-for-bit as if it had never stopped. After saving,
     ``train()`` raises :class:`TrainingInterrupted` (a KeyboardInterrupt), so that a notebook
     cell stops and a script exits.
+
+    ``progress=False`` hides the progress bar; ``verbose=False`` the line printed at every
+    evaluation (the losses are still kept in ``history``). Both off: a silent run.
     """
 
     def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None, val_data: torch.Tensor | None = None,
                  config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
-                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True):
+                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True):
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
@@ -315,6 +318,7 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.tokenizer = tokenizer
         self.progress = progress
+        self.verbose = verbose
         self.step = 0
         self.history = new_history()
         self.saved_step: int | None = None  # the step of the last checkpoint written
@@ -431,7 +435,8 @@ class Trainer:
         if not distributed.is_main():  # under torchrun, rank 0 alone evaluates and logs
             return
         losses = self.evaluate()
-        bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        if self.verbose:
+            bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
 
     def train(self, until: int | None = None) -> dict[str, list]:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
@@ -533,7 +538,8 @@ class Trainer:
     @classmethod
     def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,
                batch_fn: BatchFn | None = None, device=None, max_iters: int | None = None, out_dir=None,
-               tokenizer=None, progress: bool = True, config: TrainConfig | None = None) -> "Trainer":
+               tokenizer=None, progress: bool = True, verbose: bool = True,
+               config: TrainConfig | None = None) -> "Trainer":
         """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
 
         ``model`` defaults to a fresh model of the checkpoint's kind and config, ``tokenizer``
@@ -553,6 +559,7 @@ class Trainer:
         if tokenizer is None and ckpt.get("tokenizer"):
             tokenizer = load_tokenizer(ckpt, path)
         trainer = cls(model, train_data, val_data, config, batch_fn=batch_fn, device=device,
-                      out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress)
+                      out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress,
+                      verbose=verbose)
         trainer.load_state(ckpt, path)
         return trainer

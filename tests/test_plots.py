@@ -76,3 +76,17 @@ def test_plot_token_distributions_draws_one_bar_per_token_and_distribution():
     with pytest.raises(ValueError, match="has 2 entries but there are 3 labels"):
         plot_token_distributions({"bad": [0.5, 0.5]}, ["a", "b", "c"])
     plt.close("all")
+
+
+def test_plot_eval_losses_one_colour_and_one_legend_entry_per_variant():
+    run = lambda *losses: {"eval_step": [0, 10, 20], "val_loss": list(losses)}
+    runs = {"a": [run(4, 3, 2), run(4, 3.1, 2.1)], "b": [run(4, 3.5, 3.4)]}
+    ax = plots.plot_eval_losses(runs, baseline=3.3473, baseline_label="unigram")
+    lines = ax.get_lines()
+    assert len(lines) == 4  # three runs and the baseline
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
+    assert list(lines[2].get_xdata()) == [0, 10, 20] and list(lines[2].get_ydata()) == [4, 3.5, 3.4]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["a", "b", "unigram 3.3473"]
+    assert ax.get_ylabel() == "validation loss"
+    plt.close("all")

@@ -39,6 +39,15 @@ def test_training_a_tiny_model_lowers_the_loss(model):
     assert len(history["loss"]) == len(history["lr"]) == 60
 
 
+def test_verbose_false_trains_silently_and_keeps_the_history(model, capsys):
+    config = tiny_train_config(max_iters=20)
+    loud = Trainer(model(), TRAIN, VAL, config, progress=False).train()
+    assert capsys.readouterr().out.count("val loss") == 3  # steps 0, 10, 20
+    quiet = Trainer(model(), TRAIN, VAL, config, progress=False, verbose=False).train()
+    assert capsys.readouterr().out == ""
+    assert quiet == loud
+
+
 def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(model, tmp_path):
     config = tiny_train_config()
     straight = Trainer(model(), TRAIN, VAL, config, progress=False)
