@@ -2,6 +2,7 @@
 must say "Correct!" for a right answer, fail with a hint for a wrong one, and say "Not done yet"
 for a function a student has not written (one that raises NotImplementedError)."""
 import pytest
+import torch
 
 from course_lib.exercises import ExerciseError
 
@@ -22,3 +23,13 @@ def assert_correct(capsys) -> str:
     out = capsys.readouterr().out
     assert "Correct!" in out, out
     return out
+
+
+def assert_leaves_rng_alone(check, *args) -> None:
+    """``check(*args)`` must not move torch's global random state: a check run in a chapter
+    would otherwise change every random number the chapter draws after it."""
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    check(*args)
+    assert torch.equal(torch.rand(3), expected), f"{check.__name__} changed torch's global random state"

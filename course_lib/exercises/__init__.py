@@ -65,13 +65,19 @@ def as_number(value, what: str, hint: str | None = "return a number (a Python fl
         fail(f"{what}: expected a number, got {value!r}.", hint)
 
 
+def expect_tensor(value, shape, what: str, hint: str | None = None, shape_hint: str | None = None) -> None:
+    """Fail unless ``value`` is a tensor of ``shape``; ``shape_hint`` (default ``hint``) explains a
+    wrong shape."""
+    if not isinstance(value, torch.Tensor):
+        fail(f"{what}: expected a tensor, got {type(value).__name__}.", hint)
+    if value.shape != shape:
+        fail(f"{what}: expected shape {tuple(shape)}, got {tuple(value.shape)}.", shape_hint or hint)
+
+
 def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5, rtol: float = 1e-4):
     """Fail unless ``actual`` equals ``expected`` numerically (tensors or numbers)."""
     if isinstance(expected, torch.Tensor):
-        if not isinstance(actual, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(actual).__name__}.", hint)
-        if actual.shape != expected.shape:
-            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}.", hint)
+        expect_tensor(actual, expected.shape, what, hint)
         if not torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol):
             worst = (actual.double() - expected.double()).abs().max().item()
             fail(f"{what}: values differ from the expected ones (largest difference {worst:.3g}).", hint)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import average_past_loops, causal_mask, scaled_dot_product_attention
-from . import call, call_with_hints, expect_close, fail, passed
+from . import call, call_with_hints, expect_close, expect_tensor, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
@@ -32,12 +32,9 @@ def check_average_past_matmul(fn) -> None:
         expected = average_past_loops(x)
         out = call(fn, x.clone())
         what = f"average_past_matmul on x of shape {shape}"
-        if not isinstance(out, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return wei @ x.")
-        if out.shape != expected.shape:
-            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
-                 "the (T, T) weights go on the LEFT: wei @ x multiplies (T, T) @ (B, T, C) -> (B, T, C). "
-                 "x @ wei would mix channels, not time steps.")
+        expect_tensor(out, expected.shape, what, "return wei @ x.",
+                      "the (T, T) weights go on the LEFT: wei @ x multiplies (T, T) @ (B, T, C) -> (B, T, C). "
+                      "x @ wei would mix channels, not time steps.")
         T = shape[1]
         ones = torch.tril(torch.ones(T, T))
         if T > 1 and _close(out, ones @ x):
@@ -80,11 +77,8 @@ def check_causal_softmax(fn) -> None:
         expected = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         out = call(fn, scores.clone())
         what = f"causal_softmax on scores of shape {shape}"
-        if not isinstance(out, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the softmax weights.")
-        if out.shape != expected.shape:
-            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
-                 "masked_fill and softmax keep the shape; slice the tril to [:T, :T] if you made a bigger one.")
+        expect_tensor(out, expected.shape, what, "return the softmax weights.",
+                      "masked_fill and softmax keep the shape; slice the tril to [:T, :T] if you made a bigger one.")
         if torch.isnan(out).any():
             fail(f"{what}: the weights contain NaN.",
                  "a row that is -inf everywhere gives NaN: the diagonal (s = t) must stay allowed. "
@@ -253,11 +247,8 @@ def check_attention_weights(fn) -> None:
         _, expected = scaled_dot_product_attention(q, k, k, causal_mask(T))
         out = call(fn, q.clone(), k.clone())
         what = f"attention_weights on q, k of shape {(B, T, hs)}"
-        if not isinstance(out, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the (B, T, T) weights.")
-        if out.shape != expected.shape:
-            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
-                 "the scores are q @ k.transpose(-2, -1): (B, T, hs) @ (B, hs, T) -> (B, T, T).")
+        expect_tensor(out, expected.shape, what, "return the (B, T, T) weights.",
+                      "the scores are q @ k.transpose(-2, -1): (B, T, hs) @ (B, hs, T) -> (B, T, T).")
         if torch.isnan(out).any():
             fail(f"{what}: the weights contain NaN.",
                  "a row that is -inf everywhere gives NaN: mask only the future (tril == 0), never the diagonal.")

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from ..attention import CausalSelfAttention, Head, average_past_softmax, causal_mask, scaled_dot_product_attention
 from ..model import sinusoidal_position_encoding
-from . import call, call_with_hints, expect_close, fail, passed
+from . import call, call_with_hints, expect_close, expect_tensor, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
@@ -54,11 +54,8 @@ def check_split_heads(split_heads, merge_heads) -> None:
         merged = call_with_hints(merge_heads, {"view size": _VIEW_HINT, "contiguous": _VIEW_HINT}, y.clone())
         what = f"merge_heads(y of shape {(B, nh, T, hs)})"
         want = y.transpose(1, 2).reshape(B, T, C)
-        if not isinstance(merged, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(merged).__name__}.", "return the (B, T, C) tensor.")
-        if merged.shape != want.shape:
-            fail(f"{what}: expected shape {tuple(want.shape)}, got {tuple(merged.shape)}.",
-                 "transpose(1, 2) back to (B, T, nh, hs), then merge the last two dimensions into C = nh * hs.")
+        expect_tensor(merged, want.shape, what, "return the (B, T, C) tensor.",
+                      "transpose(1, 2) back to (B, T, nh, hs), then merge the last two dimensions into C = nh * hs.")
         if nh > 1 and T > 1 and _close(merged, y.reshape(B, T, C)):
             fail(f"{what}: the shape is right but the heads are scrambled.",
                  "transpose(1, 2) back BEFORE merging, so that head h lands in channels h*hs:(h+1)*hs.")
@@ -171,11 +168,8 @@ def check_head_attention(fn) -> None:
         expected, _ = scaled_dot_product_attention(x @ w[0], x @ w[1], x @ w[2], causal_mask(T))
         out = call(fn, x.clone(), *(t.clone() for t in w))
         what = f"head_attention with C = {C}, hs = {hs}"
-        if not isinstance(out, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return wei @ v, shape (B, T, hs).")
-        if out.shape != expected.shape:
-            fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(out.shape)}.",
-                 "the output has one hs-vector per position: (B, T, T) @ (B, T, hs) -> (B, T, hs).")
+        expect_tensor(out, expected.shape, what, "return wei @ v, shape (B, T, hs).",
+                      "the output has one hs-vector per position: (B, T, T) @ (B, T, hs) -> (B, T, hs).")
         if C != hs and _close(out, _head(x, *w, C**-0.5)):
             fail(f"{what}: your head still scales the scores by C**-0.5 = 1/sqrt({C}), C being the embedding size. "
                  f"A score q . k is a sum of hs = {hs} products, so its variance is about hs: dividing by sqrt(C) "

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..generate import top_p_filter
-from . import call, expect_close, fail, passed
+from . import call, expect_close, expect_tensor, fail, passed
 
 
 def _logit_cases():
@@ -30,11 +30,8 @@ def check_top_p_filter(fn) -> None:
         got = call(fn, logits.clone(), p)
         expected = top_p_filter(logits, p)
         what = f"top_p_filter of logits with shape {tuple(logits.shape)}, p={p}"
-        if not isinstance(got, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(got).__name__}.", "return the filtered logits")
-        if got.shape != logits.shape:
-            fail(f"{what}: expected shape {tuple(logits.shape)}, got {tuple(got.shape)}.",
-                 "sort, cumsum and mask along the last dimension (dim=-1) so that any leading shape works.")
+        expect_tensor(got, logits.shape, what, "return the filtered logits",
+                      "sort, cumsum and mask along the last dimension (dim=-1) so that any leading shape works.")
         kept = torch.isfinite(got)
         if kept.all() and not torch.isfinite(expected).all():
             if torch.all((got >= 0) & (got <= 1)) and torch.allclose(got.sum(-1), torch.ones(())):
