@@ -41,7 +41,6 @@ execute:
 # Redraw the architecture diagrams (book/figures/*.svg) from book/figures/make_figures.py
 figures:
 	$(PYTHON) book/figures/make_figures.py
-	$(PYTHON) book/figures/make_ch11_figures.py
 
 clean:
 	rm -rf _build

@@ -409,6 +409,64 @@ def param_count():
     return fig
 
 
+# --------------------------------------------------------------------------------------------------
+@figure("ch11_encoder_decoder")
+def encoder_decoder():
+    fig, ax = canvas(10.0, 10.0)
+    w = 3.2
+    ex, dx = 2.6, 7.4  # centres of the encoder and decoder columns
+    attn, cross, ff, norm = ORANGE, RED, GREEN, TEAL
+
+    def stack(x, bottom, layers, gap=0.28):
+        """Boxes (height, text, colour) from the bottom up, each joined to the next by an arrow;
+        returns the top of the last one."""
+        for i, (h, text, color) in enumerate(layers):
+            if i:
+                arrow(ax, x, bottom, x, bottom + gap)
+                bottom += gap
+            box(ax, x, bottom + h / 2, w, h, text, color, fontsize=9.5)
+            bottom += h
+        return bottom
+
+    def layer_frame(x, top, title, ha):
+        ax.add_patch(FancyBboxPatch((x - 1.8, 1.85), 3.6, top - 1.85, boxstyle="round,pad=0,rounding_size=0.15",
+                                    facecolor="none", edgecolor=GREY, linewidth=1.0, linestyle="--", zorder=1))
+        label(ax, x - 1.75 if ha == "left" else x + 1.75, top - 0.2, title, ha=ha)
+
+    embed = [(0.5, r"embed $\times\sqrt{C}$ + sin/cos positions", BLUE)]
+    label(ax, ex, 0.45, 'source ids (B, S)\n"March 3rd, 2021"')
+    label(ax, dx, 0.45, "decoder input (B, T)\n<s> 2 0 2 1 - 0 3 ...")
+    for x in (ex, dx):
+        arrow(ax, x, 0.75, x, 1.0)
+        arrow(ax, x, stack(x, 1.0, embed), x, 2.15)
+
+    # encoder layer (x N), its final LayerNorm and the memory it hands to the decoder
+    top = stack(ex, 2.15, [(0.5, "self-attention (all positions,\nsource padding masked)", attn),
+                           (0.35, "add & norm", norm), (0.5, "feed-forward  C -> 4C -> C", ff),
+                           (0.35, "add & norm", norm)])
+    layer_frame(ex, 5.25, r"encoder layer $\times N$", "left")
+    arrow(ax, ex, top, ex, 5.7)
+    arrow(ax, ex, stack(ex, 5.7, [(0.35, "final LayerNorm", norm)]), ex, 6.27)
+    label(ax, ex, 6.45, "memory (B, S, C)")
+
+    # decoder layer (x N), then the output head
+    top = stack(dx, 2.15, [(0.5, "causal self-attention\n(no peeking ahead)", attn), (0.35, "add & norm", norm),
+                           (0.5, "cross-attention: queries here,\nkeys & values from memory", cross),
+                           (0.35, "add & norm", norm), (0.5, "feed-forward  C -> 4C -> C", ff),
+                           (0.35, "add & norm", norm)])
+    layer_frame(dx, 6.85, r"decoder layer $\times N$", "right")
+    arrow(ax, dx, top, dx, 7.2)
+    stack(dx, 7.2, [(0.35, "final LayerNorm", norm),
+                    (0.5, "linear (tied to embedding)\n-> logits (B, T, V)", PURPLE), (0.35, "softmax", PURPLE)])
+    label(ax, dx, 9.45, "next-character probabilities\n-> 2021-03-03</s>")
+
+    arrow(ax, ex + 1.0, 6.35, dx - 1.6, 3.85, rad=-0.25)  # memory -> cross-attention
+    label(ax, 4.75, 4.9, "keys,\nvalues", ha="left", fontsize=8.5)
+    label(ax, ex, 8.3, "Residual connections wrap\nevery sub-layer: add & norm\nis LN(x + sublayer(x))",
+          fontsize=8.5)
+    return fig
+
+
 def main(out_dir: Path = HERE) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
