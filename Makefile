@@ -7,6 +7,10 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 # tests/nbval_students.py: after each chapter, its student notebook's exercises run in the same kernel
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 -p tests.nbval_students
+# One test process per core (pytest-xdist); a file's tests, and so a chapter's cells, stay together
+# in one process, in order. OpenMP threads sleep while they wait (see tests/conftest.py).
+PARALLEL := -n auto --dist loadfile
+export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: install browser book test unit notebooks execute figures clean
 
@@ -25,13 +29,13 @@ book: install
 
 test: install browser
 	jupyter-book build -W --keep-going .
-	$(PYTHON) -m pytest tests book $(NBVAL)
+	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL)
 
 # Quicker loops while writing: unit tests only, or nbval only.
 unit:
 	$(PYTHON) -m pytest tests
 notebooks:
-	$(PYTHON) -m pytest book $(NBVAL)
+	$(PYTHON) -m pytest book $(NBVAL) $(PARALLEL)
 
 # Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
 execute:
