@@ -7,9 +7,12 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 # tests/nbval_students.py: after each chapter, its student notebook's exercises run in the same kernel
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 -p tests.nbval_students
-# One test process per core (pytest-xdist); a file's tests, and so a chapter's cells, stay together
-# in one process, in order. OpenMP threads sleep while they wait (see tests/conftest.py).
-PARALLEL := -n auto --dist loadfile
+# One test process per core, at most 4 (pytest-xdist): a file's tests, and so a chapter's cells,
+# stay together in one process, in order, the long files first (tests/conftest.py). OpenMP's
+# waiting threads sleep (conftest.py says why).
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) \
+  if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)))")
+PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: install browser book test unit notebooks execute figures clean

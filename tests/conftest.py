@@ -20,6 +20,22 @@ settings.register_profile("course", derandomize=True, deadline=None, max_example
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The long files first: the chapters (nbval), then the files with a test marked slow, then
+    the rest, each file's tests in their own order. With several test processes (pytest-xdist
+    with --dist loadfile and --no-loadscope-reorder, as `make test` runs it), the quick files
+    then fill the gaps at the end instead of a long one starting last."""
+    def file_of(item):
+        return item.nodeid.split("::", 1)[0]
+
+    rank = {}
+    for item in items:
+        path = file_of(item)
+        here = 0 if path.endswith(".ipynb") else 1 if item.get_closest_marker("slow") else 2
+        rank[path] = min(rank.get(path, 2), here)
+    items.sort(key=lambda item: rank[file_of(item)])  # stable: keeps the order within a file
+
+
 @pytest.fixture
 def tiny_config():
     from course_lib.model import GPTConfig

@@ -25,6 +25,8 @@ import yaml
 
 from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_entries
 
+pytestmark = pytest.mark.slow  # a browser, about seven seconds a page
+
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -208,6 +208,7 @@ def assert_same_weights(a, b):
         torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow  # starts torchrun three times
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="torch.distributed with gloo is not available in this build of PyTorch")
 def test_torchrun_two_processes_equal_one_process_with_accumulation(tmp_path):
