@@ -33,8 +33,8 @@ PRESETS = {
     ),
     # Chapter 9: the CPU model on byte-level BPE tokens (512: 256 bytes, 255 merges, <|endoftext|>).
     # A token is about 1.9 characters of Shakespeare, so T=64 tokens see about twice the text of the
-    # character model's T=64. 1000 steps: under a minute on 2 cores (chapter 7's 800-step run of
-    # the character model of the same shape takes about 25 s).
+    # character model's T=64. 1000 steps: under a minute on 2 cores (chapter 7's page trains the
+    # character model of the same shape for 400 steps).
     "shakespeare-bpe-cpu": Preset(
         "the CPU model on 512 byte-level BPE tokens (4 layers, 4 heads, C=128, T=64 tokens): under a minute",
         GPTConfig(vocab_size=512, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, tie_weights=False),
