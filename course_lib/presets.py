@@ -33,10 +33,10 @@ PRESETS = {
     ),
     # Chapter 9: the CPU model on byte-level BPE tokens (512: 256 bytes, 255 merges, <|endoftext|>).
     # A token is about 1.9 characters of Shakespeare, so T=64 tokens see about twice the text of the
-    # character model's T=64. 1000 steps: under a minute on 2 cores (chapter 7's page trains the
+    # character model's T=64. 1000 steps: a minute or two on 2 cores (chapter 7's page trains the
     # character model of the same shape for 400 steps).
     "shakespeare-bpe-cpu": Preset(
-        "the CPU model on 512 byte-level BPE tokens (4 layers, 4 heads, C=128, T=64 tokens): under a minute",
+        "the CPU model on 512 byte-level BPE tokens (4 layers, 4 heads, C=128, T=64 tokens): a minute or two",
         GPTConfig(vocab_size=512, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, tie_weights=False),
         TrainConfig(max_iters=1000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
                     beta2=0.99, weight_decay=0.0, grad_clip=0.0, eval_interval=250, eval_iters=20),
