@@ -8,11 +8,13 @@ PIP := $(PYTHON) -m pip
 # tests/nbval_students.py: after each chapter, its student notebook's exercises run in the same kernel
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 -p tests.nbval_students
 # One test process per core, at most 4 (pytest-xdist): a file's tests, and so a chapter's cells,
-# stay together in one process, in order, the long files first (tests/conftest.py). OpenMP's
-# waiting threads sleep (conftest.py says why).
+# stay together in one process, in order, the long files first (tests/conftest.py).
 WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) \
   if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)))")
 PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+# Every chapter's kernel trains with as many OpenMP threads as there are cores; threads that
+# busy-wait for work would take the cores from the other test processes (two trainings side by
+# side took 1.8x as long as one after the other). Waiting threads sleep; no result changes.
 export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: install browser book test unit notebooks execute figures clean

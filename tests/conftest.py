@@ -1,15 +1,8 @@
 import os
 
-# `make test` runs the tests in several processes at once (pytest -n auto), and every chapter's
-# kernel trains with as many OpenMP threads as there are cores. OpenMP threads that busy-wait
-# for their next piece of work would then take the cores from each other: two trainings side
-# by side took 1.8x as long as one after the other. Waiting threads sleep instead; this changes
-# no result. Set before torch is imported; the kernels and subprocesses inherit it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import matplotlib  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib
+import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 matplotlib.use("Agg")
