@@ -17,7 +17,7 @@ PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 # side took 1.8x as long as one after the other). Waiting threads sleep; no result changes.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: install browser book test unit notebooks execute figures clean
+.PHONY: install browser book test unit notebooks screenshots execute figures clean
 
 install:
 	$(PIP) install -q -r requirements.txt
@@ -41,6 +41,9 @@ unit:
 	$(PYTHON) -m pytest tests
 notebooks:
 	$(PYTHON) -m pytest book $(NBVAL) $(PARALLEL)
+# Every page of the built site in a real browser, with a full-page screenshot of each in _build/screenshots/
+screenshots: book browser
+	$(PYTHON) -m pytest tests/test_browser.py --screenshots
 
 # Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
 execute:

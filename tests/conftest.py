@@ -13,6 +13,11 @@ settings.register_profile("course", derandomize=True, deadline=None, max_example
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--screenshots", action="store_true",
+                     help="test_browser: save a full-page screenshot of each page to _build/screenshots/")
+
+
 def pytest_collection_modifyitems(config, items):
     """The long files first: the chapters (nbval), then the files with a test marked slow, then
     the rest, each file's tests in their own order. With several test processes (pytest-xdist

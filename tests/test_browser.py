@@ -4,8 +4,9 @@ For each page of _toc.yml, served from _build/html by a local server on 127.0.0.
 typeset by the bundled MathJax (no raw TeX left, no MathJax error), every image loaded, no request
 leaving the machine, no console error except known harmless ones, exercise solutions folded away,
 and, on chapter pages, the Colab button pointing at the chapter's notebook in the repository and a
-working .ipynb download. A screenshot of each page goes to _build/screenshots/<page>.png for a
-person to look at.
+working .ipynb download. With `--screenshots` (`make screenshots`), a full-page screenshot of each
+page goes to _build/screenshots/<page>.png for a person to look at; a tall page takes seconds to
+capture, so `make test` leaves them out.
 
 Needs the site built first (`make book`) and Chromium (`make browser`, or `apt-get install -y
 chromium`); without Chromium the tests are skipped.
@@ -25,7 +26,7 @@ import yaml
 
 from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_entries
 
-pytestmark = pytest.mark.slow  # a browser, about seven seconds a page
+pytestmark = pytest.mark.slow  # a browser, a few seconds a page
 
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
@@ -115,7 +116,7 @@ RAW_TEX = [
 
 
 @pytest.mark.parametrize("entry", PAGES)
-def test_page_in_a_real_browser(entry, site, browser):
+def test_page_in_a_real_browser(entry, site, browser, request):
     html = HTML / f"{entry}.html"
     if not html.exists():
         pytest.fail(f"{html.relative_to(ROOT)} is missing: run the book build first (make book)")
@@ -188,8 +189,9 @@ def test_page_in_a_real_browser(entry, site, browser):
                 assert first.startswith(expected), f"{entry}: the first exercise is {first!r}, not {expected}"
             assert page.evaluate(VISIBLE_SOLUTIONS) == 0, f"{entry}: solution code is visible without a click"
 
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"{Path(entry).name}.png"), full_page=True)
+        if request.config.getoption("screenshots"):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / f"{Path(entry).name}.png"), full_page=True)
     finally:
         context.close()
 
