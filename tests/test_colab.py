@@ -9,7 +9,7 @@ rest from the package index) and ipykernel, and runs notebooks in a kernel of th
 2. the first chapter of _toc.yml, copied alone into an empty folder, runs top to bottom with
    course_lib installed, and its exercise checks pass.
 
-Slow (a minute or two to install the environment): deselect with -m "not slow".
+Slow (about a minute to install the environment): deselect with -m "not slow".
 """
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ print("PROBE " + json.dumps({"prefix": sys.prefix, "file": course_lib.__file__, 
                              "path": sys.path}))"""
 
 
+# Nothing pointing into the repository; and the fresh venv's modules are compiled to bytecode when
+# first imported (pip installs them uncompiled, see `fresh`), as they are on Colab.
+NOT_INHERITED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+
+
 def run(cmd, cwd: Path):
     """Run a command in ``cwd`` (never the repository: ``python -c`` would import its course_lib/)."""
     done = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=cwd)
@@ -48,7 +53,7 @@ def run(cmd, cwd: Path):
 
 def clean_env(**extra) -> dict:
     """The environment of the child processes: nothing that points into the repository."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env.update(extra)
     return env
 
@@ -82,9 +87,10 @@ def fresh(tmp_path_factory):
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         requires = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
     deps = [r for r in requires if "extra ==" not in r]
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    run(pip + [TORCH], cwd=tmp)
-    run(pip + deps + ["ipykernel"], cwd=tmp)
+    # One pip run, without compiling every installed module to bytecode (the kernels compile what
+    # they import, once): that halves the set-up, most of which is torch's thousands of files.
+    run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+         TORCH, *deps, "ipykernel"], cwd=tmp)
     missing = subprocess.run([str(python), "-c", "import importlib.util as u; "
                               "raise SystemExit(u.find_spec('course_lib') is not None)"], env=clean_env(), cwd=tmp)
     assert missing.returncode == 0, "course_lib must not be in the fresh environment yet"
@@ -102,7 +108,8 @@ def execute(nb, cwd: Path, tmp: Path, monkeypatch, allow_errors=False, **env):
     from nbclient import NotebookClient
 
     monkeypatch.setenv("JUPYTER_PATH", str(tmp / "jupyter"))
-    monkeypatch.delenv("PYTHONPATH", raising=False)
+    for name in NOT_INHERITED:
+        monkeypatch.delenv(name, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     NotebookClient(nb, timeout=600, kernel_name=KERNEL, allow_errors=allow_errors,
