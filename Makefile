@@ -32,8 +32,8 @@ book: install
 	jupyter-book build -W --keep-going .
 	@echo "The website is in _build/html/index.html"
 
+# The strict book build is a test (tests/test_website.py), so it runs beside the chapters.
 test: install browser
-	jupyter-book build -W --keep-going .
 	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL)
 
 # Quicker loops while writing: unit tests only, or nbval only.
@@ -41,9 +41,9 @@ unit:
 	$(PYTHON) -m pytest tests
 notebooks:
 	$(PYTHON) -m pytest book $(NBVAL) $(PARALLEL)
-# Every page of the built site in a real browser, with a full-page screenshot of each in _build/screenshots/
-screenshots: book browser
-	$(PYTHON) -m pytest tests/test_browser.py --screenshots
+# The book build, then every page in a real browser with a full-page screenshot of each in _build/screenshots/
+screenshots: install browser
+	$(PYTHON) -m pytest tests/test_website.py --screenshots
 
 # Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
 execute:

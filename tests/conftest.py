@@ -15,7 +15,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 def pytest_addoption(parser):
     parser.addoption("--screenshots", action="store_true",
-                     help="test_browser: save a full-page screenshot of each page to _build/screenshots/")
+                     help="test_website: save a full-page screenshot of each page to _build/screenshots/")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,15 +1,20 @@
-"""Every page of the built website, in a real browser (Playwright driving Debian's Chromium).
+"""The website: built strictly, then every page in a real browser (Playwright driving Debian's Chromium).
 
-For each page of _toc.yml, served from _build/html by a local server on 127.0.0.1: every formula
-typeset by the bundled MathJax (no raw TeX left, no MathJax error), every image loaded, no request
-leaving the machine, no console error except known harmless ones, exercise solutions folded away,
-and, on chapter pages, the Colab button pointing at the chapter's notebook in the repository and a
-working .ipynb download. With `--screenshots` (`make screenshots`), a full-page screenshot of each
-page goes to _build/screenshots/<page>.png for a person to look at; a tall page takes seconds to
-capture, so `make test` leaves them out.
+First the book is built as `make book` builds it, with every Sphinx warning an error
+(`jupyter-book build -W --keep-going`). It runs here, in the test process of this file, rather than
+before pytest starts, so that on several cores the other test processes go on with the chapters
+meanwhile.
 
-Needs the site built first (`make book`) and Chromium (`make browser`, or `apt-get install -y
-chromium`); without Chromium the tests are skipped.
+Then, for each page of _toc.yml, served from _build/html by a local server on 127.0.0.1: every
+formula typeset by the bundled MathJax (no raw TeX left, no MathJax error), every image loaded, no
+request leaving the machine, no console error except known harmless ones, exercise solutions folded
+away, and, on chapter pages, the Colab button pointing at the chapter's notebook in the repository
+and a working .ipynb download. With `--screenshots` (`make screenshots`), a full-page screenshot of
+each page goes to _build/screenshots/<page>.png for a person to look at; a tall page takes seconds
+to capture, so `make test` leaves them out.
+
+The page checks need Chromium (`make browser`, or `apt-get install -y chromium`) and are skipped
+without it; run alone (`-k real_browser`), they need the site built first (`make book`).
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import functools
 import http.server
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,7 +33,7 @@ import yaml
 
 from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_entries
 
-pytestmark = pytest.mark.slow  # a browser, a few seconds a page
+pytestmark = pytest.mark.slow  # the book build, then a browser, a few seconds a page
 
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
@@ -41,10 +48,10 @@ HARMLESS_CONSOLE = [
     re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),
 ]
 
-if CHROMIUM is None:
-    pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`): "
-                "the real-browser checks of the website are skipped", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+try:
+    from playwright import sync_api
+except ImportError:
+    sync_api = None
 
 
 def config() -> dict:
@@ -65,6 +72,17 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def test_the_book_builds_without_a_warning():
+    """`make book`'s build; the page checks below then read its _build/html."""
+    done = subprocess.run([sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
+                           "build", "-W", "--keep-going", str(ROOT)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    log = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # without the terminal colours
+    warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert done.returncode == 0, ("the book build failed (Sphinx warnings are errors here):\n"
+                                  + "\n".join(warnings[:40] or log.splitlines()[-40:]))
+
+
 @pytest.fixture(scope="module")
 def site():
     if not (HTML / "index.html").exists():
@@ -79,6 +97,11 @@ def site():
 
 @pytest.fixture(scope="module")
 def browser():
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`): "
+                    "the real-browser checks of the website are skipped")
+    if sync_api is None:
+        pytest.skip("the playwright package is not installed: the real-browser checks are skipped")
     playwright = sync_api.sync_playwright().start()
     chromium = playwright.chromium.launch(
         executable_path=CHROMIUM,
