@@ -28,9 +28,9 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing and this is not root: the browser test will be skipped"; fi; }
 
+# jupyter-book build -W --keep-going . (every warning an error), defined in course_lib/tools/book.py
 book: install
-	jupyter-book build -W --keep-going .
-	@echo "The website is in _build/html/index.html"
+	$(PYTHON) -m course_lib.tools book build
 
 # The strict book build is a test (tests/test_website.py), so it runs beside the chapters.
 test: install browser

@@ -88,7 +88,8 @@ def fresh(tmp_path_factory):
         requires = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
     deps = [r for r in requires if "extra ==" not in r]
     # One pip run, without compiling every installed module to bytecode (the kernels compile what
-    # they import, once): that halves the set-up, most of which is torch's thousands of files.
+    # they import, once): most of the set-up is torch's thousands of files. Measured, the whole
+    # test: 147 s with the compilation, 121 s without.
     run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
          TORCH, *deps, "ipykernel"], cwd=tmp)
     missing = subprocess.run([str(python), "-c", "import importlib.util as u; "

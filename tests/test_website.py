@@ -1,7 +1,7 @@
 """The website: built strictly, then every page in a real browser (Playwright driving Debian's Chromium).
 
 First the book is built as `make book` builds it, with every Sphinx warning an error
-(`jupyter-book build -W --keep-going`). It runs here, in the test process of this file, rather than
+(`course_lib.tools.book.build_command`). It runs here, in the test process of this file, rather than
 before pytest starts, so that on several cores the other test processes go on with the chapters
 meanwhile.
 
@@ -23,7 +23,6 @@ import http.server
 import re
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -31,6 +30,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from course_lib.tools.book import build_command
 from course_lib.tools.chapters import ROOT, chapter_number, page_source, toc_entries
 
 pytestmark = pytest.mark.slow  # the book build, then a browser, a few seconds a page
@@ -74,9 +74,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def test_the_book_builds_without_a_warning():
     """`make book`'s build; the page checks below then read its _build/html."""
-    done = subprocess.run([sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
-                           "build", "-W", "--keep-going", str(ROOT)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(build_command(), cwd=ROOT, capture_output=True, text=True, timeout=1200)
     log = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # without the terminal colours
     warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
     assert done.returncode == 0, ("the book build failed (Sphinx warnings are errors here):\n"

@@ -1,14 +1,17 @@
-"""Maintainer tools for the book's notebooks: the shared setup cell, and executing a
-chapter so that its stored outputs are the ones nbval checks.
+"""Maintainer tools for the book: the shared setup cell, executing a chapter so that its stored
+outputs are the ones nbval checks, and the strict build of the website.
 
     python -m course_lib.tools book sync      # rewrite every chapter's setup cell from _config.yml
     python -m course_lib.tools book execute book/ch01_text_and_tokens.ipynb
+    python -m course_lib.tools book build     # the website into _build/html (make book)
 
 Needs the book tooling (``pip install -r requirements.txt``).
 """
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 from ..utils import DEFAULT_SEED
@@ -72,13 +75,29 @@ def _cmd_execute(args) -> int:
     return 0
 
 
+def build_command(root: Path = ROOT) -> list[str]:
+    """The website's build, as `make book` and tests/test_website.py run it: jupyter-book 1.x with
+    every Sphinx warning an error (-W), all of them reported before it fails (--keep-going)."""
+    return [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
+            "build", "-W", "--keep-going", str(root)]
+
+
+def _cmd_build(args) -> int:
+    code = subprocess.call(build_command(), cwd=ROOT)
+    if code == 0:
+        print(f"The website is in {ROOT / '_build' / 'html' / 'index.html'}")
+    return code
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``book sync`` / ``book execute`` to the tools' command line."""
-    p = subparsers.add_parser("book", help="maintain the chapters: setup cells, stored outputs",
+    """Add ``book sync`` / ``book execute`` / ``book build`` to the tools' command line."""
+    p = subparsers.add_parser("book", help="maintain the book: setup cells, stored outputs, the website's build",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="book_command", required=True)
     sub.add_parser("sync", help="rewrite every chapter's setup cell from _config.yml").set_defaults(func=_cmd_sync)
     e = sub.add_parser("execute", help="execute notebooks and store their outputs")
     e.add_argument("paths", nargs="*", type=Path, help="default: every chapter of _toc.yml")
     e.set_defaults(func=_cmd_execute)
+    sub.add_parser("build", help="build the website into _build/html, every warning an error") \
+        .set_defaults(func=_cmd_build)
     return p
