@@ -71,7 +71,8 @@ def verify(path: str | Path, expected_sha256: str) -> None:
     if actual != expected_sha256:
         raise CorpusChecksumError(
             f"{path} has SHA-256 {actual}, expected {expected_sha256}: the file is corrupt "
-            "or was edited. Reinstall course_lib (pip install --force-reinstall course_lib) "
+            "or was edited. Reinstall course_lib from the course's repository, as the chapters' "
+            "setup cell does (pip install --force-reinstall git+<the course repository's URL>), "
             "or fetch a fresh copy with course_lib.data.download(name, path)."
         )
 
