@@ -1,7 +1,9 @@
 """Small helpers every chapter's setup cell uses, and the conventions the config classes share."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import random
 import typing
 
@@ -98,3 +100,18 @@ def apply_overrides(config, overrides: dict[str, str], forbidden: dict[str, str]
             raise ValueError(f"{key} cannot be set: {forbidden[key]}")
         values[key] = parse_value(text, types[key], key)
     return dataclasses.replace(config, **values)
+
+
+@contextlib.contextmanager
+def stderr_silenced():
+    """Send whatever is written to the process's standard error (file descriptor 2) to /dev/null
+    while the block runs. PyTorch's profiler library writes "profiler_start" and "profiler_stop"
+    lines there from C++, where Python's ``sys.stderr`` cannot catch them (chapter 12)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
