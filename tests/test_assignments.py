@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from course_lib.tools.chapters import ROOT, chapter_number, toc_chapters
+from course_lib.tools.chapters import ROOT, chapter_number, execute_notebook, toc_chapters
 from course_lib.tools import assignments
 from course_lib.tools.assignments import has_solution, is_check_cell
 
@@ -131,7 +131,7 @@ def test_student_notebook_of_a_made_up_chapter(tmp_path):
 
 
 def test_nbgrader_source_notebook(tmp_path):
-    """--nbgrader: solutions kept for nbgrader to strip, cells carry nbgrader's metadata."""
+    """--format nbgrader: solutions kept for nbgrader to strip, cells carry nbgrader's metadata."""
     v4 = nbformat.v4
     nb = v4.new_notebook(cells=[
         v4.new_markdown_cell("# 3. Title"),
@@ -144,7 +144,7 @@ def test_nbgrader_source_notebook(tmp_path):
     book = tmp_path / "book"
     book.mkdir()
     nbformat.write(nb, book / "ch03_example.ipynb")
-    [path] = assignments.build(tmp_path / "source", book_dir=book, nbgrader=True)
+    [path] = assignments.build(tmp_path / "source", book_dir=book, fmt="nbgrader")
     assert path == tmp_path / "source" / "ch03" / "ch03_example.ipynb"
     out = nbformat.read(path, as_version=4)
     meta = [c.metadata.get("nbgrader") for c in out.cells]
@@ -303,7 +303,7 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter", str(n),
                     "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
     path = tmp_path / f"{Path(chapter).name}.ipynb"
-    executed = assignments.execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
+    executed = execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
     results = assignments.check_results(executed)
     assert results, f"{chapter}: no check cell"
     wrong = [r for r in results if r.status != "not done"]
