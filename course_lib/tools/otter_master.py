@@ -52,9 +52,10 @@ NOTE = (
     "`grader.check(...)` cell below it: it shows what passed, or the check's message saying "
     "what to fix. Hand in this `.ipynb` file."
 )
-# Otter Assign treats these as its own markup in any cell (see otter.assign.utils.is_ignore_cell,
+# Otter Assign reads these as its own markup in any cell (otter.assign.utils.is_ignore_cell,
 # otter.assign.solutions.remove_ignored_lines and has_seed): a chapter must not contain them.
-OTTER_CLASH = re.compile(r"^#\s*ignore|#\s*(BEGIN |END )?IGNORE\s*$|# SEED\s*$", re.I | re.M)
+OTTER_CLASH = re.compile(r"\A#\s*ignore|^\s*#\s*BEGIN\s*IGNORE|# (END )?IGNORE\s*$|# SEED\s*$",
+                         re.I | re.M)
 
 
 def assignment_config(name: str, repository: str | None) -> str:
