@@ -51,7 +51,7 @@ STUDENT_NOTE = (
     "cell below it: it says `Correct!` or tells you what to fix."
 )
 
-INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat nbclient ipykernel pyyaml)'
+INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat ipykernel pyyaml)'
 FORMATS = ("student", "nbgrader", "otter")
 
 
