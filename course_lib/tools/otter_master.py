@@ -4,8 +4,8 @@
     otter assign masters/ch03/ch03_self_attention_trick.ipynb dist/ch03
     otter run -a dist/ch03/autograder/ch03_self_attention_trick-autograder_*.zip -o out/ submission.ipynb
 
-The master notebook is the chapter in Otter Assign's notebook format (Otter 4 and later, where raw
-cells mark the blocks):
+The master notebook is the chapter in Otter Assign's notebook format (as otter-grader 7 reads it:
+raw cells mark the blocks; otter.assign.blocks and otter.assign.notebook_transformer):
 
 - a first raw cell ``# ASSIGNMENT CONFIG`` (YAML): the assignment's name (Otter refuses a
   submission made for another assignment), tests stored as files with exceptions, not doctests
@@ -113,7 +113,7 @@ def _free_names(node: ast.AST, skip: set[str]) -> list[str]:
     return seen
 
 
-def test_cells(source: str, where: str) -> tuple[list[tuple[str, str]], str]:
+def split_check_cell(source: str, where: str) -> tuple[list[tuple[str, str]], str]:
     """Split a check cell into Otter test cells (one per check call: ``(check name, source)``)
     and the rest of the cell (imports and prints), which stays as an ordinary cell."""
     tree = ast.parse(source)
@@ -121,16 +121,18 @@ def test_cells(source: str, where: str) -> tuple[list[tuple[str, str]], str]:
     if not calls:
         raise ValueError(f"{where}: a check cell whose check call is not a statement of its own "
                          "(write `chNN.check_x(...)` on its own line)")
-    modules = {a.asname or a.name for s in tree.body if isinstance(s, ast.ImportFrom)
-               and s.module == "course_lib.exercises" for a in s.names}
+    modules = {a.asname or a.name: a.name for s in tree.body if isinstance(s, ast.ImportFrom)
+               and s.module == "course_lib.exercises" for a in s.names}  # alias -> chNN
     tests = []
     for call in calls:
         func = call.value.func
         check = func.attr if isinstance(func, ast.Attribute) else func.id
         module = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-        imports = [f"from course_lib.exercises import {module}"] if module else []
         if module and module not in modules and not re.fullmatch(r"ch\d+", module):
             raise ValueError(f"{where}: cannot tell where {module}.{check} comes from")
+        real = modules.get(module, module)
+        imports = [f"from course_lib.exercises import {real}" + (f" as {module}" if real != module else "")
+                   ] if module else []
         args = _free_names(call, {module} if module else set())
         test = f"test_{check.removeprefix('check_')}"
         body = "\n".join("    " + line for line in imports + [ast.unparse(call)])
@@ -205,7 +207,7 @@ def make_master_notebook(student_cells: list, nb, name: str, repository: str | N
             question["body"].append((cell, True))
         elif kind == "check":
             question = question or new_question()
-            tests, rest = test_cells(cell.source, here)
+            tests, rest = split_check_cell(cell.source, here)
             question["tests"] += tests
             if rest:
                 cell.source = rest
