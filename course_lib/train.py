@@ -26,10 +26,35 @@ from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
                          rng_state, save_checkpoint, set_rng_state)
 from .data import get_batch
-from .utils import DEFAULT_SEED, IGNORE_INDEX, config_from_dict
+from .utils import DEFAULT_SEED, IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# What each TrainConfig field may hold (checked in __post_init__): a new field adds one row.
+# The upper bounds refuse values no run can learn with (an AdamW step size above 1, betas of 1
+# or more), so that a typo fails at once instead of training on NaN.
+TRAIN_CONFIG_RULES = {
+    "max_iters": Rule(int, 1),
+    "batch_size": Rule(int, 1),
+    "learning_rate": Rule(float, 0.0, 1.0, "(]"),
+    "min_lr": Rule(float, 0.0, 1.0),
+    "warmup_iters": Rule(int, 0),
+    "lr_decay_iters": Rule(int, 1),
+    "schedule": Rule(str, choices=("constant", "cosine", "transformer")),
+    "weight_decay": Rule(float, 0.0, 10.0),
+    "beta1": Rule(float, 0.0, 1.0, "[)"),
+    "beta2": Rule(float, 0.0, 1.0, "[)"),
+    "grad_clip": Rule(float, 0.0),  # 0: off
+    "eval_interval": Rule(int, 1),
+    "eval_iters": Rule(int, 1),
+    "checkpoint_interval": Rule(int, 0),
+    "seed": Rule(int, 0, 2**63 - 1),
+    "grad_accum_steps": Rule(int, 1),
+    "dtype": Rule(str, choices=tuple(DTYPES)),
+    "compile": Rule(bool),
+}
 
 
 @dataclass
@@ -57,18 +82,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model; falls back to eager, with a message, where it cannot
 
     def __post_init__(self):
-        if self.schedule not in ("constant", "cosine", "transformer"):
-            raise ValueError(f"schedule must be 'constant', 'cosine' or 'transformer', got {self.schedule!r}")
-        for name in ("max_iters", "batch_size", "eval_interval", "eval_iters", "grad_accum_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
-            raise ValueError(f"checkpoint_interval must be >= 0 (or None: at every evaluation), "
-                             f"got {self.checkpoint_interval}")
+        check_fields(self, TRAIN_CONFIG_RULES)
 
     @property
     def save_every(self) -> int:
