@@ -706,17 +706,28 @@ def exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]], beam_si
 
 
 def train_dates(out_dir: str | Path | None, max_iters: int | None = None, device: str = "cpu",
-                progress: bool = True):
+                progress: bool = True, resume: bool = False, resume_hint: str | None = None):
     """Train the chapter's date normaliser and write its checkpoint (tokenizer included) to
-    ``out_dir/ckpt.pt``. Returns the :class:`~course_lib.train.Trainer`."""
+    ``out_dir/ckpt.pt``; with ``resume``, continue the run saved there (``max_iters`` then
+    extends it). ``resume_hint`` is what to print after Ctrl-C. Returns the
+    :class:`~course_lib.train.Trainer`."""
+    from .checkpoint import CHECKPOINT_NAME, load_checkpoint
     from .train import Trainer
     from .utils import seed_everything
 
-    config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
-    seed_everything(config.seed)
     tokenizer = date_tokenizer()
-    model = Seq2Seq(DATES_MODEL)
-    trainer = Trainer(model, config=config, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device),
-                      device=device, out_dir=out_dir, tokenizer=tokenizer, progress=progress)
+    if resume:
+        path = Path(out_dir) / CHECKPOINT_NAME
+        batch_size = load_checkpoint(path)["train_config"]["batch_size"]
+        trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, batch_size, device=device),
+                                 device=device, max_iters=max_iters, progress=progress)
+    else:
+        config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
+        seed_everything(config.seed)
+        trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, device=device, out_dir=out_dir, tokenizer=tokenizer,
+                          batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), progress=progress)
+    trainer.trained_on = {"command": "train-dates", "preset": None, "text": None, "text_sha256": None}
+    if resume_hint is not None:
+        trainer.resume_hint = resume_hint
     trainer.train()
     return trainer
