@@ -10,7 +10,9 @@
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
-training after the step under way, saves, says how to resume and exits with status 130.
+training after the step under way, saves, says how to resume and exits with status 130; at any
+other moment it is one line and status 130 too. A run holds its --out with a lock file, and its
+checkpoint records what it was trained on, so that a resume with other data is refused.
 Maintainer and instructor tools live in ``python -m course_lib.tools``.
 """
 from __future__ import annotations
