@@ -17,9 +17,11 @@ _reached: dict[str, int] = {}
 
 
 def started_as_cli() -> bool:
-    """True while Python locates the package for ``python -m course_lib`` (or ``course_lib.tools``):
-    it then sets ``sys.argv[0]`` to "-m" until the module starts running."""
-    return sys.argv[:1] == ["-m"]
+    """True while Python locates the package for ``python -m course_lib`` (it then sets
+    ``sys.argv[0]`` to "-m" until the module runs); not for ``course_lib.tools``, which keeps
+    Python's own Ctrl-C."""
+    command = getattr(sys, "orig_argv", [])
+    return sys.argv[:1] == ["-m"] and any(a == "-m" and b == "course_lib" for a, b in zip(command, command[1:]))
 
 
 def exit_quietly_on_ctrl_c() -> None:

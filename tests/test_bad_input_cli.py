@@ -221,4 +221,7 @@ def test_text_from_a_pipe(files, tmp_path):
     binary = _cli("train", "--text", "-", "--out", str(tmp_path / "nul"), input="\0" * 100)
     assert binary.returncode == 2 and binary.stderr.count("\n") == 1
     assert "standard input is not text: it holds 100 NUL bytes" in binary.stderr
+    if Path("/dev/stdin").exists():  # a pipe given by its path is read like a file
+        piped = _cli("train", "--text", "/dev/stdin", "--out", str(tmp_path / "nul"), input="\0" * 7)
+        assert piped.returncode == 2 and "/dev/stdin is not text: it holds 7 NUL bytes" in piped.stderr
     assert not (tmp_path / "nul").exists()
