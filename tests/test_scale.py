@@ -82,7 +82,7 @@ def test_more_processes_than_micro_batches_is_a_clear_error():
         distributed.local_micro_batches(1, 2)
     with pytest.raises(ValueError, match="grad_accum_steps=6"):
         distributed.local_micro_batches(7, 3)
-    with pytest.raises(ValueError, match="grad_accum_steps must be >= 1"):
+    with pytest.raises(ValueError, match="grad_accum_steps must be an integer >= 1, got 0"):
         TrainConfig(grad_accum_steps=0)
 
 
@@ -92,7 +92,7 @@ def test_more_processes_than_micro_batches_is_a_clear_error():
 def test_fp16_on_cpu_is_a_clear_error():
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU.*bf16"):
         tiny_trainer(dtype="fp16")
-    with pytest.raises(ValueError, match="dtype must be one of fp32, bf16, fp16"):
+    with pytest.raises(ValueError, match="dtype must be one of 'fp32', 'bf16', 'fp16', got 'float16'"):
         TrainConfig(dtype="float16")
 
 
