@@ -50,7 +50,7 @@ def test_accumulation_not_done():
     (not_divided, "times too large"),
     (zeroes_inside, "last micro-batch only"),
     (first_only, "differ from those of one big batch"),
-    (lambda model, batches: None, "expected a list"),
+    (lambda model, batches: None, "returned None"),
 ])
 def test_accumulation_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):

@@ -74,7 +74,8 @@ def check_training_loop(fn) -> None:
         run = _Harness(seed)
         run.model.train()
         with contextlib.redirect_stdout(io.StringIO()):  # the loop's own progress lines
-            call(fn, run.model, run.optimizer, run.get_batch, run.estimate_loss, max_iters, eval_interval)
+            call(fn, run.model, run.optimizer, run.get_batch, run.estimate_loss, max_iters, eval_interval,
+                 none_ok=True)  # the loop trains in place and need not return anything
         train_batches = run.splits.count("train")
         if train_batches != max_iters:
             fail(f"with max_iters={max_iters} your loop drew {train_batches} training batches with "
