@@ -38,9 +38,7 @@ def call(fn: Callable, *args, none_ok: bool = False, **kwargs) -> Any:
     """Run the student's function, turning the unfinished-exercise and crash cases into
     clear messages; a None result (a forgotten ``return``) fails too, unless ``none_ok``."""
     name = getattr(fn, "__name__", "your function")
-    if not callable(fn):
-        fail(f"expected your function, got {describe(fn)}.",
-             "pass the function itself, without calling it: check(my_function), not check(my_function()).")
+    expect_callable(fn)
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError:
@@ -54,6 +52,13 @@ def call(fn: Callable, *args, none_ok: bool = False, **kwargs) -> Any:
     if result is None and not none_ok:
         fail(f"{name}() returned None.", _RETURN_HINT)
     return result
+
+
+def expect_callable(fn) -> None:
+    """Fail unless the check was given a function (not, say, the result of calling it)."""
+    if not callable(fn):
+        fail(f"expected your function, got {describe(fn)}.",
+             "pass the function itself, without calling it: check(my_function), not check(my_function()).")
 
 
 def call_with_hints(fn: Callable, hint_if: dict[str, str], *args, context: str = "") -> Any:
