@@ -15,8 +15,6 @@ from typing import Any, Callable
 import torch
 
 
-# --- reading the student's answer: one clear message for a wrong type, shape, dtype or NaN --------
-
 _RETURN_HINT = ("did you forget the `return` statement? A function that ends without one returns None.")
 _NAN_HINT = ("NaN comes from 0/0, inf - inf or log of a negative number; print the intermediate values "
              "of your function on a small input to see where it first appears.")
@@ -72,6 +70,9 @@ def call_with_hints(fn: Callable, hint_if: dict[str, str], *args, context: str =
             if needle.lower() in message.lower():
                 fail(context + message.split("\nHint:")[0], hint)
         raise
+
+
+# --- reading the student's answer: one clear message for a wrong type, shape, dtype or NaN --------
 
 
 def describe(value) -> str:
