@@ -160,3 +160,13 @@ def test_entropy_missing_minus_fails():
 def test_entropy_over_vocabulary_not_frequencies_fails():
     with pytest.raises(ExerciseError, match="not the expected value"):
         ch01.check_unigram_entropy_bits(lambda text: math.log2(len(set(text))))
+
+
+def test_get_batch_with_float_windows_fails_with_a_dtype_hint():
+    # Issue 22: float windows used to crash the check with an IndexError (it indexes with x).
+    def get_batch_float(data, block_size, batch_size, generator):
+        x, y = get_batch(data, block_size, batch_size, generator)
+        return x.float(), y.float()
+
+    with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype torch.float32.*Hint: the windows"):
+        ch01.check_get_batch(get_batch_float)

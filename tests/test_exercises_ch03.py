@@ -206,7 +206,9 @@ def test_is_causal_weights_right(capsys):
     (valid_exact_sum, "rarely exactly 1"),
     (valid_diagonal_forbidden, "diagonal is allowed"),
     (valid_no_sign_check, "negative weight"),
-    (lambda w: "yes", "said True"),
+    (lambda w: "yes", "expected True or False"),
+    # Issue 22: a forgotten `return` used to read as False and got a hint about the diagonal.
+    (lambda w: None, "returned None"),
     (not_done, "Not done yet"),
 ])
 def test_is_causal_weights_wrong(fn, message):

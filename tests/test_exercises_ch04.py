@@ -94,6 +94,9 @@ def test_is_permutation_equivariant_right(capsys):
     (equivariant_no_unpermute, "permute the ORIGINAL output"),
     (equivariant_batch_dim, "not the batch"),
     (lambda layer, x, perm: True, "NOT permutation-equivariant"),
+    # Issue 22: a forgotten `return` used to read as False, with a hint about comparing outputs.
+    (lambda layer, x, perm: None, "(?s)returned None.*Hint: did you forget the `return`"),
+    (lambda layer, x, perm: "yes", "expected True or False"),
     (not_done, "Not done yet"),
 ])
 def test_is_permutation_equivariant_wrong(fn, message):

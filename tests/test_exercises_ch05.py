@@ -31,7 +31,7 @@ def test_post_ln_block_not_done():
     (lambda x, attn, mlp, ln_1, ln_2: (lambda h: ln_1(h + mlp(h)))(ln_2(x + attn(x))), "swapped"),
     (lambda x, attn, mlp, ln_1, ln_2: ln_1(x + attn(x)), "differ"),
     (lambda x, attn, mlp, ln_1, ln_2: x[:, -1], "same shape"),
-    (lambda x, attn, mlp, ln_1, ln_2: None, "expected a tensor"),
+    (lambda x, attn, mlp, ln_1, ln_2: None, "returned None"),
 ])
 def test_post_ln_block_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):

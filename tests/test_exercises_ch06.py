@@ -134,3 +134,24 @@ def test_gpt_logits_bug_fails_with_hint():
 def test_gpt_logits_not_done():
     with pytest.raises(ExerciseError, match="Not done yet"):
         ch06.check_gpt_logits(not_done)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    # Issue 22: NaN used to crash the check with ValueError (int(round(nan))).
+    (lambda c: float("nan"), "(?s)got NaN.*Hint: "),
+    (lambda c: count_by_hand(c) + 0.7, "(?s)not a whole number.*Hint: a count is an integer"),
+    (lambda c: None, "(?s)returned None.*Hint: did you forget the `return`"),
+])
+def test_count_parameters_malformed_answers_fail_with_a_hint(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch06.check_count_parameters(wrong)
+
+
+def test_count_parameters_accepts_a_whole_float(capsys):
+    ch06.check_count_parameters(lambda c: float(count_by_hand(c)))
+    assert_correct(capsys)
+
+
+def test_best_config_returning_none_says_so():
+    with pytest.raises(ExerciseError, match="(?s)returned None, but a config with .* fits.*`return`"):
+        ch06.check_best_config(lambda budget: None)

@@ -200,3 +200,25 @@ def test_training_loop_accepts_an_evaluation_after_the_last_step(loop, capsys):
 def test_training_loop_rejects_evaluating_every_step():
     with pytest.raises(AssertionError, match="estimate_loss"):
         ch07.check_training_loop(eval_every_step)
+
+
+def _zero_after_backward(set_to_none):
+    def loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+        for iter in range(max_iters):
+            if iter % eval_interval == 0:
+                estimate_loss()
+            xb, yb = get_batch("train")
+            logits, loss = model(xb, yb)
+            loss.backward()
+            optimizer.zero_grad(set_to_none=set_to_none)  # the slip: the gradients are gone ...
+            optimizer.step()  # ... before the step reads them
+    return loop
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_training_loop_zeroing_after_backward_gets_the_order_hint(set_to_none):
+    # Issue 22: backward(); zero_grad(); step() was answered "is optimizer.step() indented inside
+    # the if block?". With set_to_none=True (the default) no step moves the weights; with
+    # set_to_none=False AdamW's weight decay still moves them, on every step.
+    with pytest.raises(ExerciseError, match="(?s)zero_grad\\(\\), loss.backward\\(\\), optimizer.step\\(\\)"):
+        ch07.check_training_loop(_zero_after_backward(set_to_none))

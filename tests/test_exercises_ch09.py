@@ -188,3 +188,48 @@ def test_decode_bytes_wrong(wrong, hint):
 def test_decode_bytes_not_done():
     with pytest.raises(ExerciseError, match="Not done yet"):
         ch09.check_decode_bytes(not_done)
+
+
+# --- issue 22: wrong answers that used to pass, or got a hint pointing elsewhere ---
+
+
+def moves_by_one(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+        else:
+            out.append(ids[i])
+        i += 1  # the slip: after a merge the second id of the pair is visited again
+    return out
+
+
+def test_apply_merge_moving_on_by_one_gets_the_step_hint():
+    # It used to be told "check the last position".
+    with pytest.raises(ExerciseError, match="(?s)Hint: after a merge, move on by TWO"):
+        ch09.check_apply_merge(moves_by_one)
+
+
+def encode_leftmost_first(text, merges):
+    """Merges the first adjacent pair in text order that is any merge, whatever its rank."""
+    rank = {p: k for k, p in enumerate(merges)}
+    ids = list(text.encode("utf-8"))
+    while True:
+        i = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) in rank), None)
+        if i is None:
+            return ids
+        ids = ids[:i] + [256 + rank[(ids[i], ids[i + 1])]] + ids[i + 2:]
+
+
+def test_encode_leftmost_first_fails_where_merge_order_matters():
+    # It used to pass: on the check's corpus the order never changes the result. With merges
+    # [(98, 99), (97, 98)] it does: "bc" (merge 0) before "ab" (merge 1), so "abc" is a + bc.
+    assert encode_leftmost_first("abc", [(98, 99), (97, 98)]) == [257, 99]
+    assert encode_by_rank("abc", [(98, 99), (97, 98)]) == [97, 256]
+    with pytest.raises(ExerciseError, match="(?s)returned \\[257, 99\\]; expected \\[97, 256\\].*LEARNED first"):
+        ch09.check_encode_with_merges(encode_leftmost_first)
+
+
+def test_decode_bytes_given_something_else_than_a_function():
+    with pytest.raises(ExerciseError, match="(?s)expected your function, got None.*Hint: pass the function"):
+        ch09.check_decode_bytes(None)

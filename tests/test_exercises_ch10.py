@@ -85,3 +85,25 @@ def test_not_done(check):
 def test_wrong_answers_fail_with_a_hint(check, wrong, message):
     with pytest.raises(ExerciseError, match=message):
         check(wrong)
+
+
+# --- issue 22: pad answers that used to pass ---
+
+
+def test_pad_batch_padding_with_zeros_whatever_pad_id_fails():
+    # The check only ever used pad_id=0, so an answer that ignores pad_id passed.
+    def pad_with_zeros(seqs, pad_id, side):
+        return pad_and_mask(seqs, 0, side)
+
+    with pytest.raises(ExerciseError, match="(?s)padded with 0, not with pad_id=99.*Hint: fill"):
+        ch10.check_pad_batch(pad_with_zeros)
+
+
+def test_pad_batch_float_ids_fail():
+    # The exercise asks for long ids (nn.Embedding takes no others); floats used to pass.
+    def pad_float(seqs, pad_id, side):
+        ids, mask = pad_and_mask(seqs, pad_id, side)
+        return ids.float(), mask
+
+    with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype torch.float32.*Hint: token ids"):
+        ch10.check_pad_batch(pad_float)

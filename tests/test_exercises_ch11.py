@@ -153,3 +153,34 @@ def test_positions_buggy_is_caught():
         ch11.check_add_positions(ch11.add_positions_buggy)
     with pytest.raises(ExerciseError, match="differ"):
         ch11.check_add_positions(lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]).flip(0))
+
+
+# --- issue 22: wrong answers that used to pass or crash the check ---
+
+
+def test_beam_step_fractional_beam_indices_fail():
+    # idx / V gives fractional beams; the check used to compare .long() and pass them.
+    def beam_step_true_division(scores, logp, beam_size):
+        V = logp.shape[-1]
+        new_scores, flat = (scores[:, None] + logp).flatten().topk(beam_size)
+        return new_scores, flat / V, flat % V
+
+    with pytest.raises(ExerciseError, match="(?s)beams has dtype torch.float32.*Hint: idx / V divides"):
+        ch11.check_beam_step(beam_step_true_division)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    # A forgotten `return` used to die with TypeError in float(got), an unreduced loss with ValueError.
+    (lambda logits, targets, eps: None, "(?s)returned None.*Hint: did you forget the `return`"),
+    (lambda logits, targets, eps: -(F.log_softmax(logits, -1)), "(?s)one loss per position and token.*Hint: "),
+    (lambda logits, targets, eps: "loss", "(?s)expected a number, got the str 'loss'.*Hint: "),
+])
+def test_label_smoothing_malformed_answers_fail_with_a_hint(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch11.check_label_smoothed_loss(wrong)
+
+
+def test_cross_attention_float64_output_fails_with_a_dtype_hint():
+    # It used to crash the check with RuntimeError (torch.allclose of float64 and float32).
+    with pytest.raises(ExerciseError, match="(?s)expected torch.float32, got dtype torch.float64.*Hint: "):
+        ch11.check_cross_attention(lambda x, memory, mask, layer: cross_attention(x, memory, mask, layer).double())

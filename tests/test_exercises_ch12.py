@@ -1,5 +1,6 @@
 """The checks of chapter 12's exercises: right answers pass, plausible wrong ones fail with a hint."""
 import pytest
+import torch
 
 from course_lib.exercises import ExerciseError, ch12
 
@@ -50,9 +51,33 @@ def test_accumulation_not_done():
     (not_divided, "times too large"),
     (zeroes_inside, "last micro-batch only"),
     (first_only, "differ from those of one big batch"),
-    (lambda model, batches: None, "expected a list"),
+    (lambda model, batches: None, "returned None"),
 ])
 def test_accumulation_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch12.check_accumulated_gradients(wrong)
+
+
+def never_zeroes(model, batches):
+    for x, y in batches:
+        (model(x, y)[1] / len(batches)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def concatenates(model, batches):
+    model.zero_grad(set_to_none=True)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    model(x, y)[1].backward()  # the same gradient, but no accumulation: one big batch in memory
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    # Issue 22: the check handed over a model without gradients, so a loop that never zeroes passed.
+    (never_zeroes, "(?s)include the ones the model already held.*Hint: zero the gradients once, BEFORE"),
+    # Issue 22: the exercise forbids concatenating the micro-batches; the check now sees it.
+    (concatenates, "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
+])
+def test_accumulation_mistakes_the_check_used_to_miss(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch12.check_accumulated_gradients(wrong)
 

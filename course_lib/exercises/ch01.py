@@ -8,7 +8,8 @@ import torch
 
 from ..data import get_batch
 from ..tokenizers import CharTokenizer
-from . import ExerciseError, as_number, call, expect_close, expect_equal, fail, passed
+from . import (ExerciseError, as_number, call, describe, expect_close, expect_equal, expect_sequence, expect_tensor,
+               fail, passed)
 
 _VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "0123456789"]
 
@@ -25,8 +26,8 @@ def check_encode_decode(encode, decode) -> None:
         ids = call(encode, text, chars)
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        if not isinstance(ids, list):
-            fail(f"encode() should return a list of ints, got {type(ids).__name__}.",
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            fail(f"encode() should return a list of ints, got {describe(ids)}.",
                  "build the list with a comprehension: [stoi[c] for c in text].")
         if ids != tok.encode(text):
             wrong = next((i for i, (a, b) in enumerate(zip(ids, tok.encode(text))) if a != b), min(len(ids), len(text)))
@@ -35,7 +36,7 @@ def check_encode_decode(encode, decode) -> None:
                  "the id of a character is its position in chars: stoi = {c: i for i, c in enumerate(chars)}.")
         back = call(decode, tok.encode(text), chars)
         if not isinstance(back, str):
-            fail(f"decode() should return a str, got {type(back).__name__}.",
+            fail(f"decode() should return a str, got {describe(back)}.",
                  "join the characters: ''.join(itos[i] for i in ids).")
         expect_equal(back, text, f"decode() of {len(text)} ids in the vocabulary {chars[:12]!r}",
                      "itos = {i: c for i, c in enumerate(chars)}, then ''.join(itos[i] for i in ids).")
@@ -73,15 +74,17 @@ def check_get_batch(get_batch_fn) -> None:
         where = torch.empty(n, dtype=torch.long)
         where[data] = torch.arange(n)
         out = call(get_batch_fn, data, T, B, torch.Generator().manual_seed(seed))
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            fail(f"get_batch should return a pair (x, y), got {type(out).__name__}.", "return x, y")
-        x, y = out
+        x, y = expect_sequence(out, 2, "get_batch should return a pair (x, y)", "return x, y")
         for name, t in (("x", x), ("y", y)):
             if not isinstance(t, torch.Tensor):
-                fail(f"{name} should be a tensor, got {type(t).__name__}.", "torch.stack the windows.")
+                fail(f"{name} should be a tensor, got {describe(t)}.", "torch.stack the windows.")
             if tuple(t.shape) != (B, T):
                 fail(f"with batch_size={B}, block_size={T}, {name} has shape {tuple(t.shape)}; expected ({B}, {T}).",
                      "stack batch_size windows of block_size tokens: torch.stack([data[i:i + block_size] for i in ix]).")
+            expect_tensor(t, (B, T), name, dtype=data.dtype,
+                          dtype_hint="the windows are slices of data and keep its dtype (token ids, torch.long): "
+                                     "take data[i:i + block_size] as it is, without .float() or torch.tensor(..., "
+                                     "dtype=...).")
         for b in range(B):
             start = int(where[x[b, 0]])
             if start + T > n or not torch.equal(x[b], data[start:start + T]):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..bigram import BigramLanguageModel, bigram_probs
-from . import as_number, call, call_with_hints, expect_close, fail, passed
+from . import as_number, call, call_with_hints, expect_close, expect_sequence, fail, passed
 
 
 def check_initial_loss(fn) -> None:
@@ -51,12 +51,13 @@ def check_cross_entropy(fn) -> None:
         if got.numel() != 1:
             fail(f"expected a single number (the mean over the {N} rows), got shape {tuple(got.shape)}.",
                  "pick each row's target log-probability, then take .mean() over the rows.")
-        got = got.reshape(())
-        expected = F.cross_entropy(logits, targets)
+        got = as_number(got, f"cross-entropy of a ({N}, {V}) batch")  # also catches NaN
+        got = torch.tensor(got, dtype=torch.float64)  # compared in float64, whatever dtype came back
+        expected = F.cross_entropy(logits.double(), targets)
         if torch.isclose(got, -expected, rtol=1e-4, atol=1e-5) and expected.abs() > 1e-4:
             fail(f"the loss is negative ({got.item():.4f}); expected {expected.item():.4f}.",
                  "the loss is MINUS the mean log-probability of the targets.")
-        wrong_axis = -F.log_softmax(logits, dim=0)[torch.arange(N), targets].mean()
+        wrong_axis = -F.log_softmax(logits.double(), dim=0)[torch.arange(N), targets].mean()
         if N > 1 and torch.isclose(got, wrong_axis, rtol=1e-4, atol=1e-5) \
                 and not torch.isclose(wrong_axis, expected, rtol=1e-4, atol=1e-5):
             fail("the softmax runs over the wrong axis (down the rows instead of along each row).",
@@ -69,8 +70,9 @@ def check_cross_entropy(fn) -> None:
     targets = torch.tensor([0, 2])
     got = call(fn, logits.clone(), targets.clone())
     expected = F.cross_entropy(logits, targets)
-    if not torch.isfinite(torch.as_tensor(got)).all():
-        fail(f"with logits as large as 1000 your loss is {torch.as_tensor(got).item()} (exp(1000) overflows).",
+    value = got.detach().double().reshape(-1)[0].item() if isinstance(got, torch.Tensor) and got.numel() == 1 else 0.0
+    if not math.isfinite(value):
+        fail(f"with logits as large as 1000 your loss is {value} (exp(1000) overflows).",
              "subtract each row's maximum before exponentiating (log-softmax is unchanged by it), "
              "or use torch.logsumexp.")
     expect_close(got, expected, "cross-entropy with logits of +-1000",
@@ -145,9 +147,7 @@ def _library_forward(table, idx, targets=None):
 
 
 def _logits_and_loss(got, name: str, hint: str):
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        fail(f"{name} should return a pair (logits, loss), got {type(got).__name__}.", hint)
-    return got
+    return expect_sequence(got, 2, f"{name} should return a pair (logits, loss)", hint)
 
 
 def check_bigram_logits_and_loss(fn) -> None:
@@ -197,7 +197,11 @@ def check_bigram_logits_and_loss(fn) -> None:
         if not loss.requires_grad:
             fail(f"{what}: the loss has no gradient: it is not computed from the table you were given.",
                  "compute the logits from `table` itself (table[idx]), without .detach(), .data or .item().")
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as e:
+            fail(f"{what}: loss.backward() on your loss failed: {e}",
+                 "return the loss without calling .backward() on it yourself: the check does that.")
         if leaf.grad is None:
             fail(f"{what}: loss.backward() leaves no gradient on the table.",
                  "compute the logits from `table` itself (table[idx]), without .detach() or .data.")

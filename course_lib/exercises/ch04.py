@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from ..attention import CausalSelfAttention, Head, average_past_softmax, causal_mask, scaled_dot_product_attention
 from ..model import sinusoidal_position_encoding
-from . import call, call_with_hints, expect_close, expect_tensor, fail, passed
+from . import as_bool, call, call_with_hints, describe, expect_close, expect_tensor, fail, passed
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
@@ -35,7 +35,7 @@ def check_split_heads(split_heads, merge_heads) -> None:
         out = call_with_hints(split_heads, {"view size": _VIEW_HINT}, x.clone(), nh)
         what = f"split_heads(x of shape {(B, T, C)}, n_head={nh})"
         if not isinstance(out, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(out).__name__}.", "return the (B, nh, T, hs) tensor.")
+            fail(f"{what}: expected a tensor, got {describe(out)}.", "return the (B, nh, T, hs) tensor.")
         if out.shape != expected.shape:
             hint = "view(B, T, n_head, hs) splits the channels, then transpose(1, 2) moves the head dimension forward."
             if out.shape == (B, T, nh, hs):
@@ -124,12 +124,9 @@ def check_is_permutation_equivariant(fn) -> None:
         layer = layer.double().eval()
         for perm in perms:
             with torch.no_grad():
-                answer = call(fn, layer, x.clone(), perm.clone())
-            try:
-                answer = bool(answer)
-            except (TypeError, RuntimeError):
-                fail(f"is_permutation_equivariant returned {type(answer).__name__} for {name}, not a bool.",
-                     "return one True/False, e.g. torch.allclose(a, b, atol=1e-6).")
+                answer = as_bool(call(fn, layer, x.clone(), perm.clone()),
+                                 f"is_permutation_equivariant for {name}",
+                                 "return one True/False, e.g. torch.allclose(a, b, atol=1e-6).")
             if answer != expected:
                 if expected:
                     fail(f"is_permutation_equivariant said False for {name} (permutation {perm.tolist()}), "

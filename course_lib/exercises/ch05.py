@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from ..attention import CausalSelfAttention
 from ..model import Block, FeedForward, GPTConfig
-from . import call, expect_close, fail, passed
+from . import call, expect_close, expect_tensor, fail, passed
 
 
 def _post_ln_parts(C: int, n_head: int, T: int, bias: bool, seed: int):
@@ -49,6 +49,8 @@ def check_post_ln_block(fn) -> None:
             if got.shape != x.shape:
                 fail(f"for x of shape {tuple(x.shape)} expected an output of the same shape, got {tuple(got.shape)}.",
                      "a block maps (B, T, C) to (B, T, C): both sub-layers keep the shape.")
+            expect_tensor(got, x.shape, "the block's output", dtype=x.dtype,
+                          dtype_hint="the sub-layers return x's dtype (float32); do not convert the result.")
             close = lambda a: torch.allclose(got, a, atol=1e-5, rtol=1e-4)  # noqa: E731
             h = x + attn(ln_1(x))
             if close(h + mlp(ln_2(h))):
@@ -71,6 +73,9 @@ def check_post_ln_block(fn) -> None:
     passed("your post-LN block equals course_lib's Block(norm_position='post') with the same weights.")
 
 
+_DTYPE_HINT = "keep x's dtype: x * mask / (1 - p) with a boolean mask gives it; do not convert the result."
+
+
 def check_dropout(fn) -> None:
     """``fn(x, p, training) -> tensor`` of x's shape: inverted dropout. In training, each element
     is zeroed with probability p and the survivors are scaled by 1 / (1 - p); outside training
@@ -82,10 +87,13 @@ def check_dropout(fn) -> None:
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
             fail(f"expected a tensor of shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}.",
                  "return a tensor shaped like x.")
+        expect_tensor(got, x.shape, f"dropout with training=False (p={p})", dtype=x.dtype, dtype_hint=_DTYPE_HINT)
         if not torch.equal(got, x):
             fail(f"with training=False (p={p}) the output differs from the input.",
                  "dropout is switched off outside training: return x as it is.")
     got = call(fn, x.clone(), 0.0, True)
+    expect_tensor(got, x.shape, "dropout with p=0 in training", "return a tensor shaped like x.",
+                  dtype=x.dtype, dtype_hint=_DTYPE_HINT)
     if not torch.allclose(got, x):
         fail("with p=0 nothing should be dropped, but the output differs from the input.",
              "p is the probability of DROPPING an element; with p=0 every element is kept and 1/(1-p) = 1.")
@@ -99,6 +107,7 @@ def check_dropout(fn) -> None:
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
             fail(f"expected a tensor of shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}.",
                  "draw one random number per element: torch.rand_like(x).")
+        expect_tensor(got, x.shape, f"dropout with p={p}", dtype=x.dtype, dtype_hint=_DTYPE_HINT)
         dropped = got == 0
         kept = ~dropped
         share = dropped.double().mean().item()

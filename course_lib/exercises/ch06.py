@@ -2,13 +2,11 @@
 ``from course_lib.exercises import ch06``."""
 from __future__ import annotations
 
-import numbers
-
 import torch
 
 from ..model import GPT, GPTConfig
 from ..sizing import count_parameters
-from . import call, fail, passed
+from . import as_integer, call, describe, expect_tensor, fail, passed
 
 # The configs the counting check tries: small ones are built and counted with sum(p.numel()),
 # large ones are compared with the formula only.
@@ -60,17 +58,14 @@ def check_count_parameters(fn) -> None:
     """``fn(config) -> int``: the exact number of parameters of ``GPT(config)`` from the config
     alone, for any vocab_size, block_size, n_layer, n_embd, bias, tie_weights and norm_position."""
     for c in _SMALL + _LARGE:
-        got = call(fn, c)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if not isinstance(got, numbers.Real) or isinstance(got, bool):
-            fail(f"for {_describe(c)} expected an int, got {got!r}.", "return the count as a Python int.")
+        # An exact whole number: a float with a fraction, NaN or a string fails here, with its hint.
+        got = as_integer(call(fn, c), f"for {_describe(c)}", "return the count as a Python int.")
         if c in _SMALL:
             expected = sum(p.numel() for p in GPT(c).parameters())
         else:
             expected = count_parameters(c)
         if got != expected:
-            hint = _diagnose(int(round(got)) - expected, c) or (
+            hint = _diagnose(got - expected, c) or (
                 "per block: attention 4C² (+ 4C biases), MLP 8C² (+ 5C biases), two LayerNorms; "
                 "embeddings V·C + T·C; a final LayerNorm with pre-LN; the LM head V·C unless tied.")
             fail(f"for {_describe(c)} you counted {got:,}, but the model has {expected:,} parameters.", hint)
@@ -106,15 +101,19 @@ def check_best_config(fn) -> None:
     exact = count_parameters(budget_config(6, 384))  # a budget met exactly: <= budget, not < budget
     for budget in (1_000_000, exact, 10_000_000, 100_000, 45_000_000, 10**9, 50_000):
         best = _best_under(budget)
-        got = call(fn, budget)
+        got = call(fn, budget, none_ok=True)  # None is the answer when nothing fits
         if best is None:
             if got is not None:
                 fail(f"with a budget of {budget:,} no config fits (the smallest has "
                      f"{count_parameters(budget_config(1, 64)):,} parameters), but you returned {got!r}.",
                      "return None when nothing fits the budget.")
             continue
+        if got is None:
+            fail(f"with a budget of {budget:,} your function returned None, but a config with {best:,} "
+                 "parameters fits.",
+                 "return None only when nothing fits; otherwise did you forget the `return` statement?")
         if not isinstance(got, GPTConfig):
-            fail(f"with a budget of {budget:,} expected a GPTConfig, got {got!r}.",
+            fail(f"with a budget of {budget:,} expected a GPTConfig, got {describe(got)}.",
                  "return the winning config, e.g. budget_config(n_layer, n_embd).")
         if (got.vocab_size, got.block_size) != (BUDGET_VOCAB_SIZE, BUDGET_BLOCK_SIZE) \
                 or got.n_layer not in BUDGET_LAYERS or got.n_embd not in BUDGET_WIDTHS \
@@ -158,6 +157,9 @@ def check_gpt_logits(fn) -> None:
         with torch.no_grad():
             got = call(fn, model, idx)
             expected = model(idx)[0]
+            if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+                expect_tensor(got, expected.shape, "your logits", dtype=expected.dtype,
+                              dtype_hint="the LM head returns float32 logits: return them as they are.")
             if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
                     got, _logits_without_ln_f(model, idx), atol=1e-5):
                 fail("your logits equal those of a model without its final LayerNorm.",

@@ -15,15 +15,26 @@ def _flat(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
-def _reference_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+def _reference_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval,
+                    zero_before_step: bool = False):
+    """The right loop; with ``zero_before_step`` the classic slip backward(); zero_grad(); step(),
+    zeroing to 0.0 (set_to_none=False), so that AdamW still decays the weights on every step."""
     for step in range(max_iters):
         if step % eval_interval == 0:
             estimate_loss()
         xb, yb = get_batch("train")
         _, loss = model(xb, yb)
-        optimizer.zero_grad(set_to_none=True)
+        if not zero_before_step:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if zero_before_step:
+            optimizer.zero_grad(set_to_none=False)
         optimizer.step()
+
+
+_ORDER_HINT = ("the order on every iteration is optimizer.zero_grad(), loss.backward(), optimizer.step(). "
+               "Zeroing AFTER backward() throws the gradients away before step() can use them, so the step "
+               "moves nothing (or only decays the weights).")
 
 
 class _Harness:
@@ -74,7 +85,8 @@ def check_training_loop(fn) -> None:
         run = _Harness(seed)
         run.model.train()
         with contextlib.redirect_stdout(io.StringIO()):  # the loop's own progress lines
-            call(fn, run.model, run.optimizer, run.get_batch, run.estimate_loss, max_iters, eval_interval)
+            call(fn, run.model, run.optimizer, run.get_batch, run.estimate_loss, max_iters, eval_interval,
+                 none_ok=True)  # the loop trains in place and need not return anything
         train_batches = run.splits.count("train")
         if train_batches != max_iters:
             fail(f"with max_iters={max_iters} your loop drew {train_batches} training batches with "
@@ -84,6 +96,9 @@ def check_training_loop(fn) -> None:
                  "and its print belong there.")
         run.snapshots.append(_flat(run.model))  # the weights after the loop
         changed = sum(not torch.equal(a, b) for a, b in zip(run.snapshots, run.snapshots[1:]))
+        if changed == 0:  # not one step moved the weights: it never saw a gradient
+            fail(f"with max_iters={max_iters} the weights never changed: optimizer.step() ran on no "
+                 "gradients (or never ran).", _ORDER_HINT)
         if changed < max_iters:
             fail(f"with max_iters={max_iters} and eval_interval={eval_interval} the weights changed on only "
                  f"{changed} of {max_iters} iterations: the model learns from {changed} batch(es) only.",
@@ -102,6 +117,14 @@ def check_training_loop(fn) -> None:
         ref = _Harness(seed)
         ref.model.train()
         _reference_loop(ref.model, ref.optimizer, ref.get_batch, ref.estimate_loss, max_iters, eval_interval)
+        if not torch.allclose(run.snapshots[-1], _flat(ref.model), atol=1e-5):  # which mistake? (only then)
+            slip = _Harness(seed)
+            slip.model.train()
+            _reference_loop(slip.model, slip.optimizer, slip.get_batch, slip.estimate_loss, max_iters,
+                            eval_interval, zero_before_step=True)
+            if torch.allclose(run.snapshots[-1], _flat(slip.model), atol=1e-6):
+                fail(f"after {max_iters} iterations your weights are those of a loop whose steps see zeroed "
+                     "gradients: only AdamW's weight decay moved them.", _ORDER_HINT)
         expect_close(run.snapshots[-1], _flat(ref.model), f"the weights after {max_iters} iterations",
                      "the weights differ from a correct loop's. Call optimizer.zero_grad() before "
                      "loss.backward() on every iteration (otherwise gradients pile up across batches), "

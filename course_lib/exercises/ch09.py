@@ -6,7 +6,7 @@ import random
 from collections import Counter
 
 from ..bpe import merge
-from . import as_number, call, fail, passed
+from . import as_number, call, describe, expect_callable, fail, passed
 
 
 def _id_lists():
@@ -22,7 +22,7 @@ def check_count_pairs(fn) -> None:
         expected = Counter(zip(ids, ids[1:]))
         got = call(fn, list(ids))
         if not isinstance(got, dict):
-            fail(f"count_pairs({ids}) returned a {type(got).__name__}; expected a dict (pair -> count).",
+            fail(f"count_pairs({ids}) returned {describe(got)}; expected a dict (pair -> count).",
                  "build a dict (or collections.Counter) whose keys are tuples (a, b).")
         got = {k: v for k, v in got.items() if v}
         if got == dict(expected):
@@ -34,7 +34,8 @@ def check_count_pairs(fn) -> None:
             fail(f"count_pairs({ids}) misses the last pair {tuple(ids[-2:])}.",
                  "there are len(ids) - 1 adjacent pairs: zip(ids, ids[1:]) gives them all.")
         if any(not isinstance(k, tuple) for k in got):
-            fail(f"count_pairs({ids}): keys must be tuples (a, b), got {next(iter(got))!r}.")
+            fail(f"count_pairs({ids}): keys must be tuples (a, b), got {next(k for k in got if not isinstance(k, tuple))!r}.",
+                 "use the pair itself as the key: counts[(ids[i], ids[i + 1])] += 1.")
         fail(f"count_pairs({ids}) returned {got}; expected {dict(expected)}.",
              "count each (ids[i], ids[i+1]) for i from 0 to len(ids) - 2.")
     passed("your pair counts are right on every list tried.")
@@ -52,9 +53,14 @@ def check_apply_merge(fn) -> None:
             if before != ids:
                 fail(f"apply_merge changed its input list {ids} in place.", "build and return a new list.")
             if not isinstance(got, list):
-                fail(f"apply_merge({ids}, {pair}, 99) returned a {type(got).__name__}; expected a list.")
+                fail(f"apply_merge({ids}, {pair}, 99) returned {describe(got)}; expected a list.",
+                     "build a new list: out = [], append to it as you walk through ids, return out.")
             if got == expected:
                 continue
+            if got == _merge_moving_by_one(ids, pair, 99):
+                fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
+                     "after a merge, move on by TWO (i += 2): the second id of the pair is now inside new_id; "
+                     "moving on by one visits it again and copies it (or merges it a second time).")
             if pair[0] == pair[1] and got.count(99) > expected.count(99):
                 fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
                      "occurrences overlap in runs like 7, 7, 7: after a merge, skip both ids (i += 2), so "
@@ -66,6 +72,15 @@ def check_apply_merge(fn) -> None:
                  "walk i from 0: if (ids[i], ids[i+1]) == pair, append new_id and move 2, else append ids[i] "
                  "and move 1.")
     passed("your merge replaces every occurrence, left to right, without overlaps.")
+
+
+def _merge_moving_by_one(ids, pair, new_id):
+    """The slip the merge exercise is about: after replacing a pair, step forward by one id only."""
+    out, i = [], 0
+    while i < len(ids):
+        out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else ids[i])
+        i += 1
+    return out
 
 
 def _encode_reference(text: str, merges) -> list[int]:
@@ -90,30 +105,53 @@ def check_encode_with_merges(fn) -> None:
     ids_of = {b: i for i, b in vocab.items()}
     merges = [(ids_of[a], ids_of[b]) for a, b in merges_bytes]
     texts = ["the", "the theme", "thesis then there", "these are the themes", "café naïve", "", "x", corpus]
+    cases = [(text, merges) for text in texts]
+    # On that corpus the order of the merges never changes the result; here it does: "bc" is
+    # merge 0 (id 256) and "ab" merge 1 (id 257). By priority "abc" -> [97, 256] ("a", "bc");
+    # merging the leftmost pair that is any merge would give [257, 99] ("ab", "c").
+    cases.append(("abc", [(98, 99), (97, 98)]))
     answers = []
-    for text in texts:
-        got = call(fn, text, [tuple(m) for m in merges])
+    for text, text_merges in cases:
+        got = call(fn, text, [tuple(m) for m in text_merges])
         if not isinstance(got, list) or not all(isinstance(i, int) for i in got):
-            fail(f"encode({text!r}) returned {got!r:.80}; expected a list of ints.")
+            fail(f"encode({text!r}) returned {describe(got)}; expected a list of ints.",
+                 "start from list(text.encode('utf-8')) and return that list after the merges.")
         answers.append(got)
-    wrong = [(t, g, _encode_reference(t, merges)) for t, g in zip(texts, answers) if g != _encode_reference(t, merges)]
+    wrong = [(t, m, g, _encode_reference(t, m)) for (t, m), g in zip(cases, answers) if g != _encode_reference(t, m)]
     if not wrong:
         passed("your encoder applies the merges in priority order, like BPETokenizer.encode.")
         return
-    text, got, expected = wrong[0]
+    text, text_merges, got, expected = wrong[0]
     what = f"encode({text!r}) returned {got}; expected {expected}."
-    if all(g == list(t.encode("utf-8")) for t, g in zip(texts, answers)):
+    if all(g == list(t.encode("utf-8")) for (t, _), g in zip(cases, answers)):
         fail(what, "no merge was applied: after text.encode('utf-8'), merge k turns its pair into id 256 + k.")
-    if all(g == _reversed(t, merges) for t, g in zip(texts, answers)):
+    if all(g == _reversed(t, m) for (t, m), g in zip(cases, answers)):
         fail(what, "the merges are in priority order: merges[0] first. A later merge can only apply after the "
                    "merges that made its parts.")
-    if all(g == _one_merge(t, merges) for t, g in zip(texts, answers)):
+    if all(g == _one_merge(t, m) for (t, m), g in zip(cases, answers)):
         fail(what, "keep merging until no adjacent pair is a merge; one merge is not the end.")
+    if got == _leftmost_first(text, text_merges):
+        fail(f"{what[:-1]} with merges {text_merges[:3]}{'...' if len(text_merges) > 3 else ''}.",
+             "you merged the leftmost pair that is a merge; apply the merge LEARNED first (the lowest index "
+             "in merges) wherever it is in the text. With merges [(98, 99), (97, 98)], 'abc' is [97, 256]: "
+             "'bc' (merge 0) goes before 'ab' (merge 1), although 'ab' comes first in the text.")
     if len(got) > len(expected):
         fail(what, "some merges were missed: keep merging until no adjacent pair is a merge (one pass over the "
                    "merges in order also works, if each pass replaces every occurrence).")
     fail(what, "repeatedly find the adjacent pair with the lowest merge index, replace it with 256 + index; stop "
                "when no adjacent pair is a merge.")
+
+
+def _leftmost_first(text, merges):
+    """The classic wrong encoder: repeatedly merge the first adjacent pair, in text order, that is
+    any merge, whatever its rank."""
+    ids = list(text.encode("utf-8"))
+    rank = {pair: k for k, pair in enumerate(merges)}
+    while True:
+        i = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) in rank), None)
+        if i is None:
+            return ids
+        ids = ids[:i] + [256 + rank[(ids[i], ids[i + 1])]] + ids[i + 2:]
 
 
 def _one_merge(text, merges):
@@ -163,6 +201,7 @@ def check_decode_bytes(fn) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab.update({256: "é".encode()[:1], 257: "é".encode()[1:] + b"t", 258: "你".encode()[:2], 259: b" caf"})
     cases = [[104, 105], [259, 256, 257], [258, "你".encode()[2]], [256], [0xFF, 104], [259, 256], []]
+    expect_callable(fn)
     for ids in cases:
         expected = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
         try:
@@ -173,9 +212,13 @@ def check_decode_bytes(fn) -> None:
         except NotImplementedError:
             call(fn, vocab, ids)
         except Exception as e:
-            fail(f"decode({ids}) raised {type(e).__name__}: {e}")
+            fail(f"decode({ids}) raised {type(e).__name__}: {e}",
+                 "read the error above; try your function on vocab and [104, 105] ('hi') by hand first.")
         if got == expected:
             continue
+        if not isinstance(got, str):
+            fail(f"decode({ids}) returned {describe(got)}; expected a str.",
+                 "join the bytes, then decode them once: b''.join(...).decode('utf-8', errors='replace').")
         separate = "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
         if got == separate:
             fail(f"decode({ids}) returned {got!r}; expected {expected!r}.",

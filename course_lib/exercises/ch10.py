@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from ..data import pad_batch
 from ..train import masked_accuracy, masked_cross_entropy
 from ..utils import IGNORE_INDEX
-from . import as_number, call, expect_close, fail, passed
+from . import as_number, call, describe, expect_close, expect_sequence, expect_tensor, fail, passed
 
 
 def _seqs():
@@ -20,7 +20,7 @@ def _seqs():
 
 def _as_bool_mask(mask, what: str, shape) -> torch.Tensor:
     if not isinstance(mask, torch.Tensor):
-        fail(f"{what}: the mask should be a tensor, got {type(mask).__name__}.", "return (ids, mask), both tensors.")
+        fail(f"{what}: the mask should be a tensor, got {describe(mask)}.", "return (ids, mask), both tensors.")
     if tuple(mask.shape) != tuple(shape):
         fail(f"{what}: the mask has shape {tuple(mask.shape)}, expected {tuple(shape)}.",
              "one entry per position of the padded batch: (B, T) with T the longest length.")
@@ -35,34 +35,38 @@ def check_pad_batch(fn) -> None:
     ``pad_id`` to the longest, after the tokens (``side="right"``) or before them (``"left"``);
     ``ids`` (B, T) long, ``mask`` (B, T) bool, True on real tokens. Must equal
     ``course_lib.data.pad_batch``."""
-    for seqs in _seqs():
-        for side in ("right", "left"):
-            pad_id = 0
-            what = f"pad_and_mask({seqs}, pad_id={pad_id}, side={side!r})"
-            got = call(fn, [list(s) for s in seqs], pad_id, side)
-            if not isinstance(got, (tuple, list)) or len(got) != 2:
-                fail(f"{what}: expected a pair (ids, mask), got {type(got).__name__}.", "return ids, mask")
-            ids, mask = got
-            exp_ids, exp_mask = pad_batch(seqs, pad_id, side=side)
-            if not isinstance(ids, torch.Tensor) or tuple(ids.shape) != tuple(exp_ids.shape):
-                fail(f"{what}: ids should be a tensor of shape {tuple(exp_ids.shape)}, got "
-                     f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}.",
-                     "pad every sequence to the length of the longest one.")
-            mask = _as_bool_mask(mask, what, exp_mask.shape)
-            if torch.equal(mask, ~exp_mask):
-                fail(f"{what}: your mask is inverted.", "the mask is True on REAL tokens and False on pads.")
-            if torch.equal(ids.long(), exp_ids) and torch.equal(mask, exp_mask):
-                continue
-            if side == "left" and torch.equal(ids, pad_batch(seqs, pad_id, side="right")[0]):
-                fail(f"{what}: you padded on the right.", "side='left' puts the pads BEFORE the tokens.")
-            if side == "right" and torch.equal(ids, pad_batch(seqs, pad_id, side="left")[0]):
-                fail(f"{what}: you padded on the left.", "side='right' puts the pads AFTER the tokens.")
-            if not torch.equal(ids.long(), exp_ids):
-                fail(f"{what}: ids {ids.tolist()}, expected {exp_ids.tolist()}.",
-                     "copy each sequence into its row and fill the rest with pad_id.")
-            if not torch.equal(mask, exp_mask):
-                fail(f"{what}: mask {mask.int().tolist()}, expected {exp_mask.int().tolist()}.",
-                     "True exactly where a real token was copied.")
+    # pad_id 99 too: an answer that pads with zeros whatever pad_id says must not pass.
+    for seqs, side, pad_id in [(s, side, pad_id) for s in _seqs() for side in ("right", "left")
+                               for pad_id in (0, 99)]:
+        what = f"pad_and_mask({seqs}, pad_id={pad_id}, side={side!r})"
+        got = call(fn, [list(s) for s in seqs], pad_id, side)
+        ids, mask = expect_sequence(got, 2, f"{what}: expected a pair (ids, mask)", "return ids, mask")
+        exp_ids, exp_mask = pad_batch(seqs, pad_id, side=side)
+        if not isinstance(ids, torch.Tensor) or tuple(ids.shape) != tuple(exp_ids.shape):
+            fail(f"{what}: ids should be a tensor of shape {tuple(exp_ids.shape)}, got "
+                 f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else describe(ids)}.",
+                 "pad every sequence to the length of the longest one.")
+        expect_tensor(ids, exp_ids.shape, f"{what}: ids", dtype=torch.long,
+                      dtype_hint="token ids are integers, and nn.Embedding only takes integer ids: "
+                                 "torch.full((B, T), pad_id, dtype=torch.long).")
+        mask = _as_bool_mask(mask, what, exp_mask.shape)
+        if torch.equal(mask, ~exp_mask):
+            fail(f"{what}: your mask is inverted.", "the mask is True on REAL tokens and False on pads.")
+        if torch.equal(ids, exp_ids) and torch.equal(mask, exp_mask):
+            continue
+        if side == "left" and torch.equal(ids, pad_batch(seqs, pad_id, side="right")[0]):
+            fail(f"{what}: you padded on the right.", "side='left' puts the pads BEFORE the tokens.")
+        if side == "right" and torch.equal(ids, pad_batch(seqs, pad_id, side="left")[0]):
+            fail(f"{what}: you padded on the left.", "side='right' puts the pads AFTER the tokens.")
+        if pad_id != 0 and torch.equal(ids, pad_batch(seqs, 0, side=side)[0]):
+            fail(f"{what}: you padded with 0, not with pad_id={pad_id}.",
+                 "fill the empty places with the pad_id you were given: torch.full((B, T), pad_id, ...).")
+        if not torch.equal(ids, exp_ids):
+            fail(f"{what}: ids {ids.tolist()}, expected {exp_ids.tolist()}.",
+                 "copy each sequence into its row and fill the rest with pad_id.")
+        if not torch.equal(mask, exp_mask):
+            fail(f"{what}: mask {mask.int().tolist()}, expected {exp_mask.int().tolist()}.",
+                 "True exactly where a real token was copied.")
     passed("your padded batches and masks equal course_lib.data.pad_batch, on both sides.")
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ..model import sinusoidal_position_encoding
 from ..seq2seq import Attention, Seq2SeqConfig
-from . import call, expect_close, fail, passed
+from . import as_number, call, describe, expect_close, expect_sequence, expect_tensor, fail, passed
 
 
 def _padded_source(g: torch.Generator, lengths: list[int], S: int, V: int = 20, pad_id: int = 0) -> torch.Tensor:
@@ -33,7 +33,7 @@ def check_source_padding_mask(fn) -> None:
         got = call(fn, src.clone(), pad_id)
         what = f"source_padding_mask for a batch of shape {tuple(src.shape)} (pad_id {pad_id})"
         if not isinstance(got, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(got).__name__}.", "return a boolean tensor")
+            fail(f"{what}: expected a tensor, got {describe(got)}.", "return a boolean tensor")
         if got.dtype != torch.bool:
             fail(f"{what}: expected a boolean mask, got dtype {got.dtype}.",
                  "compare with pad_id (src != pad_id): comparisons give booleans, which masked_fill and "
@@ -73,11 +73,14 @@ def check_cross_attention(fn) -> None:
             got = call(fn, x.clone(), memory.clone(), mask.clone(), layer)
         what = f"cross_attention with B={B}, T={T}, S={S}, C={C}, n_head={nh}"
         if not isinstance(got, torch.Tensor):
-            fail(f"{what}: expected a tensor, got {type(got).__name__}.", "return the (B, T, C) output")
+            fail(f"{what}: expected a tensor, got {describe(got)}.", "return the (B, T, C) output")
         if got.shape != expected.shape:
             hint = ("queries come from x (T positions), keys and values from memory (S positions): the output has "
                     "one row per QUERY, (B, T, C).")
             fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}.", hint)
+        expect_tensor(got, expected.shape, what, dtype=expected.dtype,
+                      dtype_hint="the layer's weights and x are float32, and so is its output: build no tensor "
+                                 "of another dtype (e.g. scale with math.sqrt, not a float64 tensor).")
         if torch.allclose(got, expected, atol=1e-5):
             continue
         with torch.no_grad():
@@ -112,10 +115,13 @@ def check_label_smoothed_loss(fn) -> None:
         targets = torch.randint(V, (N,), generator=g)
         expected = F.cross_entropy(logits, targets, label_smoothing=eps)
         got = call(fn, logits.clone(), targets.clone(), eps)
-        if isinstance(got, torch.Tensor) and got.numel() == N and N > 1:
-            fail(f"label_smoothed_loss(N={N}, V={V}, epsilon={eps}): you returned one loss per position.",
-                 "return their mean, a single number.")
         what = f"label_smoothed_loss(N={N}, V={V}, epsilon={eps})"
+        if isinstance(got, torch.Tensor) and got.numel() == N and N > 1:
+            fail(f"{what}: you returned one loss per position.", "return their mean, a single number.")
+        if isinstance(got, torch.Tensor) and got.numel() == N * V and N * V > 1:
+            fail(f"{what}: you returned a tensor of shape {tuple(got.shape)}, one loss per position and token.",
+                 "sum over the vocabulary (the smoothed target times -log p), then average over the N positions.")
+        got = as_number(got, what, "return the mean loss as a single number (a 0-d tensor).")
         logp = F.log_softmax(logits, -1)
         nll = -logp.gather(1, targets[:, None]).squeeze(1)
         others = (-logp.sum(-1) - nll) / (V - 1)
@@ -125,16 +131,28 @@ def check_label_smoothed_loss(fn) -> None:
         }
         if eps > 0:
             for mistake, value in variants.items():
-                if abs(float(got) - float(value)) < 1e-5 < abs(float(value) - float(expected)):
+                if abs(got - float(value)) < 1e-5 < abs(float(value) - float(expected)):
                     fail(f"{what}: you {mistake}.",
                          "the smoothed target is (1 - eps) * one_hot + eps / V everywhere (the right token "
                          "too): loss = (1 - eps) * nll + eps * mean over all V of -log p.")
-        expect_close(got, expected, what, "loss = (1 - eps) * (-log p[target]) + eps * mean_v(-log p[v]), "
+        expect_close(torch.tensor(got), expected, what, "loss = (1 - eps) * (-log p[target]) + eps * mean_v(-log p[v]), "
                      "with log p from F.log_softmax, averaged over the N positions.")
     passed("your label-smoothed loss equals F.cross_entropy(..., label_smoothing=epsilon).")
 
 
 # --- 4. one beam-search step ---------------------------------------------------------------------
+
+
+_BEAM_NAMES = ("new_scores", "beams", "tokens")
+
+
+def _as_tensor(value, name: str, what: str) -> torch.Tensor:
+    """One of the beam step's three answers as a tensor (a list of numbers is accepted)."""
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        fail(f"{what}: {name} should be a tensor, got {describe(value)}.",
+             "return the tensors topk gives you: new_scores, flat // V, flat % V.")
 
 
 def check_beam_step(fn) -> None:
@@ -152,12 +170,19 @@ def check_beam_step(fn) -> None:
         expected_beams, expected_tokens = idx // V, idx % V
         got = call(fn, scores.clone(), logp.clone(), size)
         what = f"beam_step with K={K} hypotheses, V={V}, beam_size={size}"
-        if not (isinstance(got, (tuple, list)) and len(got) == 3):
-            fail(f"{what}: expected a tuple (new_scores, beams, tokens), got {type(got).__name__}.")
-        new_scores, beams, tokens = (torch.as_tensor(t) for t in got)
-        if new_scores.shape != (size,):
-            fail(f"{what}: new_scores has shape {tuple(new_scores.shape)}, expected ({size},).",
-                 "rank all K * V candidates together (flatten them) and keep beam_size of them.")
+        got = expect_sequence(got, 3, f"{what}: expected a tuple (new_scores, beams, tokens)",
+                              "return new_scores, beams, tokens: three tensors of beam_size entries each.")
+        new_scores, beams, tokens = (_as_tensor(t, name, what) for t, name in zip(got, _BEAM_NAMES))
+        for t, name in zip((new_scores, beams, tokens), _BEAM_NAMES):
+            if t.shape != (size,):
+                fail(f"{what}: {name} has shape {tuple(t.shape)}, expected ({size},).",
+                     "rank all K * V candidates together (flatten them) and keep beam_size of them.")
+        for t, name in zip((beams, tokens), _BEAM_NAMES[1:]):
+            if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+                fail(f"{what}: {name} has dtype {t.dtype}; hypothesis and token indices are whole numbers "
+                     f"(got {t.tolist()}).",
+                     "idx / V divides into fractions: use floor division, idx // V, and idx % V for the token; "
+                     "both stay torch.long like the indices topk returns.")
         own = logp.flatten().topk(size).values
         if torch.allclose(new_scores.float(), own, atol=1e-5):
             fail(f"{what}: the scores ignore the hypotheses' own scores.",
@@ -165,7 +190,7 @@ def check_beam_step(fn) -> None:
                  "scores[:, None] + logp.")
         expect_close(new_scores.float(), expected_scores, what + ": new_scores",
                      "flatten scores[:, None] + logp to (K * V,) and take topk(beam_size).")
-        if not (torch.equal(beams.long(), expected_beams) and torch.equal(tokens.long(), expected_tokens)):
+        if not (torch.equal(beams, expected_beams) and torch.equal(tokens, expected_tokens)):
             fail(f"{what}: the scores are right, but beams/tokens are not.",
                  "flat index i of a (K, V) table is hypothesis i // V and token i % V.")
     passed("your beam step keeps the best extensions over all hypotheses.")

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..model import GPT, GPTConfig
-from . import as_number, call, fail, passed
+from . import as_number, call, describe, expect_tensor, fail, passed
 
 _TINY = GPTConfig(vocab_size=13, block_size=8, n_layer=1, n_head=2, n_embd=16)
 
@@ -19,11 +19,30 @@ def _big_batch_gradients(model, batches) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]
 
 
+def _model_with_stale_gradients(model, g: torch.Generator):
+    """A copy of ``model`` whose ``.grad`` already holds the gradient of another batch, as after
+    an earlier training step, and a record of the batch size of every forward call it gets."""
+    copied = copy.deepcopy(model)
+    x, y = torch.randint(0, 13, (2, 8), generator=g), torch.randint(0, 13, (2, 8), generator=g)
+    copied(x, y)[1].backward()
+    seen = []
+
+    def record(module, args, kwargs):
+        idx = args[0] if args else kwargs.get("idx")
+        if isinstance(idx, torch.Tensor):
+            seen.append(idx.shape[0])
+
+    copied.register_forward_pre_hook(record, with_kwargs=True)
+    return copied, [p.grad.clone() for p in copied.parameters()], seen
+
+
 def check_accumulated_gradients(fn) -> None:
     """``fn(model, batches) -> list of tensors``: the gradient of the mean loss over the
     micro-batches ``batches`` (a list of ``(x, y)`` of equal size), accumulated one micro-batch at
     a time, one tensor per parameter in ``model.parameters()`` order: equal to the gradient of one
-    big batch holding all of them."""
+    big batch holding all of them. The model comes with gradients from an earlier batch, so a
+    loop that never zeroes them fails; and it records the batch size of each forward call, so
+    that concatenating the micro-batches shows."""
     torch.manual_seed(12)
     model = GPT(_TINY)
     g = torch.Generator().manual_seed(12)
@@ -31,18 +50,28 @@ def check_accumulated_gradients(fn) -> None:
         batches = [(torch.randint(0, 13, (B, 8), generator=g), torch.randint(0, 13, (B, 8), generator=g))
                    for _ in range(n)]
         expected = _big_batch_gradients(copy.deepcopy(model), batches)
-        got = call(fn, copy.deepcopy(model), [(x.clone(), y.clone()) for x, y in batches])
+        handed, stale, seen = _model_with_stale_gradients(model, g)
+        got = call(fn, handed, [(x.clone(), y.clone()) for x, y in batches])
         what = f"accumulated_gradients over {n} micro-batches of {B}"
+        if seen and max(seen) > B:
+            fail(f"{what}: your model was called on a batch of {max(seen)} sequences; each micro-batch has {B}.",
+                 "do not concatenate the micro-batches: accumulation runs forward and backward on ONE "
+                 "micro-batch at a time, so that only one micro-batch's activations are ever in memory.")
         if not isinstance(got, (list, tuple)) or len(got) != len(expected) or \
                 not all(isinstance(t, torch.Tensor) for t in got):
             fail(f"{what}: expected a list of {len(expected)} tensors (one per parameter), got "
                  f"{type(got).__name__}{' of length ' + str(len(got)) if isinstance(got, (list, tuple)) else ''}.",
                  "return [p.grad.clone() for p in model.parameters()] after the last backward.")
         for i, (a, b) in enumerate(zip(got, expected)):
-            if a.shape != b.shape:
-                fail(f"{what}: tensor {i} has shape {tuple(a.shape)}, the parameter {tuple(b.shape)}.")
+            expect_tensor(a, b.shape, f"{what}: gradient {i}", "return p.grad.clone() for every parameter.",
+                          "one gradient per parameter, in model.parameters() order, each shaped like its "
+                          "parameter.", dtype=b.dtype, dtype_hint="return the gradients as they are (float32).")
         if all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(got, expected)):
             continue
+        if all(torch.allclose(a, b + s, rtol=1e-4, atol=1e-6) for a, b, s in zip(got, expected, stale)):
+            fail(f"{what}: your gradients include the ones the model already held when you got it.",
+                 "zero the gradients once, BEFORE the first micro-batch (model.zero_grad()): backward() adds "
+                 "to whatever .grad holds, and a model usually comes with the gradients of its last step.")
         if all(torch.allclose(a, n * b, rtol=1e-4, atol=1e-6) for a, b in zip(got, expected)):
             fail(f"{what}: your gradients are {n} times too large.",
                  "backward adds the micro-batches' gradients: divide each micro-batch's loss by their number, "
@@ -70,14 +99,16 @@ def check_all_reduce_mean(fn) -> None:
         what = f"all_reduce_mean over {W} processes"
         if not isinstance(got, (list, tuple)) or len(got) != W:
             fail(f"{what}: expected one list of tensors per process ({W} lists), got "
-                 f"{type(got).__name__}{' of length ' + str(len(got)) if isinstance(got, (list, tuple)) else ''}.",
+                 f"{describe(got) if not isinstance(got, (list, tuple)) else 'a list of length ' + str(len(got))}.",
                  "after an all-reduce EVERY process holds the result: return [result for each process].")
         for r, grads in enumerate(got):
             if not isinstance(grads, (list, tuple)) or len(grads) != len(shapes):
-                fail(f"{what}: process {r} should hold {len(shapes)} tensors.")
+                fail(f"{what}: process {r} should hold {len(shapes)} tensors, got {describe(grads)}.",
+                     "each process holds a list with one averaged tensor per gradient it sent.")
             for i, t in enumerate(grads):
-                if not isinstance(t, torch.Tensor) or t.shape != expected[i].shape:
-                    fail(f"{what}: process {r}, tensor {i}: expected a tensor of shape {tuple(expected[i].shape)}.")
+                expect_tensor(t, expected[i].shape, f"{what}: process {r}, tensor {i}",
+                              "each entry is a tensor shaped like the gradient it averages.",
+                              dtype=expected[i].dtype, dtype_hint="keep the gradients' dtype (float32).")
                 if W > 1 and torch.allclose(t, expected[i] * W, atol=1e-6):
                     fail(f"{what}: process {r} holds the SUM of the gradients, {W} times the mean.",
                          "divide the sum by the number of processes: DDP averages, so that the step does not "

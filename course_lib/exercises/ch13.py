@@ -12,7 +12,7 @@ from torch import nn
 from ..gpt2 import GPT2_SIZES, weight_map
 from ..model import Block, GPTConfig
 from ..sizing import count_parameters
-from . import call, call_with_hints, fail, passed
+from . import as_integer, call, call_with_hints, describe, fail, passed
 
 
 def _fake_gpt2_state(n_layer: int, C: int, V: int = 50, T: int = 16, seed: int = 13) -> dict[str, torch.Tensor]:
@@ -53,7 +53,7 @@ def check_map_block(fn) -> None:
         expected = _expected_block(state, i, n_layer)
         what = f"map_block(state, {i})"
         if not isinstance(got, dict):
-            fail(f"{what}: expected a dict of tensors, got {type(got).__name__}.", "return {our_name: tensor, ...}")
+            fail(f"{what}: expected a dict of tensors, got {describe(got)}.", "return {our_name: tensor, ...}")
         prefixed = [k for k in got if k.startswith(("blocks.", "transformer."))]
         if prefixed:
             fail(f"{what}: keys such as {prefixed[0]!r} carry a prefix; Block's own names have none.",
@@ -67,7 +67,8 @@ def check_map_block(fn) -> None:
         for name, want in expected.items():
             have = got[name]
             if not isinstance(have, torch.Tensor):
-                fail(f"{what}[{name!r}]: expected a tensor, got {type(have).__name__}.")
+                fail(f"{what}[{name!r}]: expected a tensor, got {describe(have)}.",
+                     "copy the tensor of the Hugging Face state dict (transposed for the Conv1D matrices).")
             other = next((j for j in range(n_layer) if j != i and have.shape == want.shape
                           and torch.equal(have, _expected_block(state, j, n_layer)[name])), None)
             if other is not None:
@@ -97,20 +98,24 @@ def check_gpt2_parameters(fn) -> None:
         V, T = (50257, 1024) if name.startswith("gpt2") else (97, 32)
         config = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True)
         expected = count_parameters(config)
-        got = call(fn, L, C, V, T)
         what = f"gpt2_parameters({L}, {C}, {V}, {T}) for {name}"
-        try:
-            got = int(got)
-        except (TypeError, ValueError):
-            fail(f"{what}: expected an integer, got {got!r}.")
+        # Exact: a count is a whole number (the old int() let the exact count + 0.7 through).
+        got = as_integer(call(fn, L, C, V, T), what, "return the count as a Python int.")
         if got == expected:
             continue
         diff = got - expected
+        # The per-block vectors: the Linear layers' biases are c_attn 3C + attn.c_proj C + mlp.c_fc 4C
+        # + mlp.c_proj C = 9C; ln_1 and ln_2 have C gains and C biases each = 4C. ln_f has 2C.
         known = {V * C: "you counted the LM head as well: in GPT-2 it is tied to the token embedding (one shared V x C matrix).",
                  -T * C: "the position embedding (T x C) is missing.",
-                 -(13 * L * C): "the biases are missing: c_attn 3C, attn c_proj C, c_fc 4C, mlp c_proj C per block.",
-                 -(13 * L * C + 2 * C): "some biases are missing: the linear layers' (9C per block) and the "
-                                        "LayerNorms' (2C per block + C for the final one)?",
+                 -(9 * L * C): "the biases of the Linear layers are missing: c_attn 3C, attn.c_proj C, mlp.c_fc 4C "
+                               "and mlp.c_proj C, so 9C per block (GPT-2 has bias=True everywhere).",
+                 -(11 * L * C + C): "every bias is missing: 9C per block in the Linear layers, 2C per block in "
+                                    "the two LayerNorms, and C in the final one.",
+                 -(13 * L * C): "the vectors of every block are missing: 9C of Linear biases and 4C of LayerNorm "
+                                "gains and biases per block.",
+                 -(13 * L * C + 2 * C): "the Linear layers' biases (9C per block) and every LayerNorm (4C per block, "
+                                        "2C for the final one) are missing.",
                  -(4 * L * C + 2 * C): "the LayerNorms are missing: two per block and a final one, each a gain and a bias.",
                  -2 * C: "the final LayerNorm (ln_f: C gains and C biases) is missing.",
                  -(4 * L * C): "the LayerNorms of the blocks (2 per block, gain and bias: 4C) are missing."}
