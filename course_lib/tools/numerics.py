@@ -50,8 +50,9 @@ REFERENCE = {
     # default, waiting for the next parallel region. On a machine whose cores are shared (several
     # kernels, a CI runner) the spinning thread takes the core from the thread it waits for, and
     # a model of small matrices, with a short parallel region per operation, crawls: chapter 10's
-    # names model trained at 1.9 steps/s instead of about 30 (60 steps: 73-83 s spinning, 3.0 s
-    # passive, on 2 shared cores under a load of 11). Passive threads sleep instead.
+    # names model was stored at 1.9 steps/s, and at 41 steps/s once passive (60 steps outside a
+    # kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
+    # threads sleep instead.
     "OMP_WAIT_POLICY": "PASSIVE",
 }
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
