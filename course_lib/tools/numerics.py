@@ -50,7 +50,7 @@ REFERENCE = {
     # default, waiting for the next parallel region. On a machine whose cores are shared (several
     # kernels, a CI runner) the spinning thread takes the core from the thread it waits for, and
     # a model of small matrices, with a short parallel region per operation, crawls: chapter 10's
-    # names model was stored at 1.9 steps/s, and at 41 steps/s once passive (60 steps outside a
+    # names model was stored at 1.9 steps/s, and at 41 and 74 steps/s once passive (60 steps outside a
     # kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
     # threads sleep instead.
     "OMP_WAIT_POLICY": "PASSIVE",
