@@ -77,6 +77,15 @@ def probe_notebook(path):
     return expected
 
 
+@pytest.mark.slow  # two short trainings in fresh processes
+def test_the_pinned_wait_policy_changes_no_result():
+    """OMP_WAIT_POLICY is pinned for speed only: spinning and sleeping threads train bitwise alike."""
+    reference = numerics.reference_environment()
+    assert reference["OMP_WAIT_POLICY"] == "PASSIVE"
+    spinning = dict(reference, OMP_WAIT_POLICY="ACTIVE")
+    assert numerics.fingerprint_in(spinning, 5) == numerics.fingerprint_in(reference, 5)
+
+
 @pytest.mark.slow  # a kernel
 def test_the_executor_runs_its_kernel_in_the_reference_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's export: must not reach the kernel

@@ -23,6 +23,9 @@ CPU preset's GPT (4 layers, C=128, batch 12 x 64), compared by a hash of the tra
   (and OpenMP's) thread count at start-up; ``MKL_NUM_THREADS`` is pinned too, so that a user's
   export of it cannot change MKL's split.
 
+- ``OMP_WAIT_POLICY``: ACTIVE and PASSIVE give the same result; it is pinned to PASSIVE for speed
+  on shared cores (see ``REFERENCE``).
+
 The reference is what a 2-core x86-64 CPU with AVX2 computes by default (the machines the course
 was first executed on): every x86-64 CPU since 2013-2015 can compute it. Other CPUs (ARM, such as
 Apple silicon; x86-64 without AVX2) cannot; ``unsupported_host`` says why, and nbval then runs the
@@ -43,6 +46,14 @@ REFERENCE = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (matmuls and convolutions torch hands to it)
     "OMP_NUM_THREADS": str(THREADS),  # torch's intra-op threads, independent of the core count
     "MKL_NUM_THREADS": str(THREADS),
+    # Changes no result, only the speed: an OpenMP thread that finishes its share spins, by
+    # default, waiting for the next parallel region. On a machine whose cores are shared (several
+    # kernels, a CI runner) the spinning thread takes the core from the thread it waits for, and
+    # a model of small matrices, with a short parallel region per operation, crawls: chapter 10's
+    # names model was stored at 1.9 steps/s, and at 41 and 74 steps/s once passive (60 steps outside a
+    # kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
+    # threads sleep instead.
+    "OMP_WAIT_POLICY": "PASSIVE",
 }
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
 
@@ -141,6 +152,7 @@ PROBE_CONDITIONS = {
     "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
     "OMP_NUM_THREADS=4": {"OMP_NUM_THREADS": "4"},
     "MKL_NUM_THREADS=1": {"MKL_NUM_THREADS": "1"},
+    "OMP_WAIT_POLICY=ACTIVE": {"OMP_WAIT_POLICY": "ACTIVE"},
 }
 PINNED = tuple(REFERENCE)
 
