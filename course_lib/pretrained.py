@@ -25,7 +25,7 @@ PRESET = "shakespeare-char-cpu"
 PRETRAINED_PATH = Path(__file__).parent / "weights" / "shakespeare-char-cpu.pt"
 # The SHA-256 of the file written by `python -m course_lib.tools pretrained` (update both together).
 PRETRAINED_SHA256 = "to be filled in by the producing run"
-THREADS = 2  # the thread count the file was produced with: matrix sums depend on it
+THREADS = 1  # the thread count the file was produced with (sums depend on it); 1 is also fastest on a busy machine
 
 
 def pretrained_checkpoint(path: str | Path = PRETRAINED_PATH, sha256: str = PRETRAINED_SHA256) -> Path:
