@@ -32,7 +32,7 @@ from course_lib.tools import assignments
 pytestmark = pytest.mark.slow
 
 KERNEL = "course-lib-fresh-venv"
-TORCH = "torch==2.13.0"  # the CPU build pip finds locally (see ../shared/docs/TOOLCHAIN.md)
+TORCH = "torch==2.13.0"  # the CPU build .ci/run installs; pip finds it locally on the CI machines
 PROBE = """\
 import json, sys, course_lib
 print("PROBE " + json.dumps({"prefix": sys.prefix, "file": course_lib.__file__, "version": course_lib.__version__,

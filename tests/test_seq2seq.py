@@ -277,7 +277,12 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
     tok2 = checkpoint.load_tokenizer(ckpt)
     texts = ["3 March 2021", "12/01/99"]
     assert translate(loaded, tok2, texts) == translate(trainer.model, tok, texts)
-    assert 0.0 <= exact_match(loaded, tok2, date_test_set(20)) <= 1.0
+    # exact_match against targets built to be right for 3 of 4 pairs: the model's own translations,
+    # with every fourth one spoiled, so the expected share is known without trusting the model
+    pairs = date_test_set(20)
+    own = translate(loaded, tok2, [source for source, _ in pairs])
+    targets = [t + "x" if i % 4 == 0 else t for i, t in enumerate(own)]
+    assert exact_match(loaded, tok2, list(zip([s for s, _ in pairs], targets)), batch_size=7) == 15 / 20
 
 
 def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
@@ -288,5 +293,6 @@ def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
     model, ckpt = checkpoint.load_model(tmp_path / checkpoint.CHECKPOINT_NAME)
     tok = checkpoint.load_tokenizer(ckpt)
     assert isinstance(tok, Seq2SeqTokenizer) and isinstance(model, Seq2Seq)
-    out = translate(model, tok, ["3 March 2021"], beam_size=2)
-    assert len(out) == 1 and isinstance(out[0], str)
+    # the checkpoint rebuilds the trained translator: the same beam search output
+    texts = ["3 March 2021", "12/01/99"]
+    assert translate(model, tok, texts, beam_size=2) == translate(trainer.model, trainer.tokenizer, texts, beam_size=2)
