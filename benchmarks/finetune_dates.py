@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from course_lib.checkpoint import load_model, load_tokenizer
 from course_lib.data import load_text, train_val_split
 from course_lib.finetune import (TASK_CHARS, GrownRows, dates_batch_fn, dates_test_pairs, exact_match,
                                  extend_tokenizer, extend_vocabulary, finetune_config, text_loss)
@@ -36,10 +37,15 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="*", default=[1, 4, 16])
     parser.add_argument("--lrs", type=float, nargs="*", default=[1e-3])
     parser.add_argument("--eval", type=int, default=500)
+    parser.add_argument("--checkpoint", help="a GPT checkpoint (default: the shipped pretrained model)")
     parser.add_argument("--unmasked", action="store_true", help="also full fine-tuning without the prompt mask")
     args = parser.parse_args()
 
-    base, tok0 = load_pretrained()
+    if args.checkpoint:
+        base, ckpt = load_model(args.checkpoint)
+        tok0 = load_tokenizer(ckpt, args.checkpoint)
+    else:
+        base, tok0 = load_pretrained()
     tok = extend_tokenizer(tok0, TASK_CHARS)
     n_new = tok.vocab_size - tok0.vocab_size
     _, val_text_ids = train_val_split(torch.arange(len(load_text("tinyshakespeare"))))
