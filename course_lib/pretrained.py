@@ -7,8 +7,10 @@ float32 again once loaded). :func:`pretrained_checkpoint` checks its SHA-256 bef
 it, so a damaged or swapped file is an error, not a silently different model.
 
 The file is produced by ``python -m course_lib.tools pretrained`` (:func:`train_pretrained`),
-deterministically: the same seed, data and thread count give the same bytes on the same CPU
-kernels (the project's pinned numeric environment). A reader can train the same model with
+deterministically: the same seed, data, AVX2 kernels (the pinned numeric environment of
+``course_lib.tools.numerics``) and one thread give the same bytes on any x86-64 CPU with AVX2.
+Measured: 1,678,351 bytes; validation loss 1.860 (50 batches of 64 windows, float16 weights
+computed in float32), about 2 CPU-minutes to make. A reader can train the same model with
 ``python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`` (in float32).
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .data import sha256_of
 PRESET = "shakespeare-char-cpu"
 PRETRAINED_PATH = Path(__file__).parent / "weights" / "shakespeare-char-cpu.pt"
 # The SHA-256 of the file written by `python -m course_lib.tools pretrained` (update both together).
-PRETRAINED_SHA256 = "to be filled in by the producing run"
+PRETRAINED_SHA256 = "c9fbcf3c29cf3c6ce02e55dca56dc0eda18996f71b435d4fa707bfa74f624ed5"
 THREADS = 1  # the thread count the file was produced with (sums depend on it); 1 is also fastest on a busy machine
 
 
