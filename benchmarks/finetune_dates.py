@@ -20,12 +20,12 @@ from course_lib.train import Trainer
 from course_lib.utils import seed_everything
 
 
-def lora_model(base, n_new, rank):
+def lora_model(base, n_new, rank, targets):
     """What LoRAGPT builds, without a checkpoint file: adapters plus trainable new rows."""
     model = extend_vocabulary(base, n_new)
     model.wte = GrownRows(model.wte.weight, n_new)
     model.lm_head = GrownRows(model.lm_head.weight, n_new, head=True)
-    add_lora(model, rank, float(rank))
+    add_lora(model, rank, float(rank), targets=targets)
     model.wte.new.requires_grad_(True)
     model.lm_head.new.requires_grad_(True)
     return model
@@ -38,6 +38,9 @@ def main():
     parser.add_argument("--lrs", type=float, nargs="*", default=[1e-3])
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--checkpoint", help="a GPT checkpoint (default: the shipped pretrained model)")
+    parser.add_argument("--targets", default="attn.c_attn,attn.c_proj", help="LoRA targets, comma-separated")
+    parser.add_argument("--lora-lr", type=float, help="LoRA's learning rate (default: each of --lrs)")
+    parser.add_argument("--no-full", action="store_true", help="skip full fine-tuning")
     parser.add_argument("--unmasked", action="store_true", help="also full fine-tuning without the prompt mask")
     args = parser.parse_args()
 
@@ -55,21 +58,25 @@ def main():
     ext = extend_vocabulary(base, n_new)
     print(f"extended (+{n_new} tokens): val loss {text_loss(ext, tok, val_text):.4f}, exact match "
           f"{exact_match(ext, tok, pairs):.1%}")
-    runs = [("full", None, True)] + [(f"lora r={r}", r, True) for r in args.ranks]
+    runs = ([] if args.no_full else [("full", None, True)]) + [(f"lora r={r}", r, True) for r in args.ranks]
     if args.unmasked:
         runs.append(("full, unmasked", None, False))
     for lr in args.lrs:
         for name, rank, masked in runs:
             seed_everything(1337)
-            model = extend_vocabulary(base, n_new) if rank is None else lora_model(base, n_new, rank)
-            config = finetune_config(max_iters=args.steps, learning_rate=lr)
+            if rank is None:
+                model = extend_vocabulary(base, n_new)
+            else:
+                model = lora_model(base, n_new, rank, tuple(args.targets.split(",")))
+            run_lr = args.lora_lr if rank is not None and args.lora_lr else lr
+            config = finetune_config(max_iters=args.steps, learning_rate=run_lr)
             trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
             trainer = Trainer(model, config=config, batch_fn=dates_batch_fn(tok, config.batch_size, masked),
                               progress=False, verbose=False)
             start = time.perf_counter()
             trainer.train()
             seconds = time.perf_counter() - start
-            print(f"{name:>15} lr {lr:g}: exact match {exact_match(model, tok, pairs):6.1%}, Shakespeare val loss "
+            print(f"{name:>15} lr {run_lr:g}: exact match {exact_match(model, tok, pairs):6.1%}, Shakespeare val loss "
                   f"{text_loss(model, tok, val_text):.4f}, task val loss {trainer.history['val_loss'][-1]:.4f}, "
                   f"{trained:,} trained, {seconds:.1f} s", flush=True)
 

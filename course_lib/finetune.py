@@ -376,7 +376,8 @@ def cmd_finetune(args) -> int:
         seed_everything(config.seed)
         if args.lora_rank is not None:
             alpha = args.lora_alpha if args.lora_alpha is not None else float(args.lora_rank)
-            model = LoRAGPT.from_base(args.checkpoint, tokenizer, args.lora_rank, alpha)
+            targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+            model = LoRAGPT.from_base(args.checkpoint, tokenizer, args.lora_rank, alpha, targets)
         else:
             model = extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
     check_precision(torch.device(device), config.dtype)
@@ -415,6 +416,9 @@ def add_finetune_parser(sub) -> None:
                    "date normalisation as prompt=answer)")
     p.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (default: full fine-tuning)")
     p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
+    p.add_argument("--lora-targets", default=",".join(DEFAULT_TARGETS), metavar="NAMES",
+                   help="comma-separated linear layers to adapt (default: the attention projections, "
+                   f"{','.join(DEFAULT_TARGETS)}; the MLP's are mlp.c_fc,mlp.c_proj)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one training setting; repeat for more")
     p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")

@@ -243,6 +243,7 @@ def test_cli_lora_run_resumes_and_checks_its_base(pretrained, tmp_path, capsys):
     (["--lora-rank", "0"], "rank must be a positive integer"),
     (["--set", "n_layer=2"], "keeps the pretrained model's shape"),
     (["--set", "colour=red"], "unknown setting"),
+    (["--lora-rank", "2", "--lora-targets", "q_proj"], "match no layer"),
 ])
 def test_cli_bad_input_is_one_line_and_writes_nothing(pretrained, tmp_path, capsys, argv, message):
     out = tmp_path / "ft"
