@@ -236,6 +236,9 @@ def test_cli_lora_run_resumes_and_checks_its_base(pretrained, tmp_path, capsys):
     base.unlink()
     code, _, err = run(capsys, *common, "--max-iters", "4", "--resume")
     assert code == 2 and "is missing" in err and err.count("\n") == 1
+    assert err.startswith("error: the base model of this LoRA checkpoint") and "put the base checkpoint back" in err
+    code, _, err = run(capsys, "sample", "--checkpoint", str(tmp_path / "ft" / "ckpt.pt"))
+    assert code == 2 and err.startswith("error: the base model of this LoRA checkpoint") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv, message", [
