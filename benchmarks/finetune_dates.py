@@ -69,7 +69,7 @@ def main():
             else:
                 model = lora_model(base, n_new, rank, tuple(args.targets.split(",")))
             run_lr = args.lora_lr if rank is not None and args.lora_lr else lr
-            config = finetune_config(max_iters=args.steps, learning_rate=run_lr)
+            config = finetune_config(rank is not None, max_iters=args.steps, learning_rate=run_lr)
             trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
             trainer = Trainer(model, config=config, batch_fn=dates_batch_fn(tok, config.batch_size, masked),
                               progress=False, verbose=False)
