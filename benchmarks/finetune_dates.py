@@ -41,7 +41,8 @@ def main():
     parser.add_argument("--targets", default="attn.c_attn,attn.c_proj", help="LoRA targets, comma-separated")
     parser.add_argument("--lora-lr", type=float, help="LoRA's learning rate (default: each of --lrs)")
     parser.add_argument("--no-full", action="store_true", help="skip full fine-tuning")
-    parser.add_argument("--unmasked", action="store_true", help="also full fine-tuning without the prompt mask")
+    parser.add_argument("--unmasked-only", action="store_true", help="every run without the prompt mask only")
+    parser.add_argument("--unmasked", action="store_true", help="also every run without the prompt mask")
     args = parser.parse_args()
 
     if args.checkpoint:
@@ -59,8 +60,10 @@ def main():
     print(f"extended (+{n_new} tokens): val loss {text_loss(ext, tok, val_text):.4f}, exact match "
           f"{exact_match(ext, tok, pairs):.1%}")
     runs = ([] if args.no_full else [("full", None, True)]) + [(f"lora r={r}", r, True) for r in args.ranks]
-    if args.unmasked:
-        runs.append(("full, unmasked", None, False))
+    if args.unmasked:  # the same runs, the loss on every token (prompt included)
+        runs += [(name + ", unmasked", rank, False) for name, rank, _ in runs]
+    if args.unmasked_only:
+        runs = [(name + ", unmasked", rank, False) for name, rank, _ in runs]
     for lr in args.lrs:
         for name, rank, masked in runs:
             seed_everything(1337)
