@@ -9,6 +9,11 @@ The task comes from tiny Shakespeare: the opening of a speech (up to ``block_siz
 and four speakers, one from each of four plays. The baselines are the majority class and a bag
 of words (multinomial naive Bayes), which knows the words each speaker uses but not their order.
 
+Measured on the 133 held-out speeches (shipped pretrained model, 300 steps of 32, the first 64
+characters): majority 27.8%, naive Bayes on the same 64 characters 42.9% (on whole speeches 59.4%);
+the GPT with only its head trained (lr 3e-3) 22.6%, fully fine-tuned (lr 3e-4) 30.1% with 100% on its
+532 training speeches: a 0.8M-parameter character model overfits so small a set.
+
 A caveat the chapter states: the pretrained model saw 90% of tiny Shakespeare (without labels)
 while pretraining, so many of these speeches are not new text to it, as web text is not new to
 a model pretrained on the web.
