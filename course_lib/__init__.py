@@ -14,6 +14,7 @@ One small module per idea, each introduced by a chapter:
 - ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
 - ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
 - ``distributed``: data-parallel training under torchrun (ch. 12)
+- ``lora``: LoRA adapters from scratch: add, count, merge (ch. 15)
 - ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib``.
 
 Instructor and maintainer tools live apart, in ``course_lib.tools``.

@@ -300,6 +300,8 @@ def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
     cls = MODELS[kind]
     try:
         return cls(cls.config_class.from_dict(ckpt["model_config"]))
+    except CheckpointError:  # a model that loads more files (a LoRA model's base) says what is wrong itself
+        raise
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path} holds an unusable {kind} config ({type(e).__name__}: {str(e)[:200]})") from e
 

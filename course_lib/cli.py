@@ -8,6 +8,7 @@
     python -m course_lib params --preset gpt2-small
     python -m course_lib train-dates --out runs/dates             # chapter 11's encoder-decoder
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
+    python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 --out runs/ft
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -356,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy decoding)")
     p.add_argument("--device", choices=devices)
     p.set_defaults(func=cmd_translate)
+
+    from .finetune import add_finetune_parser  # its logic lives in course_lib/finetune.py
+    add_finetune_parser(sub)
 
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")

@@ -4,6 +4,7 @@ reader imports:
     python -m course_lib.tools book sync                         # setup cells from _config.yml
     python -m course_lib.tools book execute [NOTEBOOK ...]       # re-execute, store outputs
     python -m course_lib.tools numerics probe                    # what the pinned environment pins
+    python -m course_lib.tools pretrained                        # remake the shipped pretrained model
     python -m course_lib.tools assignments build --out student/  # student notebooks
     python -m course_lib.tools assignments build --format otter --out masters/  # or nbgrader
 

@@ -1,0 +1,120 @@
+"""Checks for chapter 15, Fine-tuning: ``from course_lib.exercises import ch15``."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..lora import LoRALinear
+from ..model import GPTConfig
+from ..utils import IGNORE_INDEX
+from . import call, expect_close, expect_equal, expect_tensor, fail, passed
+
+
+def check_mask_prompt(fn) -> None:
+    """``fn(targets, n_prompt) -> tensor``: ``targets`` (T,) are the next-token targets of one
+    example ``prompt + SEP + answer + END`` (its ids shifted by one), ``n_prompt`` the number of
+    ids in ``prompt + SEP``. Return a copy with IGNORE_INDEX on every target inside the prompt,
+    so that the loss counts the answer (and END) alone; ``targets`` itself stays unchanged."""
+    g = torch.Generator().manual_seed(15)
+    for n_prompt, n_answer in ((4, 3), (1, 5), (9, 11)):
+        ids = torch.randint(0, 50, (n_prompt + n_answer,), generator=g)
+        targets = ids[1:].clone()
+        kept = targets.clone()
+        got = call(fn, targets, n_prompt)
+        expect_tensor(got, targets.shape, f"mask_prompt(targets, {n_prompt})",
+                      "return a tensor of the same shape as targets")
+        if not torch.equal(targets, kept):
+            fail("mask_prompt changed the targets you were given.", "work on targets.clone()")
+        expected = targets.clone()
+        expected[:n_prompt - 1] = IGNORE_INDEX
+        if torch.equal(got, expected):
+            continue
+        n_masked = int((got == IGNORE_INDEX).sum())
+        if n_masked == n_prompt:
+            fail(f"with a prompt of {n_prompt} ids you masked {n_prompt} targets: one too many. The target at "
+                 "the separator's position is the answer's first character.",
+                 "targets[i] is ids[i + 1]: the prompt's targets are ids[1:n_prompt], i.e. targets[:n_prompt - 1]")
+        fail(f"mask_prompt(targets, {n_prompt}) masked the wrong positions: {got.tolist()} "
+             f"(expected {expected.tolist()}).", "targets[i] is the id after position i; mask targets[:n_prompt - 1]")
+    passed("only the answer's targets (and the end token) are left for the loss.")
+
+
+def check_lora_forward(fn) -> None:
+    """``fn(x, W, b, A, B, alpha, rank) -> y``: the output of a LoRA layer: x (B, T, in),
+    W (out, in) and b (out,) the frozen base, A (rank, in), B (out, rank)."""
+    g = torch.Generator().manual_seed(150)
+    for rank, alpha in ((4, 8.0), (2, 2.0), (8, 32.0)):
+        base = nn.Linear(12, 20)
+        layer = LoRALinear(base, rank, alpha)
+        with torch.no_grad():
+            base.weight.copy_(torch.randn(20, 12, generator=g))
+            base.bias.copy_(torch.randn(20, generator=g))
+            layer.lora_A.copy_(torch.randn(rank, 12, generator=g))
+            layer.lora_B.copy_(torch.randn(20, rank, generator=g))
+        x = torch.randn(3, 5, 12, generator=g)
+        with torch.no_grad():
+            expected = layer(x)
+            got = call(fn, x, base.weight.clone(), base.bias.clone(), layer.lora_A.clone(), layer.lora_B.clone(),
+                       alpha, rank)
+            expect_tensor(got, expected.shape, "lora_forward(...)",
+                          "x (B, T, in) @ W.T gives (B, T, out); the update is x @ A.T @ B.T")
+            no_scale = base(x) + x @ layer.lora_A.t() @ layer.lora_B.t()
+            inverse = base(x) + (rank / alpha) * x @ layer.lora_A.t() @ layer.lora_B.t()
+        if alpha != rank and torch.allclose(got, no_scale, atol=1e-4):
+            fail("your update is not scaled: it is x A^T B^T, without alpha / rank.", "multiply it by alpha / rank")
+        if alpha != rank and torch.allclose(got, inverse, atol=1e-4):
+            fail("you scaled the update by rank / alpha: it is alpha / rank.", "scaling = alpha / rank")
+        expect_close(got, expected, "lora_forward(...)", "y = x W^T + b + (alpha / rank) x A^T B^T", atol=1e-4)
+    passed("base output plus the scaled low-rank update.")
+
+
+def check_merge(fn) -> None:
+    """``fn(W, A, B, alpha, rank) -> W_merged`` (out, in): the weight of one plain linear layer
+    that computes what the LoRA layer computes."""
+    g = torch.Generator().manual_seed(1500)
+    for rank, alpha in ((3, 6.0), (5, 1.0)):
+        W, A, B = torch.randn(7, 11, generator=g), torch.randn(rank, 11, generator=g), torch.randn(7, rank, generator=g)
+        got = call(fn, W.clone(), A, B, alpha, rank)
+        expect_tensor(got, W.shape, "merge(W, A, B, alpha, rank)", "B @ A is (out, in), like W; A @ B is not")
+        expect_close(got, W + (alpha / rank) * B @ A, "merge(W, A, B, alpha, rank)",
+                     "W + (alpha / rank) * B @ A", atol=1e-4)
+    passed("one matrix, W + (alpha / r) B A: the merged model is as fast as the original.")
+
+
+def check_lora_count(fn) -> None:
+    """``fn(config, rank) -> int``: trainable parameters of LoRA on the attention projections
+    (c_attn: C -> 3C, c_proj: C -> C) of every block of a GPT with ``config``."""
+    for C, L, r in ((128, 4, 8), (768, 12, 4), (64, 2, 1)):
+        config = GPTConfig(vocab_size=65, block_size=64, n_layer=L, n_head=4, n_embd=C)
+        got = call(fn, config, r)
+        expected = L * (r * (C + 3 * C) + r * (C + C))
+        if got == L * r * 2 * C * 2:
+            fail(f"for C={C}, {L} layers, rank {r}: {got}; c_attn maps C to 3C, not C to C.",
+                 "a wrapped layer trains r * (in + out): c_attn has in = C, out = 3C")
+        expect_equal(got, expected, f"lora_count(C={C}, n_layer={L}, rank={r})",
+                     "per block: r (C + 3C) for c_attn plus r (C + C) for c_proj")
+    passed("6 r C per block: a tiny share of the 12 C^2 each block holds.")
+
+
+def check_lora_init(make_layer) -> None:
+    """Spot the bug: ``make_layer(base, rank, alpha) -> nn.Module``, a LoRA layer around the
+    ``nn.Linear`` ``base`` that starts *exactly* as ``base`` and still learns from the first step."""
+    torch.manual_seed(0)
+    base = nn.Linear(16, 24)
+    layer = call(make_layer, base, 4, 8.0)
+    if not isinstance(layer, nn.Module):
+        fail(f"make_layer returned a {type(layer).__name__}, not a module.")
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        same = torch.equal(layer(x), base(x))
+    trainable = [p for p in layer.parameters() if p.requires_grad]
+    if base.weight.requires_grad and any(p is base.weight for p in trainable):
+        fail("the base weight is still trainable.", "freeze it: base.requires_grad_(False)")
+    if not same:
+        fail("the new layer does not start as the base layer: its update is not zero at the start, so "
+             "fine-tuning begins from a damaged model.", "start B at zero (and A random)")
+    layer(x).pow(2).sum().backward()
+    if not any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable):
+        fail("no adapter parameter gets a gradient: with A and B both zero, each blocks the other's "
+             "gradient and training never starts.", "keep A random: B's gradient is (x A^T)^T dy")
+    passed("B = 0 makes the start exact; a random A lets B learn at once.")

@@ -1,0 +1,80 @@
+"""A pretrained starting point that needs no network (chapter 15).
+
+Fine-tuning starts from a pretrained model. The course ships one, small enough to live in the
+package: the ``shakespeare-char-cpu`` preset (4 layers, C=128, 0.8M parameters) trained for its
+full 2000 steps on tiny Shakespeare, stored in float16 (1.6 MB instead of 3.2 MB; the model is
+float32 again once loaded). :func:`pretrained_checkpoint` checks its SHA-256 before anything uses
+it, so a damaged or swapped file is an error, not a silently different model.
+
+The file is produced by ``python -m course_lib.tools pretrained`` (:func:`train_pretrained`),
+deterministically: the same seed, data, AVX2 kernels (the pinned numeric environment of
+``course_lib.tools.numerics``) and one thread give the same bytes on any x86-64 CPU with AVX2.
+Measured: 1,678,351 bytes; validation loss 1.860 (50 batches of 64 windows, float16 weights
+computed in float32), about 2 CPU-minutes to make. A reader can train the same model with
+``python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`` (in float32).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CheckpointError, load_model, load_tokenizer, save_checkpoint
+from .data import sha256_of
+
+PRESET = "shakespeare-char-cpu"
+PRETRAINED_PATH = Path(__file__).parent / "weights" / "shakespeare-char-cpu.pt"
+# The SHA-256 of the file written by `python -m course_lib.tools pretrained` (update both together).
+PRETRAINED_SHA256 = "c9fbcf3c29cf3c6ce02e55dca56dc0eda18996f71b435d4fa707bfa74f624ed5"
+THREADS = 1  # the thread count the file was produced with (sums depend on it); 1 is also fastest on a busy machine
+
+
+def pretrained_checkpoint(path: str | Path = PRETRAINED_PATH, sha256: str = PRETRAINED_SHA256) -> Path:
+    """The path of the shipped pretrained checkpoint, after checking its SHA-256."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"the pretrained model {path} is missing from this installation of course_lib: "
+                                "reinstall it, or make the file with `python -m course_lib.tools pretrained`")
+    actual = sha256_of(path)
+    if actual != sha256:
+        raise CheckpointError(f"{path} has SHA-256 {actual}, not the {sha256} this course_lib was released with: "
+                              "the file is damaged or was replaced. Reinstall course_lib, or make it again with "
+                              "`python -m course_lib.tools pretrained` and update PRETRAINED_SHA256")
+    return path
+
+
+def load_pretrained(device: str | torch.device = "cpu"):
+    """``(model, tokenizer)``: the shipped pretrained GPT (float32, eval mode) and its
+    character tokenizer (the 65 characters of tiny Shakespeare)."""
+    path = pretrained_checkpoint()
+    model, ckpt = load_model(path, device)
+    return model, load_tokenizer(ckpt, path)
+
+
+def train_pretrained(out: str | Path = PRETRAINED_PATH, progress: bool = True) -> tuple[Path, float]:
+    """Train the preset from scratch and write it in float16 to ``out``. Returns the path and
+    the final validation loss (of the float16 weights, measured in float32)."""
+    from .data import get_batch, load_text, train_val_split
+    from .model import GPT
+    from .presets import get_preset
+    from .tokenizers import CharTokenizer
+    from .train import Trainer, estimate_loss
+    from .utils import seed_everything
+
+    torch.set_num_threads(THREADS)
+    preset = get_preset(PRESET)
+    text = load_text(preset.corpus)
+    tokenizer = CharTokenizer.from_text(text)
+    train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text)))
+    seed_everything(preset.train.seed)
+    model = GPT(replace(preset.model, vocab_size=tokenizer.vocab_size))
+    trainer = Trainer(model, train_data, val_data, preset.train, device="cpu", progress=progress)
+    trainer.train()
+    model.half()
+    path = save_checkpoint(out, model, tokenizer=tokenizer, train_config=preset.train, step=trainer.step,
+                           history=trainer.history)
+    model.float()
+    block = model.config.block_size
+    loss = estimate_loss(model, lambda split, g: get_batch(val_data, block, 64, g), 50, splits=("val",))["val"]
+    return path, loss

@@ -1,0 +1,262 @@
+"""course_lib.finetune: the dates task for a decoder-only model (new characters, a prompt-masked
+loss, exact match), LoRA checkpoints that name their base, and `python -m course_lib finetune`."""
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib import GPT, GPTConfig, Trainer, TrainConfig
+from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
+from course_lib.cli import main
+from course_lib.data import load_text, train_val_split
+from course_lib.finetune import (END, SEP, TASK_CHARS, LoRAGPT, answer_prompts, encode_examples, exact_match,
+                                 extend_tokenizer, extend_vocabulary, longest_example, text_loss)
+from course_lib.lora import lora_layers
+from course_lib.tokenizers import CharTokenizer
+from course_lib.utils import IGNORE_INDEX
+
+SHAKESPEARE = load_text("tinyshakespeare")[:20000]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny GPT pretrained for a few steps on Shakespeare (seconds), saved as `train` saves it."""
+    tok = CharTokenizer.from_text(load_text("tinyshakespeare"))
+    train, val = train_val_split(torch.tensor(tok.encode(SHAKESPEARE)))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=48, n_layer=2, n_head=2, n_embd=32, tie_weights=False))
+    config = TrainConfig(max_iters=20, batch_size=8, eval_interval=20, eval_iters=2)
+    folder = tmp_path_factory.mktemp("pretrained")
+    Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False, verbose=False).train()
+    return folder / "ckpt.pt"
+
+
+def test_extended_tokenizer_keeps_old_ids_and_adds_what_the_task_needs(pretrained):
+    _, ckpt = load_model(pretrained)
+    old = CharTokenizer.from_dict(ckpt["tokenizer"])
+    new = extend_tokenizer(old, TASK_CHARS)
+    assert new.chars[:old.vocab_size] == old.chars
+    added = "".join(new.chars[old.vocab_size:])
+    assert added == "".join(sorted(set(TASK_CHARS) - set(old.chars)))
+    assert set("012456789/=") <= set(added) and "3" not in added  # Shakespeare has a 3 (and no other digit)
+    text = "ROMEO: 3 March 2021=2021-03-03\n"
+    assert new.decode(new.encode(text)) == text
+
+
+def test_new_rows_leave_the_old_logits_alone(pretrained):
+    base, _ = load_model(pretrained)
+    bigger = extend_vocabulary(base, 11).eval()
+    assert bigger.config.vocab_size == base.config.vocab_size + 11
+    x = torch.randint(0, base.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    old, new = base(x)[0], bigger(x)[0]
+    torch.testing.assert_close(new[..., :base.config.vocab_size], old, atol=1e-6, rtol=0)
+    mean_row = base.lm_head.weight.mean(0)  # every new output row is the mean of the old ones
+    torch.testing.assert_close(bigger.lm_head.weight[-1], mean_row)
+    torch.testing.assert_close(bigger.wte.weight[-11], base.wte.weight.mean(0))
+
+
+def test_the_prompt_mask_keeps_only_the_answer():
+    tok = CharTokenizer(sorted(set(TASK_CHARS + "ROMEO")))
+    pairs = [("3 March 2021", "2021-03-03"), ("20210303", "2021-03-03"), ("the 1st of MAY, 1999", "1999-05-01")]
+    x, y = encode_examples(tok, pairs, mask_prompt=True)
+    x_all, y_all = encode_examples(tok, pairs, mask_prompt=False)
+    assert torch.equal(x, x_all)
+    for i, (source, target) in enumerate(pairs):
+        full = source + SEP + target + END
+        n = len(full) - 1
+        assert tok.decode(x[i, :n]) == full[:-1]  # inputs: the whole text but its last character
+        assert tok.decode(y_all[i, :n]) == full[1:]  # unmasked targets: the text shifted by one
+        kept = y[i][y[i] != IGNORE_INDEX]
+        assert tok.decode(kept) == target + END  # masked: the answer and the end token alone
+        # the first kept target sits at the separator's position: it is predicted from SEP
+        first = int((y[i] != IGNORE_INDEX).nonzero()[0])
+        assert tok.decode([int(x[i, first])]) == SEP
+        assert (y[i, n:] == IGNORE_INDEX).all() and (y_all[i, n:] == IGNORE_INDEX).all()  # pads
+
+
+def test_the_model_loss_is_the_mean_over_answer_tokens(pretrained):
+    base, ckpt = load_model(pretrained)
+    tok = extend_tokenizer(CharTokenizer.from_dict(ckpt["tokenizer"]), TASK_CHARS)
+    model = extend_vocabulary(base, tok.vocab_size - base.config.vocab_size).eval()
+    x, y = encode_examples(tok, [("3 March 2021", "2021-03-03"), ("Mar 4 1999", "1999-03-04")])
+    logits, loss = model(x, y)
+    keep = y != IGNORE_INDEX
+    manual = F.cross_entropy(logits[keep], y[keep])  # only the 2 x 11 answer targets
+    assert int(keep.sum()) == 22
+    torch.testing.assert_close(loss, manual)
+
+
+def test_greedy_answers_equal_a_plain_argmax_loop(pretrained):
+    base, ckpt = load_model(pretrained)
+    tok = extend_tokenizer(CharTokenizer.from_dict(ckpt["tokenizer"]), TASK_CHARS)
+    model = extend_vocabulary(base, tok.vocab_size - base.config.vocab_size).eval()
+    sources = ["3 March 2021", "the 23rd of SEPTEMBER, 2027", "20210303"]
+    got = answer_prompts(model, tok, sources, max_new_tokens=12)
+    for source, answer in zip(sources, got):
+        ids = tok.encode(source + SEP)
+        for _ in range(12):  # one prompt at a time, the whole context every step
+            nxt = int(model(torch.tensor([ids]))[0][0, -1].argmax())
+            if nxt == tok.encode(END)[0]:
+                break
+            ids.append(nxt)
+        assert answer == tok.decode(ids[len(source) + 1:])
+
+
+def test_exact_match_counts_whole_answers(monkeypatch):
+    import course_lib.finetune as ft
+    pairs = [("a", "2021-03-03"), ("b", "1999-01-01"), ("c", "2000-12-31"), ("d", "1950-01-01")]
+    answers = {"a": "2021-03-03", "b": "1999-01-0", "c": "2000-12-31", "d": "1950-01-011"}
+    monkeypatch.setattr(ft, "answer_prompts", lambda model, tok, sources: [answers[s] for s in sources])
+    assert exact_match(None, None, pairs, batch_size=3) == 2 / 4  # a prefix or an extra character is wrong
+
+
+def test_longest_example_fits_the_cpu_preset():
+    tok = CharTokenizer(sorted(set(TASK_CHARS + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")))
+    n = longest_example(tok)
+    assert n == len("the 23rd of SEPTEMBER, 2027" + SEP + "2027-09-23" + END) <= 64
+
+
+# --- LoRA checkpoints --------------------------------------------------------------------------------
+
+
+def lora_from(pretrained, rank=4):
+    _, ckpt = load_model(pretrained)
+    tok = extend_tokenizer(CharTokenizer.from_dict(ckpt["tokenizer"]), TASK_CHARS)
+    torch.manual_seed(0)
+    return LoRAGPT.from_base(pretrained, tok, rank=rank, alpha=2 * rank), tok
+
+
+def test_lora_gpt_starts_as_the_extended_base_and_trains_only_adapters_and_new_rows(pretrained):
+    model, tok = lora_from(pretrained)
+    base, _ = load_model(pretrained)
+    full = extend_vocabulary(base, tok.vocab_size - base.config.vocab_size).eval()
+    x = torch.randint(0, tok.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(model.eval()(x)[0], full(x)[0], atol=1e-6, rtol=0)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    n_new = tok.vocab_size - base.config.vocab_size
+    assert trained == {"wte.new", "lm_head.new"} | {f"{k}.lora_{m}" for k in lora_layers(model) for m in "AB"}
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # the formula: 2 blocks x (c_attn 4 + c_proj 2) r C, plus the new rows of the embedding and the head
+    assert model.trainable_count() == numel == 2 * 6 * 4 * 32 + 2 * n_new * 32
+
+
+def test_lora_checkpoint_round_trip_holds_only_what_changed(pretrained, tmp_path):
+    model, tok = lora_from(pretrained)
+    with torch.no_grad():
+        for layer in lora_layers(model).values():
+            layer.lora_B.normal_()
+        model.wte.new.add_(1.0)
+    path = save_checkpoint(tmp_path / "ft.pt", model, tokenizer=tok)
+    ckpt = load_checkpoint(path)
+    assert ckpt["model_kind"] == "gpt-lora"
+    assert set(ckpt["model"]) == {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    loaded, _ = load_model(path)
+    x = torch.randint(0, tok.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(loaded(x)[0], model.eval()(x)[0], atol=0, rtol=0)
+    torch.testing.assert_close(loaded.merged()(x)[0], model(x)[0], atol=1e-5, rtol=0)  # a plain GPT
+    assert type(loaded.merged()) is GPT
+
+
+def test_lora_checkpoint_says_when_its_base_is_missing_or_different(pretrained, tmp_path):
+    base_copy = tmp_path / "base.pt"
+    shutil.copy(pretrained, base_copy)
+    model, tok = lora_from(base_copy)
+    path = save_checkpoint(tmp_path / "ft.pt", model, tokenizer=tok)
+    other, ckpt = load_model(base_copy)
+    with torch.no_grad():
+        other.wte.weight.add_(0.01)
+    save_checkpoint(base_copy, other, tokenizer=CharTokenizer.from_dict(ckpt["tokenizer"]))
+    with pytest.raises(CheckpointError, match="not the one this LoRA checkpoint was trained on"):
+        load_model(path)
+    base_copy.unlink()
+    with pytest.raises(CheckpointError, match="base.pt, is missing"):
+        load_model(path)
+
+
+def test_old_rows_and_base_weights_stay_frozen_under_weight_decay(pretrained):
+    model, tok = lora_from(pretrained)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    from course_lib.finetune import dates_batch_fn
+    config = TrainConfig(max_iters=3, batch_size=4, weight_decay=0.5, eval_interval=3, eval_iters=1)
+    Trainer(model, config=config, batch_fn=dates_batch_fn(tok, 4), progress=False, verbose=False).train()
+    for n, p in model.named_parameters():
+        if n in frozen:
+            assert torch.equal(p, frozen[n]), n
+
+
+def test_text_loss_of_an_extended_model_is_close_to_the_base(pretrained):
+    base, ckpt = load_model(pretrained)
+    tok = CharTokenizer.from_dict(ckpt["tokenizer"])
+    big_tok = extend_tokenizer(tok, TASK_CHARS)
+    bigger = extend_vocabulary(base, big_tok.vocab_size - tok.vocab_size)
+    before, after = text_loss(base, tok, SHAKESPEARE, 3, 8), text_loss(bigger, big_tok, SHAKESPEARE, 3, 8)
+    assert before <= after < before + 0.3  # the new tokens only take a little probability mass
+
+
+# --- the command line ----------------------------------------------------------------------------------
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_finetunes_resumes_bit_for_bit_and_samples(pretrained, tmp_path, capsys):
+    common = ["finetune", "--checkpoint", str(pretrained), "--task", "dates", "--eval-examples", "8",
+              "--set", "batch_size=4", "--set", "eval_interval=2", "--set", "eval_iters=1"]
+    code, out, _ = run(capsys, *common, "--max-iters", "4", "--out", str(tmp_path / "straight"))
+    assert code == 0 and "exact match on 8 held-out dates" in out and "full fine-tuning" in out
+    code, _, err = run(capsys, *common, "--max-iters", "2", "--out", str(tmp_path / "straight"))
+    assert code == 2 and "already exists: pass --resume" in err
+    # 2 steps, then resume to 4: the same weights as 4 straight steps
+    assert run(capsys, *common, "--max-iters", "2", "--out", str(tmp_path / "split"))[0] == 0
+    code, out, _ = run(capsys, *common, "--max-iters", "4", "--out", str(tmp_path / "split"), "--resume")
+    assert code == 0 and "resuming" in out and "at step 2 of 4" in out
+    a, b = load_checkpoint(tmp_path / "straight" / "ckpt.pt"), load_checkpoint(tmp_path / "split" / "ckpt.pt")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    code, out, _ = run(capsys, "sample", "--checkpoint", str(tmp_path / "split" / "ckpt.pt"), "--prompt",
+                       "3 March 2021=", "--tokens", "5", "--temperature", "0")
+    assert code == 0 and out.startswith("3 March 2021=")
+
+
+def test_cli_lora_run_resumes_and_checks_its_base(pretrained, tmp_path, capsys):
+    base = tmp_path / "base.pt"
+    shutil.copy(pretrained, base)
+    common = ["finetune", "--checkpoint", str(base), "--lora-rank", "2", "--eval-examples", "4",
+              "--set", "batch_size=4", "--set", "eval_interval=2", "--set", "eval_iters=1", "--out", str(tmp_path / "ft")]
+    code, out, _ = run(capsys, *common, "--max-iters", "2")
+    assert code == 0 and "LoRA rank 2" in out
+    code, out, _ = run(capsys, *common, "--max-iters", "3", "--resume")
+    assert code == 0 and "at step 2 of 3" in out
+    assert run(capsys, "sample", "--checkpoint", str(tmp_path / "ft" / "ckpt.pt"), "--tokens", "3")[0] == 0
+    code, _, err = run(capsys, *common[:-4], "--lora-rank", "4", "--out", str(tmp_path / "ft"), "--resume")
+    assert code == 2 and "LoRA rank 2" in err and err.count("\n") == 1
+    base.unlink()
+    code, _, err = run(capsys, *common, "--max-iters", "4", "--resume")
+    assert code == 2 and "is missing" in err and err.count("\n") == 1
+    assert err.startswith("error: the base model of this LoRA checkpoint") and "put the base checkpoint back" in err
+    code, _, err = run(capsys, "sample", "--checkpoint", str(tmp_path / "ft" / "ckpt.pt"))
+    assert code == 2 and err.startswith("error: the base model of this LoRA checkpoint") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "poems"], "unknown --task 'poems'"),
+    (["--lora-rank", "0"], "rank must be a positive integer"),
+    (["--set", "n_layer=2"], "keeps the pretrained model's shape"),
+    (["--set", "colour=red"], "unknown setting"),
+    (["--lora-rank", "2", "--lora-targets", "q_proj"], "match no layer"),
+])
+def test_cli_bad_input_is_one_line_and_writes_nothing(pretrained, tmp_path, capsys, argv, message):
+    out = tmp_path / "ft"
+    code, _, err = run(capsys, "finetune", "--checkpoint", str(pretrained), "--out", str(out), *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_cli_missing_checkpoint_is_one_line(tmp_path, capsys):
+    code, _, err = run(capsys, "finetune", "--checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "ft"))
+    assert code == 2 and "no checkpoint at" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "finetune", "--out", str(tmp_path / "ft"))
+    assert code == 2 and "--checkpoint is needed" in err
