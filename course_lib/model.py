@@ -120,9 +120,10 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.ffn_size, bias=config.bias)
+        hidden = getattr(config, "ffn_size", 4 * config.n_embd)  # chapter 11's Seq2SeqConfig: always 4C
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]()
-        self.c_proj = nn.Linear(config.ffn_size, config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
