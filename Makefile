@@ -36,16 +36,20 @@ book: install
 test: install browser
 	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL)
 
-# Quicker loops while writing: unit tests only, or nbval only.
+# Quicker loops while writing: the unit tests without the slow ones (strict book build, fresh venv,
+# torchrun, browser, benchmark scripts), or nbval alone: make notebooks [NB="book/ch04_....ipynb ..."].
+# Chapters always run in the reference numeric environment (course_lib/tools/numerics.py, applied by
+# book/conftest.py), whatever this machine's CPU and core count.
 unit:
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest tests -m "not slow" $(PARALLEL)
 notebooks:
-	$(PYTHON) -m pytest book $(NBVAL) $(PARALLEL)
+	$(PYTHON) -m pytest $(or $(NB),book) $(NBVAL) $(PARALLEL)
 # The book build, then every page in a real browser with a full-page screenshot of each in _build/screenshots/
 screenshots: install browser
 	$(PYTHON) -m pytest tests/test_website.py --screenshots
 
-# Re-execute chapters and store their outputs (after editing them): make execute [NB=book/ch01_text_and_tokens.ipynb]
+# Re-execute chapters and store their outputs in the reference numeric environment (after editing them):
+# make execute [NB=book/ch01_text_and_tokens.ipynb]
 execute:
 	$(PYTHON) -m course_lib.tools book sync
 	$(PYTHON) -m course_lib.tools book execute $(NB)

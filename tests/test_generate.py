@@ -109,6 +109,7 @@ def test_compare_cache_speed_rejects_zero_repeats(model):
         compare_cache_speed(model, torch.zeros(1, 1, dtype=torch.long), 3, repeats=0)
 
 
+@pytest.mark.slow  # starts a benchmark script in a fresh process
 def test_kv_cache_benchmark_script_runs_and_checks_equal_tokens():
     # The CPU preset (block_size 64) with a 60-token prompt: 4 new tokens, a quick smoke test.
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_cache.py"), "--preset", "shakespeare-char-cpu",

@@ -3,10 +3,12 @@ reader imports:
 
     python -m course_lib.tools book sync                         # setup cells from _config.yml
     python -m course_lib.tools book execute [NOTEBOOK ...]       # re-execute, store outputs
+    python -m course_lib.tools numerics probe                    # what the pinned environment pins
     python -m course_lib.tools assignments build --out student/  # student notebooks
     python -m course_lib.tools assignments grade submissions/*.ipynb
 
 (also installed as the ``course-lib-tools`` command). ``chapters`` holds the one list of
-chapters (from ``_toc.yml``) and the one notebook executor that both use. They need
+chapters (from ``_toc.yml``) and the one notebook executor that both use; ``numerics`` the
+reference numeric environment in which chapter outputs are stored and validated. They need
 ``pip install "course_lib[instructor]"``.
 """

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from . import __doc__ as TOOLS_DOC
-from . import assignments, book
+from . import assignments, book, numerics
 
 
 def main(argv=None) -> int:
@@ -14,6 +14,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     book.add_parser(sub)
     assignments.add_parser(sub)
+    numerics.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

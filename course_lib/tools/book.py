@@ -2,7 +2,7 @@
 outputs are the ones nbval checks, and the strict build of the website.
 
     python -m course_lib.tools book sync      # rewrite every chapter's setup cell from _config.yml
-    python -m course_lib.tools book execute book/ch01_text_and_tokens.ipynb
+    python -m course_lib.tools book execute book/ch01_text_and_tokens.ipynb  # in the pinned environment
     python -m course_lib.tools book build     # the website into _build/html (make book)
 
 Needs the book tooling (``pip install -r requirements.txt``).
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..utils import DEFAULT_SEED
 from .chapters import ROOT, chapter_notebooks, execute_notebook
+from .numerics import DESCRIPTION, unsupported_host
 
 SETUP_TAG = "setup"
 
@@ -69,6 +70,10 @@ def _cmd_sync(args) -> int:
 
 
 def _cmd_execute(args) -> int:
+    reason = unsupported_host()
+    if reason is not None:
+        raise ValueError(f"{reason}: outputs stored here would not be the reference ({DESCRIPTION}) that "
+                         f"nbval checks on every host. Store chapters on an x86-64 machine with AVX2.")
     for path in args.paths or chapter_notebooks(ROOT / "book").values():
         print(f"executing {path} ...", flush=True)
         execute_notebook(path, store=True)

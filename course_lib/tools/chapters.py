@@ -80,15 +80,19 @@ def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
 def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
                      allow_errors: bool = False, store: bool = False):
     """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
-    it executed; with ``store``, write its outputs back into the file. Streams are coalesced,
-    which also folds progress-bar carriage returns: the page shows the final bar only."""
+    it executed; with ``store``, write its outputs back into the file. The kernel runs in the
+    reference numeric environment (:mod:`course_lib.tools.numerics`), as nbval's kernels do, so
+    that what is stored is what every host checks. Streams are coalesced, which also folds
+    progress-bar carriage returns: the page shows the final bar only."""
     import nbformat
     from nbclient import NotebookClient
+
+    from .numerics import reference_environment
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
-                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=reference_environment())
     if store:
         nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
         nbformat.write(nb, path)

@@ -1,0 +1,135 @@
+"""The reference numeric environment (course_lib/tools/numerics.py): chapters are stored and
+validated in it, so that their outputs reproduce on any x86-64 host with AVX2.
+
+The proof that the pin works, and that it is needed: one short training under two host conditions
+that change its result when nothing is pinned (the thread count a user exports, and torch's kernel
+ISA where this CPU has more than one), computed in fresh processes with and without the pin.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from course_lib.tools import numerics
+from course_lib.tools.chapters import ROOT, execute_notebook
+
+# Two hosts as a user could have them: one thread (OMP_NUM_THREADS=1 exported), and two threads
+# with torch's AVX-512 kernels (taken where the CPU has them; AVX2 elsewhere).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+TWO_THREADS_AVX512 = {"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "avx512"}
+STEPS = 10
+
+
+@pytest.mark.slow  # four short trainings in fresh processes
+def test_the_pin_makes_two_hosts_train_bitwise_alike_and_without_it_they_differ():
+    free = [numerics.fingerprint_in(numerics.host_environment(c), STEPS) for c in (ONE_THREAD, TWO_THREADS_AVX512)]
+    pinned = [numerics.fingerprint_in(numerics.reference_environment(numerics.host_environment(c)), STEPS)
+              for c in (ONE_THREAD, TWO_THREADS_AVX512)]
+    # fingerprint: "ISA threads loss weights-hash"
+    assert free[0].split()[1] == "1" and free[1].split()[1] == "2"
+    assert free[0] != free[1], "without the pin, 1 and 2 threads should train differently (the control)"
+    assert pinned[0] == pinned[1], f"the pin did not make the two hosts agree: {pinned}"
+    assert pinned[0].split()[:2] == ["AVX2", str(numerics.THREADS)]
+
+
+def test_reference_environment_overrides_what_the_user_exported():
+    env = numerics.reference_environment({"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "1",
+                                          "ATEN_CPU_CAPABILITY": "avx512", "HOME": "/home/reader"})
+    assert {k: env[k] for k in numerics.REFERENCE} == numerics.REFERENCE
+    assert env["HOME"] == "/home/reader"
+    assert numerics.host_environment({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"] == "1"
+    assert not set(numerics.PINNED) - {"OMP_NUM_THREADS"} & set(numerics.host_environment({}))
+
+
+@pytest.mark.parametrize("machine, capability, expected", [
+    ("x86_64", "AVX2", None),
+    ("AMD64", "AVX512", None),  # Windows spells it so; a CPU with AVX-512 also computes the AVX2 reference
+    ("arm64", "DEFAULT", "arm64, not x86-64"),  # Apple silicon
+    ("aarch64", "SVE256", "aarch64, not x86-64"),
+    ("x86_64", "DEFAULT", "no AVX2"),
+])
+def test_unsupported_hosts_are_named(machine, capability, expected):
+    reason = numerics.unsupported_host(machine, capability)
+    if expected is None:
+        assert reason is None
+    else:
+        assert expected in reason
+        note = numerics.host_note(reason)
+        assert "\n" not in note and "compares no outputs" in note and numerics.DESCRIPTION in note
+
+
+def probe_notebook(path):
+    """A one-cell notebook whose stored output is what the reference environment prints."""
+    source = ("import os, torch\n"
+              "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(),\n"
+              "      *(os.environ.get(k) for k in ('MKL_CBWR', 'ONEDNN_MAX_CPU_ISA', 'MKL_NUM_THREADS')))")
+    expected = " ".join(["AVX2", str(numerics.THREADS), "AVX2", "AVX2", str(numerics.THREADS)]) + "\n"
+    cell = nbformat.v4.new_code_cell(source, execution_count=1,
+                                     outputs=[nbformat.v4.new_output("stream", name="stdout", text=expected)])
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, path)
+    return expected
+
+
+@pytest.mark.slow  # a kernel
+def test_the_executor_runs_its_kernel_in_the_reference_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's export: must not reach the kernel
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    expected = probe_notebook(tmp_path / "probe.ipynb")
+    executed = execute_notebook(tmp_path / "probe.ipynb")
+    assert "".join(o.get("text", "") for o in executed.cells[0].outputs) == expected
+
+
+@pytest.mark.slow  # two pytest runs with a kernel each
+def test_nbval_kernels_run_in_the_reference_environment_through_book_conftest(tmp_path):
+    """book/conftest.py pins the kernels nbval starts; without it, a user's OMP_NUM_THREADS=1
+    changes what the probe prints, and nbval fails (so the test can fail)."""
+    probe_notebook(tmp_path / "probe.ipynb")
+    env = {k: v for k, v in os.environ.items() if k not in numerics.PINNED}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+    def nbval():
+        return subprocess.run([sys.executable, "-m", "pytest", "probe.ipynb", "--nbval", "-p", "no:cacheprovider",
+                               "-p", "no:xdist", "--rootdir", str(tmp_path)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    without = nbval()
+    assert without.returncode == 1, without.stdout[-3000:]
+    shutil.copy(ROOT / "book" / "conftest.py", tmp_path / "conftest.py")
+    pinned = nbval()
+    assert pinned.returncode == 0, pinned.stdout[-3000:]
+    assert "numerics: chapters run in the reference environment" in pinned.stdout
+
+
+def test_storing_is_refused_on_a_host_that_cannot_compute_the_reference(monkeypatch, tmp_path):
+    from course_lib.tools import book
+
+    monkeypatch.setattr(book, "unsupported_host", lambda: "this CPU is arm64, not x86-64")
+    notebook = tmp_path / "ch01_x.ipynb"
+    probe_notebook(notebook)
+    before = notebook.read_bytes()
+    with pytest.raises(ValueError, match="arm64.*would not be the reference"):
+        book._cmd_execute(type("Args", (), {"paths": [notebook]})())
+    assert notebook.read_bytes() == before
+
+
+def test_the_github_workflows_run_the_readme_commands():
+    """CI and publishing where maintainers look for them (.github/workflows), validated against
+    GitHub's workflow schema offline by check-jsonschema's vendored copy."""
+    workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+    assert {w.name for w in workflows} >= {"test.yml", "book.yml"}
+    check = shutil.which("check-jsonschema")
+    if check is None:
+        pytest.skip("check-jsonschema is not installed (pip install -r requirements.txt)")
+    done = subprocess.run([check, "--builtin-schema", "vendor.github-workflows", *map(str, workflows)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    test, book_ = ((ROOT / ".github" / "workflows" / n).read_text() for n in ("test.yml", "book.yml"))
+    assert "make test" in test and "pull_request" in test
+    assert "make book" in book_ and "deploy-pages" in book_
