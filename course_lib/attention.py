@@ -309,26 +309,32 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             past = cache.length
             k, v = cache.append(k, v)  # now (B, n_kv, past + T, hs): the cache holds n_kv heads only
-        k, v = repeat_kv(k, self.n_head // self.n_kv_head), repeat_kv(v, self.n_head // self.n_kv_head)  # (B, nh, ., hs)
+        n_rep = self.n_head // self.n_kv_head  # query heads per key/value head
         dropout_p = self.dropout if self.training else 0.0
         if mask is not None and mask.shape[-2:] != (T, past + T):
             raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
                              f"(queries, keys) = ({T}, {past + T})")
-        if self.need_weights:
-            if mask is None:
-                # Query i sits at absolute position past + i and may see keys 0 .. past + i.
-                mask = causal_mask(past + T, x.device)[past:]
-            y, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_weights = weights.detach()
-        elif mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        elif past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        elif T == 1:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # one new query sees everything
+        if T == 1 and past > 0 and mask is None and not self.need_weights:
+            # One new query per head sees every cached key. The n_rep query heads of a group share
+            # one key/value head, so fold them into the query axis, (B, n_kv, n_rep, hs), instead of
+            # copying the keys and values n_rep times: generation reads only n_kv heads of cache.
+            q = q.view(B, self.n_kv_head, n_rep, self.head_size)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).view(B, self.n_head, 1, self.head_size)
         else:
-            mask = causal_mask(past + T, x.device)[past:]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, past + T, hs): head h reads group h // n_rep
+            if self.need_weights:
+                if mask is None:
+                    # Query i sits at absolute position past + i and may see keys 0 .. past + i.
+                    mask = causal_mask(past + T, x.device)[past:]
+                y, weights = scaled_dot_product_attention(q, k, v, mask)
+                self.last_weights = weights.detach()
+            elif mask is not None:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            elif past == 0:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                mask = causal_mask(past + T, x.device)[past:]
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
 
