@@ -128,10 +128,15 @@ def from_pretrained(model_or_name, dropout: float = 0.0) -> GPT:
 
     ``model_or_name``: a Hugging Face ``LlamaForCausalLM`` (any size, e.g. a tiny random one
     built from a ``LlamaConfig``), or a Hub name such as ``"HuggingFaceTB/SmolLM2-135M"``
-    downloaded through ``transformers`` (needs the network). The returned model is in eval
+    downloaded through ``transformers`` (needs the network); a name that turns out to hold
+    another architecture goes on to that architecture's loader. The returned model is in eval
     mode, on the CPU, in float32.
     """
-    hf_model = _load_hf_model(model_or_name) if isinstance(model_or_name, str) else model_or_name
+    hf_model = model_or_name
+    if isinstance(model_or_name, str):
+        hf_model = _load_hf_model(model_or_name)
+        if getattr(hf_model.config, "model_type", None) != "llama":  # e.g. "openai-community/gpt2"
+            return GPT.from_pretrained(hf_model, dropout=dropout)  # to the loader of its model_type
     if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
         raise TypeError(f"expected a transformers LlamaForCausalLM or a model name, got {type(hf_model).__name__}")
     config = config_from_hf(hf_model.config, dropout=dropout)  # rejects other architectures

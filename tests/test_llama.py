@@ -233,3 +233,16 @@ def test_cli_trains_resumes_and_samples_a_llama_style_model(tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "20"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 10
+
+
+def test_a_hub_name_goes_to_the_loader_of_the_model_type_it_holds(monkeypatch):
+    """Names with a slash are Hub names: downloaded (here: faked offline), then dispatched by model_type."""
+    import course_lib.llama as llama
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1,
+                                                                n_head=2, bos_token_id=0, eos_token_id=0))
+    llama_model = tiny_hf(n_kv=2)
+    hub = {"someone/tiny-llama": llama_model, "openai-community/gpt2": gpt2}
+    monkeypatch.setattr(llama, "_load_hf_model", lambda name: hub[name])
+    assert GPT.from_pretrained("someone/tiny-llama").config.norm == "rmsnorm"
+    assert GPT.from_pretrained("openai-community/gpt2").config.activation == "gelu_tanh"
