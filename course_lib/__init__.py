@@ -7,6 +7,8 @@ One small module per idea, each introduced by a chapter:
 - ``tokenizers``: the tokenizer interface and its registry, ``CharTokenizer`` (ch. 1)
 - ``attention``: averaging the past, ``Head``, ``MultiHeadAttention``, ``CausalSelfAttention`` (ch. 3-4)
 - ``model``: ``GPTConfig``, ``Block``, ``GPT`` (ch. 5-6); ``GPT.from_pretrained`` via ``gpt2`` (ch. 13)
+  and ``llama`` (ch. 14); RMSNorm, SwiGLU and, in ``rope`` and ``attention``, RoPE and grouped-query
+  attention (ch. 14)
 - ``sizing``: parameter counts, FLOPs, memory (ch. 6)
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7); accumulation, precision, compile (ch. 12)
 - ``checkpoint``: the one checkpoint format and the registry of model kinds (ch. 7)
@@ -26,6 +28,7 @@ if signals.started_as_cli():  # `python -m course_lib`: Ctrl-C during the import
 signals.pause_point("import")
 
 from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: these imports take seconds)
+from . import gpt2, llama  # noqa: E402  register GPT.from_pretrained's loaders (neither imports transformers here)
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type

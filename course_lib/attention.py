@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .rope import apply_rope
+
 
 def causal_mask(T: int, device=None) -> torch.Tensor:
     """(T, T) boolean lower-triangular matrix: entry [t, s] is True when s <= t,
@@ -201,8 +203,9 @@ def _check_heads(n_embd: int, n_head: int) -> None:
 class LayerKVCache:
     """Keys and values of the positions seen so far, for one attention layer.
 
-    Preallocated to (B, nh, capacity, hs) so that appending one token is a copy,
-    not a reallocation.
+    Preallocated to (B, n_kv, capacity, hs) so that appending one token is a copy, not a
+    reallocation. n_kv is the number of key/value heads: n_head, or fewer with grouped-query
+    attention, which is where its memory saving comes from.
     """
 
     def __init__(self, capacity: int):
@@ -238,20 +241,39 @@ class KVCache:
         return self.layers[0].length
 
 
+def repeat_kv(t: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, n_kv, T, hs) -> (B, n_kv * n_rep, T, hs): each key/value head repeated for the n_rep
+    query heads of its group (heads 0 .. n_rep - 1 share key/value head 0, and so on)."""
+    return t if n_rep == 1 else t.repeat_interleave(n_rep, dim=1)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention, fused: one (C -> 3C) projection for q, k, v,
     heads split with view/transpose, and PyTorch's fused kernel. (B, T, C) -> (B, T, C).
 
     It computes exactly what :class:`MultiHeadAttention` computes (see
     :meth:`load_from_multihead`), but in a few large matmuls instead of many small ones.
+
+    Chapter 14's options: ``n_kv_head`` < ``n_head`` is grouped-query attention (1: multi-query):
+    the projection makes n_head query heads but only n_kv_head key and value heads, each shared
+    by n_head / n_kv_head query heads, so c_attn is C -> C + 2 * n_kv_head * hs and a KV cache
+    holds n_kv_head heads. ``rope`` in :meth:`forward` rotates queries and keys by their positions.
     """
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False,
+                 n_kv_head: int | None = None):
         super().__init__()
         _check_heads(n_embd, n_head)
+        n_kv_head = n_head if n_kv_head is None else n_kv_head
+        if n_kv_head < 1 or n_head % n_kv_head:
+            raise ValueError(f"n_head ({n_head}) must be a multiple of n_kv_head ({n_kv_head}): each key/value "
+                             "head serves the same number of query heads")
         self.n_head = n_head
+        self.n_kv_head = n_kv_head
         self.n_embd = n_embd
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.head_size = n_embd // n_head
+        self.kv_size = n_kv_head * self.head_size  # channels of k (and of v): C for multi-head attention
+        self.c_attn = nn.Linear(n_embd, n_embd + 2 * self.kv_size, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
@@ -264,43 +286,55 @@ class CausalSelfAttention(nn.Module):
     def from_config(cls, config) -> "CausalSelfAttention":
         """Built from a model config, as ``Block(config)`` and ``FeedForward(config)`` are.
         (Chapter 4 passes the sizes one by one to show what each is.)"""
-        return cls(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias)
+        return cls(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias,
+                   getattr(config, "n_kv_head", None))
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
-        return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        return t.view(B, T, C // self.head_size, self.head_size).transpose(1, 2)  # (B, heads, T, hs)
 
     def forward(self, x: torch.Tensor, cache: LayerKVCache | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, rope: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> torch.Tensor:
         """``mask``, when given, is the whole boolean mask, causal part included, broadcastable to
         (B, nh, T, past + T): True where query t may attend to key s (see
-        :func:`causal_padding_mask`). Without it the mask is causal only."""
+        :func:`causal_padding_mask`). Without it the mask is causal only. ``rope``: the cos and sin
+        of the new tokens' rotation angles, (T, hs/2) or (B, T, hs/2) (see :mod:`course_lib.rope`)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # each (B, T, C)
-        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # each (B, nh, T, hs)
+        q, k, v = self.c_attn(x).split([self.n_embd, self.kv_size, self.kv_size], dim=2)  # (B, T, C), 2x (B, T, kv)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, nh, T, hs), 2x (B, n_kv, T, hs)
+        if rope is not None:  # positions enter by rotation, before caching: a cached key keeps its angle
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         past = 0
         if cache is not None:
             past = cache.length
-            k, v = cache.append(k, v)  # now (B, nh, past + T, hs)
+            k, v = cache.append(k, v)  # now (B, n_kv, past + T, hs): the cache holds n_kv heads only
+        n_rep = self.n_head // self.n_kv_head  # query heads per key/value head
         dropout_p = self.dropout if self.training else 0.0
         if mask is not None and mask.shape[-2:] != (T, past + T):
             raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
                              f"(queries, keys) = ({T}, {past + T})")
-        if self.need_weights:
-            if mask is None:
-                # Query i sits at absolute position past + i and may see keys 0 .. past + i.
-                mask = causal_mask(past + T, x.device)[past:]
-            y, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_weights = weights.detach()
-        elif mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        elif past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        elif T == 1:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # one new query sees everything
+        if T == 1 and past > 0 and mask is None and not self.need_weights:
+            # One new query per head sees every cached key. The n_rep query heads of a group share
+            # one key/value head, so fold them into the query axis, (B, n_kv, n_rep, hs), instead of
+            # copying the keys and values n_rep times: generation reads only n_kv heads of cache.
+            q = q.view(B, self.n_kv_head, n_rep, self.head_size)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).view(B, self.n_head, 1, self.head_size)
         else:
-            mask = causal_mask(past + T, x.device)[past:]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, past + T, hs): head h reads group h // n_rep
+            if self.need_weights:
+                if mask is None:
+                    # Query i sits at absolute position past + i and may see keys 0 .. past + i.
+                    mask = causal_mask(past + T, x.device)[past:]
+                y, weights = scaled_dot_product_attention(q, k, v, mask)
+                self.last_weights = weights.detach()
+            elif mask is not None:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            elif past == 0:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                mask = causal_mask(past + T, x.device)[past:]
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
 
@@ -311,6 +345,8 @@ class CausalSelfAttention(nn.Module):
         Head h's query weights become rows h*hs:(h+1)*hs of the q block of c_attn,
         and likewise for keys and values; the output projection is shared as is.
         """
+        if self.n_kv_head != self.n_head:
+            raise ValueError("load_from_multihead needs one key/value head per query head (n_kv_head = n_head)")
         if len(mha.heads) != self.n_head:
             raise ValueError(f"{len(mha.heads)} heads given, this layer has {self.n_head}")
         for i, name in enumerate(["query", "key", "value"]):

@@ -3,6 +3,7 @@
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
     python -m course_lib train --out runs/cpu --resume --set max_iters=4000   # continue a run
+    python -m course_lib train --set norm=rmsnorm --set rope_theta=10000 --set mlp=swiglu --set n_kv_head=2  # ch. 14
     torchrun --nproc_per_node=2 -m course_lib train --set grad_accum_steps=2 --out runs/ddp   # data parallel
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small

@@ -87,7 +87,8 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     values of earlier positions are kept, so each step runs the model on one new token
     instead of the whole context; the tokens are the same as without it. Once the text
     is longer than block_size every position shifts, so the cache is refilled from the
-    cropped context each step (no saving there: learned positions are absolute).
+    cropped context each step (no saving there: learned positions are absolute, and RoPE's
+    cached keys keep the angles of positions that the cropped context renumbers).
     """
     if isinstance(idx, (list, tuple)):
         if generator is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, register_pretrained
 
 # The four published sizes: (layers, heads, C). All share V = 50257 and T = 1024.
 GPT2_SIZES = {
@@ -124,8 +124,9 @@ def _load_hf_model(name: str):
                       "connection (Colab has one); offline, build a GPT2LMHeadModel yourself and pass it in.") from e
 
 
+@register_pretrained("gpt2")
 def from_pretrained(model_or_name, dropout: float = 0.0) -> GPT:
-    """Our :class:`GPT` holding GPT-2's weights.
+    """Our :class:`GPT` holding GPT-2's weights (``GPT.from_pretrained`` calls this for GPT-2).
 
     ``model_or_name``: a Hugging Face ``GPT2LMHeadModel`` instance (any size, e.g. a tiny random
     one built from a ``GPT2Config``), or one of the published names ``gpt2``, ``gpt2-medium``,

@@ -1,6 +1,10 @@
 """The GPT: config, feed-forward, Transformer block and the full model (chapters 5-6).
 How big it is (parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizing`.
 
+Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its own and each
+off by default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned
+table), ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention).
+
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
 from __future__ import annotations
@@ -14,11 +18,18 @@ import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .checkpoint import register_model
+from .rope import rope_cos_sin
 from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 
 # GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
 ACTIVATIONS = {"gelu": lambda: nn.GELU(), "relu": lambda: nn.ReLU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("standard", "swiglu")  # C -> hidden -> activation -> C, or the gated SwiGLU of chapter 14
+# SwiGLU's default hidden size: 8/3 C (three matrices of C x 8C/3 hold as many weights as two of
+# C x 4C), rounded up to a multiple of 32 so the matmuls keep kernel-friendly shapes (Llama rounds
+# to 256 at C = 4096). C = 128 -> 352, C = 768 -> 2048.
+SWIGLU_MULTIPLE = 32
 
 
 # What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
@@ -33,6 +44,12 @@ GPT_CONFIG_RULES = {
     "tie_weights": Rule(bool),
     "norm_position": Rule(str, choices=("pre", "post")),
     "activation": Rule(str, choices=tuple(ACTIVATIONS)),
+    "norm": Rule(str, choices=NORMS),
+    "norm_eps": Rule(float, 0.0, None, "(]"),
+    "rope_theta": Rule(float, 0.0, None, "(]"),  # or None: learned absolute positions
+    "mlp": Rule(str, choices=MLPS),
+    "ffn_hidden": Rule(int, 1),  # or None: the default hidden size
+    "n_kv_head": Rule(int, 1),  # or None: n_head
 }
 
 
@@ -48,6 +65,13 @@ class GPTConfig:
     tie_weights: bool = True  # share the token embedding with the LM head
     norm_position: str = "pre"  # "pre": LayerNorm before each sub-layer (GPT-2); "post": after the residual add (2017 paper)
     activation: str = "gelu"  # "gelu", "relu" or "gelu_tanh" (GELU's tanh approximation, as GPT-2)
+    # Chapter 14 (Llama-style decoders); the defaults are GPT-2's block.
+    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (RMSNorm has a gain only, never a bias)
+    norm_eps: float = 1e-5  # added to the variance in every norm (Llama: 1e-5 or 1e-6)
+    rope_theta: float | None = None  # None: learned absolute positions (GPT-2); a base such as 10000: RoPE
+    mlp: str = "standard"  # "standard" (C -> 4C -> activation -> C) or "swiglu" (SiLU-gated, see SwiGLU)
+    ffn_hidden: int | None = None  # the MLP's hidden size; None: 4C, or 8/3 C rounded up to 32 for SwiGLU
+    n_kv_head: int | None = None  # key/value heads; None: n_head (multi-head), 1: multi-query attention
 
     def __post_init__(self):
         check_fields(self, GPT_CONFIG_RULES)
@@ -57,10 +81,31 @@ class GPTConfig:
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head gets "
                 f"n_embd / n_head channels. Change n_head to one of {divisors[:12]} or change n_embd."
             )
+        if self.rope_theta is not None and self.head_size % 2:
+            raise ValueError(f"RoPE rotates pairs of channels: the head size n_embd / n_head = {self.head_size} "
+                             "must be even; change n_embd or n_head")
+        if self.n_kv_head is not None and self.n_head % self.n_kv_head:
+            divisors = [h for h in range(1, self.n_head + 1) if self.n_head % h == 0]
+            raise ValueError(f"n_kv_head ({self.n_kv_head!r}) must divide n_head ({self.n_head}): each key/value "
+                             f"head serves n_head / n_kv_head query heads. Choose one of {divisors}, or None.")
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads actually used: ``n_kv_head``, or ``n_head`` when it is None."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def ffn_size(self) -> int:
+        """The MLP's hidden size actually used (see ``ffn_hidden``)."""
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        if self.mlp == "swiglu":
+            return -(-8 * self.n_embd // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE  # ceil(8C/3) to a multiple
+        return 4 * self.n_embd
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,17 +116,65 @@ class GPTConfig:
 
 
 class FeedForward(nn.Module):
-    """Position-wise MLP: C -> 4C -> C, applied to every position independently."""
+    """Position-wise MLP: C -> 4C -> C, applied to every position independently
+    (the hidden size is ``config.ffn_size``: 4C unless ``ffn_hidden`` says otherwise)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        hidden = getattr(config, "ffn_size", 4 * config.n_embd)  # chapter 11's Seq2SeqConfig: always 4C
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]()
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of Llama (Shazeer 2020): c_proj(silu(c_gate(x)) * c_fc(x)), C -> H -> C.
+
+    One hidden projection (c_fc, Llama's up_proj) is multiplied channel by channel with a second
+    one passed through SiLU (c_gate, Llama's gate_proj): the gate decides how much of each hidden
+    feature passes. Three matrices instead of two, so H is about 8/3 C to keep the weights of a
+    4C MLP (``config.ffn_size``). ``activation`` is not used: the gate is always SiLU.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        H = config.ffn_size
+        self.c_gate = nn.Linear(config.n_embd, H, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, H, bias=config.bias)
+        self.c_proj = nn.Linear(H, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, H) -> (B, T, C)
+        return self.dropout(self.c_proj(F.silu(self.c_gate(x)) * self.c_fc(x)))
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * gain, over C.
+
+    LayerNorm without its two centring steps: no mean is subtracted and no bias added. Equal to
+    ``torch.nn.RMSNorm(C, eps)`` (tests/test_llama.py). (..., C) -> (..., C)."""
+
+    def __init__(self, n_embd: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(n_embd))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # in float32 even under bf16 autocast, as Llama does: squares of bf16 values lose too much
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    """The normalisation layer the config asks for, over C channels."""
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.n_embd, eps=config.norm_eps)
+    return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
 
 
 class Block(nn.Module):
@@ -91,19 +184,34 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention.from_config(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = FeedForward(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = SwiGLU(config) if config.mlp == "swiglu" else FeedForward(config)
 
-    def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.pre_norm:  # GPT-2: x + f(LN(x)); the residual path stays a clean highway
-            x = x + self.attn(self.ln_1(x), cache, mask)
+            x = x + self.attn(self.ln_1(x), cache, mask, rope)
             x = x + self.mlp(self.ln_2(x))
         else:  # the 2017 paper: LN(x + f(x)), "add & norm"
-            x = self.ln_1(x + self.attn(x, cache, mask))
+            x = self.ln_1(x + self.attn(x, cache, mask, rope))
             x = self.ln_2(x + self.mlp(x))
         return x
+
+
+# Hugging Face model_type -> function(model_or_name, dropout) -> GPT; filled by course_lib.gpt2 and
+# course_lib.llama when they are imported (course_lib/__init__.py imports both).
+PRETRAINED_LOADERS: dict[str, object] = {}
+
+
+def register_pretrained(model_type: str):
+    """Decorator: ``@register_pretrained("llama")`` makes ``GPT.from_pretrained`` hand models of
+    that Hugging Face ``model_type`` to the decorated function."""
+    def decorate(loader):
+        PRETRAINED_LOADERS[model_type] = loader
+        return loader
+    return decorate
 
 
 @register_model("gpt", GPTConfig)
@@ -130,12 +238,18 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)  # learned position embedding
+        self.wpe = None
+        if config.rope_theta is None:
+            self.wpe = nn.Embedding(config.block_size, config.n_embd)  # learned position embedding
+        else:  # RoPE: no table to learn; the angles of every position, kept out of the state_dict
+            cos, sin = rope_cos_sin(torch.arange(config.block_size), config.head_size, config.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, hs/2)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         # Pre-LN needs a final LayerNorm (the residual stream is never normalised otherwise);
         # post-LN blocks already end in one.
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias) if config.norm_position == "pre" else nn.Identity()
+        self.ln_f = make_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight  # one (V, C) matrix both reads and writes tokens
@@ -156,11 +270,23 @@ class GPT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_or_name, dropout: float = 0.0) -> "GPT":
-        """Our GPT holding OpenAI's GPT-2 weights (chapter 13): ``model_or_name`` is a Hugging Face
-        ``GPT2LMHeadModel`` or one of ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``
-        (downloaded with ``transformers``). The mapping lives in :mod:`course_lib.gpt2`."""
-        from .gpt2 import from_pretrained
-        return from_pretrained(model_or_name, dropout=dropout)
+        """Our GPT holding published weights. ``model_or_name`` is a Hugging Face model object or a
+        name (downloaded with ``transformers``):
+
+        - a ``GPT2LMHeadModel``, or ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``
+          (chapter 13, :mod:`course_lib.gpt2`);
+        - a ``LlamaForCausalLM``, or a Hub name with a slash such as ``"HuggingFaceTB/SmolLM2-135M"``
+          (chapter 14, :mod:`course_lib.llama`).
+
+        Each loader module registers itself in ``PRETRAINED_LOADERS`` under the Hugging Face
+        ``model_type`` it reads, so this module imports neither."""
+        if isinstance(model_or_name, str):
+            model_type = "llama" if "/" in model_or_name else "gpt2"  # the GPT-2 loader knows its four names
+        else:
+            model_type = getattr(getattr(model_or_name, "config", None), "model_type", None)
+        # anything else goes to the GPT-2 loader, whose error says what it expected
+        loader = PRETRAINED_LOADERS.get(model_type, PRETRAINED_LOADERS["gpt2"])
+        return loader(model_or_name, dropout=dropout)
 
     def num_parameters(self) -> int:
         """Parameters actually held (a tied matrix counts once)."""
@@ -178,9 +304,10 @@ class GPT(nn.Module):
                              "targets[b, t] is the token that follows idx[b, :t+1]")
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
+            what = "position embeddings" if self.wpe is not None else "RoPE angles"
             raise ValueError(
                 f"sequence length {past + T} exceeds block_size {self.config.block_size}: the model has "
-                f"position embeddings for {self.config.block_size} positions only. Crop the context to its "
+                f"{what} for {self.config.block_size} positions only. Crop the context to its "
                 f"last {self.config.block_size} tokens (idx[:, -block_size:]) or train with a larger block_size."
             )
         if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
@@ -205,9 +332,14 @@ class GPT(nn.Module):
                 raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size "
                                  f"{self.config.block_size}), got {int(position_ids.min())} to {int(position_ids.max())}")
         pos = position_ids
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
+        rope = None
+        if self.wpe is not None:
+            x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
+        else:  # RoPE: positions enter inside attention, as rotations of queries and keys
+            x = self.drop(self.wte(idx))
+            rope = (self.rope_cos[pos], self.rope_sin[pos])  # each (T, hs/2) or (B, T, hs/2)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache.layers[i] if cache is not None else None, mask)
+            x = block(x, cache.layers[i] if cache is not None else None, mask, rope)
         x = self.ln_f(x)
         logits = self.lm_head(x)  # (B, T, V)
         loss = None

@@ -15,19 +15,30 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     (C x 4C and 4C x C), so 12C^2, plus 3C + C + 4C + C biases when ``bias``;
     two LayerNorms of C gains (+ C biases). Embeddings: V*C tokens and T*C
     positions. The LM head adds V*C unless it is tied to the token embedding.
+
+    Chapter 14's options: with n_kv key/value heads of hs channels, k and v are C x (n_kv*hs)
+    each instead of C x C; an MLP of hidden size H is 2CH (standard) or 3CH (SwiGLU), + biases;
+    an RMSNorm has C gains and no bias (its entry is then called "RMSNorms"); RoPE has no
+    position table (0) and nothing to learn.
     """
     V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
     b = 1 if config.bias else 0
-    norm = C + b * C  # a LayerNorm: gain (+ bias)
-    attention = (3 * C * C + b * 3 * C) + (C * C + b * C)
-    mlp = (4 * C * C + b * 4 * C) + (4 * C * C + b * C)
+    kv = config.kv_heads * config.head_size  # channels of k and of v: C for multi-head attention
+    H = config.ffn_size  # 4C by default
+    rms = config.norm == "rmsnorm"
+    norm = C if rms else C + b * C  # a LayerNorm: gain (+ bias); an RMSNorm: gain
+    attention = (C * C + b * C) + 2 * (C * kv + b * kv) + (C * C + b * C)  # q, k and v, output
+    if config.mlp == "swiglu":
+        mlp = 2 * (C * H + b * H) + (H * C + b * C)  # gate and up, down
+    else:
+        mlp = (C * H + b * H) + (H * C + b * C)
     final_norm = norm if config.norm_position == "pre" else 0
     return {
         "token embedding": V * C,
-        "position embedding": T * C,
+        "position embedding": 0 if config.rope_theta is not None else T * C,
         "attention": L * attention,
         "MLP": L * mlp,
-        "LayerNorms": L * 2 * norm + final_norm,
+        ("RMSNorms" if rms else "LayerNorms"): L * 2 * norm + final_norm,
         "LM head": 0 if config.tie_weights else V * C,
     }
 
@@ -45,9 +56,12 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     per layer. Backward costs about twice forward, so training is about 3x:
     6N + 12 L T C (the estimate of the PaLM paper, used by nanoGPT). N leaves out
     the position embedding, which is a lookup, not a matmul; the token
-    embedding counts once, as the LM head's matmul.
+    embedding counts once, as the LM head's matmul. Every option of chapter 14 is
+    covered: grouped-query attention and SwiGLU change N (every query head still
+    scores all T keys, so 12 L T C stays), RoPE's rotations and RMSNorm are a few
+    element-wise operations per channel, left out like LayerNorm's.
     """
-    N = count_parameters(config) - config.block_size * config.n_embd
+    N = count_parameters(config) - parameter_breakdown(config)["position embedding"]
     if not config.tie_weights:
         N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
     forward = 2 * N + 4 * config.n_layer * config.block_size * config.n_embd
@@ -81,6 +95,16 @@ def model_flops_utilization(config, tokens_per_s: float, device, n_devices: int 
     if peak is None or not isinstance(config, GPTConfig):
         return None
     return flops_per_token(config) * tokens_per_s / (peak * n_devices)
+
+
+def kv_cache_bytes(config: GPTConfig, batch_size: int = 1, context: int | None = None,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes of a full KV cache: keys and values (2) of every layer (L), sequence (B), position
+    (T, default block_size), key/value head (n_kv) and channel (hs): 2 L B T n_kv hs values of
+    ``bytes_per_value`` bytes (4 for float32, 2 for bf16/fp16). Grouped-query attention divides
+    it by n_head / n_kv_head; multi-query attention (n_kv_head = 1) by n_head."""
+    T = config.block_size if context is None else context
+    return 2 * config.n_layer * batch_size * T * config.kv_heads * config.head_size * bytes_per_value
 
 
 def training_memory_bytes(config: GPTConfig) -> dict[str, int]:

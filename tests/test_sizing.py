@@ -90,3 +90,52 @@ def test_parameter_table_has_exact_counts():
 def test_count_parameters_matches_a_built_model_for_the_course_presets():
     c = PRESETS["shakespeare-char-cpu"].model
     assert count_parameters(c) == sum(p.numel() for p in GPT(c).parameters())
+
+
+# Chapter 14's options, alone and together: RMSNorm, RoPE, SwiGLU (default or any hidden size), n_kv_head.
+modern_configs = st.builds(
+    lambda V, T, L, n_kv, groups, hs, bias, tie, norm, rope, mlp, hidden: GPTConfig(
+        vocab_size=V, block_size=T, n_layer=L, n_head=n_kv * groups, n_kv_head=n_kv, n_embd=n_kv * groups * hs,
+        bias=bias, tie_weights=tie, norm=norm, rope_theta=rope, mlp=mlp, ffn_hidden=hidden),
+    st.integers(1, 70), st.integers(1, 40), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
+    st.sampled_from([2, 4, 6]), st.booleans(), st.booleans(), st.sampled_from(["layernorm", "rmsnorm"]),
+    st.sampled_from([None, 10000.0]), st.sampled_from(["standard", "swiglu"]), st.one_of(st.none(), st.integers(1, 50)),
+)
+
+
+@given(modern_configs)
+def test_parameter_formula_equals_numel_with_the_modern_options(config):
+    model = GPT(config)
+    assert count_parameters(config) == model.num_parameters()
+    parts = parameter_breakdown(config)
+    count = lambda mods: sum(p.numel() for m in mods for p in m.parameters())
+    assert parts["attention"] == count(b.attn for b in model.blocks)
+    assert parts["MLP"] == count(b.mlp for b in model.blocks)
+    assert parts["position embedding"] == (0 if model.wpe is None else model.wpe.weight.numel())
+    norms = [b.ln_1 for b in model.blocks] + [b.ln_2 for b in model.blocks] + [model.ln_f]
+    assert parts["RMSNorms" if config.norm == "rmsnorm" else "LayerNorms"] == count(norms)
+    # FLOPs: 6 N + 12 L T C, N counting every matmul weight (not the lookups)
+    lookups = model.wte.weight.numel() * (not config.tie_weights) + parts["position embedding"]
+    assert flops_per_token(config) == 6 * (model.num_parameters() - lookups) + 12 * config.n_layer * \
+        config.block_size * config.n_embd
+    assert training_memory_bytes(config)["total"] == 16 * model.num_parameters()
+
+
+def test_swiglu_with_the_8_3_rule_keeps_the_mlp_weights():
+    for C in (128, 768, 4096):
+        standard, swiglu = GPTConfig(n_embd=C, n_head=8), GPTConfig(n_embd=C, n_head=8, mlp="swiglu")
+        assert swiglu.ffn_size % 32 == 0 and 0 <= swiglu.ffn_size - 8 * C / 3 < 32
+        ratio = parameter_breakdown(swiglu)["MLP"] / parameter_breakdown(standard)["MLP"]
+        assert 1.0 <= ratio < 1 + 3 * 32 / (8 * C)  # only the rounding up adds weights
+
+
+def test_kv_cache_bytes_shrink_by_the_group_size():
+    from course_lib.sizing import kv_cache_bytes
+
+    mha = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    # 2 (k and v) x 12 layers x 1024 positions x 768 channels x 4 bytes
+    assert kv_cache_bytes(mha) == 2 * 12 * 1024 * 768 * 4
+    for n_kv in (1, 2, 3, 4, 6, 12):
+        gqa = GPTConfig(**{**mha.to_dict(), "n_kv_head": n_kv})
+        assert kv_cache_bytes(gqa, batch_size=3, bytes_per_value=2) * (12 // n_kv) == kv_cache_bytes(
+            mha, batch_size=3, bytes_per_value=2)

@@ -1,0 +1,147 @@
+"""The checks of chapter 14's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.exercises import ExerciseError, ch14
+from exercise_helpers import assert_correct, assert_leaves_rng_alone, assert_not_done, not_done
+
+
+# --- RoPE ---
+
+
+def rope(x, positions, theta=10000.0):
+    hs = x.shape[-1]
+    freqs = theta ** (-torch.arange(0, hs, 2).float() / hs)  # (hs/2,)
+    angles = positions.float()[:, None] * freqs  # (T, hs/2)
+    a, b = x[..., : hs // 2], x[..., hs // 2:]
+    return torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], dim=-1)
+
+
+def rope_interleaved(x, positions, theta=10000.0):
+    hs = x.shape[-1]
+    angles = positions.float()[:, None] * theta ** (-torch.arange(0, hs, 2).float() / hs)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()
+    return out
+
+
+def rope_backwards(x, positions, theta=10000.0):
+    return rope(x, -positions, theta)
+
+
+def rope_wrong_exponent(x, positions, theta=10000.0):
+    hs = x.shape[-1]
+    angles = positions.float()[:, None] * theta ** (-torch.arange(0, hs // 2).float() / hs)
+    a, b = x[..., : hs // 2], x[..., hs // 2:]
+    return torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], dim=-1)
+
+
+def rope_from_zero(x, positions, theta=10000.0):
+    return rope(x, torch.arange(x.shape[-2]), theta)
+
+
+def test_rope_correct(capsys):
+    ch14.check_rope(rope)
+    assert_correct(capsys)
+    assert_leaves_rng_alone(ch14.check_rope, rope)
+
+
+def test_rope_not_done():
+    assert_not_done(ch14.check_rope, not_done)
+
+
+@pytest.mark.parametrize("wrong, hint", [(rope_interleaved, "j \\+ hs/2"), (rope_backwards, "wrong way"),
+                                         (rope_wrong_exponent, "2j/hs"), (rope_from_zero, "KV cache"),
+                                         (lambda x, p, t: x, "differ")])
+def test_rope_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch14.check_rope(wrong)
+
+
+# --- RMSNorm ---
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_rms_norm_correct(capsys):
+    ch14.check_rms_norm(rms_norm)
+    assert_correct(capsys)
+    assert_leaves_rng_alone(ch14.check_rms_norm, rms_norm)
+
+
+def test_rms_norm_not_done():
+    assert_not_done(ch14.check_rms_norm, not_done)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, None, eps), "LayerNorm"),
+    (lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w, "outside the square root"),
+    (lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), "gain"),
+    (lambda x, w, eps: x / x.std(-1, keepdim=True) * w, "standard deviation"),
+    (lambda x, w, eps: x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, "differ"),
+])
+def test_rms_norm_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch14.check_rms_norm(wrong)
+
+
+# --- repeating the key/value heads ---
+
+
+def repeat_kv(kv, n_rep):
+    B, n_kv, T, hs = kv.shape
+    return kv[:, :, None].expand(B, n_kv, n_rep, T, hs).reshape(B, n_kv * n_rep, T, hs)
+
+
+def test_repeat_kv_correct(capsys):
+    ch14.check_repeat_kv(repeat_kv)
+    assert_correct(capsys)
+
+
+def test_repeat_kv_not_done():
+    assert_not_done(ch14.check_repeat_kv, not_done)
+
+
+@pytest.mark.parametrize("wrong, hint", [(lambda kv, n: kv.repeat(1, n, 1, 1), "tiled"),
+                                         (lambda kv, n: kv, "expected shape"),
+                                         (lambda kv, n: kv.flip(1).repeat_interleave(n, dim=1), "not those")])
+def test_repeat_kv_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch14.check_repeat_kv(wrong)
+
+
+# --- spot the bug: RoPE on the values ---
+
+
+def attend(q, k, v, positions, theta=10000.0):
+    q, k = rope(q, positions, theta), rope(k, positions, theta)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def attend_buggy(q, k, v, positions, theta=10000.0):  # the chapter's buggy version
+    q, k, v = rope(q, positions, theta), rope(k, positions, theta), rope(v, positions, theta)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_rope_attention_correct(capsys):
+    ch14.check_rope_attention(attend)
+    assert_correct(capsys)
+    assert_leaves_rng_alone(ch14.check_rope_attention, attend)
+
+
+def test_rope_attention_not_done():
+    assert_not_done(ch14.check_rope_attention, not_done)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (attend_buggy, "values are rotated"),
+    (lambda q, k, v, p, t: F.scaled_dot_product_attention(q, k, v, is_causal=True), "differs"),
+    (lambda q, k, v, p, t: F.scaled_dot_product_attention(rope(q, p, t), rope(k, p, t), v), "differs"),
+])
+def test_rope_attention_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch14.check_rope_attention(wrong)
