@@ -226,7 +226,7 @@ def plot_eval_losses(runs: dict[str, list[dict]], ax=None, title: str = "Validat
     for i, (variant, histories) in enumerate(runs.items()):
         for j, history in enumerate(histories):
             ax.plot(history["eval_step"], history[key], linestyle="-", marker=marker(j),
-                    color=colors[i % len(colors)], markersize=3, linewidth=1.2, alpha=0.8,
+                    color=colors[i % len(colors)], markersize=4 if run_labels else 3, linewidth=1.2, alpha=0.8,
                     label=variant if j == 0 else None)
     if baseline is not None:
         ax.axhline(baseline, color="gray", linestyle="--", linewidth=1, label=f"{baseline_label} {baseline:.4f}")
