@@ -18,7 +18,13 @@ One small module per idea, each introduced by a chapter:
 
 Instructor and maintainer tools live apart, in ``course_lib.tools``.
 """
-from .model import GPT, GPTConfig
+from . import _signals as signals
+
+if signals.started_as_cli():  # `python -m course_lib`: Ctrl-C during the imports below is one line
+    signals.exit_quietly_on_ctrl_c()
+signals.pause_point("import")
+
+from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: these imports take seconds)
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type

@@ -24,6 +24,7 @@ import gc
 import gzip
 import heapq
 import json
+import numbers
 import os
 import re
 import sys
@@ -76,7 +77,9 @@ def _read_source(source, text) -> str:
         if not isinstance(source, (str, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}; "
                             "to train on a string, pass text=...")
-        text = Path(source).read_text(encoding="utf-8")
+        from .data import read_text_file  # the one text reader: clear errors for what is not UTF-8 text
+
+        text = read_text_file(source)
     return text
 
 
@@ -102,6 +105,19 @@ class _Greatest:
         return self.pair > other.pair
 
 
+def check_special_tokens(special_tokens) -> list[str]:
+    """The special tokens as a list without repeats; each must be a non-empty string (an empty
+    one would match between every two bytes)."""
+    if isinstance(special_tokens, str):
+        raise ValueError(f"special_tokens must be a list of strings, got the string {special_tokens!r}: "
+                         f"write [{special_tokens!r}]")
+    special_tokens = list(dict.fromkeys(special_tokens))
+    for st in special_tokens:
+        if not isinstance(st, str) or not st:
+            raise ValueError(f"special tokens must be non-empty strings, got {st!r}")
+    return special_tokens
+
+
 def train_bpe(source: str | os.PathLike | None = None, vocab_size: int = 512, special_tokens=(), *,
               text: str | None = None, pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Learn a byte-level BPE vocabulary from a UTF-8 text file ``source`` (or ``text=``).
@@ -112,9 +128,12 @@ def train_bpe(source: str | os.PathLike | None = None, vocab_size: int = 512, sp
     frequent adjacent pair within pre-tokens; ties go to the lexicographically greatest pair
     ``(left bytes, right bytes)``. Fewer merges are learned if the text runs out of pairs.
     """
-    special_tokens = list(dict.fromkeys(special_tokens))
+    special_tokens = check_special_tokens(special_tokens)
     minimum = 256 + len(special_tokens)
-    if not isinstance(vocab_size, int) or vocab_size < minimum:
+    if not isinstance(vocab_size, numbers.Integral) or isinstance(vocab_size, bool):
+        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r} of type {type(vocab_size).__name__}")
+    vocab_size = int(vocab_size)
+    if vocab_size < minimum:
         raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + {len(special_tokens)} special "
                          f"tokens), got {vocab_size!r}")
     text = _read_source(source, text)
@@ -210,7 +229,7 @@ def _train_bpe(text: str, vocab_size: int, special_tokens: list[str], pattern: s
 def train_bpe_naive(text: str, vocab_size: int, special_tokens=(), pattern: str = "gpt2"):
     """The straightforward algorithm, for comparison: recount every pair of every distinct pre-token
     after every merge. Same ``(vocab, merges)`` as :func:`train_bpe`, many times slower."""
-    special_tokens = list(dict.fromkeys(special_tokens))
+    special_tokens = check_special_tokens(special_tokens)
     if vocab_size < 256 + len(special_tokens):
         raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}, got {vocab_size}")
     words = {tuple(w.encode("utf-8")): f for w, f in pretoken_counts(text, special_tokens, pattern).items()}
@@ -503,6 +522,8 @@ class BPETokenizer:
             yield from self.encode(buffer)
 
     def token_bytes(self, i: int) -> bytes:
+        if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+            raise ValueError(f"token ids must be integers, got {i!r} of type {type(i).__name__}")
         try:
             return self.vocab[int(i)]
         except KeyError:

@@ -14,6 +14,9 @@ A checkpoint is a dict saved with ``torch.save`` and loaded with ``weights_only=
     step          optimizer steps taken
     history       the Trainer's loss history
     rng           the random-number-generator states needed to continue exactly
+    trained_on    what the run learned from, or None: {"command": "train", "preset": ...,
+                  "text": file name or None, "text_sha256": ...} (version 3; version 2 files,
+                  which lack it, still load)
 
 Model classes join the registry with ``@register_model("name", ConfigClass)``; tokenizers
 have their own registry in :mod:`course_lib.tokenizers`. So a checkpoint of any registered
@@ -22,8 +25,12 @@ nothing else in course_lib needs to know which classes exist.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
+import time
+import warnings
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
@@ -33,7 +40,8 @@ import torch.nn as nn
 from .tokenizers import tokenizer_from_dict
 
 FORMAT = "course_lib-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # version 3 added "trained_on"; a version 2 file loads with it None
 CHECKPOINT_NAME = "ckpt.pt"  # the file a run writes in its output folder
 
 MODELS: dict[str, type] = {}  # model_kind -> model class (with a .config_class)
@@ -102,7 +110,8 @@ def write_atomic(path: str | Path, obj) -> Path:
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train_config=None, optimizer=None,
-                    step: int = 0, history: dict | None = None, rng: dict | None = None) -> Path:
+                    step: int = 0, history: dict | None = None, rng: dict | None = None,
+                    trained_on: dict | None = None) -> Path:
     """Write a checkpoint of ``model`` (and, for a training run, everything needed to resume it)."""
     model = unwrap(model)
     payload = {
@@ -117,6 +126,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train
         "step": int(step),
         "history": history or {},
         "rng": rng,
+        "trained_on": trained_on,
     }
     return write_atomic(path, payload)
 
@@ -136,24 +146,111 @@ def set_rng_state(state: dict, generator: torch.Generator | None = None) -> None
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# --- one run per output folder -----------------------------------------------------------------
+
+LOCK_NAME = ".run.lock"  # exists while a run writes into its folder; holds the process id
+
+
+class FolderInUse(OSError):
+    """Another run is writing into this output folder."""
+
+
+@contextlib.contextmanager
+def claim_folder(folder: str | Path):
+    """Hold ``folder`` for one run: create it if needed and claim it atomically with a lock file
+    (``O_EXCL``: of two runs started at once, exactly one gets it), so that a second run into
+    the same folder is refused instead of both saving and one silently winning. On the way out
+    the lock goes, and so do the folders this created if nothing was saved in them. A lock left
+    by a run that was killed (its process is gone) is taken over."""
+    folder = Path(folder)
+    created = []
+    try:
+        for parent in reversed([folder, *folder.parents]):
+            if not parent.exists():
+                parent.mkdir()
+                created.append(parent)
+        _take_lock(folder / LOCK_NAME)
+    except BaseException as e:
+        _remove_if_empty(created)
+        if isinstance(e, OSError) and not isinstance(e, FolderInUse):
+            raise OSError(f"cannot write to {folder} ({e.strerror or e}): choose an output folder you can write") from None
+        raise
+    try:
+        yield folder
+    finally:
+        (folder / LOCK_NAME).unlink(missing_ok=True)
+        _remove_if_empty(created)
+
+
+def _take_lock(lock: Path) -> None:
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _lock_owner(lock)
+            if owner is not None:
+                raise FolderInUse(f"{lock.parent} is in use by another run (process {owner}, which holds {lock}): "
+                                  "wait for it to finish, or choose another --out") from None
+            with contextlib.suppress(FileNotFoundError):  # a stale lock: one process takes it over
+                os.replace(lock, stale := lock.with_name(f"{LOCK_NAME}.stale.{os.getpid()}"))
+                stale.unlink()
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return
+    raise FolderInUse(f"{lock.parent} is being claimed by other runs at this moment: choose another --out")
+
+
+def _lock_owner(lock: Path) -> int | None:
+    """The live process holding ``lock``, or None for a stale lock (its process is gone)."""
+    try:
+        text, age = lock.read_text().strip(), time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    if not text.isdigit():
+        return -1 if age < 60 else None  # a claim being written this instant, or debris
+    pid = int(text)
+    if pid == os.getpid():
+        return None
+    if os.name == "nt":  # os.kill(pid, 0) would send Ctrl-C on Windows: trust the lock
+        return pid
+    try:
+        os.kill(pid, 0)  # signal 0 only asks whether the process exists
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass  # it exists, under another user
+    return pid
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    for made in reversed(folders):
+        with contextlib.suppress(OSError):
+            made.rmdir()  # only an empty folder goes
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """Load and check a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / CHECKPOINT_NAME
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: "
+                              + (f"give the checkpoint inside it, {inside}" if inside.exists() else
+                                 f"it holds no {CHECKPOINT_NAME}; give the path of a checkpoint file"))
     if not path.exists():
         raise FileNotFoundError(
             f"no checkpoint at {path}: check the path, or train one first with "
             "`python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`"
         )
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # e.g. torch's note on a pickle protocol: the error below says it all
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated zip, random bytes, pickled objects ...
-        raise CheckpointError(
-            f"{path} is not a readable course_lib checkpoint ({type(e).__name__}: {str(e)[:200]}). "
-            "It is probably truncated or corrupt; delete it and train again, or load an earlier checkpoint."
-        ) from e
+        raise CheckpointError(unreadable(path, e)) from None
     fmt = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
     if fmt == "course_lib-checkpoint-v1":  # the first format named its version in the string
         fmt, version = FORMAT, 1
@@ -164,13 +261,34 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path} is not a course_lib checkpoint (format {fmt!r}, expected {FORMAT!r}); "
             "save checkpoints with course_lib.Trainer or course_lib.checkpoint.save_checkpoint"
         )
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{path} is a course_lib checkpoint of format version {version}, and this course_lib reads version "
             f"{FORMAT_VERSION}. Train the run again with this version, or load the file with the course_lib "
             f"release that wrote it{' (0.1.x)' if version == 1 else ''}."
         )
+    ckpt.setdefault("trained_on", None)
     return ckpt
+
+
+def unreadable(path: Path, error: Exception) -> str:
+    """Why ``torch.load(path, weights_only=True)`` failed, in one sentence for a person: the file
+    is not a checkpoint, or holds code and was refused, or is truncated."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    size = path.stat().st_size
+    if "Weights only load failed" in str(error):
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        what = f"a reference to the Python function {found.group(1)}" if found else "Python objects"
+        return (f"{path} was refused: it holds {what}, which loading could run as code, and course_lib loads "
+                "only tensors and plain data. Load only checkpoints written by course_lib (Trainer or save_checkpoint)")
+    if size == 0:
+        return f"{path} is empty (0 bytes), not a checkpoint: a save that never finished? Train again or use another one"
+    if head != b"PK\x03\x04":  # torch.save writes a zip archive
+        return (f"{path} is not a checkpoint: torch.save writes a zip archive, and this file starts with {head!r}. "
+                "Give the ckpt.pt that `train` wrote")
+    return (f"{path} is truncated or corrupt: its zip archive cannot be read ({size:,} bytes). Train again, or "
+            "use an earlier checkpoint")
 
 
 def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
@@ -215,9 +333,15 @@ def load_weights(model: nn.Module, ckpt: dict, path: str | Path = "checkpoint") 
     """Load a checkpoint's weights into ``model``, wrapped (DDP, torch.compile) or not."""
     check_model_config(ckpt, model, path)
     try:
-        unwrap(model).load_state_dict(unwrapped_state_dict(ckpt["model"]))
+        state = unwrapped_state_dict(ckpt["model"])
+        unwrap(model).load_state_dict(state)
     except (KeyError, RuntimeError) as e:
         raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {str(e)[:200]})") from e
+    broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        raise CheckpointError(f"{path} holds weights that are not finite numbers (NaN or inf, in {broken[0]}): the "
+                              "run had diverged when it was saved; use an earlier checkpoint, or train again with a "
+                              "smaller learning_rate")
     return model
 
 

@@ -10,14 +10,21 @@
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
-training after the step under way, saves, says how to resume and exits with status 130.
+training after the step under way, saves, says how to resume and exits with status 130; at any
+other moment it is one line and status 130 too. A run holds its --out with a lock file, and its
+checkpoint records what it was trained on, so that a resume with other data is refused.
 Maintainer and instructor tools live in ``python -m course_lib.tools``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from dataclasses import fields, replace
 from pathlib import Path
@@ -67,48 +74,59 @@ def parse_settings(pairs: list[str], model_config, train_config) -> tuple[dict, 
     return model, train
 
 
-def check_writable(folder: Path) -> None:
-    """Fail now, not after an hour of training, if ``folder`` cannot hold the checkpoint. A
-    folder this check creates is removed again, so that a failed start leaves nothing."""
-    created = []
-    try:
-        for parent in reversed([folder, *folder.parents]):
-            if not parent.exists():
-                parent.mkdir()
-                created.append(parent)
-        probe = folder / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        for made in reversed(created):
-            made.rmdir()
-        raise ValueError(f"cannot write to --out {folder} ({e.strerror or e}): choose a folder you can write") from None
-    for made in reversed(created):  # the Trainer creates it again when it first saves
-        made.rmdir()
-
-
 def resume_command(argv: list[str]) -> str:
     args = [a for a in argv if a != "--resume"] + ["--resume"]
     return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
 
 
-def cmd_train(args) -> int:
-    from . import distributed
-    from .checkpoint import CHECKPOINT_NAME, load_checkpoint, load_tokenizer
-    from .data import load_text, read_text_file, train_val_split
-    from .generate import generate_text
-    from .model import GPT
-    from .presets import get_preset
-    from .tokenizers import train_tokenizer
-    from .train import Trainer, TrainConfig, TrainingInterrupted, check_precision
-    from .utils import apply_overrides, check_device, pick_device, seed_everything
+def main_process() -> bool:
+    """Rank 0 under torchrun (read before the process group exists), or the only process."""
+    return int(os.environ.get("RANK", 0)) == 0
 
-    # Everything that can be wrong is checked before anything is written.
-    preset = get_preset(args.preset)
-    if preset.train is None:
-        raise ValueError(f"preset {args.preset!r} is for counting parameters only (try `params --preset "
-                         f"{args.preset}`); train shakespeare-char-cpu or shakespeare-char-gpu")
-    device = check_device(args.device) if args.device else pick_device()
+
+# --- train: what the run learns from, and resuming it -------------------------------------------
+
+
+def load_resumable(ckpt_path: Path, command: str) -> dict:
+    """The checkpoint in ``ckpt_path`` if ``command`` made it, else a ValueError naming the one that did."""
+    from .checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(ckpt_path)
+    saved = ckpt["trained_on"] or {}
+    made_by = saved.get("command") or ("train-dates" if ckpt["model_kind"] == "seq2seq" else "train")
+    if made_by != command:
+        text = f" --text {shlex.quote(saved['text'])}" if saved.get("text") else ""
+        raise ValueError(f"{ckpt_path} was made by `{made_by}`, not `{command}`: resume it with "
+                         f"`python -m course_lib {made_by}{text} --out {ckpt_path.parent} --resume`")
+    return ckpt
+
+
+def describe_data(trained_on: dict) -> str:
+    if trained_on.get("text") is None:
+        return f"preset {trained_on['preset']}'s corpus"
+    return f"the text {trained_on['text']} (SHA-256 {trained_on['text_sha256'][:12]}...)"
+
+
+def check_same_data(ckpt_path: Path, saved: dict | None, now: dict) -> None:
+    """Refuse to resume a run on other data than it was trained on, naming both."""
+    if saved is None:  # a checkpoint of format version 2 does not say
+        return
+    if saved["preset"] != now["preset"]:
+        raise ValueError(f"{ckpt_path} was trained with --preset {saved['preset']}, not {now['preset']}: resume it "
+                         f"with --preset {saved['preset']}, or start a new run in another --out")
+    if saved.get("text_sha256") != now["text_sha256"]:
+        hint = f"pass --text {saved['text']}" if saved.get("text") else "leave --text out"
+        raise ValueError(f"{ckpt_path} was trained on {describe_data(saved)}, not on {describe_data(now)}: "
+                         f"{hint} to resume it, or start a new run in another --out")
+
+
+def train_settings(args, preset, tokenizer_text: str, ckpt: dict | None, ckpt_path: Path):
+    """(tokenizer, model config, training config) of a new run or of the run being resumed."""
+    from .checkpoint import load_tokenizer
+    from .tokenizers import train_tokenizer
+    from .train import TrainConfig
+    from .utils import apply_overrides
+
     model_set, train_set = parse_settings(args.set, preset.model, preset.train)
     if args.max_iters is not None:
         train_set["max_iters"] = str(args.max_iters)
@@ -116,31 +134,57 @@ def cmd_train(args) -> int:
         train_set["dtype"] = args.dtype
     if args.compile:
         train_set["compile"] = "true"
-    text = read_text_file(args.text) if args.text else load_text(preset.corpus)
-    name = Path(args.text).stem if args.text else args.preset
-    out = Path(args.out or f"runs/{name}")
-    ckpt_path = out / CHECKPOINT_NAME
-    resuming = ckpt_path.exists()
-    if resuming and not args.resume:
-        raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
-                              "or choose another --out so that it is not overwritten")
-
-    if resuming:
-        ckpt = load_checkpoint(ckpt_path)
-        tokenizer = load_tokenizer(ckpt, ckpt_path)
-        saved_model = type(preset.model).from_dict(ckpt["model_config"])
-        changed = {k: v for k, v in model_set.items() if apply_overrides(saved_model, {k: v}) != saved_model}
-        if changed:
-            raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({ckpt_path}); "
-                             "start a new run in another --out to change it")
-        train_config = apply_overrides(TrainConfig.from_dict(ckpt["train_config"]), train_set)
-        model_config = saved_model
-    else:
-        tokenizer = train_tokenizer(preset.tokenizer, text)
+    if ckpt is None:
+        tokenizer = train_tokenizer(preset.tokenizer, tokenizer_text)
         model_config = apply_overrides(replace(preset.model, vocab_size=tokenizer.vocab_size), model_set,
                                        forbidden={"vocab_size": "it is the tokenizer's vocabulary size"})
-        train_config = apply_overrides(preset.train, train_set)
+        return tokenizer, model_config, apply_overrides(preset.train, train_set)
+    saved_model = type(preset.model).from_dict(ckpt["model_config"])
+    changed = {k: v for k, v in model_set.items() if apply_overrides(saved_model, {k: v}) != saved_model}
+    if changed:
+        raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({ckpt_path}); "
+                         "start a new run in another --out to change it")
+    train_config = apply_overrides(TrainConfig.from_dict(ckpt["train_config"]), train_set)
+    return load_tokenizer(ckpt, ckpt_path), saved_model, train_config
 
+
+def cmd_train(args) -> int:
+    from .checkpoint import CHECKPOINT_NAME, claim_folder
+    from .utils import check_device, pick_device
+
+    # Everything that can be wrong is checked before anything is written.
+    device = check_device(args.device) if args.device else pick_device()
+    name = ("stdin" if args.text == "-" else Path(args.text).stem) if args.text else (args.preset or DEFAULT_PRESET)
+    out = Path(args.out or f"runs/{name}")
+    with claim_folder(out) if main_process() else contextlib.nullcontext():
+        ckpt_path = out / CHECKPOINT_NAME
+        if ckpt_path.exists() and not args.resume:
+            raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
+                                  "or choose another --out so that it is not overwritten")
+        ckpt = load_resumable(ckpt_path, "train") if ckpt_path.exists() else None
+        return train_run(args, name, device, out, ckpt)
+
+
+def train_run(args, name: str, device: str, out: Path, ckpt: dict | None) -> int:
+    from . import distributed
+    from .checkpoint import CHECKPOINT_NAME
+    from .data import load_text, read_text_file, train_val_split
+    from .presets import get_preset
+    from .train import check_precision
+
+    saved = (ckpt or {}).get("trained_on") or {}
+    preset_name = args.preset or saved.get("preset") or DEFAULT_PRESET
+    preset = get_preset(preset_name)
+    if preset.train is None:
+        raise ValueError(f"preset {preset_name!r} is for counting parameters only (try `params --preset "
+                         f"{preset_name}`); train shakespeare-char-cpu or shakespeare-char-gpu")
+    text = read_text_file(args.text) if args.text else load_text(preset.corpus)
+    trained_on = {"command": "train", "preset": preset_name, "text": args.text and Path(args.text).name,
+                  "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    ckpt_path = out / CHECKPOINT_NAME
+    if ckpt is not None:
+        check_same_data(ckpt_path, ckpt.get("trained_on"), trained_on)
+    tokenizer, model_config, train_config = train_settings(args, preset, text, ckpt, ckpt_path)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_data, val_data = train_val_split(data)
     need = model_config.block_size + 1
@@ -151,58 +195,76 @@ def cmd_train(args) -> int:
     check_precision(torch.device(device), train_config.dtype)
     distributed.local_micro_batches(train_config.grad_accum_steps, distributed.launched_world_size())
     device = distributed.setup(device)  # under torchrun: join the other processes (gloo on CPU, nccl on GPU)
-    main = distributed.is_main()  # under torchrun, rank 0 alone checks the folder, prints and samples
-    if main:
-        check_writable(out)
-    if resuming:
+    trainer = make_trainer(args, ckpt_path, ckpt, model_config, train_config, tokenizer, train_data, val_data, device)
+    trainer.trained_on = trained_on
+    return run_training(args, trainer, name, text, tokenizer)
+
+
+def make_trainer(args, ckpt_path, ckpt, model_config, train_config, tokenizer, train_data, val_data, device):
+    from .model import GPT
+    from .train import Trainer
+    from .utils import seed_everything
+
+    main = main_process()
+    if ckpt is not None:
         trainer = Trainer.resume(ckpt_path, train_data=train_data, val_data=val_data, device=device,
                                  config=train_config, tokenizer=tokenizer)
         if main:
             print(f"resuming {ckpt_path} at step {trainer.step} of {train_config.max_iters}")
-    else:
-        if args.resume and main:
-            print(f"no checkpoint in {out} yet: starting a new run")
-        seed_everything(train_config.seed)
-        trainer = Trainer(GPT(model_config), train_data, val_data, train_config, device=device, out_dir=out,
-                          tokenizer=tokenizer)
+        return trainer
+    if args.resume and main:
+        print(f"no checkpoint in {ckpt_path.parent} yet: starting a new run")
+    seed_everything(train_config.seed)
+    return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, out_dir=ckpt_path.parent,
+                   tokenizer=tokenizer)
+
+
+def run_training(args, trainer, name: str, text: str, tokenizer) -> int:
+    from . import distributed
+    from ._signals import pause_point
+    from .generate import generate_text
+
     trainer.resume_hint = resume_command(args.argv)
+    config, main = trainer.config, distributed.is_main()
     if main:
         processes = f" x {distributed.world_size()} processes" if distributed.is_distributed() else ""
         print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
-              f"{tokenizer.vocab_size} tokens, on {device}{processes}; {train_config.max_iters} iterations, "
-              f"checkpoints in {out}")
+              f"{tokenizer.vocab_size} tokens, on {trainer.device}{processes}; {config.max_iters} iterations, "
+              f"checkpoints in {trainer.out_dir}")
+    pause_point("start")
     start = time.perf_counter()
-    try:
-        history = trainer.train()
-    except TrainingInterrupted as stop:  # the Trainer has saved and said how to resume
-        return 128 + stop.signum
+    history = trainer.train()  # Ctrl-C: it saves, says how to resume and raises TrainingInterrupted
     if not main:
         return 0
     speed = f", {trainer.tokens_per_s:,.0f} tokens/s" if trainer.tokens_per_s else ""
     speed += f", MFU {100 * trainer.mfu:.1f}%" if trainer.mfu is not None else ""
     print(f"done in {time.perf_counter() - start:.1f} s{speed}: val loss {history['val_loss'][-1]:.4f}; "
-          f"saved {ckpt_path}")
+          f"saved {trainer.checkpoint_path}")
+    args.on_interrupt = f"the run is complete and saved in {trainer.checkpoint_path} (step {trainer.step})"
+    pause_point("final-sample")
     prompt = "\n" if "\n" in text else text[0]
-    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=train_config.seed, device=device))
+    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=config.seed, device=trainer.device))
     return 0
 
 
 def cmd_train_dates(args) -> int:
+    from .checkpoint import claim_folder
     from .seq2seq import train_dates
-    from .train import TrainingInterrupted
     from .utils import check_device, pick_device
 
     device = check_device(args.device) if args.device else pick_device()
     if args.max_iters is not None and args.max_iters < 1:
         raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
     out = Path(args.out)
-    if (out / "ckpt.pt").exists():
-        raise FileExistsError(f"{out / 'ckpt.pt'} already exists: choose another --out so that it is not overwritten")
-    check_writable(out)
-    try:
-        trainer = train_dates(out, args.max_iters, device=device)
-    except TrainingInterrupted as stop:
-        return 128 + stop.signum
+    with claim_folder(out):
+        ckpt_path = out / "ckpt.pt"
+        if ckpt_path.exists() and not args.resume:
+            raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
+                                  "or choose another --out so that it is not overwritten")
+        if ckpt_path.exists():
+            load_resumable(ckpt_path, "train-dates")
+        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt_path.exists(),
+                              resume_hint=resume_command(args.argv))
     print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {out / 'ckpt.pt'}")
     return 0
 
@@ -225,12 +287,13 @@ def cmd_translate(args) -> int:
 
 def cmd_sample(args) -> int:
     from .checkpoint import load_model, load_tokenizer
+    from ._signals import pause_point
     from .generate import check_sampling_args, generate_text
     from .utils import check_device, pick_device
 
-    check_sampling_args(args.temperature, args.top_k, args.top_p)
     if args.tokens < 1:
         raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
+    check_sampling_args(args.temperature, args.top_k, args.top_p, args.tokens)
     device = check_device(args.device) if args.device else pick_device()
     model, ckpt = load_model(args.checkpoint, device)
     if ckpt["model_kind"] == "seq2seq":
@@ -238,6 +301,7 @@ def cmd_sample(args) -> int:
                          f"a text: use `python -m course_lib translate --checkpoint {args.checkpoint} TEXT`")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
     prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
+    pause_point("sample")
     print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, device=device,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, use_cache=True))
     return 0
@@ -254,9 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    p.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET}; with --resume, the run's)")
     p.add_argument("--text", metavar="FILE", help="train on this UTF-8 text file instead of the preset's corpus "
-                   "(its tokenizer is built from it; 90%% train, 10%% validation)")
+                   "(its tokenizer is built from it; 90%% train, 10%% validation); - reads standard input")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one model or training setting of the preset; repeat for more (see below)")
     p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
@@ -282,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
     p.add_argument("--out", default="runs/dates", help="output folder (default runs/dates)")
     p.add_argument("--max-iters", type=int, help="training steps (default: the chapter's 1000)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
     p.add_argument("--device", choices=devices)
     p.set_defaults(func=cmd_train_dates)
 
@@ -312,12 +377,24 @@ def settings_help() -> str:
 
 
 def main(argv=None) -> int:
+    """Run a command; every failure is one line on stderr: a bad input exits with status 2, Ctrl-C
+    with 130 (during training the Trainer saves first and says how to resume)."""
+    from ._signals import INTERRUPTED
+    from .train import TrainingInterrupted
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt from here on
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = argv
+    args = argparse.Namespace(on_interrupt="nothing was written")
     try:
+        build_parser().parse_args(argv, namespace=args)
+        args.argv = argv
         return args.func(args)
+    except TrainingInterrupted as stop:  # the Trainer has saved and printed how to resume
+        return 128 + stop.signum
+    except KeyboardInterrupt:
+        print(f"interrupted (Ctrl-C): {args.on_interrupt}", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, OSError) as e:  # CheckpointError is a ValueError; FileNotFoundError an OSError
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,8 @@ Shapes: B batch size, T block size (context length).
 from __future__ import annotations
 
 import hashlib
+import re
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +73,8 @@ def verify(path: str | Path, expected_sha256: str) -> None:
     if actual != expected_sha256:
         raise CorpusChecksumError(
             f"{path} has SHA-256 {actual}, expected {expected_sha256}: the file is corrupt "
-            "or was edited. Reinstall course_lib (pip install --force-reinstall course_lib) "
+            "or was edited. Reinstall course_lib from the course's repository, as the chapters' "
+            "setup cell does (pip install --force-reinstall git+<the course repository's URL>), "
             "or fetch a fresh copy with course_lib.data.download(name, path)."
         )
 
@@ -97,24 +100,66 @@ def load_text(name: str = "tinyshakespeare", path: str | Path | None = None) -> 
     return path.read_text(encoding="utf-8")
 
 
+# Byte-order marks of the encodings a text editor may save in; UTF-32's come first, since
+# UTF-32-LE's begins with UTF-16-LE's.
+BOMS = [(b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE"),
+        (b"\xff\xfe", "UTF-16-LE"), (b"\xfe\xff", "UTF-16-BE")]
+# Control characters other than those plain text uses (tab, newline, vertical tab, form feed,
+# carriage return).
+STRAY_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f]")
+MAX_CONTROL_SHARE = 0.001  # more stray control characters than 1 in 1,000: not a text
+
+
 def read_text_file(path: str | Path) -> str:
-    """Your own training text: a UTF-8 file, read whole. Clear errors for a missing file, an
-    empty one, and bytes that are not UTF-8 (with where they are)."""
+    """Your own training text: a UTF-8 file read whole, or standard input for ``"-"`` (a pipe,
+    e.g. ``cat a.txt b.txt | python -m course_lib train --text -``). Clear errors for a missing
+    file, an empty one, another encoding (UTF-16 and UTF-32 are named by their byte-order mark),
+    binary data and bytes that are not UTF-8 (with where they are)."""
+    if str(path) == "-":
+        return decode_text(sys.stdin.buffer.read(), "standard input")
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such text file: {path}" + (" (it is a folder)" if path.is_dir() else ""))
-    raw = path.read_bytes()
+    if path.is_dir():
+        raise FileNotFoundError(f"no such text file: {path} (it is a folder)")
+    if not path.exists():
+        raise FileNotFoundError(f"no such text file: {path}")
+    with open(path, "rb") as f:  # a pipe such as /dev/stdin is read like a file
+        raw = f.read()
+    return decode_text(raw, str(path))
+
+
+def _where(raw: bytes, offset: int) -> str:
+    line = raw.count(b"\n", 0, offset) + 1
+    column = offset - (raw.rfind(b"\n", 0, offset) + 1) + 1
+    return f"offset {offset} (line {line}, column {column})"
+
+
+def decode_text(raw: bytes, name: str) -> str:
+    """The text of ``raw`` (the bytes of ``name``), or a ValueError that says what was found
+    instead of UTF-8 text, and where."""
+    for bom, encoding in BOMS:
+        if raw.startswith(bom):
+            raise ValueError(f"{name} is {encoding} text (it starts with the {encoding} byte-order mark), not UTF-8: "
+                             f"convert it, e.g. iconv -f {encoding[:6]} -t UTF-8 in.txt > out.txt")
+    nul, nuls = raw.find(b"\x00"), raw.count(b"\x00")
+    if nul >= 0:
+        raise ValueError(f"{name} is not text: it holds {nuls:,} NUL bytes, the first at "
+                         f"{_where(raw, nul)}; it looks like a binary file (an archive, an image, a program) or "
+                         "UTF-16 text without a byte-order mark. Give a plain UTF-8 text file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise ValueError(
-            f"{path} is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}, column "
-            f"{column}) cannot be decoded. Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)."
+            f"{name} is not UTF-8 text: byte 0x{raw[e.start]:02x} at {_where(raw, e.start)} cannot be "
+            f"decoded. Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 for a Latin-1 file)."
         ) from None
     if not text.strip():
-        raise ValueError(f"{path} is empty: give a text to train on")
+        raise ValueError(f"{name} is empty: give a text to train on")
+    controls = len(STRAY_CONTROL.findall(text))
+    if controls > MAX_CONTROL_SHARE * len(text):
+        first = STRAY_CONTROL.search(text).start()
+        raise ValueError(f"{name} is not text: {controls:,} of its {len(text):,} characters are control "
+                         f"characters, the first {text[first]!r} at character {first} (line "
+                         f"{text.count(chr(10), 0, first) + 1}). Give a plain UTF-8 text file")
     return text
 
 

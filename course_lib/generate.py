@@ -6,19 +6,32 @@ Shapes: B batch, T time, V vocabulary size.
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 import torch.nn.functional as F
 
 from .attention import KVCache
 
 
-def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> None:
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be an integer >= 1 (or None for no cut-off), got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p}")
+def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                        max_new_tokens: int | None = None) -> None:
+    """The one check of the sampling arguments (the API and the command line both call it):
+    a clear ValueError for a value out of range, NaN or infinity included."""
+    if not _is_number(temperature) or not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be >= 0 (0 means greedy) and finite, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f"top_k must be an integer >= 1 (or None for no cut-off), got {top_k!r}")
+    if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, numbers.Integral)
+                                       or isinstance(max_new_tokens, bool) or max_new_tokens < 0):
+        raise ValueError(f"max_new_tokens must be an integer >= 0 (how many tokens to add), got {max_new_tokens!r}")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -50,7 +63,14 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if top_p is not None and top_p < 1.0:
         logits = top_p_filter(logits, top_p)
     probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+    try:
+        return torch.multinomial(probs, num_samples=1, generator=generator)
+    except RuntimeError as e:  # NaN or inf among the probabilities: say why, not where torch noticed
+        if torch.isfinite(probs).all():
+            raise
+        raise ValueError("the model's next-token probabilities are not finite numbers (NaN or inf): its weights "
+                         "are broken (a run that diverged?) or the temperature is too close to 0; use "
+                         "temperature=0 for greedy decoding, or another checkpoint") from None
 
 
 @torch.no_grad()
@@ -76,7 +96,7 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
                               **batch_options)
     if batch_options:
         raise TypeError(f"{', '.join(sorted(batch_options))}: only for a list of prompts (see generate_batch)")
-    check_sampling_args(temperature, top_k, top_p)
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}; "
                          "start from at least one token, e.g. a newline")
@@ -128,7 +148,7 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     """
     from .data import pad_batch  # data imports nothing from here; kept local to keep generate light
 
-    check_sampling_args(temperature, top_k, top_p)
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     block_size = model.config.block_size
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError("prompts must be a non-empty list of prompts, each a list of token ids")

@@ -14,11 +14,26 @@ import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .checkpoint import register_model
-from .utils import IGNORE_INDEX, config_from_dict
+from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 
 # GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
 ACTIVATIONS = {"gelu": lambda: nn.GELU(), "relu": lambda: nn.ReLU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+
+
+# What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
+GPT_CONFIG_RULES = {
+    "vocab_size": Rule(int, 1),
+    "block_size": Rule(int, 1),
+    "n_layer": Rule(int, 1),
+    "n_head": Rule(int, 1),
+    "n_embd": Rule(int, 1),
+    "dropout": Rule(float, 0.0, 1.0, "[)"),
+    "bias": Rule(bool),
+    "tie_weights": Rule(bool),
+    "norm_position": Rule(str, choices=("pre", "post")),
+    "activation": Rule(str, choices=tuple(ACTIVATIONS)),
+}
 
 
 @dataclass
@@ -35,22 +50,13 @@ class GPTConfig:
     activation: str = "gelu"  # "gelu", "relu" or "gelu_tanh" (GELU's tanh approximation, as GPT-2)
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, GPT_CONFIG_RULES)
         if self.n_embd % self.n_head != 0:
             divisors = [h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0]
             raise ValueError(
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head gets "
                 f"n_embd / n_head channels. Change n_head to one of {divisors[:12]} or change n_embd."
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.norm_position not in ("pre", "post"):
-            raise ValueError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {self.activation!r}")
 
     @property
     def head_size(self) -> int:
@@ -163,7 +169,13 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
                 ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None):
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}: add the batch "
+                             "dimension with idx[None] (or idx.unsqueeze(0)) for a single sequence")
         B, T = idx.shape
+        if targets is not None and tuple(targets.shape) != (B, T):
+            raise ValueError(f"targets must have the shape of idx ({B}, {T}), got {tuple(targets.shape)}: "
+                             "targets[b, t] is the token that follows idx[b, :t+1]")
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             raise ValueError(

@@ -25,9 +25,22 @@ from .attention import CausalSelfAttention, scaled_dot_product_attention
 from .checkpoint import register_model
 from .model import FeedForward, sinusoidal_position_encoding
 from .tokenizers import register_tokenizer
-from .utils import IGNORE_INDEX, config_from_dict
+from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # the special tokens of Seq2SeqTokenizer
+
+
+# What each Seq2SeqConfig field may hold (checked in __post_init__): a new field adds one row.
+SEQ2SEQ_CONFIG_RULES = {
+    **{name: Rule(int, 1) for name in ("vocab_size", "block_size", "n_encoder_layers", "n_decoder_layers",
+                                       "n_head", "n_embd")},
+    "dropout": Rule(float, 0.0, 1.0, "[)"),
+    "label_smoothing": Rule(float, 0.0, 1.0, "[)"),
+    **{name: Rule(bool) for name in ("bias", "final_norm", "share_embeddings", "tie_weights")},
+    "norm_position": Rule(str, choices=("pre", "post")),
+    "activation": Rule(str, choices=("relu", "gelu")),
+    **{name: Rule(int, 0) for name in ("pad_id", "bos_id", "eos_id")},
+}
 
 
 @dataclass
@@ -51,23 +64,12 @@ class Seq2SeqConfig:
     eos_id: int = EOS_ID
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_encoder_layers", "n_decoder_layers", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Seq2SeqConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, SEQ2SEQ_CONFIG_RULES)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}); "
                              f"try n_head in {[h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0][:12]}")
         if self.n_embd % 2:
             raise ValueError(f"n_embd must be even (sinusoidal positions come in sin/cos pairs), got {self.n_embd}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.norm_position not in ("pre", "post"):
-            raise ValueError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
-        if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if self.norm_position == "pre" and not self.final_norm:
             raise ValueError("a pre-LN stack needs final_norm=True: otherwise its output is never normalised")
         if self.tie_weights and not self.share_embeddings:
@@ -704,17 +706,28 @@ def exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]], beam_si
 
 
 def train_dates(out_dir: str | Path | None, max_iters: int | None = None, device: str = "cpu",
-                progress: bool = True):
+                progress: bool = True, resume: bool = False, resume_hint: str | None = None):
     """Train the chapter's date normaliser and write its checkpoint (tokenizer included) to
-    ``out_dir/ckpt.pt``. Returns the :class:`~course_lib.train.Trainer`."""
+    ``out_dir/ckpt.pt``; with ``resume``, continue the run saved there (``max_iters`` then
+    extends it). ``resume_hint`` is what to print after Ctrl-C. Returns the
+    :class:`~course_lib.train.Trainer`."""
+    from .checkpoint import CHECKPOINT_NAME, load_checkpoint
     from .train import Trainer
     from .utils import seed_everything
 
-    config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
-    seed_everything(config.seed)
     tokenizer = date_tokenizer()
-    model = Seq2Seq(DATES_MODEL)
-    trainer = Trainer(model, config=config, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device),
-                      device=device, out_dir=out_dir, tokenizer=tokenizer, progress=progress)
+    if resume:
+        path = Path(out_dir) / CHECKPOINT_NAME
+        batch_size = load_checkpoint(path)["train_config"]["batch_size"]
+        trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, batch_size, device=device),
+                                 device=device, max_iters=max_iters, progress=progress)
+    else:
+        config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
+        seed_everything(config.seed)
+        trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, device=device, out_dir=out_dir, tokenizer=tokenizer,
+                          batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), progress=progress)
+    trainer.trained_on = {"command": "train-dates", "preset": None, "text": None, "text_sha256": None}
+    if resume_hint is not None:
+        trainer.resume_hint = resume_hint
     trainer.train()
     return trainer

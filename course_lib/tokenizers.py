@@ -78,6 +78,18 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return tokenizer_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+def check_token_id(i, vocab_size: int) -> int:
+    """``i`` as an int if it is a token id in [0, vocab_size), else a ValueError that says why
+    (a float such as 1.7 is never silently rounded to an id)."""
+    import numbers
+
+    if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+        raise ValueError(f"token ids must be integers, got {i!r} of type {type(i).__name__}")
+    if not 0 <= i < vocab_size:
+        raise ValueError(f"unknown token id {int(i)}: ids run from 0 to {vocab_size - 1} for this tokenizer")
+    return int(i)
+
+
 @register_tokenizer("char")
 class CharTokenizer:
     """A character-level tokenizer: one id per distinct character, in sorted order.
@@ -131,12 +143,11 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         try:
-            return "".join(self.itos[int(i)] for i in ids)
-        except KeyError:
-            bad = next(int(i) for i in ids if int(i) not in self.itos)
-            raise ValueError(
-                f"unknown token id {bad}: ids run from 0 to {self.vocab_size - 1} for this tokenizer"
-            ) from None
+            return "".join(self.itos[i] for i in ids)
+        except (KeyError, TypeError):
+            for i in ids:
+                check_token_id(i, self.vocab_size)
+            raise
 
     def to_dict(self) -> dict:
         return {"type": "char", "chars": "".join(self.chars)}

@@ -23,13 +23,39 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import distributed
+from ._signals import pause_point
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
                          rng_state, save_checkpoint, set_rng_state)
 from .data import get_batch
-from .utils import DEFAULT_SEED, IGNORE_INDEX, config_from_dict
+from .utils import DEFAULT_SEED, IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# What each TrainConfig field may hold (checked in __post_init__): a new field adds one row.
+# The upper bounds refuse values no run can learn with (an AdamW step size above 1, betas of 1
+# or more), so that a typo fails at once instead of training on NaN.
+TRAIN_CONFIG_RULES = {
+    "max_iters": Rule(int, 1),
+    "batch_size": Rule(int, 1),
+    "learning_rate": Rule(float, 0.0, 1.0, "(]"),
+    "min_lr": Rule(float, 0.0, 1.0),
+    "warmup_iters": Rule(int, 0),
+    "lr_decay_iters": Rule(int, 1),
+    "schedule": Rule(str, choices=("constant", "cosine", "transformer")),
+    "weight_decay": Rule(float, 0.0, 10.0),
+    "beta1": Rule(float, 0.0, 1.0, "[)"),
+    "beta2": Rule(float, 0.0, 1.0, "[)"),
+    "grad_clip": Rule(float, 0.0),  # 0: off
+    "eval_interval": Rule(int, 1),
+    "eval_iters": Rule(int, 1),
+    "checkpoint_interval": Rule(int, 0),
+    "seed": Rule(int, 0, 2**63 - 1),
+    "grad_accum_steps": Rule(int, 1),
+    "dtype": Rule(str, choices=tuple(DTYPES)),
+    "compile": Rule(bool),
+}
 
 
 @dataclass
@@ -57,18 +83,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model; falls back to eager, with a message, where it cannot
 
     def __post_init__(self):
-        if self.schedule not in ("constant", "cosine", "transformer"):
-            raise ValueError(f"schedule must be 'constant', 'cosine' or 'transformer', got {self.schedule!r}")
-        for name in ("max_iters", "batch_size", "eval_interval", "eval_iters", "grad_accum_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
-            raise ValueError(f"checkpoint_interval must be >= 0 (or None: at every evaluation), "
-                             f"got {self.checkpoint_interval}")
+        check_fields(self, TRAIN_CONFIG_RULES)
 
     @property
     def save_every(self) -> int:
@@ -238,6 +253,11 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.signum, self.saved = signum, saved
 
 
+class TrainingDiverged(ValueError):
+    """Raised when the loss or the weights stop being finite numbers: the run stops there, and no
+    checkpoint is written over the last good one."""
+
+
 class StopAtStepBoundary:
     """While active (in the main thread), the first Ctrl-C or SIGTERM only sets ``requested``:
     the training loop finishes the step under way and stops cleanly. A second Ctrl-C
@@ -325,6 +345,9 @@ class Trainer:
         self._first_step = 0  # the step train() started from (its timing includes warm-up)
         # How to continue after an interrupt; the command line replaces it with its own command.
         self.resume_hint = "Trainer.resume({path!r}, ...)"
+        # What the run learns from, stored in its checkpoints (the command line fills it in:
+        # command, preset, text name and SHA-256) so that a resume with other data is refused.
+        self.trained_on: dict | None = None
 
     @property
     def generator(self) -> torch.Generator:
@@ -382,6 +405,8 @@ class Trainer:
             loss = self.forward_backward(batches)
         self._compile_unproven = False
         loss = distributed.average(loss)  # under torchrun: the loss of the whole global batch
+        if not math.isfinite(loss):  # before the update: the weights are as they were
+            raise self._diverged(f"the loss is {loss} (learning rate {lr:.3g} at this step)")
         if self.config.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not fp16's scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
@@ -434,6 +459,7 @@ class Trainer:
     def _evaluate(self, bar) -> None:
         if not distributed.is_main():  # under torchrun, rank 0 alone evaluates and logs
             return
+        pause_point("evaluate")
         losses = self.evaluate()
         if self.verbose:
             bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
@@ -456,23 +482,27 @@ class Trainer:
                         self.save()
                     if stopping():
                         break
+                    pause_point("step")
                     loss = self.train_step()
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.3f}", **self._speed_postfix(), refresh=False)
-                stopped = self.step < end or stopping()
-                if not stopped and self._eval_due():
-                    self._evaluate(bar)
+                stopped = stopping()
+                if not stopped:  # the last evaluation and checkpoint, still safe from a Ctrl-C
+                    if self._eval_due():
+                        self._evaluate(bar)
+                    if self.out_dir is not None:
+                        self.save()
+                    stopped = stopping()
         except KeyboardInterrupt:  # a second Ctrl-C: the step under way is lost, not saved
             bar.close()
             print(f"interrupted again during step {self.step + 1}: nothing saved for it" +
                   (f"; the last checkpoint is {self.checkpoint_path} (step {self.saved_step})"
                    if self.saved_step is not None else ""))
             raise
-        bar.close()
+        finally:
+            bar.close()
         if stopped:
             raise self._interrupted(stop.requested or signal.SIGINT)
-        if self.out_dir is not None:
-            self.save()
         self.model.eval()
         return self.history
 
@@ -482,13 +512,20 @@ class Trainer:
             message = f"{name}: stopped at step {self.step}; nothing saved (give the Trainer an out_dir to save)"
             saved = None
         else:
-            saved = self.save()
+            saved = self.checkpoint_path if self.saved_step == self.step else self.save()
             hint = self.resume_hint.format(path=str(saved))
             message = f"{name}: stopped at step {self.step} and saved {saved}; continue with {hint}"
         if distributed.is_main():
             print(message)
         self.model.eval()
         return TrainingInterrupted(message, signum, saved)
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        kept = (f"the last good checkpoint, {self.checkpoint_path} (step {self.saved_step}), is kept"
+                if self.saved_step is not None else "nothing was saved")
+        return TrainingDiverged(f"training diverged at step {self.step + 1}: {what}; {kept}. Try a smaller "
+                                f"learning_rate (it is {self.config.learning_rate:g}) or gradient clipping "
+                                "(grad_clip=1.0), e.g. --set learning_rate=3e-4 --set grad_clip=1.0")
 
     # --- checkpoints ---
 
@@ -500,6 +537,9 @@ class Trainer:
         streams = {}  # every micro-batch's stream, gathered from the processes that draw them
         for part in distributed.gather({j: g.get_state() for j, g in zip(self.micro_batches, self.generators)}):
             streams.update(part)
+        pause_point("save")
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise self._diverged("the weights are no longer finite numbers (NaN or inf), so they were not saved")
         self.saved_step = self.step
         if not distributed.is_main():
             return path
@@ -507,7 +547,8 @@ class Trainer:
         if self.config.grad_accum_steps > 1:
             rng["streams"] = [streams[j] for j in range(self.config.grad_accum_steps)]
         return save_checkpoint(path, self.model, tokenizer=self.tokenizer, train_config=self.config,
-                               optimizer=self.optimizer, step=self.step, history=self.history, rng=rng)
+                               optimizer=self.optimizer, step=self.step, history=self.history, rng=rng,
+                               trained_on=self.trained_on)
 
     def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
         load_weights(self.model, ckpt, path)
@@ -562,4 +603,5 @@ class Trainer:
                       out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress,
                       verbose=verbose)
         trainer.load_state(ckpt, path)
+        trainer.trained_on = ckpt.get("trained_on")
         return trainer

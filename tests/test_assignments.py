@@ -22,8 +22,9 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+import yaml
 
-from course_lib.tools.chapters import ROOT, chapter_number, toc_chapters
+from course_lib.tools.chapters import ROOT, chapter_number, execute_notebook, toc_chapters
 from course_lib.tools import assignments
 from course_lib.tools.assignments import has_solution, is_check_cell
 
@@ -131,7 +132,7 @@ def test_student_notebook_of_a_made_up_chapter(tmp_path):
 
 
 def test_nbgrader_source_notebook(tmp_path):
-    """--nbgrader: solutions kept for nbgrader to strip, cells carry nbgrader's metadata."""
+    """--format nbgrader: solutions kept for nbgrader to strip, cells carry nbgrader's metadata."""
     v4 = nbformat.v4
     nb = v4.new_notebook(cells=[
         v4.new_markdown_cell("# 3. Title"),
@@ -144,7 +145,7 @@ def test_nbgrader_source_notebook(tmp_path):
     book = tmp_path / "book"
     book.mkdir()
     nbformat.write(nb, book / "ch03_example.ipynb")
-    [path] = assignments.build(tmp_path / "source", book_dir=book, nbgrader=True)
+    [path] = assignments.build(tmp_path / "source", book_dir=book, fmt="nbgrader")
     assert path == tmp_path / "source" / "ch03" / "ch03_example.ipynb"
     out = nbformat.read(path, as_version=4)
     meta = [c.metadata.get("nbgrader") for c in out.cells]
@@ -155,6 +156,89 @@ def test_nbgrader_source_notebook(tmp_path):
     assert len(ids) == len(set(ids)) == 4, ids
     assert "### BEGIN SOLUTION" in out.cells[1].source and "secret" not in str(out)
     assert "Student version" not in str(out)
+
+
+def _tiny_book(tmp_path, check="ch03.check_average_past(average_past)\nprint(average_past(x))"):
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 3. Title"),
+        v4.new_code_cell("x = torch.ones(1, 2, 3)", execution_count=1),
+        v4.new_markdown_cell(":::{exercise} Average\n:label: ch03-ex-avg\nWrite it.\n:::"),
+        v4.new_code_cell(FUNCTION, metadata={"tags": ["hide-input"]}),
+        v4.new_code_cell(check),
+        v4.new_markdown_cell(":::{solution} ch03-ex-avg\nThe answer.\n:::", metadata={"tags": ["solution"]}),
+        v4.new_markdown_cell("## Summary"),
+    ])
+    book = tmp_path / "book"
+    book.mkdir()
+    nbformat.write(nb, book / "ch03_example.ipynb")
+    return book
+
+
+def test_otter_master_notebook(tmp_path):
+    """--format otter: Otter Assign's format, tests that call the chapter's check, and a solution
+    cell that Otter's own solution stripping turns into the student notebook's skeleton."""
+    from otter.assign.solutions import replace_solutions
+
+    from course_lib.tools.book import repository_url
+
+    [path] = assignments.build(tmp_path / "masters", book_dir=_tiny_book(tmp_path), fmt="otter")
+    assert path == tmp_path / "masters" / "ch03" / "ch03_example.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    config = yaml.safe_load(cells[0].source)
+    assert cells[0].cell_type == "raw" and cells[0].source.startswith("# ASSIGNMENT CONFIG")
+    assert config["name"] == "ch03_example" and config["tests"] == {"files": True, "ok_format": False}
+    assert config["requirements"] == [f"course_lib @ git+{repository_url()}"]  # no _config.yml beside this book
+    markers = [c.source.split("\n")[0] for c in cells[1:] if c.cell_type == "raw"]
+    assert markers == ["# BEGIN QUESTION", "# BEGIN SOLUTION", "# END SOLUTION", "# BEGIN TESTS", "# END TESTS",
+                       "# END QUESTION"]
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("# BEGIN QUESTION"))
+    assert yaml.safe_load(cells[start].source.split("\n", 1)[1]) == {"name": "average_past", "points": 1}
+    text, _, solution, _, _, test, _, _, after = cells[start + 1:start + 10]
+    assert text.source.startswith("**Exercise: Average**")
+    assert test.source == ("def test_average_past(average_past):\n    from course_lib.exercises import ch03\n"
+                           "    ch03.check_average_past(average_past)\n\ntest_average_past(average_past)")
+    assert after.source == "print(average_past(x))", "what the check cell does besides the check stays"
+    student = "\n".join(replace_solutions(solution.source.split("\n"), "python"))
+    assert student == assignments.strip_solution_code(FUNCTION)[0]
+    namespace = {"torch": __import__("torch")}
+    exec(solution.source, namespace)  # the solution version still runs: the prompt is an inert string
+    assert namespace["average_past"](__import__("torch").ones(1, 2, 3)).shape == (1, 2, 3)
+    assert "The answer" not in str(cells) and "{exercise}" not in str(cells)
+
+
+@pytest.mark.parametrize("check, message", [
+    ("result = ch03.check_average_past(average_past)", "not a statement of its own"),
+    ("ch03.check_average_past(average_past)  # IGNORE", "Otter Assign would drop"),
+])
+def test_otter_refuses_what_it_cannot_grade(tmp_path, check, message):
+    with pytest.raises(assignments.AssignmentError, match=message):
+        assignments.build(tmp_path / "masters", book_dir=_tiny_book(tmp_path, check), fmt="otter")
+    assert not (tmp_path / "masters").exists()
+
+
+def test_build_is_all_or_nothing_and_names_the_broken_notebook(tmp_path):
+    """A broken chapter 2 leaves no chapter 1 behind, whether the folder existed or not (issue 21)."""
+    book = _tiny_book(tmp_path)
+    (book / "ch03_example.ipynb").rename(book / "ch01_good.ipynb")
+    (book / "ch02_broken.ipynb").write_text('{"cells": [')  # cut short, as by a failed copy
+    for fmt in assignments.FORMATS:
+        with pytest.raises(assignments.AssignmentError, match=r"ch02_broken\.ipynb: not a readable notebook"):
+            assignments.build(tmp_path / "new" / "out", book_dir=book, fmt=fmt)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["book"], "something was left behind"
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "mine.txt").write_text("keep")
+    with pytest.raises(assignments.AssignmentError):
+        assignments.build(existing, book_dir=book)
+    assert [p.name for p in existing.iterdir()] == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book", "existing"]
+    done = subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--book", str(book),
+                           "--out", str(existing)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "ch02_broken.ipynb" in done.stderr, done.stderr
+    (book / "ch02_broken.ipynb").unlink()
+    assignments.build(existing, book_dir=book)
+    assert sorted(p.name for p in existing.iterdir()) == ["ch01_good.ipynb", "mine.txt"]
 
 
 def test_check_results_classify_every_outcome():
@@ -303,7 +387,7 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter", str(n),
                     "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
     path = tmp_path / f"{Path(chapter).name}.ipynb"
-    executed = assignments.execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
+    executed = execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
     results = assignments.check_results(executed)
     assert results, f"{chapter}: no check cell"
     wrong = [r for r in results if r.status != "not done"]

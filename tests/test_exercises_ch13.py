@@ -1,5 +1,6 @@
 """The checks of chapter 13's exercises: right answers pass, plausible wrong ones fail with a hint."""
 import pytest
+import torch
 
 from course_lib.exercises import ExerciseError, ch13
 
@@ -100,3 +101,90 @@ def test_count_not_done():
 def test_count_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch13.check_gpt2_parameters(wrong)
+
+
+# --- a Conv1D as an nn.Linear ---
+
+
+def conv1d_to_linear(weight, bias):
+    # written differently from the chapter: assign new Parameters instead of copy_
+    n_in, n_out = weight.shape
+    linear = torch.nn.Linear(n_in, n_out)
+    linear.weight = torch.nn.Parameter(weight.T.contiguous())
+    linear.bias = torch.nn.Parameter(bias.clone())
+    return linear
+
+
+def test_conv1d_to_linear_correct(capsys):
+    ch13.check_conv1d_to_linear(conv1d_to_linear)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_conv1d_to_linear_not_done():
+    with pytest.raises(ExerciseError, match="Not done yet"):
+        ch13.check_conv1d_to_linear(not_done)
+
+
+def copies_without_transpose(weight, bias):
+    """The classic mistake: on the square weight it raises no error, on the others copy_ does."""
+    linear = torch.nn.Linear(*weight.shape)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    return linear
+
+
+def swaps_the_features(weight, bias):
+    """nn.Linear's arguments in the wrong order, weights assigned: right on the square case only."""
+    n_in, n_out = weight.shape
+    linear = torch.nn.Linear(n_out, n_in)
+    linear.weight = torch.nn.Parameter(weight.t().clone())
+    linear.bias = torch.nn.Parameter(bias.clone())
+    return linear
+
+
+def no_bias(weight, bias):
+    linear = torch.nn.Linear(*weight.shape, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(weight.t())
+    return linear
+
+
+def keeps_the_default_bias(weight, bias):
+    linear = torch.nn.Linear(*weight.shape)
+    with torch.no_grad():
+        linear.weight.copy_(weight.t())
+    return linear
+
+
+def transposes_in_place(weight, bias):
+    return conv1d_to_linear(weight.t_().t(), bias)  # .t_() rewrites GPT-2's tensor
+
+
+def returns_the_weight(weight, bias):
+    return weight.t()
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (copies_without_transpose, "without transposing"),
+    (swaps_the_features, r"nn.Linear\(in_features, out_features\)"),
+    (no_bias, "no bias"),
+    (keeps_the_default_bias, "the bias is not the Conv1D's"),
+    (transposes_in_place, "changed the tensors"),
+    (returns_the_weight, "expected an nn.Linear"),
+])
+def test_conv1d_to_linear_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch13.check_conv1d_to_linear(wrong)
+
+
+def test_conv1d_to_linear_a_shape_error_from_copy_gets_the_transpose_hint():
+    """On a non-square weight, copying without the transpose makes copy_ raise: the check turns that
+    error into the transpose hint (the square case, tried first, is caught by its values)."""
+    def square_right_others_untransposed(weight, bias):
+        if weight.shape[0] == weight.shape[1]:
+            return conv1d_to_linear(weight, bias)
+        return copies_without_transpose(weight, bias)
+
+    with pytest.raises(ExerciseError, match=r"RuntimeError(.|\n)*copy weight\.t\(\)"):
+        ch13.check_conv1d_to_linear(square_right_others_untransposed)

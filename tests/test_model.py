@@ -9,7 +9,7 @@ from course_lib.model import GPT, GPTConfig, sinusoidal_position_encoding
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(n_embd=10, n_head=3), r"n_embd \(10\) must be divisible by n_head \(3\).*one of \[1, 2, 5, 10\]"),
-    (dict(vocab_size=0), "vocab_size must be a positive integer"),
+    (dict(vocab_size=0), "vocab_size must be an integer >= 1"),
     (dict(dropout=1.0), "dropout"),
     (dict(norm_position="middle"), "norm_position"),
     (dict(activation="tanh"), "activation"),

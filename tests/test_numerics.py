@@ -86,6 +86,23 @@ def test_the_executor_runs_its_kernel_in_the_reference_environment(tmp_path, mon
     assert "".join(o.get("text", "") for o in executed.cells[0].outputs) == expected
 
 
+@pytest.mark.slow  # a kernel
+def test_the_executor_does_not_run_nbval_skip_cells_and_stores_them_without_outputs(tmp_path):
+    """A `# NBVAL_SKIP` cell needs the network or a GPU: nbval never runs it, so the executor does
+    not either, instead of storing this machine's download errors (the cell would raise here)."""
+    skipped = nbformat.v4.new_code_cell("# NBVAL_SKIP\nraise RuntimeError('no network')",
+                                        execution_count=3, metadata={"tags": ["remove-output"]},
+                                        outputs=[nbformat.v4.new_output("stream", name="stdout", text="old")])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)"), skipped])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, tmp_path / "skip.ipynb")
+    execute_notebook(tmp_path / "skip.ipynb", store=True)
+    first, second = nbformat.read(tmp_path / "skip.ipynb", as_version=4).cells
+    assert first.outputs[0]["text"] == "2\n"
+    assert second.outputs == [] and second.execution_count is None
+    assert second.metadata["tags"] == ["remove-output"]  # its own tags kept, the executor's removed
+
+
 @pytest.mark.slow  # two pytest runs with a kernel each
 def test_nbval_kernels_run_in_the_reference_environment_through_book_conftest(tmp_path):
     """book/conftest.py pins the kernels nbval starts; without it, a user's OMP_NUM_THREADS=1

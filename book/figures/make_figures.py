@@ -467,6 +467,66 @@ def encoder_decoder():
     return fig
 
 
+# --------------------------------------------------------------------------------------------------
+@figure("ch12_data_parallel")
+def data_parallel():
+    """DDP with W = 3 processes: each copy of the model gets its own micro-batch, computes its own
+    gradient, the all-reduce leaves every process with the mean, and the same step keeps the copies equal."""
+    fig, ax = canvas(10.0, 6.4)
+    xs = (1.9, 5.0, 8.1)
+    label(ax, 5.0, 6.0, "One step of data parallelism (DDP) with W = 3 processes, one per GPU",
+          fontsize=10.5, color=INK)
+    for r, x in enumerate(xs):
+        box(ax, x, 5.3, 2.5, 0.5, f"micro-batch {r}  (B, T)", GREY, fontsize=9.5)
+        arrow(ax, x, 5.05, x, 4.75)
+        box(ax, x, 4.35, 2.5, 0.7, f"process {r}: its own copy\nof the model (same weights)", BLUE,
+            fontsize=9.5)
+        arrow(ax, x, 4.0, x, 3.7)
+        box(ax, x, 3.35, 2.5, 0.6, f"forward + backward\n-> its gradient $g_{r}$", ORANGE, fontsize=9.5)
+        arrow(ax, x, 3.05, x, 2.62)
+        arrow(ax, x, 1.98, x, 1.6)
+        box(ax, x, 1.25, 2.5, 0.6, "the same AdamW step\n-> the same new weights", GREEN, fontsize=9.5)
+    ax.add_patch(FancyBboxPatch((0.55, 2.0), 8.9, 0.6, boxstyle="round,pad=0,rounding_size=0.08",
+                                facecolor=LIGHT[RED], edgecolor=RED, linewidth=1.5, zorder=2))
+    label(ax, 5.0, 2.3, r"all-reduce (mean): every process receives $\bar g = (g_0 + g_1 + g_2)\,/\,3$"
+          ", during backward, bucket by bucket", fontsize=9.5, color=INK)
+    label(ax, 5.0, 0.5, "The global batch is the W micro-batches: the mean gradient equals one process "
+          "accumulating all of them.", fontsize=9, color="#444444")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("ch13_gpt2_weight_map")
+def gpt2_weight_map():
+    """Hugging Face's GPT-2 state dict on the left, ours on the right: the same names inside a block,
+    other prefixes, and the four Conv1D matrices transposed."""
+    fig, ax = canvas(10.4, 6.6)
+    left, right, w, h = 2.6, 7.8, 4.1, 0.36
+    label(ax, left, 6.15, "Hugging Face GPT2LMHeadModel", fontsize=10.5, color=INK)
+    label(ax, right, 6.15, "our GPT", fontsize=10.5, color=INK)
+    rows = [("transformer.wte.weight  (V, C)", "wte.weight  (V, C)", False),
+            ("transformer.wpe.weight  (T, C)", "wpe.weight  (T, C)", False),
+            ("transformer.h.{i}.ln_1.weight, .bias  (C,)", "blocks.{i}.ln_1.weight, .bias  (C,)", False),
+            ("transformer.h.{i}.attn.c_attn.weight  (C, 3C)", "blocks.{i}.attn.c_attn.weight  (3C, C)", True),
+            ("transformer.h.{i}.attn.c_proj.weight  (C, C)", "blocks.{i}.attn.c_proj.weight  (C, C)", True),
+            ("transformer.h.{i}.ln_2.weight, .bias  (C,)", "blocks.{i}.ln_2.weight, .bias  (C,)", False),
+            ("transformer.h.{i}.mlp.c_fc.weight  (C, 4C)", "blocks.{i}.mlp.c_fc.weight  (4C, C)", True),
+            ("transformer.h.{i}.mlp.c_proj.weight  (4C, C)", "blocks.{i}.mlp.c_proj.weight  (C, 4C)", True),
+            ("transformer.ln_f.weight, .bias", "ln_f.weight, .bias", False),
+            ("lm_head.weight = wte.weight", "lm_head.weight = wte.weight", False)]
+    for k, (hf, ours, transposed) in enumerate(rows):
+        y = 5.6 - 0.5 * k
+        color = RED if transposed else BLUE
+        box(ax, left, y, w, h, hf, color, fontsize=8.5)
+        box(ax, right, y, w, h, ours, color, fontsize=8.5)
+        arrow(ax, left + w / 2 + 0.05, y, right - w / 2 - 0.05, y, color=color)
+        label(ax, 5.2, y + 0.13, ".t()" if transposed else "as it is", fontsize=8, color=color)
+    label(ax, 5.2, 0.45, "Red: GPT-2's Conv1D stores (in, out) and computes x W + b; nn.Linear stores "
+          "(out, in) and computes x W^T + b.\nThe biases of every linear layer (c_attn.bias, ...) "
+          "copy as they are; the tied LM head needs nothing.", fontsize=8.5, color="#444444")
+    return fig
+
+
 def main(out_dir: Path = HERE) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

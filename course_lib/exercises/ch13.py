@@ -1,16 +1,18 @@
 """Checks for chapter 13, The real GPT-2: ``from course_lib.exercises import ch13``.
 
-Neither check needs ``transformers`` or the network: the first builds a state dict with GPT-2's
-names and Conv1D layout from random numbers, the second compares with chapter 6's formula.
+No check needs ``transformers`` or the network: the first builds a state dict with GPT-2's
+names and Conv1D layout from random numbers, the second compares with chapter 6's formula, the
+third compares a layer with ``x @ weight + bias``, Conv1D's own computation.
 """
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..gpt2 import GPT2_SIZES, weight_map
 from ..model import Block, GPTConfig
 from ..sizing import count_parameters
-from . import call, fail, passed
+from . import call, call_with_hints, fail, passed
 
 
 def _fake_gpt2_state(n_layer: int, C: int, V: int = 50, T: int = 16, seed: int = 13) -> dict[str, torch.Tensor]:
@@ -120,4 +122,54 @@ def check_gpt2_parameters(fn) -> None:
     passed(f"GPT-2 medium has {medium:,} parameters (the published '355M'), and your formula is exact for all four sizes.")
 
 
-__all__ = ["check_map_block", "check_gpt2_parameters"]
+def check_conv1d_to_linear(fn) -> None:
+    """``fn(weight, bias) -> nn.Linear``: given a GPT-2 ``Conv1D``'s weight, stored (n_in, n_out),
+    and its bias (n_out,), an ``nn.Linear(n_in, n_out)`` that computes the same function
+    ``x @ weight + bias``, without changing the tensors it was given. Shapes are tried square and
+    not, since a square weight hides the classic mistake (no transpose) from every shape check."""
+    g = torch.Generator().manual_seed(1313)
+    for n_in, n_out in ((8, 8), (8, 24), (32, 8)):  # attn.c_proj, c_attn-like, mlp.c_proj-like
+        weight = torch.randn(n_in, n_out, generator=g)  # Conv1D: (in, out)
+        bias = torch.randn(n_out, generator=g)
+        x = torch.randn(3, 5, n_in, generator=g)  # (B, T, n_in)
+        expected = x @ weight + bias  # Conv1D's forward: (B, T, n_out)
+        originals = weight.clone(), bias.clone()
+        what = f"conv1d_to_linear(weight {tuple(weight.shape)}, bias {tuple(bias.shape)})"
+        got = call_with_hints(fn, {"size mismatch": _TRANSPOSE_HINT, "must match the size": _TRANSPOSE_HINT,
+                                   "shape": _TRANSPOSE_HINT}, weight, bias, context=f"{what}: ")
+        if not isinstance(got, nn.Linear):
+            fail(f"{what}: expected an nn.Linear, got {type(got).__name__}.",
+                 "build nn.Linear(n_in, n_out) and copy the weight (transposed) and the bias into it.")
+        if not (torch.equal(weight, originals[0]) and torch.equal(bias, originals[1])):
+            fail(f"{what} changed the tensors it was given.",
+                 "copy into the new layer (with torch.no_grad(): linear.weight.copy_(weight.t())); "
+                 "do not modify GPT-2's tensors in place.")
+        if (got.in_features, got.out_features) != (n_in, n_out):
+            fail(f"{what}: your layer is nn.Linear({got.in_features}, {got.out_features}), "
+                 f"the Conv1D maps {n_in} inputs to {n_out} outputs.",
+                 "nn.Linear(in_features, out_features): a Conv1D weight (n_in, n_out) gives nn.Linear(n_in, n_out).")
+        if got.bias is None:
+            fail(f"{what}: your layer has no bias; GPT-2's Conv1D adds one.",
+                 "create the layer with bias=True (the default) and copy the Conv1D's bias into it.")
+        if got.weight.shape != (n_out, n_in):
+            fail(f"{what}: weight of shape {tuple(got.weight.shape)}, nn.Linear({n_in}, {n_out}) "
+                 f"stores ({n_out}, {n_in}).", _TRANSPOSE_HINT)
+        with torch.no_grad():
+            out = got(x)
+        if torch.allclose(out, expected, atol=1e-5, rtol=1e-5):
+            continue
+        if torch.equal(got.weight.detach(), weight):
+            fail(f"{what}: the weight was copied without transposing it.", _TRANSPOSE_HINT)
+        if torch.allclose(out - got.bias.detach(), expected - bias, atol=1e-5, rtol=1e-5):
+            fail(f"{what}: the weight is right but the bias is not the Conv1D's.",
+                 "copy the Conv1D's bias as it is (a vector of n_out numbers needs no transpose).")
+        fail(f"{what}: your layer computes another function than x @ weight + bias.", _TRANSPOSE_HINT)
+    passed("your nn.Linear computes exactly what GPT-2's Conv1D computes, square weights included.")
+
+
+_TRANSPOSE_HINT = ("Conv1D stores its weight (n_in, n_out) and computes x @ W + b; nn.Linear stores (n_out, n_in) "
+                   "and computes x @ W.T + b: copy weight.t(). A square weight (attn.c_proj) has the right shape "
+                   "either way, so only the values show the missing transpose.")
+
+
+__all__ = ["check_map_block", "check_gpt2_parameters", "check_conv1d_to_linear"]

@@ -1,29 +1,29 @@
-"""Student notebooks for instructors: the chapter notebooks without their solutions.
+"""Assignments for instructors: the chapter notebooks without their solutions, in three formats.
 
-    python -m course_lib.tools assignments build --out student/              # every chapter
-    python -m course_lib.tools assignments build --chapter 3 --out student/  # one chapter
-    python -m course_lib.tools assignments build --nbgrader --out source/    # nbgrader's source/chNN/ folders
-    python -m course_lib.tools assignments grade submissions/*.ipynb         # run them, report each check
+    python -m course_lib.tools assignments build --out student/                  # every chapter
+    python -m course_lib.tools assignments build --chapter 3 --out student/      # one chapter
+    python -m course_lib.tools assignments build --format otter --out masters/   # Otter-Grader
+    python -m course_lib.tools assignments build --format nbgrader --out source/ # nbgrader
 
-The chapter notebooks use nbgrader's markup: the body of every exercise function sits between
-``### BEGIN SOLUTION`` and ``### END SOLUTION``. A student notebook is the chapter with
+``--format student`` (the default) writes the notebooks students work in. The chapters use
+nbgrader's markup: the body of every exercise function sits between ``### BEGIN SOLUTION`` and
+``### END SOLUTION``. A student notebook is the chapter with the code between the markers replaced
+by ``raise NotImplementedError()`` (at the markers' indentation: signature and docstring stay), the
+worked solutions (cells tagged ``solution``, ``{solution}`` blocks) removed, the ``hide-input`` tag
+taken off the exercise cells, ``{exercise}`` boxes as plain Markdown (Jupyter and Colab do not
+render MyST directives) and every output cleared. A check cell run on an unfinished function then
+fails with the "Not done yet" message of :mod:`course_lib.exercises`.
 
-- the code between the markers replaced by ``raise NotImplementedError()`` (at the markers'
-  indentation, so the cell stays valid Python and the function's signature and docstring stay);
-- every cell tagged ``solution`` (the worked explanations) and every ``{solution}`` block removed;
-- the ``hide-input`` tag taken off the exercise cells, so the skeleton is in plain sight;
-- ``{exercise}`` boxes turned into plain Markdown (Jupyter and Colab do not render MyST directives);
-- all outputs and execution counts cleared.
+``--format nbgrader`` keeps the solutions (``nbgrader generate_assignment`` removes them) and gives
+the cells nbgrader's metadata: exercise cells become "autograded answer" cells, check cells
+read-only "autograder tests" worth one point per check, in nbgrader's layout ``OUT/chNN/``.
+``--format otter`` writes Otter-Grader master notebooks, ``OUT/chNN/``, for ``otter assign``
+(:mod:`course_lib.tools.otter_master`).
 
-Running a check cell on an unfinished function then fails with the student-facing
-"Not done yet" message of :mod:`course_lib.exercises`.
-
-With ``--nbgrader`` the solutions stay (nbgrader's ``generate_assignment`` removes them) and the
-cells get nbgrader's metadata: exercise cells become "autograded answer" cells, check cells
-read-only "autograder tests" worth one point per check.
-
-``build`` and ``grade`` need nbformat (and ``grade`` nbclient and a Jupyter kernel):
-``pip install "course_lib[instructor]"``. See the instructor guide in the book.
+Grading is the graders' job (``otter run``, ``otter grade`` or Gradescope with Otter's autograder
+zip; ``nbgrader autograde``): the instructor guide walks through both. The course's own grading
+command is retired; :func:`check_results` stays because the course's tests read executed check
+cells with it. ``build`` needs nbformat and PyYAML: ``pip install "course_lib[instructor]"``.
 """
 from __future__ import annotations
 
@@ -31,13 +31,14 @@ import argparse
 import copy
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from .chapters import CHAPTER_NAME, chapter_notebooks, execute_notebook
+from . import otter_master
+from .chapters import CHAPTER_NAME, ROOT, chapter_notebooks
+from .exercise_cells import (BEGIN_SOLUTION, END_SOLUTION, EXERCISE_BOX, CheckResult,  # noqa: F401
+                             check_results, checked_names, exercise_section_start, has_solution,
+                             is_check_cell, marker as _marker)
 
-BEGIN_SOLUTION = "### BEGIN SOLUTION"
-END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 END_HIDDEN_TESTS = "### END HIDDEN TESTS"
 CODE_STUB = "raise NotImplementedError()"
@@ -49,10 +50,9 @@ STUDENT_NOTE = (
     "`raise NotImplementedError()`. Write your code there, run the cell, then run the check "
     "cell below it: it says `Correct!` or tells you what to fix."
 )
-EXERCISE_BOX = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}", re.M)
-CHECK_CALL = re.compile(r"(?<![\w.])(?:ch\d+\.)?check_\w+\s*\(")
 
-INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat nbclient ipykernel)'
+INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat ipykernel pyyaml)'
+FORMATS = ("student", "nbgrader", "otter")
 
 
 class AssignmentError(ValueError):
@@ -66,15 +66,11 @@ def _require(module: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"building and grading student notebooks needs the `{module}` package: "
+        raise ImportError(f"building student notebooks needs the `{module}` package: "
                           f"{INSTALL_HINT}") from e
 
 
 # --- source transformations --------------------------------------------------------------------
-
-
-def _marker(line: str, marker: str) -> bool:
-    return line.strip().startswith(marker)
 
 
 def strip_solution_code(source: str, where: str = "cell") -> tuple[str, int]:
@@ -170,80 +166,67 @@ def exercise_boxes_to_markdown(source: str) -> str:
 # --- cells -------------------------------------------------------------------------------------
 
 
-def has_solution(cell) -> bool:
-    return cell.get("cell_type") == "code" and any(_marker(l, BEGIN_SOLUTION) for l in cell.source.split("\n"))
-
-
-def is_check_cell(cell) -> bool:
-    """A code cell that calls an exercise check (``ch03.check_x(...)`` or ``check_x(...)``)."""
-    if cell.get("cell_type") != "code" or has_solution(cell):
-        return False
-    calls = re.sub(r"^\s*(async\s+)?def\s.*$", "", cell.source, flags=re.M)  # not a definition
-    return CHECK_CALL.search(calls) is not None
-
-
-def checked_names(cell) -> list[str]:
-    """The check functions a check cell calls, e.g. ``["check_encode"]``."""
-    return [m.group(0).split(".")[-1].rstrip("( ") for m in CHECK_CALL.finditer(cell.source)] \
-        if is_check_cell(cell) else []
-
-
-def exercise_section_start(nb) -> int:
-    """Index of the first cell of a chapter's exercise section: its first ``{exercise}`` box,
-    solution or check cell (``len(nb.cells)`` when it has none)."""
-    for index, cell in enumerate(nb.cells):
-        if has_solution(cell) or is_check_cell(cell) or (
-                cell.cell_type == "markdown" and EXERCISE_BOX.search(cell.source)):
-            return index
-    return len(nb.cells)
-
-
 def _tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def make_student_notebook(nb, name: str = "notebook", nbgrader: bool = False):
+def make_student_notebook(nb, name: str = "notebook", fmt: str = "student", repository: str | None = None):
     """Return a student copy of a (nbformat v4) chapter notebook; ``nb`` itself is unchanged.
 
-    With ``nbgrader=True``, return instead the notebook to put in nbgrader's ``source/`` folder:
-    the solutions stay between their markers (``nbgrader generate_assignment`` removes them), the
+    ``fmt="nbgrader"`` returns instead the notebook to put in nbgrader's ``source/`` folder: the
+    solutions stay between their markers (``nbgrader generate_assignment`` removes them), the
     exercise cells are marked as nbgrader "autograded answer" cells and the check cells as
-    "autograder tests" worth one point per check; worked solutions are removed as above."""
+    "autograder tests" worth one point per check. ``fmt="otter"`` returns the Otter-Grader master
+    notebook (:mod:`course_lib.tools.otter_master`; ``repository``: where Gradescope's autograder
+    installs course_lib from). Worked solutions are removed in every format."""
+    if fmt not in FORMATS:
+        raise AssignmentError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     student = copy.deepcopy(nb)
     chapter = re.match(r"ch(\d+)_", Path(name).name)
     prefix = f"ch{int(chapter.group(1)):02d}" if chapter else Path(name).stem
     grade_ids: set = set()
-    cells = []
+    cells, kinds = [], []
     for index, cell in enumerate(student.cells):
         tags = _tags(cell)
         if SOLUTION_TAG in tags:
             continue
+        kind = ""
         if cell.cell_type == "markdown":
+            kind = "exercise" if EXERCISE_BOX.search(cell.source) else ""
             source = exercise_boxes_to_markdown(strip_solution_markdown(cell.source))
             if not source.strip():
                 continue
             cell.source = source
         elif cell.cell_type == "code":
+            kind = "check" if is_check_cell(cell) else ""
             source, n = strip_solution_code(cell.source, where=f"{name}, cell {index}")
             if n:
+                kind = "solution"
                 _check_python(source, f"{name}, cell {index}")
-                if not nbgrader:
+                if fmt == "student":
                     cell.source = source
                 if HIDE_INPUT_TAG in tags:
                     tags.remove(HIDE_INPUT_TAG)
                     cell.metadata["tags"] = tags
                     if not tags:
                         del cell.metadata["tags"]
-            if nbgrader and (n or is_check_cell(cell)):
+            if fmt == "nbgrader" and kind:
                 cell.metadata["nbgrader"] = _nbgrader_metadata(cell, prefix, grade_ids, answer=bool(n))
             cell.outputs = []
             cell.execution_count = None
             for key in ("execution", "collapsed", "scrolled"):
                 cell.metadata.pop(key, None)
         cells.append(cell)
+        kinds.append(kind)
+    if fmt == "otter":
+        try:
+            return otter_master.make_master_notebook(cells, student, Path(name).stem, repository, kinds,
+                                                     where=name)
+        except (ValueError, SyntaxError) as e:
+            raise AssignmentError(str(e)) from None
     first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
     student.cells = cells
-    if not nbgrader:
+    if fmt == "student":
         _insert_markdown(student, first_markdown + 1, STUDENT_NOTE)
         student.metadata.setdefault("course_lib", {})["student"] = True
     return student
@@ -299,34 +282,66 @@ def _check_python(source: str, where: str) -> None:
 # --- chapters ----------------------------------------------------------------------------------
 
 
-def build_student_notebook(source: str | Path, out_dir: str | Path, nbgrader: bool = False) -> Path:
-    """Write the student version of one chapter notebook into ``out_dir`` (same file name); with
-    ``nbgrader=True``, its nbgrader source version into ``out_dir/chNN/`` (nbgrader's layout:
-    ``source/<assignment>/<notebook>``)."""
-    nbformat = _require("nbformat")
-    source = Path(source)
-    out_dir = Path(out_dir)
-    if out_dir.resolve() == source.parent.resolve():
+def _repository(book_dir: Path) -> str | None:
+    """The course repository (``_config.yml`` beside the book, else this checkout's), or None."""
+    from .book import repository_url
+
+    for config in (book_dir.resolve().parent / "_config.yml", ROOT / "_config.yml"):
+        if config.exists():
+            return repository_url(config)
+    return None
+
+
+def _refuse_book_folder(out_dir: Path, book: Path) -> None:
+    if out_dir.resolve() == book.resolve():
         raise AssignmentError(f"--out {out_dir} is the folder of the chapter notebooks: "
                               "the student notebooks would overwrite the solutions; choose another folder")
-    nb = nbformat.read(source, as_version=4)
-    student = make_student_notebook(nb, name=source.name, nbgrader=nbgrader)
+
+
+def student_target(source: Path, out_dir: Path, fmt: str) -> Path:
+    """Where the notebook built from ``source`` goes: ``out_dir/<name>``, or, for nbgrader and
+    Otter (one folder per assignment), ``out_dir/chNN/<name>``."""
+    if fmt == "student":
+        return out_dir / source.name
+    m = CHAPTER_NAME.match(source.name)
+    return out_dir / (f"ch{int(m.group(1)):02d}" if m else source.stem) / source.name
+
+
+def build_student_notebook(source: str | Path, out_dir: str | Path, fmt: str = "student",
+                           repository: str | None = None) -> Path:
+    """Write the ``fmt`` version of one chapter notebook at :func:`student_target`."""
+    nbformat = _require("nbformat")
+    source, out_dir = Path(source), Path(out_dir)
+    _refuse_book_folder(out_dir, source.parent)
+    try:
+        nb = nbformat.read(source, as_version=4)
+    except Exception as e:  # JSON, schema or encoding errors all mean the same to the user
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AssignmentError(f"{source}: not a readable notebook ({first[:200]}); restore it "
+                              f"(e.g. git checkout -- {source.name}) or fix its JSON") from None
+    student = make_student_notebook(nb, name=source.name, fmt=fmt, repository=repository)
     if not any(has_solution(c) for c in nb.cells):
         print(f"warning: {source.name} has no `{BEGIN_SOLUTION}` region: its student version has nothing "
               "to write", file=sys.stderr)
-    if nbgrader:
-        m = CHAPTER_NAME.match(source.name)
-        out_dir = out_dir / (f"ch{int(m.group(1)):02d}" if m else source.stem)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / source.name
+    target = student_target(source, out_dir, fmt)
+    target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(student, target)
     return target
 
 
 def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path | None = None,
-          nbgrader: bool = False) -> list[Path]:
-    """Build the student notebooks of every chapter (or of one) into ``out_dir`` (with
-    ``nbgrader=True``: nbgrader source notebooks, ``out_dir/chNN/chNN_*.ipynb``)."""
+          fmt: str = "student") -> list[Path]:
+    """Build the ``fmt`` notebooks of every chapter (or of one) into ``out_dir``; see
+    :func:`student_target` for the layout.
+
+    All or nothing: every notebook is built into a temporary folder beside ``out_dir`` first, and
+    only when all succeeded are they moved into place, so a broken chapter leaves no other
+    chapter's notebook (and no new ``out_dir``) behind."""
+    import shutil
+    import tempfile
+
+    if fmt not in FORMATS:
+        raise AssignmentError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     try:
         chapters = chapter_notebooks(book_dir)
     except ValueError as e:
@@ -340,101 +355,49 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
         chapters = {chapter: chapters[chapter]}
     if not chapters:
         raise AssignmentError("no chapter notebooks (chNN_*.ipynb) found")
-    return [build_student_notebook(path, out_dir, nbgrader=nbgrader) for path in chapters.values()]
-
-
-# --- grading -----------------------------------------------------------------------------------
-
-
-@dataclass
-class CheckResult:
-    cell: int  # index of the check cell in the notebook
-    checks: list  # names of the check functions it calls
-    status: str  # "correct", "not done", "wrong", "error" (the cell crashed outside a check) or "not run"
-    message: str  # the check's message, or the error
-
-
-def check_results(nb) -> list[CheckResult]:
-    """Classify every check cell of an executed notebook from its outputs."""
-    results = []
-    for index, cell in enumerate(nb.cells):
-        if not is_check_cell(cell):
-            continue
-        names = checked_names(cell)
-        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-        if errors:
-            e = errors[0]
-            message = f"{e.get('ename')}: {e.get('evalue')}"
-            if e.get("ename") == "ExerciseError":
-                status = "not done" if "Not done yet" in e.get("evalue", "") else "wrong"
-                message = e.get("evalue", "")
-            else:
-                status = "error"
-        elif cell.get("execution_count") is None and not cell.get("outputs"):
-            status, message = "not run", ""
-        elif "Correct!" in text:
-            status, message = "correct", next(l for l in text.splitlines() if "Correct!" in l).strip()
-        else:
-            status, message = "wrong", "the check printed no `Correct!`"
-        results.append(CheckResult(index, names, status, message))
-    return results
-
-
-def grade(paths, timeout: int = 600, kernel_name: str = "python3") -> dict[str, list[CheckResult]]:
-    """Execute each submitted notebook and classify its check cells."""
-    _require("nbclient")
-    return {str(p): check_results(execute_notebook(p, timeout, kernel_name, allow_errors=True)) for p in paths}
+    out_dir, book = Path(out_dir), next(iter(chapters.values())).parent
+    _refuse_book_folder(out_dir, book)
+    repository = _repository(book) if fmt == "otter" else None
+    existing = next(p for p in out_dir.resolve().parents if p.is_dir())  # creates nothing yet
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=existing))
+    try:
+        built = [build_student_notebook(path, staging, fmt=fmt, repository=repository)
+                 for path in chapters.values()]
+        written = []
+        for path in built:
+            target = out_dir / path.relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.replace(target)  # same file system: atomic per file
+            written.append(target)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 # --- command line ------------------------------------------------------------------------------
 
 
 def _cmd_build(args) -> int:
-    written = build(args.out, chapter=args.chapter, book_dir=args.book, nbgrader=args.nbgrader)
+    written = build(args.out, chapter=args.chapter, book_dir=args.book, fmt=args.format)
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
-def _cmd_grade(args) -> int:
-    rows = []
-    for path, results in grade(args.notebooks, timeout=args.timeout, kernel_name=args.kernel).items():
-        correct = sum(r.status == "correct" for r in results)
-        print(f"{path}: {correct}/{len(results)} checks correct")
-        width = max((len(", ".join(r.checks)) for r in results), default=0)
-        for r in results:
-            first_line = r.message.splitlines()[0] if r.message else ""
-            print(f"  cell {r.cell:>3}  {', '.join(r.checks):<{width}}  {r.status:<9} {first_line}")
-            rows.append((path, r.cell, " ".join(r.checks), r.status, r.message))
-    if args.csv:
-        import csv
-
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["notebook", "cell", "checks", "status", "message"])
-            writer.writerows(rows)
-        print(f"wrote {args.csv}")
-    return 0
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``assignments build`` / ``assignments grade`` to the tools' command line."""
-    p = subparsers.add_parser("assignments", help="build student notebooks (solutions removed) or grade them",
+    """Add ``assignments build`` to the tools' command line."""
+    p = subparsers.add_parser("assignments", help="build student notebooks, Otter or nbgrader assignments",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="assignments_command", required=True)
-    b = sub.add_parser("build", help="write student notebooks: solutions removed, outputs cleared")
+    b = sub.add_parser("build", help="write student notebooks (solutions removed), Otter-Grader master "
+                                     "notebooks or nbgrader source notebooks")
     b.add_argument("--chapter", type=int, help="only this chapter (default: every chapter)")
-    b.add_argument("--out", required=True, help="folder to write the student notebooks into")
+    b.add_argument("--out", required=True, help="folder to write the notebooks into")
     b.add_argument("--book", help="folder of the chapter notebooks (default: ./book, else the repository's)")
-    b.add_argument("--nbgrader", action="store_true",
-                   help="write nbgrader source notebooks instead (solutions kept, cells marked for "
-                        "nbgrader: answer cells and autograded checks) into OUT/chNN/")
+    b.add_argument("--format", choices=FORMATS, default="student",
+                   help="student (default): notebooks to hand out, solutions replaced by "
+                        "raise NotImplementedError(); otter: Otter-Grader master notebooks for "
+                        "`otter assign`, OUT/chNN/; nbgrader: nbgrader source notebooks (solutions "
+                        "kept, cells marked as answer cells and autograded tests), OUT/chNN/")
     b.set_defaults(func=_cmd_build)
-    g = sub.add_parser("grade", help="execute notebooks and report every exercise check")
-    g.add_argument("notebooks", nargs="+", help="the submitted notebooks")
-    g.add_argument("--csv", help="also write the results to this CSV file")
-    g.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
-    g.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
-    g.set_defaults(func=_cmd_grade)
     return p

@@ -77,13 +77,18 @@ def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+_SKIP_TAG = "course-lib-skip-execution"  # set while executing, never stored
+
+
 def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
                      allow_errors: bool = False, store: bool = False):
     """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
     it executed; with ``store``, write its outputs back into the file. The kernel runs in the
     reference numeric environment (:mod:`course_lib.tools.numerics`), as nbval's kernels do, so
     that what is stored is what every host checks. Streams are coalesced, which also folds
-    progress-bar carriage returns: the page shows the final bar only."""
+    progress-bar carriage returns: the page shows the final bar only. Cells that start with
+    ``# NBVAL_SKIP`` (they need the network or a GPU) are not run, as nbval does not run them: they
+    are stored without outputs rather than with this machine's download errors."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -91,8 +96,17 @@ def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "p
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
+    skipped = [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("# NBVAL_SKIP")]
+    for cell in skipped:
+        cell.outputs, cell.execution_count = [], None
+        cell.metadata.setdefault("tags", []).append(_SKIP_TAG)
     NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
+                   skip_cells_with_tag=_SKIP_TAG,
                    resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=reference_environment())
+    for cell in skipped:
+        cell.metadata["tags"].remove(_SKIP_TAG)
+        if not cell.metadata["tags"]:
+            del cell.metadata["tags"]
     if store:
         nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
         nbformat.write(nb, path)

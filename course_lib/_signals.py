@@ -1,0 +1,67 @@
+"""Ctrl-C on the command line: one line and exit status 130 at any moment, and the test hook
+that lets a test send the signal at a chosen moment whatever the machine's speed.
+
+Stdlib only: ``course_lib/__init__.py`` installs :func:`exit_quietly_on_ctrl_c` before it imports
+torch, when the package is being started as ``python -m course_lib``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+INTERRUPTED = 128 + signal.SIGINT  # 130: the exit status of a program stopped by Ctrl-C
+PAUSE_ENV = "COURSE_LIB_TEST_PAUSE_AT"  # tests only: see CONTRIBUTING.md ("Testing Ctrl-C")
+_reached: dict[str, int] = {}
+
+
+def started_as_cli() -> bool:
+    """True while Python locates the package for ``python -m course_lib`` (it then sets
+    ``sys.argv[0]`` to "-m" until the module runs); not for ``course_lib.tools``, which keeps
+    Python's own Ctrl-C."""
+    command = getattr(sys, "orig_argv", [])
+    return sys.argv[:1] == ["-m"] and any(a == "-m" and b == "course_lib" for a, b in zip(command, command[1:]))
+
+
+def exit_quietly_on_ctrl_c() -> None:
+    """Until the CLI's ``main`` takes over: Ctrl-C prints one line and exits with status 130
+    instead of a traceback from the middle of ``import torch``. A Ctrl-C that this process
+    was told to ignore (a background job of a non-interactive shell) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _exit_at_start_up)
+
+
+def _exit_at_start_up(signum, frame) -> None:
+    print("interrupted (Ctrl-C) while starting: nothing was written", file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED)
+
+
+def pause_point(name: str) -> None:
+    """A test hook, inert unless ``COURSE_LIB_TEST_PAUSE_AT`` names this point ("step", or
+    "step:25" for its 25th visit): then print ``paused at NAME`` and wait (up to a minute) for
+    a signal, which goes to the handler in force here, exactly as if it had arrived during the
+    work that follows. So a test interrupts a chosen phase on a fast machine and a slow one alike."""
+    wanted = os.environ.get(PAUSE_ENV)
+    if not wanted or wanted.partition(":")[0] != name:
+        return
+    _reached[name] = _reached.get(name, 0) + 1
+    if _reached[name] != int(wanted.partition(":")[2] or 1):
+        return
+    previous, got = signal.getsignal(signal.SIGINT), []
+
+    def forward(signum, frame):
+        got.append(signum)
+        signal.signal(signal.SIGINT, previous)
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGINT, forward)
+    print(f"paused at {wanted}", flush=True)
+    deadline = time.monotonic() + 60
+    try:
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        if not got:
+            signal.signal(signal.SIGINT, previous)
