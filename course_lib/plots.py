@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 import numpy as np
 import torch
 
@@ -211,17 +212,29 @@ def plot_token_distributions(dists: dict, labels, ax=None, title: str = "Next-to
 
 def plot_eval_losses(runs: dict[str, list[dict]], ax=None, title: str = "Validation loss",
                      key: str = "val_loss", baseline: float | None = None,
-                     baseline_label: str = "baseline"):
+                     baseline_label: str = "baseline", run_labels: list[str] | None = None):
     """Many runs of a few variants on one plot: ``runs`` is {variant: [Trainer history, ...]}
     (e.g. one history per seed). Each run is a line of ``history[key]`` against
     ``history["eval_step"]``, in one colour per variant, with one legend entry per variant.
-    ``baseline``: a dashed horizontal line to compare with (e.g. the unigram loss)."""
+    ``baseline``: a dashed horizontal line to compare with (e.g. the unigram loss).
+    ``run_labels``: a name for the j-th run of every variant (e.g. its seed); run j then gets the
+    j-th marker, and a second legend, in grey, names the markers."""
     ax = _axes(ax)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "os^vDPX*"  # run j's marker when the runs are labelled
+    marker = lambda j: markers[j % len(markers)] if run_labels else "o"  # noqa: E731
     for i, (variant, histories) in enumerate(runs.items()):
         for j, history in enumerate(histories):
-            ax.plot(history["eval_step"], history[key], "o-", color=colors[i % len(colors)], markersize=3,
-                    linewidth=1.2, alpha=0.8, label=variant if j == 0 else None)
+            ax.plot(history["eval_step"], history[key], linestyle="-", marker=marker(j),
+                    color=colors[i % len(colors)], markersize=4 if run_labels else 3, linewidth=1.2, alpha=0.8,
+                    label=variant if j == 0 else None)
     if baseline is not None:
         ax.axhline(baseline, color="gray", linestyle="--", linewidth=1, label=f"{baseline_label} {baseline:.4f}")
-    return _finish(ax, "step", "validation loss" if key == "val_loss" else key, title)
+    _finish(ax, "step", "validation loss" if key == "val_loss" else key, title)
+    if run_labels:
+        variants_legend = ax.get_legend()
+        handles = [Line2D([], [], color="gray", marker=marker(j), markersize=4, linestyle="-", label=label)
+                   for j, label in enumerate(run_labels)]
+        ax.legend(handles=handles, loc="lower left")
+        ax.add_artist(variants_legend)  # a second ax.legend() replaces the first: keep it
+    return ax

@@ -112,3 +112,60 @@ def never_drops(x, p, training):
 def test_dropout_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch05.check_dropout(wrong)
+
+
+# --- LayerNorm by hand ---
+
+
+def layer_norm(x, weight, bias, eps):
+    # written differently from the chapter's solution: the variance as a mean of squares, rsqrt
+    centred = x - x.mean(dim=-1, keepdim=True)
+    return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps) * weight + bias
+
+
+def test_layer_norm_correct(capsys):
+    ch05.check_layer_norm(layer_norm)
+    assert_correct(capsys)
+
+
+def test_layer_norm_with_torch_passes(capsys):
+    ch05.check_layer_norm(lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps))
+    assert_correct(capsys)
+
+
+def test_layer_norm_not_done():
+    assert_not_done(ch05.check_layer_norm, not_done)
+
+
+def _ln(x, w, b, eps, dim=-1, unbiased=False, inside=True, affine=True):
+    mean, var = x.mean(dim=dim, keepdim=True), x.var(dim=dim, keepdim=True, unbiased=unbiased)
+    x_hat = (x - mean) / (torch.sqrt(var + eps) if inside else torch.sqrt(var) + eps)
+    return w * x_hat + b if affine else x_hat
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, w, b, eps: _ln(x, w, b, eps, dim=0), "batch axis"),  # BatchNorm's statistics
+    (lambda x, w, b, eps: _ln(x, w, b, eps, dim=tuple(range(1, x.dim()))), "all the dimensions"),
+    (lambda x, w, b, eps: _ln(x, w, b, eps, unbiased=True), "unbiased variance"),  # torch.var's default
+    (lambda x, w, b, eps: _ln(x, w, b, 0.0), "nan or inf"),  # no eps: the constant row, 0 / 0
+    (lambda x, w, b, eps: _ln(x, w, b, eps, inside=False), "standard deviation"),
+    (lambda x, w, b, eps: _ln(x, w, b, eps, affine=False), "gain and bias are missing"),
+    (lambda x, w, b, eps: _ln(x, b, w, eps), "swapped"),
+    (lambda x, w, b, eps: _ln(x, w, b, 1e-5), "ignores the eps"),  # the 4-D case passes eps=1e-3
+    (lambda x, w, b, eps: _ln(x, w, b, eps)[..., :-1], "expected shape"),
+    (lambda x, w, b, eps: None, "expected a tensor"),
+])
+def test_layer_norm_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch05.check_layer_norm(wrong)
+
+
+def test_layer_norm_missing_eps_on_tiny_variance_gets_its_hint():
+    """Without eps but guarded against 0 / 0, the constant row passes; the cases with eps = 1e-3,
+    and with a standard deviation of about 1e-3, where var + 1e-5 differs from var, catch it."""
+    def no_eps_guarded(x, w, b, eps):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        std = centred.pow(2).mean(dim=-1, keepdim=True).sqrt()
+        return w * centred / torch.where(std > 0, std, torch.ones_like(std)) + b
+    with pytest.raises(ExerciseError, match="ignores the eps"):
+        ch05.check_layer_norm(no_eps_guarded)

@@ -222,3 +222,64 @@ def test_training_loop_zeroing_after_backward_gets_the_order_hint(set_to_none):
     # set_to_none=False AdamW's weight decay still moves them, on every step.
     with pytest.raises(ExerciseError, match="(?s)zero_grad\\(\\), loss.backward\\(\\), optimizer.step\\(\\)"):
         ch07.check_training_loop(_zero_after_backward(set_to_none))
+
+
+# --- the warmup + cosine schedule ---
+
+
+def warmup_cosine(step, max_lr, min_lr, warmup_iters, max_iters):
+    # written differently from the chapter's solution: (1 + cos x) / 2 = cos(x / 2) ** 2,
+    # and the flat tail as a clamped progress
+    import math
+    if step < warmup_iters:
+        return max_lr * (step + 1) / (warmup_iters + 1)
+    progress = min(1.0, (step - warmup_iters) / max(1, max_iters - warmup_iters))
+    return min_lr + (max_lr - min_lr) * math.cos(math.pi * progress / 2) ** 2
+
+
+def test_cosine_lr_correct(capsys):
+    ch07.check_cosine_lr(warmup_cosine)
+    assert_correct(capsys)
+
+
+def test_cosine_lr_library_passes(capsys):
+    from course_lib.train import cosine_lr
+    ch07.check_cosine_lr(cosine_lr)
+    assert_correct(capsys)
+
+
+def test_cosine_lr_not_done():
+    assert_not_done(ch07.check_cosine_lr, not_done)
+
+
+def _with(warmup=None, after=None):
+    """The correct schedule with one part replaced: warmup(step, max_lr, w) during the warmup,
+    after(step, max_lr, min_lr, w, S) from warmup_iters on."""
+    def schedule(step, max_lr, min_lr, w, S):
+        if step < w and warmup is not None:
+            return warmup(step, max_lr, w)
+        if step >= w and after is not None:
+            return after(step, max_lr, min_lr, w, S)
+        return warmup_cosine(step, max_lr, min_lr, w, S)
+    return schedule
+
+
+def _cosine(step, max_lr, min_lr, w, S, total=None):
+    import math
+    progress = (step - w) / (total if total is not None else S - w)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_with(warmup=lambda s, lr, w: lr * s / w), "starts at 0"),
+    (_with(warmup=lambda s, lr, w: lr * (s + 1) / w), "one step early"),
+    (_with(after=lambda s, lr, lo, w, S: warmup_cosine(s, lr, 0.0, w, S)), "decays to 0"),
+    (_with(after=lambda s, lr, lo, w, S: _cosine(min(s, S), lr, lo, w, S, total=S)), "progress"),
+    (_with(after=lambda s, lr, lo, w, S: _cosine(s, lr, lo, w, S)), "stay at min_lr"),  # no flat tail
+    (_with(warmup=lambda s, lr, w: lr), "during the warmup"),  # no warmup at all
+    (lambda s, lr, lo, w, S: "fast", "expected a number"),
+    (lambda s, lr, lo, w, S: None, "returned None"),
+])
+def test_cosine_lr_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch07.check_cosine_lr(wrong)

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.exercises import ExerciseError, ch08
-from course_lib.generate import top_p_filter as library_top_p
+from course_lib.generate import top_k_filter as library_top_k, top_p_filter as library_top_p
 from exercise_helpers import assert_correct, assert_not_done, not_done
 
 
@@ -125,3 +125,75 @@ def softmax_wrong_axis(logits, temperature):
 def test_temperature_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch08.check_temperature_probs(wrong)
+
+
+# --- the distribution that sample_next draws from ---
+
+
+def sampling_probs(logits, temperature, top_k, top_p):
+    # written differently from the chapter's solution: probabilities filtered and renormalised by
+    # hand instead of -inf logits
+    probs = F.softmax(logits / temperature, dim=-1)
+    if top_k is not None:
+        kth = probs.topk(min(top_k, probs.shape[-1]), dim=-1).values[..., -1:]
+        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(-1, keepdim=True)
+    if top_p is not None and top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        keep = keep_sorted.scatter(-1, order, keep_sorted)
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def test_sampling_probs_correct(capsys):
+    ch08.check_sampling_probs(sampling_probs)
+    assert_correct(capsys)
+
+
+def test_sampling_probs_not_done():
+    assert_not_done(ch08.check_sampling_probs, not_done)
+
+
+def _filters(logits, top_k, top_p, order="kp"):
+    for name in order:
+        if name == "k" and top_k is not None:
+            logits = library_top_k(logits, top_k)
+        if name == "p" and top_p is not None and top_p < 1.0:
+            logits = library_top_p(logits, top_p)
+    return logits
+
+
+def temperature_last(logits, temperature, top_k, top_p):
+    return F.softmax(_filters(logits, top_k, top_p) / temperature, dim=-1)
+
+
+def top_p_first(logits, temperature, top_k, top_p):
+    return F.softmax(_filters(logits / temperature, top_k, top_p, order="pk"), dim=-1)
+
+
+def no_filters(logits, temperature, top_k, top_p):
+    return F.softmax(logits / temperature, dim=-1)
+
+
+def returns_logits(logits, temperature, top_k, top_p):
+    return _filters(logits / temperature, top_k, top_p)
+
+
+def no_temperature(logits, temperature, top_k, top_p):
+    return F.softmax(_filters(logits, top_k, top_p), dim=-1)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (temperature_last, "after the filters"),
+    (top_p_first, "top-p before top-k"),
+    (no_filters, "nothing was filtered"),
+    (returns_logits, "not probability distributions"),
+    (no_temperature, "values differ"),  # the case with only a temperature
+    (lambda logits, t, k, p: library_top_p(logits / t, p), "raised TypeError"),  # top_p=None not handled
+    (lambda logits, t, k, p: None, "returned None"),
+])
+def test_sampling_probs_wrong_answers_fail(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch08.check_sampling_probs(wrong)

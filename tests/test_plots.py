@@ -1,4 +1,5 @@
 """course_lib.plots: each figure draws what it claims (axes, series, labels), without a display."""
+import matplotlib.legend
 import matplotlib.pyplot as plt
 import pytest
 import torch
@@ -89,4 +90,18 @@ def test_plot_eval_losses_one_colour_and_one_legend_entry_per_variant():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["a", "b", "unigram 3.3473"]
     assert ax.get_ylabel() == "validation loss"
+    plt.close("all")
+
+
+def test_plot_eval_losses_run_labels_give_run_j_the_jth_marker_and_a_second_legend():
+    run = lambda *losses: {"eval_step": [0, 10, 20], "val_loss": list(losses)}
+    runs = {"a": [run(4, 3, 2), run(4, 3.1, 2.1)], "b": [run(4, 3.5, 3.4), run(4, 3.6, 3.3)]}
+    ax = plots.plot_eval_losses(runs, baseline=3.3473, run_labels=["seed 1", "seed 2"])
+    lines = ax.get_lines()
+    # run j of every variant shares a marker, and the two runs of a variant differ
+    assert lines[0].get_marker() == lines[2].get_marker() != lines[1].get_marker() == lines[3].get_marker()
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
+    legends = [child for child in ax.get_children() if isinstance(child, matplotlib.legend.Legend)]
+    texts = sorted([t.get_text() for t in legend.get_texts()] for legend in legends)
+    assert texts == [["a", "b", "baseline 3.3473"], ["seed 1", "seed 2"]]
     plt.close("all")

@@ -135,3 +135,93 @@ def check_dropout(fn) -> None:
         fail("two calls dropped exactly the same elements.", "draw a fresh random mask on every call.")
     passed("your dropout zeroes about p of the elements, scales the rest by 1/(1-p), "
            "and leaves x alone outside training.")
+
+
+def _layer_norm_cases():
+    """(x, weight, bias, eps): a (B, T, C) batch, a 2-D (N, C) batch (where normalising over the
+    batch axis is a different computation), a 4-D input, rows of tiny variance (where eps
+    matters) and one constant row (variance 0: only eps keeps the output finite). In float64, so
+    that a difference of eps is never lost in rounding."""
+    g = torch.Generator().manual_seed(5)
+    f64 = dict(generator=g, dtype=torch.float64)
+    constant = torch.randn(3, 10, **f64)
+    constant[1] = 2.0  # a position whose C values are all equal
+    cases = [(constant, torch.rand(10, **f64) + 0.5, torch.randn(10, **f64) * 0.3, 1e-5)]
+    for shape, scale, eps in [((2, 5, 8), 3.0, 1e-5), ((6, 4), 1.0, 1e-5), ((2, 3, 2, 12), 0.5, 1e-3),
+                              ((3, 7, 6), 1e-3, 1e-5)]:
+        C = shape[-1]
+        # an offset per position, which LayerNorm removes
+        x = torch.randn(*shape, **f64) * scale + 2 * torch.randn(*shape[:-1], 1, **f64)
+        weight = torch.rand(C, **f64) + 0.5  # gamma in [0.5, 1.5)
+        bias = torch.randn(C, **f64) * 0.3  # beta
+        cases.append((x, weight, bias, eps))
+    return cases
+
+
+def check_layer_norm(fn) -> None:
+    """``fn(x, weight, bias, eps) -> tensor`` of x's shape: LayerNorm over the last dimension
+    (the C channels of one position), with the biased variance (divide by C) and ``eps`` inside
+    the square root, then the gain ``weight`` and the ``bias`` (both (C,)). Compared with
+    ``nn.LayerNorm(C, eps=eps)`` holding the same gain and bias, on 2-D to 4-D inputs."""
+    for x, weight, bias, eps in _layer_norm_cases():
+        C = x.shape[-1]
+        reference = nn.LayerNorm(C, eps=eps).double()
+        with torch.no_grad():
+            reference.weight.copy_(weight)
+            reference.bias.copy_(bias)
+            expected = reference(x)
+        what = f"LayerNorm of x with shape {tuple(x.shape)}"
+        got = call(fn, x.clone(), weight.clone(), bias.clone(), eps)
+        expect_tensor(got, x.shape, what, "return the normalised tensor, shaped like x.",
+                      "take the mean and variance over the last dimension with keepdim=True, so that they "
+                      "broadcast back over x's shape.", dtype=x.dtype,
+                      dtype_hint="compute in x's own dtype (float64 here): no .float() or .to(...)",
+                      allow_nan=True)
+        got = got.detach()
+        if torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
+            continue
+        if not torch.isfinite(got).all():
+            fail(f"{what}: your output has nan or inf where a position's C values are all equal "
+                 "(its variance is 0).",
+                 "add eps to the variance INSIDE the square root: (x - mean) / torch.sqrt(var + eps).")
+
+        def normalised(dim, unbiased=False, eps_inside=True, affine=True):
+            mean = x.mean(dim=dim, keepdim=True)
+            var = x.var(dim=dim, keepdim=True, unbiased=unbiased)
+            x_hat = (x - mean) / (torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps)
+            return weight * x_hat + bias if affine else x_hat
+
+        close = lambda a: torch.allclose(got, a, atol=1e-5, rtol=1e-4)  # noqa: E731
+        if close(normalised(0)):
+            fail(f"{what}: you normalised over the batch axis (dim 0), as BatchNorm does.",
+                 "LayerNorm takes the statistics of ONE position over its C channels: mean and var over "
+                 "dim=-1, with keepdim=True.")
+        if x.dim() > 2 and close(normalised(tuple(range(1, x.dim())))):
+            fail(f"{what}: you normalised over all the dimensions of each sequence, not over the "
+                 "channels of each position.",
+                 "take the mean and variance over the last dimension only: dim=-1.")
+        if close(normalised(-1, unbiased=True)):
+            fail(f"{what}: you used the unbiased variance (dividing by C - 1).",
+                 "LayerNorm divides by C: x.var(dim=-1, keepdim=True, unbiased=False), or "
+                 "((x - mean) ** 2).mean(dim=-1, keepdim=True).")
+        if close(normalised(-1, affine=False)):
+            fail(f"{what}: the output is normalised, but the gain and bias are missing.",
+                 "finish with weight * x_hat + bias (each (C,), broadcast over the channels).")
+        x_hat = normalised(-1, affine=False)
+        if close(bias * x_hat + weight):
+            fail(f"{what}: the gain and the bias are swapped.",
+                 "multiply by weight (gamma), then add bias (beta): weight * x_hat + bias.")
+        if close(normalised(-1, eps_inside=False)):
+            fail(f"{what}: eps is added to the standard deviation instead of the variance.",
+                 "nn.LayerNorm adds eps inside the square root: (x - mean) / torch.sqrt(var + eps).")
+        centred = x - x.mean(-1, keepdim=True)
+        biased_var = x.var(-1, keepdim=True, unbiased=False)
+        if any(close(weight * centred / torch.sqrt(biased_var + e) + bias) for e in (0.0, 1e-5)):
+            fail(f"{what}: your output ignores the eps you are given ({eps:g}): it is what eps = 0 "
+                 "(or a fixed 1e-5) gives.",
+                 "divide by torch.sqrt(var + eps), with the function's eps argument.")
+        expect_close(got, expected, what,
+                     "x_hat = (x - mean) / sqrt(var + eps) with mean and biased var over dim=-1 "
+                     "(keepdim=True); return weight * x_hat + bias.")
+    passed("your LayerNorm equals nn.LayerNorm: statistics over the C channels of each position, "
+           "variance divided by C, eps inside the square root, then the gain and bias.")

@@ -8,6 +8,7 @@ import math
 import torch
 
 from ..model import GPT, GPTConfig
+from ..train import cosine_lr
 from . import as_number, call, expect_close, fail, passed
 
 
@@ -182,3 +183,60 @@ def check_clip_grad_norm(fn) -> None:
 
 
 __all__ = ["check_training_loop", "check_clip_grad_norm"]
+
+
+def _schedule_configs():
+    """(max_lr, min_lr, warmup_iters, max_iters): the CPU preset's schedule, a short one, one
+    without warmup, and one whose floor is not 10% of the peak."""
+    return [(1e-3, 1e-4, 100, 2000), (6e-4, 6e-5, 10, 50), (3e-3, 3e-4, 0, 40), (1.0, 0.25, 7, 31)]
+
+
+def check_cosine_lr(fn) -> None:
+    """``fn(step, max_lr, min_lr, warmup_iters, max_iters) -> float``: the warmup + cosine
+    schedule of ``course_lib.train.cosine_lr``: ``max_lr * (step + 1) / (warmup_iters + 1)``
+    during the warmup, then half a cosine from ``max_lr`` at ``warmup_iters`` down to
+    ``min_lr`` at ``max_iters``, then ``min_lr``. Compared at every step up to 10 past the end."""
+    for max_lr, min_lr, w, S in _schedule_configs():
+        where = f"(max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_iters={w}, max_iters={S})"
+        steps = range(S + 11)
+        expected = [cosine_lr(s, max_lr, min_lr, w, S) for s in steps]
+        got = [as_number(call(fn, s, max_lr, min_lr, w, S), f"the learning rate at step {s} {where}",
+                         "return the learning rate, a float.") for s in steps]
+        close = lambda a, b: math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)  # noqa: E731
+        wrong = [s for s in steps if not close(got[s], expected[s])]
+        if not wrong:
+            continue
+        first = wrong[0]
+        mismatch = (f"{where}: at step {first} you return {got[first]:.6g}, expected "
+                    f"{expected[first]:.6g}")
+        if first < w:
+            if all(close(got[s], max_lr * s / w) for s in range(w)):
+                fail(f"{mismatch}: your warmup starts at 0 (max_lr * step / warmup_iters), so step 0 "
+                     "takes no step at all.",
+                     "count the step from 1 during the warmup: max_lr * (step + 1) / (warmup_iters + 1).")
+            if all(close(got[s], max_lr * (s + 1) / w) for s in range(w)):
+                fail(f"{mismatch}: your warmup reaches max_lr one step early, at step warmup_iters - 1.",
+                     "divide by warmup_iters + 1: max_lr * (step + 1) / (warmup_iters + 1), so that the "
+                     "peak comes at step warmup_iters, where the cosine starts.")
+            fail(f"{mismatch}, during the warmup.",
+                 "the warmup is linear: max_lr * (step + 1) / (warmup_iters + 1) for step < warmup_iters.")
+        if first <= S and all(close(got[s], cosine_lr(s, max_lr, 0.0, w, S)) for s in range(w, S + 1)):
+            fail(f"{mismatch}: your cosine decays to 0, not to min_lr.",
+                 "the cosine goes from max_lr down to min_lr: "
+                 "min_lr + 0.5 * (1 + cos(pi * progress)) * (max_lr - min_lr).")
+        if first <= S and all(close(got[s], cosine_lr(s - w, max_lr, min_lr, 0, S))
+                              for s in range(w, S + 1)):
+            fail(f"{mismatch}: your cosine's progress is (step - warmup_iters) / max_iters, so it has not "
+                 "reached min_lr at max_iters.",
+                 "the decay lasts max_iters - warmup_iters steps: "
+                 "progress = (step - warmup_iters) / (max_iters - warmup_iters).")
+        if first > S:
+            fail(f"{mismatch}: after max_iters the learning rate should stay at min_lr.",
+                 "return min_lr for step > max_iters (a cosine continued past its end climbs back up).")
+        fail(f"{mismatch}.", "after the warmup: min_lr + 0.5 * (1 + cos(pi * progress)) * (max_lr - min_lr), "
+             "with progress = (step - warmup_iters) / (max_iters - warmup_iters) going from 0 to 1.")
+    passed("your schedule equals course_lib.train.cosine_lr: a linear warmup to max_lr, half a cosine "
+           "down to min_lr at max_iters, then flat.")
+
+
+__all__.append("check_cosine_lr")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..generate import top_p_filter
+from ..generate import top_k_filter, top_p_filter
 from . import call, expect_close, expect_tensor, fail, passed
 
 
@@ -111,3 +111,72 @@ def check_temperature_probs(fn) -> None:
 
 
 __all__ = ["check_top_p_filter", "check_temperature_probs"]
+
+
+def _sampling_cases():
+    """(logits, temperature, top_k, top_p): each filter alone, and combinations where the order
+    matters (a temperature above 1 widens the nucleus; top-k first makes the nucleus smaller)."""
+    g = torch.Generator().manual_seed(81)
+    rows = torch.randn(6, 40, generator=g) * 2.0  # (B, V)
+    return [(rows, 1.0, None, None), (rows, 0.7, None, None), (rows[0], 1.0, 5, None),
+            (rows, 1.0, None, 0.9), (rows, 2.0, None, 0.8), (rows, 0.5, None, 0.6),
+            (rows, 1.0, 8, 0.7), (rows.view(2, 3, 40), 1.5, 10, 0.9), (rows, 0.8, 40, 1.0)]
+
+
+def _reference_probs(logits, temperature, top_k, top_p):
+    """The distribution course_lib.generate.sample_next draws from."""
+    logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None and top_p < 1.0:
+        logits = top_p_filter(logits, top_p)
+    return F.softmax(logits, dim=-1)
+
+
+def check_sampling_probs(fn) -> None:
+    """``fn(logits, temperature, top_k, top_p) -> probs`` (..., V): the distribution that
+    ``course_lib.generate.sample_next`` samples from, for temperature > 0: divide by the
+    temperature, then keep the top k (when top_k is not None), then the nucleus of p (when
+    top_p is not None and below 1), then softmax."""
+    for logits, temperature, top_k, top_p in _sampling_cases():
+        what = (f"sampling_probs(logits of shape {tuple(logits.shape)}, temperature={temperature}, "
+                f"top_k={top_k}, top_p={top_p})")
+        got = call(fn, logits.clone(), temperature, top_k, top_p)
+        expect_tensor(got, logits.shape, what, "return the probabilities, a tensor shaped like the logits.",
+                      "work along the last dimension (dim=-1), so that any leading shape works.",
+                      dtype=logits.dtype, dtype_hint="keep the logits' dtype (float32): no .double() or .to(...)")
+        expected = _reference_probs(logits, temperature, top_k, top_p)
+        if torch.allclose(got, expected, atol=1e-6, rtol=1e-5):
+            continue
+        if not torch.allclose(got.sum(-1), torch.ones(()), atol=1e-4) or (got < 0).any():
+            fail(f"{what}: your rows are not probability distributions (non-negative, summing to 1).",
+                 "finish with F.softmax(filtered_logits, dim=-1): the -inf logits become exactly 0.")
+        close = lambda a: torch.allclose(got, a, atol=1e-6, rtol=1e-5)  # noqa: E731
+        tempered_late = logits
+        if top_k is not None:
+            tempered_late = top_k_filter(tempered_late, top_k)
+        if top_p is not None and top_p < 1.0:
+            tempered_late = top_p_filter(tempered_late, top_p)
+        if close(F.softmax(tempered_late / temperature, dim=-1)):
+            fail(f"{what}: you applied the temperature after the filters, so the nucleus was chosen "
+                 "from the untempered distribution.",
+                 "divide the logits by the temperature FIRST: top-p keeps a different set of tokens "
+                 "once the temperature has sharpened or flattened the distribution.")
+        if top_k is not None and top_p is not None:
+            p_first = top_k_filter(top_p_filter(logits / temperature, top_p), top_k)
+            if close(F.softmax(p_first, dim=-1)):
+                fail(f"{what}: you applied top-p before top-k.",
+                     "top-k first, then top-p on what is left: the nucleus is measured on the "
+                     "renormalised top-k distribution, so it can only be smaller.")
+        if close(F.softmax(logits / temperature, dim=-1)):
+            fail(f"{what}: nothing was filtered out.",
+                 "apply top_k_filter when top_k is not None and top_p_filter when top_p is not None "
+                 "(and below 1).")
+        expect_close(got, expected, what,
+                     "logits / temperature, then top_k_filter (if top_k), then top_p_filter "
+                     "(if top_p < 1), then softmax.", atol=1e-6)
+    passed("your probabilities are what course_lib.generate.sample_next draws from: temperature first, "
+           "then top-k, then top-p.")
+
+
+__all__.append("check_sampling_probs")

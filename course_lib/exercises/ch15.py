@@ -7,7 +7,7 @@ import torch.nn as nn
 from ..lora import LoRALinear
 from ..model import GPTConfig
 from ..utils import IGNORE_INDEX
-from . import call, expect_close, expect_equal, expect_tensor, fail, passed
+from . import as_integer, call, expect_close, expect_equal, expect_tensor, fail, passed
 
 
 def check_mask_prompt(fn) -> None:
@@ -86,7 +86,7 @@ def check_lora_count(fn) -> None:
     (c_attn: C -> 3C, c_proj: C -> C) of every block of a GPT with ``config``."""
     for C, L, r in ((128, 4, 8), (768, 12, 4), (64, 2, 1)):
         config = GPTConfig(vocab_size=65, block_size=64, n_layer=L, n_head=4, n_embd=C)
-        got = call(fn, config, r)
+        got = as_integer(call(fn, config, r), f"lora_count(C={C}, n_layer={L}, rank={r})")
         expected = L * (r * (C + 3 * C) + r * (C + C))
         if got == L * r * 2 * C * 2:
             fail(f"for C={C}, {L} layers, rank {r}: {got}; c_attn maps C to 3C, not C to C.",
@@ -103,7 +103,8 @@ def check_lora_init(make_layer) -> None:
     base = nn.Linear(16, 24)
     layer = call(make_layer, base, 4, 8.0)
     if not isinstance(layer, nn.Module):
-        fail(f"make_layer returned a {type(layer).__name__}, not a module.")
+        fail(f"make_layer returned a {type(layer).__name__}, not a module.",
+             "return the LoRA layer itself: an nn.Module whose forward adds (x A^T B^T) * alpha / r to base(x)")
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
         same = torch.equal(layer(x), base(x))
