@@ -12,10 +12,9 @@ NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-tim
 WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) \
   if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)))")
 PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
-# Every chapter's kernel trains with as many OpenMP threads as there are cores; threads that
-# busy-wait for work would take the cores from the other test processes (two trainings side by
-# side took 1.8x as long as one after the other). Waiting threads sleep; no result changes.
-export OMP_WAIT_POLICY := PASSIVE
+# The environment of every test process and chapter kernel (ISA, threads, OpenMP's waiting
+# threads asleep) is set in one place, course_lib/tools/numerics.py, applied by tests/conftest.py
+# and book/conftest.py.
 
 .PHONY: install browser book test unit notebooks screenshots execute figures clean
 

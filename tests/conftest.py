@@ -5,6 +5,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from course_lib.tools.numerics import apply_reference_environment
+
+# Every process the tests start (pytest-xdist's workers, CLI subprocesses, notebook kernels) computes
+# in the reference numeric environment, the one place that sets these variables: the same numbers on
+# every host, and OpenMP threads that sleep instead of spinning on shared cores.
+apply_reference_environment()
+
 matplotlib.use("Agg")
 
 # Deterministic property tests: the same examples on every run and machine.
