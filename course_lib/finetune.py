@@ -328,7 +328,8 @@ def longest_example(tokenizer) -> int:
 def cmd_finetune(args) -> int:
     """``python -m course_lib finetune``: the same checks, crash safety and ``--resume`` as ``train``."""
     from .checkpoint import CHECKPOINT_NAME, build_model, load_model, load_tokenizer
-    from .cli import check_writable, parse_settings, resume_command
+    from .checkpoint import claim_folder
+    from .cli import parse_settings
     from .train import Trainer, TrainConfig, TrainingInterrupted, check_precision
     from .utils import apply_overrides, check_device, pick_device, seed_everything
 
@@ -387,7 +388,18 @@ def cmd_finetune(args) -> int:
         else:
             model = extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
     check_precision(torch.device(device), config.dtype)
-    check_writable(out)
+    with claim_folder(out):  # a second run into the same --out is refused; nothing is left if this fails
+        return _train_and_report(args, model, tokenizer, config, device, out, resuming)
+
+
+def _train_and_report(args, model, tokenizer, config, device, out: Path, resuming: bool) -> int:
+    """The fine-tuning run itself, once every input is checked: train (or resume), then the
+    task's exact match on held-out dates and three answers."""
+    from .checkpoint import CHECKPOINT_NAME
+    from .cli import resume_command
+    from .train import Trainer, TrainingInterrupted
+
+    ckpt_path = out / CHECKPOINT_NAME
     batch_fn = dates_batch_fn(tokenizer, config.batch_size, device=device)
     if resuming:
         trainer = Trainer.resume(ckpt_path, model, batch_fn=batch_fn, device=device, config=config,

@@ -33,10 +33,12 @@ chapters without comparing their outputs (book/conftest.py).
 """
 from __future__ import annotations
 
+import getpass
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 
 THREADS = 2
@@ -54,6 +56,10 @@ REFERENCE = {
     # kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
     # threads sleep instead.
     "OMP_WAIT_POLICY": "PASSIVE",
+    # torch.compile's kernels are cached on disk under a key that does not tell the pinned ISA from
+    # the host's: kernels compiled for AVX-512 and loaded under the AVX2 pin gave NaN losses and
+    # heap corruption (measured in tests/test_scale.py's compile test). Pinned runs keep their own cache.
+    "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_reference"),
 }
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
 
