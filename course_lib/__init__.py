@@ -28,7 +28,7 @@ if signals.started_as_cli():  # `python -m course_lib`: Ctrl-C during the import
 signals.pause_point("import")
 
 from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: these imports take seconds)
-from . import gpt2, llama  # noqa: E402  register GPT.from_pretrained's loaders (neither imports transformers here)
+from . import gpt2, llama  # noqa: E402,F401  register GPT.from_pretrained's loaders (neither imports transformers here)
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type

@@ -152,10 +152,10 @@ def train_settings(args, preset, tokenizer_text: str, ckpt: dict | None, ckpt_pa
 
 def cmd_train(args) -> int:
     from .checkpoint import CHECKPOINT_NAME, claim_folder
-    from .utils import check_device, pick_device
+    from .utils import check_device
 
     # Everything that can be wrong is checked before anything is written.
-    device = check_device(args.device) if args.device else pick_device()
+    device = check_device(args.device)
     name = ("stdin" if args.text == "-" else Path(args.text).stem) if args.text else (args.preset or DEFAULT_PRESET)
     out = Path(args.out or f"runs/{name}")
     with claim_folder(out) if main_process() else contextlib.nullcontext():
@@ -252,9 +252,9 @@ def run_training(args, trainer, name: str, text: str, tokenizer) -> int:
 def cmd_train_dates(args) -> int:
     from .checkpoint import claim_folder
     from .seq2seq import train_dates
-    from .utils import check_device, pick_device
+    from .utils import check_device
 
-    device = check_device(args.device) if args.device else pick_device()
+    device = check_device(args.device)
     if args.max_iters is not None and args.max_iters < 1:
         raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
     out = Path(args.out)
@@ -274,9 +274,9 @@ def cmd_train_dates(args) -> int:
 def cmd_translate(args) -> int:
     from .checkpoint import load_model, load_tokenizer
     from .seq2seq import Seq2Seq, translate
-    from .utils import check_device, pick_device
+    from .utils import check_device
 
-    device = check_device(args.device) if args.device else pick_device()
+    device = check_device(args.device)
     model, ckpt = load_model(args.checkpoint, device)
     if not isinstance(model, Seq2Seq):
         raise ValueError(f"{args.checkpoint} holds a {ckpt['model_kind']!r} model, not an encoder-decoder: "
@@ -291,12 +291,12 @@ def cmd_sample(args) -> int:
     from .checkpoint import load_model, load_tokenizer
     from ._signals import pause_point
     from .generate import check_sampling_args, generate_text
-    from .utils import check_device, pick_device
+    from .utils import check_device
 
     if args.tokens < 1:
         raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
     check_sampling_args(args.temperature, args.top_k, args.top_p, args.tokens)
-    device = check_device(args.device) if args.device else pick_device()
+    device = check_device(args.device)
     model, ckpt = load_model(args.checkpoint, device)
     if ckpt["model_kind"] == "seq2seq":
         raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather than continues "

@@ -330,14 +330,14 @@ def cmd_finetune(args) -> int:
     from .checkpoint import CHECKPOINT_NAME, build_model, load_model, load_tokenizer
     from .checkpoint import claim_folder
     from .cli import parse_settings
-    from .train import Trainer, TrainConfig, TrainingInterrupted, check_precision
-    from .utils import apply_overrides, check_device, pick_device, seed_everything
+    from .train import TrainConfig, check_precision
+    from .utils import apply_overrides, check_device, seed_everything
 
     if args.task not in TASKS:
         raise ValueError(f"unknown --task {args.task!r}; choose one of: {', '.join(TASKS)}")
     if args.lora_rank is not None:
         check_rank(args.lora_rank, args.lora_alpha if args.lora_alpha is not None else 1.0)
-    device = check_device(args.device) if args.device else pick_device()
+    device = check_device(args.device)
     model_set, train_set = parse_settings(args.set, GPTConfig(), finetune_config())
     if model_set:
         raise ValueError(f"--set {', '.join(model_set)}: fine-tuning keeps the pretrained model's shape; "

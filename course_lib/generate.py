@@ -65,7 +65,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     probs = F.softmax(logits, dim=-1)
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator)
-    except RuntimeError as e:  # NaN or inf among the probabilities: say why, not where torch noticed
+    except RuntimeError:  # NaN or inf among the probabilities: say why, not where torch noticed
         if torch.isfinite(probs).all():
             raise
         raise ValueError("the model's next-token probabilities are not finite numbers (NaN or inf): its weights "

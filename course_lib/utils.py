@@ -38,8 +38,11 @@ def pick_device() -> str:
     return next(d for d in ("cuda", "mps", "cpu") if device_available(d))
 
 
-def check_device(device: str) -> str:
-    """``device`` if this machine has it, else a ValueError that says what it does have."""
+def check_device(device: str | None) -> str:
+    """``device`` if this machine has it, else a ValueError that says what it does have; with no
+    ``device`` (None or ""), the best one this machine has (:func:`pick_device`)."""
+    if not device:
+        return pick_device()
     if device not in ("cpu", "cuda", "mps"):
         raise ValueError(f"unknown device {device!r}: choose cpu, cuda or mps")
     if not device_available(device):

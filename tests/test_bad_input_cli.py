@@ -3,7 +3,6 @@ one line on stderr must contain, and nothing written or left behind (issue 21's 
 earlier ones). Ctrl-C at each moment is in tests/test_cli.py (real signals to a real process)."""
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path

@@ -2,7 +2,6 @@
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import matplotlib
 import pytest

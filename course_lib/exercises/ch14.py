@@ -45,7 +45,7 @@ def check_rope(fn) -> None:
     cases = [((5, 8), 10000.0), ((2, 3, 7, 16), 10000.0), ((4, 32), 500.0)]
     for i, (shape, theta) in enumerate(cases):
         x = torch.randn(*shape, generator=_gen(40 + i))
-        T, hs = shape[-2], shape[-1]
+        T = shape[-2]
         positions = torch.arange(T) + 3 * i  # not always from 0
         got = call(fn, x.clone(), positions.clone(), theta)
         expected = _rope(x, positions, theta)
