@@ -42,6 +42,15 @@ import tempfile
 from collections.abc import Mapping
 
 THREADS = 2
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container without a user entry
+        return f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+
+
 REFERENCE = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch's own CPU kernels
     "MKL_CBWR": "AVX2",  # MKL's conditional numerical reproducibility: its AVX2 code path
@@ -59,7 +68,7 @@ REFERENCE = {
     # torch.compile's kernels are cached on disk under a key that does not tell the pinned ISA from
     # the host's: kernels compiled for AVX-512 and loaded under the AVX2 pin gave NaN losses and
     # heap corruption (measured in tests/test_scale.py's compile test). Pinned runs keep their own cache.
-    "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_reference"),
+    "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}_reference"),
 }
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
 
