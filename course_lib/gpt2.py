@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import GPT, GPTConfig, register_pretrained
+from .model import GPT, GPTConfig, load_hub_model, register_pretrained
 
 # The four published sizes: (layers, heads, C). All share V = 50257 and T = 1024.
 GPT2_SIZES = {
@@ -112,16 +112,7 @@ def load_hf_state_dict(model: GPT, hf_state: dict[str, torch.Tensor]) -> GPT:
 
 
 def _load_hf_model(name: str):
-    try:
-        from transformers import GPT2LMHeadModel
-    except ImportError as e:
-        raise ImportError("loading GPT-2 by name needs the `transformers` package: pip install transformers "
-                          "(or pass a GPT2LMHeadModel you already have)") from e
-    try:
-        return GPT2LMHeadModel.from_pretrained(name)
-    except OSError as e:
-        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
-                      "connection (Colab has one); offline, build a GPT2LMHeadModel yourself and pass it in.") from e
+    return load_hub_model(name, "GPT2LMHeadModel", "GPT-2", "GPT2LMHeadModel")
 
 
 @register_pretrained("gpt2")

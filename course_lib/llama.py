@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import GPT, GPTConfig, register_pretrained
+from .model import GPT, GPTConfig, load_hub_model, register_pretrained
 
 
 def _rope_theta(hf_config) -> tuple[float, str]:
@@ -110,16 +110,7 @@ def load_hf_state_dict(model: GPT, hf_state: dict[str, torch.Tensor]) -> GPT:
 
 
 def _load_hf_model(name: str):
-    try:
-        from transformers import AutoModelForCausalLM
-    except ImportError as e:
-        raise ImportError("loading a Llama by name needs the `transformers` package: pip install transformers "
-                          "(or pass a LlamaForCausalLM you already have)") from e
-    try:
-        return AutoModelForCausalLM.from_pretrained(name)
-    except OSError as e:
-        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
-                      "connection (Colab has one); offline, build a LlamaForCausalLM yourself and pass it in.") from e
+    return load_hub_model(name, "AutoModelForCausalLM", "a Llama", "LlamaForCausalLM")
 
 
 @register_pretrained("llama")

@@ -205,6 +205,22 @@ class Block(nn.Module):
 PRETRAINED_LOADERS: dict[str, object] = {}
 
 
+def load_hub_model(name: str, class_name: str, what: str, instance: str):
+    """The Hugging Face model ``name`` downloaded through ``transformers.<class_name>``, for a
+    loader of ``what`` ("GPT-2", "a Llama"); ``instance`` names the class a reader can build
+    offline and pass in instead. One clear error when transformers or the network is missing."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"loading {what} by name needs the `transformers` package: pip install transformers "
+                          f"(or pass a {instance} you already have)") from e
+    try:
+        return getattr(transformers, class_name).from_pretrained(name)
+    except OSError as e:
+        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
+                      f"connection (Colab has one); offline, build a {instance} yourself and pass it in.") from e
+
+
 def register_pretrained(model_type: str):
     """Decorator: ``@register_pretrained("llama")`` makes ``GPT.from_pretrained`` hand models of
     that Hugging Face ``model_type`` to the decorated function."""

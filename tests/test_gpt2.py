@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import logits_of, logits_through_kv_cache
 
 from course_lib import GPT, GPTConfig
-from course_lib.attention import KVCache
 from course_lib.gpt2 import GPT2_SIZES, PUBLISHED_PARAMETERS, config_from_hf, gpt2_config, weight_map
 from course_lib.sizing import count_parameters
 
@@ -39,23 +39,15 @@ def pair():
 
 
 def test_logits_equal_hugging_face(pair):
-    hf, ours = pair
-    x = ids()
-    with torch.no_grad():
-        expected = hf(x).logits
-        got, _ = ours(x)
+    expected, got = logits_of(*pair, ids())
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_logits_equal_with_kv_cache(pair):
     hf, ours = pair
     x = ids(T=24, seed=2)
-    with torch.no_grad():
-        expected = hf(x).logits
-        cache = KVCache(ours.config.n_layer, ours.config.block_size)
-        prefix, _ = ours(x[:, :10], cache=cache)  # a prompt, then one token at a time
-        steps = [ours(x[:, t:t + 1], cache=cache)[0] for t in range(10, 24)]
-    torch.testing.assert_close(torch.cat([prefix] + steps, dim=1), expected, atol=1e-5, rtol=1e-5)
+    expected, _ = logits_of(hf, ours, x)
+    torch.testing.assert_close(logits_through_kv_cache(ours, x, prompt=10)[0], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_exact_gelu_would_not_match(pair):

@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import change_one_token, logits_of, logits_through_kv_cache
 from hypothesis import given, strategies as st
 
 from course_lib import GPT, GPTConfig
-from course_lib.attention import KVCache, repeat_kv
+from course_lib.attention import repeat_kv
 from course_lib.cli import main
 from course_lib.checkpoint import load_checkpoint
 from course_lib.generate import generate, generate_batch
@@ -66,23 +67,16 @@ def test_config_carries_every_llama_setting(pair):
 
 
 def test_logits_equal_hugging_face(pair):
-    hf, ours = pair
-    x = ids()
-    with torch.no_grad():
-        expected = hf(x).logits
-        got, _ = ours(x)
+    expected, got = logits_of(*pair, ids())
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_logits_equal_with_kv_cache_which_holds_only_the_kv_heads(pair):
     hf, ours = pair
     x = ids(T=24, seed=2)
-    with torch.no_grad():
-        expected = hf(x).logits
-        cache = KVCache(ours.config.n_layer, ours.config.block_size)
-        prefix, _ = ours(x[:, :10], cache=cache)  # a prompt, then one token at a time
-        steps = [ours(x[:, t:t + 1], cache=cache)[0] for t in range(10, 24)]
-    torch.testing.assert_close(torch.cat([prefix] + steps, dim=1), expected, atol=1e-5, rtol=1e-5)
+    expected, _ = logits_of(hf, ours, x)
+    cached, cache = logits_through_kv_cache(ours, x, prompt=10)
+    torch.testing.assert_close(cached, expected, atol=1e-5, rtol=1e-5)
     c = ours.config
     for layer in cache.layers:  # (B, n_kv, capacity, hs): n_kv heads stored, not n_head
         assert layer.k.shape == layer.v.shape == (2, hf.config.num_key_value_heads, c.block_size, c.head_size)
@@ -199,14 +193,7 @@ _causal = {name: GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2
 
 @given(st.lists(st.integers(0, 10), min_size=2, max_size=16), st.data(), st.sampled_from(list(OPTIONS)))
 def test_causality_with_the_new_options(tokens, data, option):
-    model = _causal[option]
-    t = data.draw(st.integers(1, len(tokens) - 1), label="changed position")
-    new = data.draw(st.integers(0, 10).filter(lambda v: v != tokens[t]), label="new token")
-    changed = tokens.copy()
-    changed[t] = new
-    with torch.no_grad():
-        a, _ = model(torch.tensor([tokens]))
-        b, _ = model(torch.tensor([changed]))
+    t, a, b = change_one_token(_causal[option], tokens, data)
     assert torch.equal(a[0, :t], b[0, :t])  # the past never sees the future
     assert not torch.allclose(a[0, t], b[0, t])  # but position t sees its own token
 

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from conftest import change_one_token
 from hypothesis import given, strategies as st
 
 from course_lib.model import GPT, GPTConfig, sinusoidal_position_encoding
@@ -52,14 +53,7 @@ _causal_models = {norm: GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n
 
 @given(st.lists(st.integers(0, 10), min_size=2, max_size=16), st.data(), st.sampled_from(["pre", "post"]))
 def test_causality_changing_a_future_token_never_changes_the_past(tokens, data, norm):
-    model = _causal_models[norm]
-    t = data.draw(st.integers(1, len(tokens) - 1), label="changed position")
-    new = data.draw(st.integers(0, 10).filter(lambda v: v != tokens[t]), label="new token")
-    changed = tokens.copy()
-    changed[t] = new
-    with torch.no_grad():
-        a, _ = model(torch.tensor([tokens]))
-        b, _ = model(torch.tensor([changed]))
+    t, a, b = change_one_token(_causal_models[norm], tokens, data)
     assert torch.allclose(a[0, :t], b[0, :t], atol=1e-6)  # positions before t are untouched
     assert not torch.allclose(a[0, t], b[0, t])  # position t itself sees the change
 
