@@ -67,36 +67,3 @@ def tiny_model(tiny_config):
 def _seed():
     torch.manual_seed(0)
 
-
-# --- shared by the tests that prove a model equal to a reference or causal ---------------------
-
-
-def logits_of(hf_model, ours, x):
-    """(Hugging Face's logits, ours) for the token ids ``x`` (B, T): both (B, T, V)."""
-    with torch.no_grad():
-        return hf_model(x).logits, ours(x)[0]
-
-
-def logits_through_kv_cache(model, x, prompt: int = 10):
-    """``model``'s logits for ``x`` (B, T) computed as generation does: the first ``prompt`` tokens
-    at once, then one token at a time through the KV cache: ((B, T, V) logits, the filled cache)."""
-    from course_lib.attention import KVCache
-
-    with torch.no_grad():
-        cache = KVCache(model.config.n_layer, model.config.block_size)
-        first, _ = model(x[:, :prompt], cache=cache)
-        steps = [model(x[:, t:t + 1], cache=cache)[0] for t in range(prompt, x.shape[1])]
-    return torch.cat([first] + steps, dim=1), cache
-
-
-def change_one_token(model, tokens: list[int], data, vocab: int = 11):
-    """Hypothesis draws a position t >= 1 and a new token there; returns (t, logits before,
-    logits after), each (1, T, V), for a causality test to compare."""
-    from hypothesis import strategies as st
-
-    t = data.draw(st.integers(1, len(tokens) - 1), label="changed position")
-    new = data.draw(st.integers(0, vocab - 1).filter(lambda v: v != tokens[t]), label="new token")
-    changed = tokens.copy()
-    changed[t] = new
-    with torch.no_grad():
-        return t, model(torch.tensor([tokens]))[0], model(torch.tensor([changed]))[0]

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import logits_of, logits_through_kv_cache
+from model_helpers import logits_of, logits_through_kv_cache
 
 from course_lib import GPT, GPTConfig
 from course_lib.gpt2 import GPT2_SIZES, PUBLISHED_PARAMETERS, config_from_hf, gpt2_config, weight_map

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import change_one_token, logits_of, logits_through_kv_cache
+from model_helpers import change_one_token, logits_of, logits_through_kv_cache
 from hypothesis import given, strategies as st
 
 from course_lib import GPT, GPTConfig

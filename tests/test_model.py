@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from conftest import change_one_token
+from model_helpers import change_one_token
 from hypothesis import given, strategies as st
 
 from course_lib.model import GPT, GPTConfig, sinusoidal_position_encoding
