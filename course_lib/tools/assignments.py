@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from . import otter_master
-from .chapters import CHAPTER_NAME, ROOT, chapter_notebooks
+from .chapters import ROOT, assignment_name, chapter_notebooks
 from .exercise_cells import (BEGIN_SOLUTION, END_SOLUTION, EXERCISE_BOX, CheckResult,  # noqa: F401
                              check_results, checked_names, exercise_section_start, has_solution,
                              is_check_cell, marker as _marker)
@@ -182,8 +182,7 @@ def make_student_notebook(nb, name: str = "notebook", fmt: str = "student", repo
     if fmt not in FORMATS:
         raise AssignmentError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     student = copy.deepcopy(nb)
-    chapter = re.match(r"ch(\d+)_", Path(name).name)
-    prefix = f"ch{int(chapter.group(1)):02d}" if chapter else Path(name).stem
+    prefix = assignment_name(name)
     grade_ids: set = set()
     cells, kinds = [], []
     for index, cell in enumerate(student.cells):
@@ -303,8 +302,7 @@ def student_target(source: Path, out_dir: Path, fmt: str) -> Path:
     Otter (one folder per assignment), ``out_dir/chNN/<name>``."""
     if fmt == "student":
         return out_dir / source.name
-    m = CHAPTER_NAME.match(source.name)
-    return out_dir / (f"ch{int(m.group(1)):02d}" if m else source.stem) / source.name
+    return out_dir / assignment_name(source) / source.name
 
 
 def build_student_notebook(source: str | Path, out_dir: str | Path, fmt: str = "student",

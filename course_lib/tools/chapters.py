@@ -45,6 +45,13 @@ def chapter_number(entry: str | Path) -> int:
     return int(CHAPTER_NAME.match(Path(entry).name).group(1))
 
 
+def assignment_name(entry: str | Path) -> str:
+    """``chNN`` (two digits) for a chapter notebook, else the file's stem: what the graders call
+    its assignment (its folder, the prefix of its grade ids)."""
+    found = CHAPTER_NAME.match(Path(entry).name)
+    return f"ch{int(found.group(1)):02d}" if found else Path(entry).stem
+
+
 def page_source(entry: str, root: Path = ROOT) -> Path | None:
     """The file behind a toc entry (.ipynb or .md), or None if there is none yet."""
     for suffix in (".ipynb", ".md"):
