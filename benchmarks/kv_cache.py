@@ -13,21 +13,21 @@ the context; with it, on the newest token only (plus one pass over the prompt).
 
 On a busy machine, OpenMP threads that spin while they wait for each other slow the
 cached path's many tiny operations far more than the big matmuls of full recomputation,
-so this script asks for passive waiting (``OMP_WAIT_POLICY=PASSIVE``) unless the
-environment already sets a policy. On an idle machine it makes little difference.
+so this script asks for passive waiting (``OMP_WAIT_POLICY=PASSIVE``, with
+``course_lib.tools.numerics.wait_passively``) unless the environment already sets a
+policy. On an idle machine it makes little difference.
 """
 from __future__ import annotations
 
 import argparse
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must be set before torch starts its thread pool
+import torch
 
-import torch  # noqa: E402
-
-from course_lib.generate import compare_cache_speed  # noqa: E402
-from course_lib.model import GPT  # noqa: E402
-from course_lib.presets import get_preset  # noqa: E402
+from course_lib.generate import compare_cache_speed
+from course_lib.model import GPT
+from course_lib.presets import get_preset
+from course_lib.tools.numerics import wait_passively
 
 
 def main(argv=None) -> int:
@@ -63,4 +63,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    wait_passively()
     raise SystemExit(main())

@@ -22,10 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-# Threads that spin while they wait for each other waste a shared machine's cores: wait passively
-# (unless the environment says otherwise). Set before torch starts its thread pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from course_lib import distributed  # noqa: E402
 from course_lib.model import GPT  # noqa: E402
 from course_lib.presets import get_preset  # noqa: E402
+from course_lib.tools.numerics import wait_passively  # noqa: E402
 from course_lib.train import Trainer, TrainConfig  # noqa: E402
 
 
@@ -116,4 +113,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    wait_passively()  # OpenMP threads sleep while they wait (a shared machine's cores)
     raise SystemExit(main())

@@ -11,16 +11,13 @@ estimate of the wall time on an idle machine.
 from __future__ import annotations
 
 import argparse
-import os
+import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch
 
-import time  # noqa: E402
-
-import torch  # noqa: E402
-
-from course_lib.seq2seq import DATES_MODEL, Seq2Seq, date_batch_fn, date_tokenizer, dates_train_config  # noqa: E402
-from course_lib.train import Trainer  # noqa: E402
+from course_lib.seq2seq import DATES_MODEL, Seq2Seq, date_batch_fn, date_tokenizer, dates_train_config
+from course_lib.tools.numerics import wait_passively
+from course_lib.train import Trainer
 
 
 def main() -> None:
@@ -46,4 +43,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    wait_passively()  # OpenMP threads sleep while they wait (a shared machine's cores)
     main()

@@ -1,4 +1,3 @@
-import os
 
 import matplotlib
 import pytest
@@ -17,7 +16,7 @@ matplotlib.use("Agg")
 # Deterministic property tests: the same examples on every run and machine.
 settings.register_profile("course", derandomize=True, deadline=None, max_examples=40,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
+settings.load_profile("course")
 
 
 def pytest_addoption(parser):

@@ -25,6 +25,26 @@ TWO_THREADS_AVX512 = {"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "avx512"}
 STEPS = 10
 
 
+def test_the_reference_environment_pins_every_variable_over_a_users_exports():
+    user = {"HOME": "/home/reader", "OMP_NUM_THREADS": "7", "MKL_NUM_THREADS": "7", "ATEN_CPU_CAPABILITY": "avx512"}
+    assert numerics.reference_environment(user) == {"HOME": "/home/reader", **numerics.REFERENCE}
+    one = numerics.reference_environment(user, threads=1)  # the shipped pretrained model's pin
+    assert one == {"HOME": "/home/reader", **numerics.REFERENCE, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def test_wait_passively_restarts_the_script_with_sleeping_threads_unless_a_policy_was_chosen(monkeypatch):
+    restarts = []
+    monkeypatch.setattr(os, "execve", lambda *args: restarts.append(args))
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the caller's choice stands
+    numerics.wait_passively()
+    assert restarts == []
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    numerics.wait_passively()
+    [(program, argv, env)] = restarts  # the same interpreter, its options and the script's arguments
+    assert program == sys.executable and argv == [sys.executable, *sys.orig_argv[1:]]
+    assert env == dict(os.environ, OMP_WAIT_POLICY=numerics.REFERENCE["OMP_WAIT_POLICY"]) and "PASSIVE" in env.values()
+
+
 @pytest.mark.slow  # four short trainings in fresh processes
 def test_the_pin_makes_two_hosts_train_bitwise_alike_and_without_it_they_differ():
     free = [numerics.fingerprint_in(numerics.host_environment(c), STEPS) for c in (ONE_THREAD, TWO_THREADS_AVX512)]

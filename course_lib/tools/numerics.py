@@ -24,7 +24,7 @@ CPU preset's GPT (4 layers, C=128, batch 12 x 64), compared by a hash of the tra
   export of it cannot change MKL's split.
 
 - ``OMP_WAIT_POLICY``: ACTIVE and PASSIVE give the same result; it is pinned to PASSIVE for speed
-  on shared cores (see ``REFERENCE``).
+  on shared cores (see ``REFERENCE``). The benchmarks take it from here too (``wait_passively``).
 
 The reference is what a 2-core x86-64 CPU with AVX2 computes by default (the machines the course
 was first executed on): every x86-64 CPU since 2013-2015 can compute it. Other CPUs (ARM, such as
@@ -73,10 +73,13 @@ REFERENCE = {
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
 
 
-def reference_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this process's environment) with the reference pinned over it."""
+def reference_environment(base: Mapping[str, str] | None = None, threads: int = THREADS) -> dict[str, str]:
+    """``base`` (default: this process's environment) with the reference pinned over it;
+    ``threads`` other than :data:`THREADS` pins another thread count (the shipped pretrained
+    model is trained on 1, see :mod:`course_lib.tools.pretrained`)."""
     env = dict(os.environ if base is None else base)
     env.update(REFERENCE)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
 
 
@@ -85,6 +88,20 @@ def apply_reference_environment() -> None:
     computes like the reference (torch reads these variables when it starts, so this does not
     change a torch already running here)."""
     os.environ.update(REFERENCE)
+
+
+def wait_passively() -> None:
+    """For a script that times work on shared cores (``benchmarks/``): OpenMP's idle threads
+    sleep, as in the reference environment (``REFERENCE["OMP_WAIT_POLICY"]``), unless the caller
+    chose a policy. OpenMP reads the variable once, when torch loads it, so where it is unset this
+    restarts the script with it set (``os.execve``, same interpreter and arguments): call it first
+    thing under ``if __name__ == "__main__":``."""
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    env = dict(os.environ, OMP_WAIT_POLICY=REFERENCE["OMP_WAIT_POLICY"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 def unsupported_host(machine: str | None = None, capability: str | None = None) -> str | None:

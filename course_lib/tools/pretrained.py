@@ -30,8 +30,7 @@ def run(args) -> int:
     why = unsupported_host()
     if why:
         raise ValueError(f"this host cannot compute the reference numbers ({why}): make the file on x86-64 with AVX2")
-    env = reference_environment()
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(THREADS)
+    env = reference_environment(threads=THREADS)
     path = Path(args.out) if args.out else PRETRAINED_PATH
     done = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env)
     if done.returncode:
