@@ -1,5 +1,18 @@
-"""Helpers shared by the tests that prove a model equal to a reference or causal."""
+"""Helpers shared by the model tests (here, not in conftest.py: when pytest collects tests/ and
+book/ together, ``from conftest import`` finds book/conftest.py)."""
 import torch
+
+
+def assert_same_weights(a, b, rtol: float = 0.0, atol: float = 0.0) -> None:
+    """``a`` and ``b`` (models, or state dicts such as a checkpoint's ``"model"``) hold the same
+    tensors under the same names: bitwise equal by default (same dtype and shape too); ``rtol`` and
+    ``atol`` for runs that add the same numbers in another order (data parallel vs accumulation)."""
+    sa = a.state_dict() if isinstance(a, torch.nn.Module) else a
+    sb = b.state_dict() if isinstance(b, torch.nn.Module) else b
+    assert sa.keys() == sb.keys(), f"different tensors: {sorted(set(sa) ^ set(sb))[:5]}"
+    for name in sa:
+        torch.testing.assert_close(sb[name], sa[name], rtol=rtol, atol=atol,
+                                   msg=lambda message, name=name: f"{name}: {message}")
 
 
 # --- shared by the tests that prove a model equal to a reference or causal ---------------------

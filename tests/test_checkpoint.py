@@ -11,6 +11,7 @@ from course_lib.data import load_text, train_val_split
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
 from course_lib.train import TrainConfig, Trainer
+from model_helpers import assert_same_weights
 
 TEXT = load_text()[:20_000]
 TOK = CharTokenizer.from_text(TEXT)
@@ -98,8 +99,7 @@ def test_any_registered_model_kind_comes_back(tmp_path, tiny_model):
         path = save_checkpoint(tmp_path / f"{type(original).__name__}.pt", original)
         loaded, ckpt = load_model(path)
         assert type(loaded) is type(original) and loaded.config == original.config
-        for (name, a), (_, b) in zip(original.state_dict().items(), loaded.state_dict().items()):
-            assert torch.equal(a, b), name
+        assert_same_weights(original, loaded)
     assert {"gpt", "bigram"} <= set(MODELS)
 
 

@@ -12,6 +12,7 @@ from course_lib.tokenizers import CharTokenizer
 from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss,
                               lr_at, masked_accuracy, masked_cross_entropy, parameter_gradient_norms,
                               transformer_lr)
+from model_helpers import assert_same_weights
 
 TEXT = load_text()[:20_000]
 TOK = CharTokenizer.from_text(TEXT)
@@ -62,8 +63,7 @@ def test_resume_gives_exactly_the_weights_of_an_uninterrupted_run(model, tmp_pat
     assert resumed.step == 13
     resumed.train()
 
-    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
-        assert torch.equal(a, b), name
+    assert_same_weights(straight.model, resumed.model)
     assert straight.history == resumed.history
 
 
@@ -93,8 +93,7 @@ def test_ctrl_c_mid_step_finishes_the_step_saves_and_resumes_exactly(model, tmp_
 
     resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False)
     resumed.train()
-    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
-        assert torch.equal(a, b), name
+    assert_same_weights(straight.model, resumed.model)
     assert straight.history == resumed.history
 
 
