@@ -138,7 +138,8 @@ def test_sigkill_after_a_periodic_checkpoint_then_resume_is_bitwise_the_same(tmp
 
 
 def _restore_ctrl_c():
-    # A child of a non-interactive shell inherits "ignore SIGINT" (TOOLCHAIN.md): undo it, as a terminal would.
+    # A child of a non-interactive shell inherits "ignore SIGINT" (CONTRIBUTING.md, "Testing Ctrl-C"): undo
+    # it, as a terminal would.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

@@ -1,7 +1,7 @@
 """A chapter needs nothing from the repository but the package, as on Colab.
 
 Builds course_lib's wheel, creates a fresh virtual environment OUTSIDE the repository holding
-only the wheel's dependencies (the CPU build of torch 2.13.0, found locally by pip, then the
+only the wheel's dependencies (the CPU build of torch 2.13.0 that .ci/run installs, then the
 rest from the package index) and ipykernel, and runs notebooks in a kernel of that environment:
 
 1. the shared setup cell, with course_lib missing, installs it from $COURSE_LIB_SOURCE (the
@@ -32,7 +32,7 @@ from course_lib.tools import assignments
 pytestmark = pytest.mark.slow
 
 KERNEL = "course-lib-fresh-venv"
-TORCH = "torch==2.13.0"  # the CPU build .ci/run installs; pip finds it locally on the CI machines
+TORCH = "torch==2.13.0"  # the CPU build .ci/run installs (CONTRIBUTING.md, "What CI runs")
 PROBE = """\
 import json, sys, course_lib
 print("PROBE " + json.dumps({"prefix": sys.prefix, "file": course_lib.__file__, "version": course_lib.__version__,
