@@ -36,11 +36,12 @@ test: install browser
 	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL)
 
 # Quicker loops while writing: the unit tests without the slow ones (strict book build, fresh venv,
-# torchrun, browser, benchmark scripts), or nbval alone: make notebooks [NB="book/ch04_....ipynb ..."].
+# torchrun, browser, benchmark scripts), listing the 15 slowest (a test of ten seconds or more is
+# marked slow), or nbval alone: make notebooks [NB="book/ch04_....ipynb ..."].
 # Chapters always run in the reference numeric environment (course_lib/tools/numerics.py, applied by
 # book/conftest.py), whatever this machine's CPU and core count.
 unit:
-	$(PYTHON) -m pytest tests -m "not slow" $(PARALLEL)
+	$(PYTHON) -m pytest tests -m "not slow" --durations=15 $(PARALLEL)
 notebooks:
 	$(PYTHON) -m pytest $(or $(NB),book) $(NBVAL) $(PARALLEL)
 # The book build, then every page in a real browser with a full-page screenshot of each in _build/screenshots/
