@@ -19,7 +19,8 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from course_lib.seq2seq import DATES_MODEL, Seq2Seq, date_batch_fn, date_tokenizer, dates_train_config  # noqa: E402
+from course_lib.dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config  # noqa: E402
+from course_lib.seq2seq import Seq2Seq  # noqa: E402
 from course_lib.train import Trainer  # noqa: E402
 
 
