@@ -2,7 +2,7 @@
 
 Prints, in one run (the fastest of ``--repeats`` runs of each counts; wall-clock seconds):
 
-- training 256 merges (vocabulary 512, GPT-2 pattern) with ``course_lib.bpe.train_bpe``;
+- training 256 merges (vocabulary 512, GPT-2 pattern) with ``course_lib.bpe_train.train_bpe``;
 - the naive trainer (recount every pair after every merge) on a slice, and its time scaled to
   the whole text (its cost grows with the text's distinct pre-tokens, so the scaling is rough:
   ``--naive-full`` times it on the whole text instead, about a minute or more);
@@ -25,8 +25,10 @@ import gc
 import time
 from pathlib import Path
 
-from course_lib.bpe import (CL100K_PATTERN, CL100K_SPECIAL_TOKENS, BPETokenizer, pretoken_counts, read_tiktoken_ranks,
-                            train_bpe, train_bpe_naive)
+from course_lib.bpe import BPETokenizer
+from course_lib.bpe_files import CL100K_SPECIAL_TOKENS, read_tiktoken_ranks
+from course_lib.bpe_train import train_bpe, train_bpe_naive
+from course_lib.pretokenize import CL100K_PATTERN, pretoken_counts
 from course_lib.data import load_text
 
 RANKS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cl100k_base.tiktoken.gz"
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
                                       args.repeats, "train")
     assert len(merges) == merges_wanted
     t_pre, _ = best_of(lambda: pretoken_counts(text), args.repeats, "pre")
-    rows.append(("train: course_lib.bpe.train_bpe", f"{t_ours:.2f} s wall, {CPU['train']:.2f} s CPU for "
+    rows.append(("train: course_lib.bpe_train.train_bpe", f"{t_ours:.2f} s wall, {CPU['train']:.2f} s CPU for "
                  f"{len(merges)} merges (pre-tokenizing: {t_pre:.2f} s wall, {CPU['pre']:.2f} s CPU)"))
 
     naive_text = text if args.naive_full else text[:args.naive_chars]

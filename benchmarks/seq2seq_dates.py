@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from course_lib.seq2seq import DATES_MODEL, Seq2Seq, date_batch_fn, date_tokenizer, dates_train_config
+from course_lib.dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
+from course_lib.seq2seq import Seq2Seq
 from course_lib.tools.numerics import wait_passively
 from course_lib.train import Trainer
 

@@ -4,7 +4,7 @@ One small module per idea, each introduced by a chapter:
 
 - ``data``: bundled corpora, splits, batches (ch. 1); padding, packing, the names dataset (ch. 10)
 - ``bigram``: counting and learned bigram models, unigram entropy (ch. 1-2)
-- ``tokenizers``: the tokenizer interface and its registry, ``CharTokenizer`` (ch. 1)
+- ``tokenizers``: the tokenizer interface and its registry, ``CharTokenizer`` (ch. 1; special tokens ch. 10)
 - ``attention``: averaging the past, ``Head``, ``MultiHeadAttention``, ``CausalSelfAttention`` (ch. 3-4)
 - ``model``: ``GPTConfig``, ``Block``, ``GPT`` (ch. 5-6); ``GPT.from_pretrained`` via ``gpt2`` (ch. 13)
   and ``llama`` (ch. 14); RMSNorm, SwiGLU and, in ``rope`` and ``attention``, RoPE and grouped-query
@@ -13,8 +13,10 @@ One small module per idea, each introduced by a chapter:
 - ``train``: ``Trainer``, schedules, losses (ch. 2, 7); accumulation, precision, compile (ch. 12)
 - ``checkpoint``: the one checkpoint format and the registry of model kinds (ch. 7)
 - ``generate``: sampling and the KV cache (ch. 8); batches of prompts of different lengths (ch. 10)
-- ``bpe``: byte-level BPE, ``train_bpe``, ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
-- ``seq2seq``: the encoder-decoder Transformer of 2017, label smoothing, beam search (ch. 11)
+- ``pretokenize``, ``bpe_train``, ``bpe``, ``bpe_files``: byte-level BPE: pre-tokens, ``train_bpe``,
+  ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)
+- ``seq2seq``, ``translate``, ``dates``: the encoder-decoder Transformer of 2017 and label smoothing;
+  greedy and beam search; the date-normalising task (ch. 11)
 - ``distributed``: data-parallel training under torchrun (ch. 12)
 - ``lora``: LoRA adapters from scratch: add, count, merge (ch. 15)
 - ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib``.
@@ -31,7 +33,8 @@ from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: thes
 from . import gpt2, llama  # noqa: E402,F401  register GPT.from_pretrained's loaders (neither imports transformers here)
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
-from .bpe import BPETokenizer, train_bpe  # registers the "bpe" tokenizer type
+from .bpe import BPETokenizer  # registers the "bpe" tokenizer type
+from .bpe_train import train_bpe
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
 from .seq2seq import Seq2Seq, Seq2SeqConfig

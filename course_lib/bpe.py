@@ -1,291 +1,31 @@
-"""Byte-level byte-pair encoding (BPE): training, encoding, decoding, GPT-2 and tiktoken files.
+"""Byte-level byte-pair encoding (BPE): :class:`BPETokenizer` encodes text to ids and decodes
+any ids (chapter 9).
 
-A text is turned into UTF-8 bytes, so the 256 single bytes form a vocabulary that can
-spell any text: no character is ever unknown. Training repeats one step ``vocab_size - 256``
-times: find the most frequent pair of adjacent tokens and make it a new token. Pairs are
-only counted inside *pre-tokens*, the pieces a regular expression cuts the text into
-(GPT-2's pattern by default), so a token never spans a word and the space before it.
-
-- :func:`train_bpe` learns ``(vocab, merges)`` from a text file or a string.
-- :class:`BPETokenizer` encodes with those merges (``encode``, ``encode_iterable``) and
-  decodes any ids (``decode``); it also loads GPT-2's ``vocab.json``/``merges.txt`` and
-  tiktoken's ``.tiktoken`` rank files, and is registered as tokenizer type ``"bpe"``.
-
-Why it is fast enough in pure Python: training counts pairs over the *distinct* pre-tokens
-weighted by how often each occurs, and after a merge updates only the counts of the
-pre-tokens that contain the merged pair; encoding caches the ids of every pre-token it has
-already seen.
+A text is turned into UTF-8 bytes, so the 256 single bytes form a vocabulary that can spell
+any text: no character is ever unknown. The tokenizer cuts a text into pre-tokens
+(:mod:`course_lib.pretokenize`) and merges the bytes of each by the priority of the merges
+learned by :func:`course_lib.bpe_train.train_bpe`; it also loads GPT-2's and tiktoken's files
+(:mod:`course_lib.bpe_files`), and is registered as tokenizer type ``"bpe"``. Encoding caches
+the ids of every pre-token it has already seen, which makes it fast enough in pure Python.
 """
 from __future__ import annotations
 
 import base64
-import binascii
 import gc
-import gzip
-import heapq
-import json
 import numbers
 import os
 import re
-import sys
-from collections import Counter, defaultdict
 from itertools import chain, repeat
-from pathlib import Path
 from typing import Iterable, Iterator
 
 import regex
 
+from .bpe_files import CL100K_SPECIAL_TOKENS, read_gpt2_files, read_tiktoken_ranks
+from .bpe_train import train_bpe
+from .pretokenize import ASCII_PATTERNS, resolve_pattern, special_splitter
 from .tokenizers import register_tokenizer
 
-# The pre-tokenizer patterns: GPT-2's (2019) and cl100k's (GPT-3.5/GPT-4, as in tiktoken 0.14).
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-                  r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
-PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN}
-# The same patterns for ASCII text, where \p{L} is [A-Za-z], \p{N} is [0-9] and \s is [ \t\n\v\f\r]:
-# the standard library's re runs them about 1.5x faster than the regex package runs the Unicode ones,
-# and they cut any ASCII string exactly as the originals do (tests/test_bpe.py checks it).
-ASCII_PATTERNS = {
-    GPT2_PATTERN: r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""",
-}
-if sys.version_info >= (3, 11):  # possessive quantifiers
-    ASCII_PATTERNS[CL100K_PATTERN] = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,3}+"""
-                                      r"""| ?[^\sA-Za-z0-9]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
-ENDOFTEXT = "<|endoftext|>"
-_BASE64 = regex.compile(rb"[A-Za-z0-9+/]*={0,2}")
-CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
-                         "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
-
-
-def resolve_pattern(pattern: str) -> str:
-    """A pattern name (``"gpt2"``, ``"cl100k"``) or a regular expression -> the expression."""
-    return PATTERNS.get(pattern, pattern)
-
-
-def _special_splitter(special_tokens) -> regex.Pattern | None:
-    """A regex that finds special tokens, longest first (so an overlapping shorter one never wins)."""
-    if not special_tokens:
-        return None
-    alternatives = sorted(special_tokens, key=lambda s: (-len(s), s))
-    return regex.compile("(" + "|".join(regex.escape(s) for s in alternatives) + ")")
-
-
-def _read_source(source, text) -> str:
-    if (source is None) == (text is None):
-        raise TypeError("pass either a path to a UTF-8 text file (source) or text=..., not both and not neither")
-    if text is None:
-        if not isinstance(source, (str, os.PathLike)):
-            raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}; "
-                            "to train on a string, pass text=...")
-        from .data import read_text_file  # the one text reader: clear errors for what is not UTF-8 text
-
-        text = read_text_file(source)
-    return text
-
-
-def pretoken_counts(text: str, special_tokens=(), pattern: str = "gpt2") -> Counter:
-    """How often each pre-token occurs in ``text`` (special tokens are cut out first and not counted)."""
-    pat = regex.compile(resolve_pattern(pattern))
-    splitter = _special_splitter(special_tokens)
-    segments = splitter.split(text)[::2] if splitter else [text]  # [::2]: drop the special tokens themselves
-    counts = Counter()
-    for segment in segments:
-        counts.update(pat.findall(segment))
-    return counts
-
-
-class _Greatest:
-    """A heap key that puts the lexicographically greatest pair of byte strings first."""
-    __slots__ = ("pair",)
-
-    def __init__(self, left: bytes, right: bytes):
-        self.pair = (left, right)
-
-    def __lt__(self, other: "_Greatest") -> bool:
-        return self.pair > other.pair
-
-
-def check_special_tokens(special_tokens) -> list[str]:
-    """The special tokens as a list without repeats; each must be a non-empty string (an empty
-    one would match between every two bytes)."""
-    if isinstance(special_tokens, str):
-        raise ValueError(f"special_tokens must be a list of strings, got the string {special_tokens!r}: "
-                         f"write [{special_tokens!r}]")
-    special_tokens = list(dict.fromkeys(special_tokens))
-    for st in special_tokens:
-        if not isinstance(st, str) or not st:
-            raise ValueError(f"special tokens must be non-empty strings, got {st!r}")
-    return special_tokens
-
-
-def train_bpe(source: str | os.PathLike | None = None, vocab_size: int = 512, special_tokens=(), *,
-              text: str | None = None, pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Learn a byte-level BPE vocabulary from a UTF-8 text file ``source`` (or ``text=``).
-
-    Returns ``(vocab, merges)``: ``vocab`` maps ids to bytes (ids 0-255 are the single bytes,
-    then one id per merge in the order learned, then the special tokens); ``merges`` lists the
-    merged pairs ``(left bytes, right bytes)`` in the order learned. Each step merges the most
-    frequent adjacent pair within pre-tokens; ties go to the lexicographically greatest pair
-    ``(left bytes, right bytes)``. Fewer merges are learned if the text runs out of pairs.
-    """
-    special_tokens = check_special_tokens(special_tokens)
-    minimum = 256 + len(special_tokens)
-    if not isinstance(vocab_size, numbers.Integral) or isinstance(vocab_size, bool):
-        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r} of type {type(vocab_size).__name__}")
-    vocab_size = int(vocab_size)
-    if vocab_size < minimum:
-        raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + {len(special_tokens)} special "
-                         f"tokens), got {vocab_size!r}")
-    text = _read_source(source, text)
-    gc_was_on = gc.isenabled()
-    gc.disable()  # the loop makes millions of small tuples; the cycle collector only slows it down
-    try:
-        return _train_bpe(text, vocab_size, special_tokens, pattern)
-    finally:
-        if gc_was_on:
-            gc.enable()
-
-
-def _train_bpe(text: str, vocab_size: int, special_tokens: list[str], pattern: str):
-    if not text:
-        raise ValueError("cannot train BPE on an empty text: pass the training corpus")
-    counts = pretoken_counts(text, special_tokens, pattern)
-    if not counts:
-        raise ValueError("the training text holds nothing but special tokens: there is nothing to learn merges from")
-
-    vocab = {i: bytes([i]) for i in range(256)}
-    words = [list(w.encode("utf-8")) for w in counts]   # each distinct pre-token as a list of ids
-    freqs = list(counts.values())                        # how often it occurs
-    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    where: dict[tuple[int, int], set[int]] = defaultdict(set)  # pair -> the words that contain it
-    for i, (word, f) in enumerate(zip(words, freqs)):
-        for pair in zip(word, word[1:]):
-            pair_counts[pair] += f
-            where[pair].add(i)
-    # A max-heap of (count, pair) with ties to the greatest pair. Entries go stale when counts
-    # drop; a stale entry is fixed when it reaches the top (counts only rise for new pairs,
-    # which get a fresh entry), so each step costs a few heap operations, not a scan of all pairs.
-    heap = [(-c, _Greatest(vocab[p[0]], vocab[p[1]]), p) for p, c in pair_counts.items()]
-    heapq.heapify(heap)
-
-    merges: list[tuple[bytes, bytes]] = []
-    for new_id in range(256, vocab_size - len(special_tokens)):
-        best = None
-        while heap:
-            neg, key, pair = heapq.heappop(heap)
-            c = pair_counts.get(pair, 0)
-            if c == -neg:
-                best = pair
-                break
-            if c:  # stale: the count dropped since this entry was pushed
-                heapq.heappush(heap, (-c, key, pair))
-        if best is None:
-            break  # no pair left: every pre-token is a single token
-        a, b = best
-        vocab[new_id] = vocab[a] + vocab[b]
-        merges.append((vocab[a], vocab[b]))
-        touched = set()
-        for i in where.pop(best):
-            word = words[i]
-            merged, j, n = [], 0, len(word)
-            while j < n:
-                if word[j] == a and j < n - 1 and word[j + 1] == b:
-                    merged.append(new_id)
-                    j += 2
-                else:
-                    merged.append(word[j])
-                    j += 1
-            if len(merged) == n:
-                continue  # a stale entry of where: this word no longer holds the pair
-            f = freqs[i]
-            # Only the pairs next to a merge change. Pairs of neither a nor b are the same before and
-            # after, so: add the new word's pairs that hold a, b or new_id, remove the old word's that
-            # hold a or b (adding first, so that a pair the word keeps never reaches zero).
-            for pair in zip(merged, merged[1:]):
-                x, y = pair
-                if x == new_id or y == new_id or x == a or x == b or y == a or y == b:
-                    pair_counts[pair] += f
-                    where[pair].add(i)
-                    if new_id in pair:
-                        touched.add(pair)
-            for pair in zip(word, word[1:]):
-                x, y = pair
-                if x == a or x == b or y == a or y == b:
-                    c = pair_counts[pair] - f
-                    if c:
-                        pair_counts[pair] = c
-                    else:
-                        del pair_counts[pair]
-                        where.pop(pair, None)
-            words[i] = merged
-        for pair in touched:  # the new pairs enter the heap with their full counts
-            if pair in pair_counts:
-                heapq.heappush(heap, (-pair_counts[pair], _Greatest(vocab[pair[0]], vocab[pair[1]]), pair))
-    for s in special_tokens:
-        vocab[len(vocab)] = s.encode("utf-8")
-    return vocab, merges
-
-
-def train_bpe_naive(text: str, vocab_size: int, special_tokens=(), pattern: str = "gpt2"):
-    """The straightforward algorithm, for comparison: recount every pair of every distinct pre-token
-    after every merge. Same ``(vocab, merges)`` as :func:`train_bpe`, many times slower."""
-    special_tokens = check_special_tokens(special_tokens)
-    if vocab_size < 256 + len(special_tokens):
-        raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}, got {vocab_size}")
-    words = {tuple(w.encode("utf-8")): f for w, f in pretoken_counts(text, special_tokens, pattern).items()}
-    vocab = {i: bytes([i]) for i in range(256)}
-    merges = []
-    for new_id in range(256, vocab_size - len(special_tokens)):
-        counts = Counter()
-        for word, f in words.items():
-            for pair in zip(word, word[1:]):
-                counts[pair] += f
-        if not counts:
-            break
-        a, b = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
-        vocab[new_id] = vocab[a] + vocab[b]
-        merges.append((vocab[a], vocab[b]))
-        words = {tuple(merge(list(w), (a, b), new_id)): f for w, f in words.items()}
-    for s in special_tokens:
-        vocab[len(vocab)] = s.encode("utf-8")
-    return vocab, merges
-
-
-def merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace every occurrence of ``pair`` in ``ids`` (left to right) with ``new_id``."""
-    out, i = [], 0
-    while i < len(ids):
-        if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-# --- GPT-2's files store bytes as printable characters ----------------------------------------
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 bytes to printable characters (used in its files)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-def _gpt2_bytes(token: str, byte_decoder: dict[str, int], where: str) -> bytes:
-    try:
-        return bytes(byte_decoder[c] for c in token)
-    except KeyError as e:
-        raise ValueError(f"{where}: {token!r} holds the character {e.args[0]!r}, which is not one of GPT-2's "
-                         "256 byte characters: is this a GPT-2 byte-level BPE file?") from None
+ENDOFTEXT = "<|endoftext|>"  # GPT-2's token between documents; BPETokenizer.train adds it by default
 
 
 class _PieceCache(dict):
@@ -362,7 +102,7 @@ class BPETokenizer:
                                  "is not in the vocabulary") from None
         for st, i in self.special_tokens.items():
             self.vocab[i] = st.encode("utf-8")
-        self._splitter = _special_splitter(self.special_tokens)
+        self._splitter = special_splitter(self.special_tokens)
         self._special_prefixes = {st[:k] for st in self.special_tokens for k in range(1, len(st))}
         self._cache = _PieceCache(self._encode_piece)  # pre-token -> its ids
 
@@ -378,24 +118,7 @@ class BPETokenizer:
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
                         special_tokens=(ENDOFTEXT,)):
         """GPT-2's ``vocab.json`` (token -> id) and ``merges.txt`` (one ``left right`` pair a line)."""
-        byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
-        try:
-            encoder = json.loads(Path(vocab_json).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{vocab_json}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-        if not isinstance(encoder, dict):
-            raise ValueError(f"{vocab_json}: expected a JSON object mapping tokens to ids")
-        specials = {s: encoder[s] for s in special_tokens if s in encoder}
-        vocab = {int(i): _gpt2_bytes(t, byte_decoder, f"{vocab_json}") for t, i in encoder.items() if t not in specials}
-        merges = []
-        for lineno, line in enumerate(Path(merges_txt).read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip() or (lineno == 1 and line.startswith("#version")):
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2 or not all(parts):
-                raise ValueError(f"{merges_txt}, line {lineno}: expected two tokens separated by one space, "
-                                 f"got {line!r:.80}")
-            merges.append(tuple(_gpt2_bytes(p, byte_decoder, f"{merges_txt}, line {lineno}") for p in parts))
+        vocab, merges, specials = read_gpt2_files(vocab_json, merges_txt, special_tokens)
         return cls(vocab, merges, specials, pattern="gpt2")
 
     @classmethod
@@ -575,40 +298,3 @@ class BPETokenizer:
     def __repr__(self) -> str:
         return (f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
                 f"special_tokens={list(self.special_tokens)})")
-
-
-def read_tiktoken_ranks(path: str | os.PathLike) -> dict[bytes, int]:
-    """A ``.tiktoken`` file (``base64(token) rank`` per line, gzipped or not) -> ``{token bytes: rank}``."""
-    path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":  # the gzip magic number
-        raw = gzip.decompress(raw)
-    ranks = {}
-    for lineno, line in enumerate(raw.splitlines(), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        try:
-            if len(parts) != 2 or not _BASE64.fullmatch(parts[0]):
-                raise ValueError
-            ranks[binascii.a2b_base64(parts[0])] = int(parts[1])
-        except (ValueError, binascii.Error):
-            raise ValueError(f"{path}, line {lineno}: expected 'base64-token rank', got {line[:80]!r}") from None
-    return ranks
-
-
-PALETTE = ["#fde2e4", "#cde7f0", "#e2f0cb", "#fff1c1", "#e4d8f5", "#ffd8be", "#d0f4de", "#f1e3d3"]
-
-
-def tokens_html(tokenizer, text: str) -> str:
-    """HTML that shows how ``tokenizer`` cuts ``text``: one coloured span per token (for notebooks:
-    ``IPython.display.HTML(tokens_html(tok, text))``). A token that holds part of a character's bytes
-    shows as U+FFFD; hover over a span to see its id."""
-    import html
-
-    spans = []
-    for k, i in enumerate(tokenizer.encode(text)):
-        piece = html.escape(tokenizer.decode([i])).replace("\n", "\u21b5<br>")
-        spans.append(f'<span title="{i}" style="background:{PALETTE[k % len(PALETTE)]};border-radius:3px;'
-                     f'padding:1px 0">{piece}</span>')
-    return '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.8">' + "".join(spans) + "</div>"

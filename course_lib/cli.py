@@ -251,7 +251,7 @@ def run_training(args, trainer, name: str, text: str, tokenizer) -> int:
 
 def cmd_train_dates(args) -> int:
     from .checkpoint import claim_folder
-    from .seq2seq import train_dates
+    from .dates import train_dates
     from .utils import check_device
 
     device = check_device(args.device)
@@ -273,7 +273,8 @@ def cmd_train_dates(args) -> int:
 
 def cmd_translate(args) -> int:
     from .checkpoint import load_model, load_tokenizer
-    from .seq2seq import Seq2Seq, translate
+    from .seq2seq import Seq2Seq
+    from .translate import translate
     from .utils import check_device
 
     device = check_device(args.device)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .tokenizers import CharTokenizer
 from .utils import DEFAULT_SEED, IGNORE_INDEX
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpora"
@@ -318,10 +319,11 @@ def pack_sequences(seqs, block_size: int, pad_id: int) -> tuple[torch.Tensor, to
 class NamesDataset:
     """The names corpus as one sequence per name: ``<bos> e m m a <eos>``.
 
-    Token ids: 0 ``<pad>``, 1 ``<bos>`` (begin), 2 ``<eos>`` (end), then the letters in
-    alphabetical order. The names are shuffled (with ``seed``) and split into train and
-    validation names. :meth:`batch` draws random names and pads them into (x, y) where ``y``
-    is ``x`` shifted by one, with ``IGNORE_INDEX`` at padded targets so the loss skips them.
+    Its tokenizer is a :class:`~course_lib.tokenizers.CharTokenizer` with three special tokens:
+    ids 0 ``<pad>``, 1 ``<bos>`` (begin), 2 ``<eos>`` (end), then the letters in alphabetical
+    order. The names are shuffled (with ``seed``) and split into train and validation names.
+    :meth:`batch` draws random names and pads them into (x, y) where ``y`` is ``x`` shifted by
+    one, with ``IGNORE_INDEX`` at padded targets so the loss skips them.
     """
 
     PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
@@ -332,10 +334,9 @@ class NamesDataset:
             raise ValueError("NamesDataset needs at least one name")
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
-        self.chars = sorted(set("".join(names)))
-        self.itos = [self.PAD, self.BOS, self.EOS] + self.chars
-        self.stoi = {s: i for i, s in enumerate(self.itos)}
-        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
+        self.tokenizer = CharTokenizer.from_text("".join(names), specials=(self.PAD, self.BOS, self.EOS))
+        self.chars, self.itos = self.tokenizer.chars, self.tokenizer.itos  # the letters; id -> token
+        self.pad_id, self.bos_id, self.eos_id = (self.tokenizer.special_ids[s] for s in (self.PAD, self.BOS, self.EOS))
         order = torch.randperm(len(names), generator=torch.Generator().manual_seed(seed)).tolist()
         shuffled = [names[i] for i in order]
         n = max(1, int(train_fraction * len(names)))
@@ -344,25 +345,18 @@ class NamesDataset:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.itos)
+        return self.tokenizer.vocab_size
 
     def encode(self, name: str) -> list[int]:
         """'emma' -> [<bos>, e, m, m, a, <eos>] as ids."""
-        unknown = sorted(set(name) - set(self.chars))
-        if unknown:
-            raise ValueError(f"{name!r} has characters {unknown} that no name in the list uses")
-        return [self.bos_id] + [self.stoi[c] for c in name] + [self.eos_id]
+        return [self.bos_id] + self.tokenizer.encode(name) + [self.eos_id]
 
     def decode(self, ids) -> str:
         """Ids -> the name: the begin and pad tokens are skipped, and the name ends at <eos>."""
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        letters = []
-        for i in ids:
-            if i == self.eos_id:
-                break
-            if i not in (self.pad_id, self.bos_id):
-                letters.append(self.itos[i])
-        return "".join(letters)
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return self.tokenizer.decode(ids, skip_special=True)
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator | None = None,
               device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

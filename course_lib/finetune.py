@@ -33,7 +33,7 @@ from .checkpoint import CheckpointError, load_checkpoint, register_model, unwrap
 from .generate import generate_batch
 from .lora import DEFAULT_TARGETS, add_lora, check_rank, lora_parameter_count
 from .model import GPT, GPTConfig
-from .seq2seq import DATE_ALPHABET, date_split_days, date_test_set, sample_dates
+from .dates import DATE_ALPHABET, date_split_days, date_test_set, sample_dates
 from .tokenizers import CharTokenizer
 from .utils import IGNORE_INDEX
 
@@ -319,7 +319,7 @@ def longest_example(tokenizer) -> int:
     """Tokens in the longest dates example (the 13 formats' longest sources, SEP, answer, END)."""
     import datetime
 
-    from .seq2seq import DATE_FORMATS, format_date
+    from .dates import DATE_FORMATS, format_date
     day = datetime.date(2027, 9, 23)  # the longest month name and a two-digit ordinal
     return max(len(tokenizer.encode(format_date(day, s, c) + SEP + day.isoformat() + END))
                for s in range(len(DATE_FORMATS)) for c in range(3))

@@ -1,5 +1,8 @@
-"""Figures used throughout the course (matplotlib). Each function returns the Axes it drew on."""
+"""Figures used throughout the course (matplotlib). Each function returns the Axes it drew on,
+but :func:`tokens_html`, which returns the HTML of a text cut into tokens (chapter 9)."""
 from __future__ import annotations
+
+import html
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
@@ -238,3 +241,20 @@ def plot_eval_losses(runs: dict[str, list[dict]], ax=None, title: str = "Validat
         ax.legend(handles=handles, loc="lower left")
         ax.add_artist(variants_legend)  # a second ax.legend() replaces the first: keep it
     return ax
+
+
+# --- tokens (chapter 9) ------------------------------------------------------------------------
+
+TOKEN_PALETTE = ["#fde2e4", "#cde7f0", "#e2f0cb", "#fff1c1", "#e4d8f5", "#ffd8be", "#d0f4de", "#f1e3d3"]
+
+
+def tokens_html(tokenizer, text: str) -> str:
+    """HTML that shows how ``tokenizer`` cuts ``text``: one coloured span per token (for notebooks:
+    ``IPython.display.HTML(tokens_html(tok, text))``). A token that holds part of a character's bytes
+    shows as U+FFFD; hover over a span to see its id."""
+    spans = []
+    for k, i in enumerate(tokenizer.encode(text)):
+        piece = html.escape(tokenizer.decode([i])).replace("\n", "\u21b5<br>")
+        spans.append(f'<span title="{i}" style="background:{TOKEN_PALETTE[k % len(TOKEN_PALETTE)]};border-radius:3px;'
+                     f'padding:1px 0">{piece}</span>')
+    return '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.8">' + "".join(spans) + "</div>"

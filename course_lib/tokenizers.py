@@ -7,8 +7,9 @@ Every tokenizer has ``encode(str) -> list[int]``, ``decode(ids) -> str``, ``voca
 CLI and ``Trainer.resume`` can rebuild any tokenizer from its dict without knowing its
 class: :func:`tokenizer_from_dict` and :func:`train_tokenizer`.
 
-``CharTokenizer`` maps each distinct character to an id (chapter 1); ``course_lib.bpe``
-adds byte-level BPE (chapter 9).
+``CharTokenizer`` maps each distinct character to an id (chapter 1), after optional special
+tokens such as ``<pad>``, ``<bos>``, ``<eos>`` (chapters 10 and 11); ``course_lib.bpe`` adds
+byte-level BPE (chapter 9).
 """
 from __future__ import annotations
 
@@ -55,10 +56,18 @@ def _tokenizer_class(name) -> type:
     return TOKENIZERS[name]
 
 
+# Types that are gone, still read from older checkpoints: old type -> its description today.
+# "seq2seq-char" (chapter 11's dates tokenizer until the tokenizers were merged) is a CharTokenizer
+# with the specials <pad>, <s>, </s>: ids 0, 1, 2, then the characters, as it always had.
+RENAMED_TYPES = {"seq2seq-char": lambda d: {**d, "type": "char", "specials": ["<pad>", "<s>", "</s>"]}}
+
+
 def tokenizer_from_dict(d: dict) -> Tokenizer:
     """Rebuild a tokenizer from its ``to_dict()``, whatever its class."""
     if not isinstance(d, dict) or "type" not in d:
         raise ValueError(f"a tokenizer description is a dict with a 'type' key, got {d!r:.80}")
+    if d["type"] in RENAMED_TYPES:
+        d = RENAMED_TYPES[d["type"]](d)
     return _tokenizer_class(d["type"]).from_dict(d)
 
 
@@ -70,11 +79,14 @@ def train_tokenizer(spec: dict | str, text: str) -> Tokenizer:
     return cls.train(text, **spec)
 
 
-def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:
+def save_tokenizer_file(tokenizer: Tokenizer, path: str | Path) -> None:
+    """Write ``tokenizer.to_dict()`` to a JSON file (checkpoints store the same dict)."""
     Path(path).write_text(json.dumps(tokenizer.to_dict(), ensure_ascii=False), encoding="utf-8")
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
+def load_tokenizer_file(path: str | Path) -> Tokenizer:
+    """The tokenizer in a JSON file written by :func:`save_tokenizer_file`, whatever its type.
+    (A checkpoint's tokenizer comes back with ``course_lib.checkpoint.load_tokenizer``.)"""
     return tokenizer_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -92,42 +104,61 @@ def check_token_id(i, vocab_size: int) -> int:
 
 @register_tokenizer("char")
 class CharTokenizer:
-    """A character-level tokenizer: one id per distinct character, in sorted order.
+    """A character-level tokenizer: one id per character, plus optional special tokens.
+
+    The ids follow one rule: the special tokens first, in the order given (ids 0, 1, ...),
+    then the characters in the order given (``from_text`` sorts them). ``encode`` maps
+    characters only, so a special token never comes out of a text (the code that builds a
+    sequence adds ``<bos>``, ``<eos>`` or padding itself); ``decode`` writes a special token
+    by its name, or leaves it out with ``skip_special=True``.
 
     >>> tok = CharTokenizer.from_text("hello")
     >>> tok.encode("hell")
     [1, 0, 2, 2]
     >>> tok.decode([1, 0, 2, 2, 3])
     'hello'
+    >>> tok = CharTokenizer("ab", specials=("<pad>", "<bos>", "<eos>"))
+    >>> tok.encode("ba"), tok.decode([1, 3, 4, 2]), tok.decode([1, 3, 4, 2], skip_special=True)
+    ([4, 3], '<bos>ab<eos>', 'ab')
     """
 
-    def __init__(self, chars: list[str] | str):
-        chars = list(chars)
+    def __init__(self, chars: list[str] | str, specials: tuple[str, ...] | list[str] = ()):
+        if isinstance(specials, str):  # a string is a sequence of characters: "<pad>" would be 5 specials
+            raise ValueError(f"specials must be a list of non-empty strings such as ('<pad>', '<bos>'), "
+                             f"got the string {specials!r}: write ({specials!r},)")
+        chars, specials = list(chars), tuple(specials)
+        if any(not isinstance(s, str) or not s for s in specials):
+            raise ValueError(f"specials must be a list of non-empty strings such as ('<pad>', '<bos>'), "
+                             f"got {specials!r}")
         if not chars:
             raise ValueError("a tokenizer needs at least one character; the text was empty")
+        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            raise ValueError("every vocabulary entry must be a single character")
         if len(set(chars)) != len(chars):
             raise ValueError("characters must be distinct")
-        if any(len(c) != 1 for c in chars):
-            raise ValueError("every vocabulary entry must be a single character")
-        self.chars = chars
-        self.stoi = {c: i for i, c in enumerate(chars)}  # string -> int
-        self.itos = {i: c for i, c in enumerate(chars)}  # int -> string
+        if len(set(specials)) != len(specials) or set(specials) & set(chars):
+            raise ValueError(f"special tokens must be distinct and none may be one of the characters, got {specials!r}")
+        self.chars = chars  # the characters alone, without the special tokens
+        self.specials = specials
+        self.special_ids = {s: i for i, s in enumerate(specials)}  # special token -> id
+        self.itos = list(specials) + chars  # id -> its string (a special token's name or a character)
+        self.stoi = {c: i for i, c in enumerate(chars, start=len(specials))}  # character -> id
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        """Build the vocabulary from every distinct character of ``text``."""
+    def from_text(cls, text: str, specials=()) -> "CharTokenizer":
+        """Build the vocabulary from every distinct character of ``text``, in sorted order."""
         if not text:
             raise ValueError("cannot build a tokenizer from empty text: pass the training corpus")
-        return cls(sorted(set(text)))
+        return cls(sorted(set(text)), specials)
 
     @classmethod
-    def train(cls, text: str) -> "CharTokenizer":
+    def train(cls, text: str, specials=()) -> "CharTokenizer":
         """The tokenizer interface's name for :meth:`from_text`."""
-        return cls.from_text(text)
+        return cls.from_text(text, specials)
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars)
+        return len(self.itos)
 
     def encode(self, text: str) -> list[int]:
         try:
@@ -140,30 +171,37 @@ class CharTokenizer:
                 "the tokenizer from a text that contains it."
             ) from None
 
-    def decode(self, ids) -> str:
+    def decode(self, ids, skip_special: bool = False) -> str:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        first = len(self.specials) if skip_special else 0
         try:
-            return "".join(self.itos[i] for i in ids)
-        except (KeyError, TypeError):
-            for i in ids:
-                check_token_id(i, self.vocab_size)
-            raise
+            if min(ids, default=0) >= 0:  # a negative id would silently index the list from its end
+                return "".join([self.itos[i] for i in ids if i >= first])
+        except (IndexError, TypeError):
+            pass
+        for i in ids:  # find the bad id and say what is wrong with it
+            check_token_id(i, self.vocab_size)
+        raise ValueError(f"cannot decode {ids!r:.80}")
 
     def to_dict(self) -> dict:
-        return {"type": "char", "chars": "".join(self.chars)}
+        d = {"type": "char", "chars": "".join(self.chars)}
+        if self.specials:  # without specials the dict is what it always was: old checkpoints stay equal
+            d["specials"] = list(self.specials)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
         if d.get("type") != "char" or "chars" not in d:
             raise ValueError(f"not a CharTokenizer description: {sorted(d)}")
-        return cls(d["chars"])
+        return cls(d["chars"], d.get("specials", ()))
 
     def save(self, path: str | Path) -> None:
-        save_tokenizer(self, path)
+        save_tokenizer_file(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
     def __repr__(self) -> str:
-        return f"CharTokenizer(vocab_size={self.vocab_size})"
+        specials = f", specials={self.specials}" if self.specials else ""
+        return f"CharTokenizer(vocab_size={self.vocab_size}{specials})"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.bpe import BPETokenizer, train_bpe
+from course_lib.bpe import BPETokenizer
+from course_lib.bpe_train import train_bpe
 from course_lib.checkpoint import load_checkpoint
 from course_lib.data import read_text_file
 from course_lib.generate import generate, generate_text
@@ -134,7 +135,7 @@ def test_integral_numpy_scalars_are_accepted_as_plain_ints():
 
 def test_every_preset_and_default_config_passes_the_rules():
     from course_lib.presets import PRESETS
-    from course_lib.seq2seq import DATES_MODEL, dates_train_config
+    from course_lib.dates import DATES_MODEL, dates_train_config
 
     for preset in PRESETS.values():
         assert GPTConfig.from_dict(preset.model.to_dict()) == preset.model

@@ -1,4 +1,6 @@
-"""course_lib.bpe: training against a naive reference, encoding, special tokens, streaming, files, errors."""
+"""Byte-level BPE: training (course_lib.bpe_train) against a naive reference and hand-counted pairs,
+pre-tokens (course_lib.pretokenize), encoding, special tokens, streaming (course_lib.bpe), GPT-2 and
+tiktoken files (course_lib.bpe_files), the HTML view (course_lib.plots), errors."""
 import gzip
 import json
 from collections import Counter
@@ -7,9 +9,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from course_lib.bpe import (
-    BPETokenizer, ENDOFTEXT, bytes_to_unicode, merge, pretoken_counts, read_tiktoken_ranks, train_bpe,
-)
+from course_lib.bpe import ENDOFTEXT, BPETokenizer
+from course_lib.bpe_files import bytes_to_unicode, read_tiktoken_ranks
+from course_lib.bpe_train import merge, train_bpe
+from course_lib.pretokenize import pretoken_counts
 from course_lib.data import load_text
 from course_lib.tokenizers import tokenizer_from_dict, train_tokenizer
 
@@ -78,10 +81,33 @@ def test_ties_go_to_the_lexicographically_greatest_pair():
     assert train_bpe(text="az ba", vocab_size=257)[1] == [(b"b", b"a")]
 
 
+def test_merges_counted_by_hand():
+    """"aaabdaaabac" (Wikipedia's BPE example) is one pre-token; its adjacent pairs, counted by hand:
+    aa aa ab bd da aa aa ab ba ac, so (a, a) is the most frequent (4) and is merged first, left to
+    right: aa a b d aa a b a c. Now (aa, a) and (a, b) occur twice each, a tie that goes to the greater
+    pair: b"aa" > b"a" in the left place, so (aa, a) -> aaa b d aaa b a c. (aaa, b) is the only pair
+    seen twice -> aaab d aaab a c. The four pairs left occur once each; the greatest left part is
+    b"d": (d, aaab)."""
+    vocab, merges = train_bpe(text="aaabdaaabac", vocab_size=260)
+    assert merges == [(b"a", b"a"), (b"aa", b"a"), (b"aaa", b"b"), (b"d", b"aaab")]
+    assert [vocab[i] for i in range(256, 260)] == [b"aa", b"aaa", b"aaab", b"daaab"]
+
+
 def test_first_merges_on_shakespeare(shakespeare_tok):
-    assert shakespeare_tok.merges[:4] == [(b" ", b"t"), (b"h", b"e"), (b" ", b"a"), (b"o", b"u")]
-    assert shakespeare_tok.vocab_size == 512
-    assert shakespeare_tok.special_tokens == {ENDOFTEXT: 511}
+    """The first merge is the most frequent adjacent byte pair inside GPT-2's pre-tokens of the whole
+    text, counted here directly; the next ones must be what the straightforward algorithm (recount
+    every pair after every merge) picks. 512 = 256 bytes + 255 merges + <|endoftext|>, id 511."""
+    pairs = Counter()
+    for piece, n in pretoken_counts(SHAKESPEARE).items():
+        b = piece.encode("utf-8")
+        for pair in zip(b, b[1:]):
+            pairs[bytes([pair[0]]), bytes([pair[1]])] += n
+    (first, count), (_, runner_up) = pairs.most_common(2)
+    assert count > runner_up  # no tie: the most frequent pair alone decides the first merge
+    assert shakespeare_tok.merges[0] == first
+    assert shakespeare_tok.merges[:4] == naive_train(SHAKESPEARE, 256 + 4)
+    assert shakespeare_tok.vocab_size == 512 and len(shakespeare_tok.merges) == 512 - 256 - 1
+    assert shakespeare_tok.special_tokens == {ENDOFTEXT: 256 + 255}
 
 
 def test_training_from_a_path_or_pathlike(tmp_path):
@@ -132,7 +158,7 @@ def naive_encode(text, merges, pattern="gpt2"):
     """Encode each pre-token by applying every merge, in the order learned (ids 256, 257, ...)."""
     import regex
 
-    from course_lib.bpe import resolve_pattern
+    from course_lib.pretokenize import resolve_pattern
     ids = []
     for piece in regex.findall(resolve_pattern(pattern), text):
         parts, piece_ids = [bytes([b]) for b in piece.encode("utf-8")], list(piece.encode("utf-8"))
@@ -319,7 +345,7 @@ def test_vocabulary_without_all_bytes_is_refused():
 
 
 def test_library_naive_trainer_agrees():
-    from course_lib.bpe import train_bpe_naive
+    from course_lib.bpe_train import train_bpe_naive
 
     text = SLICE[:8000] + ENDOFTEXT + SLICE[8000:12000]
     assert train_bpe_naive(text, 300, [ENDOFTEXT]) == train_bpe(text=text, vocab_size=300, special_tokens=[ENDOFTEXT])
@@ -332,7 +358,7 @@ def test_ascii_fast_patterns_cut_like_the_unicode_ones(text, name):
 
     import regex
 
-    from course_lib.bpe import ASCII_PATTERNS, PATTERNS
+    from course_lib.pretokenize import ASCII_PATTERNS, PATTERNS
     pattern = PATTERNS[name]
     if pattern not in ASCII_PATTERNS:
         assert name == "cl100k" and sys.version_info < (3, 11)
@@ -345,7 +371,7 @@ def test_ascii_fast_pattern_on_edge_cases():
 
     import regex
 
-    from course_lib.bpe import ASCII_PATTERNS
+    from course_lib.pretokenize import ASCII_PATTERNS
     text = "a\x0b\x0c\x1c\x1d\x1e\x1f b  \n\n x'S'll 12345 \t\r\n  \x0b\n  y  "  # \x1c-\x1f: str.isspace(), not \s
     for pattern, fast in ASCII_PATTERNS.items():
         assert re.findall(fast, text, re.ASCII) == regex.findall(pattern, text)
@@ -387,7 +413,7 @@ def test_bpe_preset_trains_saves_and_samples(tmp_path):
 
 
 def test_tokens_html_has_one_span_per_token(shakespeare_tok):
-    from course_lib.bpe import tokens_html
+    from course_lib.plots import tokens_html
 
     text = "To be, or not to be <&>\n"
     page = tokens_html(shakespeare_tok, text)

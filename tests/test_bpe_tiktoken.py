@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from course_lib.bpe import CL100K_PATTERN, CL100K_SPECIAL_TOKENS, BPETokenizer, read_tiktoken_ranks
+from course_lib.bpe import BPETokenizer
+from course_lib.bpe_files import CL100K_SPECIAL_TOKENS, read_tiktoken_ranks
+from course_lib.pretokenize import CL100K_PATTERN
 from course_lib.data import load_text
 
 tiktoken = pytest.importorskip("tiktoken")

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from course_lib.bpe import merge
+from course_lib.bpe_train import merge
 from course_lib.exercises import ExerciseError, ch09
 
 

@@ -1,5 +1,6 @@
 """The encoder-decoder Transformer (course_lib.seq2seq): equal to torch.nn.Transformer with copied
-weights, checkpoints, masks, label smoothing, decoding, the date task, and bad input."""
+weights, checkpoints, masks, label smoothing; decoding (course_lib.translate); the date task
+(course_lib.dates); bad input."""
 from __future__ import annotations
 
 import datetime
@@ -11,10 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from course_lib import checkpoint
-from course_lib.seq2seq import (BOS_ID, DATE_FORMATS, EOS_ID, PAD_ID, Seq2Seq, Seq2SeqConfig, Seq2SeqTokenizer,
-                                beam_search, date_batch_fn, date_split_days, date_test_set, date_tokenizer,
-                                encode_batch, exact_match, format_date, greedy_decode, label_smoothed_cross_entropy,
-                                length_penalty, sample_dates, shift_right, torch_reference_logits, translate)
+from course_lib.dates import (DATE_ALPHABET, DATE_FORMATS, date_batch_fn, date_split_days, date_test_set,
+                              date_tokenizer, format_date, sample_dates)
+from course_lib.seq2seq import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, Seq2Seq, Seq2SeqConfig, encode_batch,
+                                label_smoothed_cross_entropy, shift_right, torch_reference_logits)
+from course_lib.tokenizers import CharTokenizer, tokenizer_from_dict
+from course_lib.translate import beam_search, exact_match, greedy_decode, length_penalty, translate
 from course_lib.train import TrainConfig, Trainer
 from course_lib.utils import IGNORE_INDEX
 
@@ -128,14 +131,14 @@ def test_label_smoothing_minimum_is_not_one_hot():
 def test_save_and_load_through_the_registry(tmp_path):
     config = tiny(share_embeddings=False, norm_position="pre")
     model = Seq2Seq(config).eval()
-    tok = Seq2SeqTokenizer("abc")
+    tok = CharTokenizer("abc", specials=SPECIALS)
     path = checkpoint.save_checkpoint(tmp_path / "ckpt.pt", model, tokenizer=tok)
     loaded, ckpt = checkpoint.load_model(path)
     assert type(loaded) is Seq2Seq and loaded.config == config and ckpt["model_kind"] == "seq2seq"
     src, tgt_in = padded_batch(torch.Generator().manual_seed(5))
     torch.testing.assert_close(model(src, tgt_in=tgt_in)[0], loaded(src, tgt_in=tgt_in)[0])
     tok2 = checkpoint.load_tokenizer(ckpt)
-    assert type(tok2) is Seq2SeqTokenizer and tok2.encode("cab") == tok.encode("cab")
+    assert tok2.to_dict() == tok.to_dict() and tok2.encode("cab") == tok.encode("cab")
     assert "pos" not in ckpt["model"]  # the sinusoidal table is rebuilt, not stored
 
 
@@ -174,9 +177,9 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="give targets"):
         model(ok)
     with pytest.raises(ValueError, match="beam_size"):
-        translate(model, Seq2SeqTokenizer("abcdefg"), ["abc"], beam_size=0)
+        translate(model, CharTokenizer("abcdefg", specials=SPECIALS), ["abc"], beam_size=0)
     with pytest.raises(ValueError, match="empty text"):
-        translate(model, Seq2SeqTokenizer("abcdefg"), ["abc", ""])
+        translate(model, CharTokenizer("abcdefg", specials=SPECIALS), ["abc", ""])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -224,17 +227,85 @@ def test_length_penalty():
     assert length_penalty(11, 0.6) == pytest.approx((16 / 6) ** 0.6)
 
 
-def test_tokenizer_specials_and_round_trip():
+def test_dates_tokenizer_ids_follow_the_documented_rule():
+    """Chapter 11's numbers depend on the ids, so derive them from the rule the tokenizer has always
+    documented (specials first: <pad> 0, <s> 1, </s> 2, the model's PAD_ID, BOS_ID, EOS_ID; then
+    the alphabet in sorted order from 3), for every text of the chapter's held-out test set."""
     tok = date_tokenizer()
+    assert list(SPECIALS) == ["<pad>", "<s>", "</s>"] and (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2)
+    alphabet = sorted(DATE_ALPHABET)
+    rule = {c: len(SPECIALS) + k for k, c in enumerate(alphabet)}
+    for source, target in date_test_set(1000):
+        assert tok.encode(source) == [rule[c] for c in source]
+        assert tok.encode(target) == [rule[c] for c in target]
+    assert tok.vocab_size == len(SPECIALS) + len(alphabet)
     text = "the 3rd of MARCH, 2021"
-    assert tok.decode(tok.encode(text)) == text
-    assert tok.encode("0")[0] >= 3
     assert tok.decode([BOS_ID] + tok.encode("12") + [EOS_ID, PAD_ID]) == "<s>12</s><pad>"
-    assert tok.decode([BOS_ID] + tok.encode("12") + [EOS_ID], skip_special=True) == "12"
-    with pytest.raises(ValueError, match="unknown character"):
+    assert tok.decode([BOS_ID] + tok.encode(text) + [EOS_ID], skip_special=True) == text
+    with pytest.raises(ValueError, match="unknown character '@'"):
         tok.encode("March 3 @ noon")
     batch = encode_batch(tok, ["12", "3"], eos=True, pad=IGNORE_INDEX)
-    assert batch.tolist() == [tok.encode("12") + [EOS_ID], tok.encode("3") + [EOS_ID, IGNORE_INDEX]]
+    assert batch.tolist() == [[rule["1"], rule["2"], EOS_ID], [rule["3"], EOS_ID, IGNORE_INDEX]]
+
+
+def test_checkpoints_of_the_old_seq2seq_tokenizer_still_load():
+    """Before the character tokenizers were merged, train-dates stored {"type": "seq2seq-char",
+    "chars": ...}: it comes back as the same vocabulary (specials <pad>, <s>, </s>, then the chars)."""
+    old = {"type": "seq2seq-char", "chars": DATE_ALPHABET}
+    tok = tokenizer_from_dict(old)
+    assert tok.to_dict() == date_tokenizer().to_dict()
+
+
+class CopyModel(Seq2Seq):
+    """A stand-in translator whose output is known without running a network: at every step it
+    puts all its probability on the next source token, and on EOS once the source has ended."""
+
+    def encode(self, src):
+        return src, (src != PAD_ID)[:, None, None, :]  # the "memory" is the source ids themselves
+
+    def decode(self, tgt_in, memory, src_mask):
+        B, T = tgt_in.shape
+        nxt = torch.full((B, T), EOS_ID)
+        n = min(T, memory.shape[1])
+        nxt[:, :n] = memory[:, :n]
+        nxt = nxt.masked_fill(nxt == PAD_ID, EOS_ID)  # after its last token a padded source "ends"
+        return 10.0 * F.one_hot(nxt, self.config.vocab_size).float()  # (B, T, V)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_exact_match_is_one_for_right_answers_and_zero_for_wrong_ones(beam_size):
+    tok = CharTokenizer("abcd", specials=SPECIALS)
+    copier = CopyModel(tiny(vocab_size=tok.vocab_size))
+    sources = ["abc", "d", "cab", "abcdabcd", "bb"]
+    assert translate(copier, tok, sources, beam_size=beam_size) == sources
+    assert exact_match(copier, tok, [(s, s) for s in sources], beam_size=beam_size, batch_size=2) == 1.0
+    assert exact_match(copier, tok, [(s, s + "a") for s in sources], beam_size=beam_size) == 0.0
+    # two right answers of five: 2 / 5
+    pairs = [(s, s if k in (1, 3) else s[::-1] + "x") for k, s in enumerate(sources)]
+    assert exact_match(copier, tok, pairs, beam_size=beam_size, batch_size=3) == 2 / 5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_translate_follows_the_greedy_path_decoded_by_hand(seed):
+    """translate(beam_size=1) of each text of a padded batch equals a hand-written loop: encode the
+    text alone, then append the most likely next token (never PAD or BOS) until EOS or max_len."""
+    torch.manual_seed(seed)
+    tok = CharTokenizer("abcd", specials=SPECIALS)
+    model = Seq2Seq(tiny(vocab_size=tok.vocab_size)).eval()  # V = 7: EOS is likely enough to come up
+    texts, max_len = ["abcd", "a", "dcbadd", "bb"], 6
+    expected = []
+    with torch.no_grad():
+        for text in texts:
+            memory, mask = model.encode(torch.tensor([tok.encode(text)]))
+            ids = [BOS_ID]
+            while len(ids) <= max_len:
+                logits = model.decode(torch.tensor([ids]), memory, mask)[0, -1]
+                logits[[PAD_ID, BOS_ID]] = float("-inf")
+                if logits.argmax().item() == EOS_ID:
+                    break
+                ids.append(logits.argmax().item())
+            expected.append(tok.decode(ids[1:]))
+    assert translate(model, tok, texts, max_len=max_len) == expected
 
 
 def test_date_formats():
@@ -286,13 +357,13 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
 
 
 def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
-    from course_lib.seq2seq import train_dates
+    from course_lib.dates import train_dates
 
     trainer = train_dates(tmp_path, max_iters=2, progress=False)
     assert trainer.step == 2 and trainer.config.schedule == "transformer"
     model, ckpt = checkpoint.load_model(tmp_path / checkpoint.CHECKPOINT_NAME)
     tok = checkpoint.load_tokenizer(ckpt)
-    assert isinstance(tok, Seq2SeqTokenizer) and isinstance(model, Seq2Seq)
+    assert tok.to_dict() == date_tokenizer().to_dict() and isinstance(model, Seq2Seq)
     # the checkpoint rebuilds the trained translator: the same beam search output
     texts = ["3 March 2021", "12/01/99"]
     assert translate(model, tok, texts, beam_size=2) == translate(trainer.model, trainer.tokenizer, texts, beam_size=2)

@@ -5,7 +5,7 @@ import math
 import random
 from collections import Counter
 
-from ..bpe import merge
+from ..bpe_train import merge
 from . import as_number, call, describe, expect_callable, fail, passed
 
 
@@ -98,7 +98,7 @@ def _encode_reference(text: str, merges) -> list[int]:
 def check_encode_with_merges(fn) -> None:
     """``fn(text, merges) -> list[int]``: the UTF-8 bytes of ``text``, then merges applied by priority:
     ``merges[k]`` is a pair of ids that becomes id ``256 + k``, and an earlier merge always goes first."""
-    from ..bpe import train_bpe
+    from ..bpe_train import train_bpe
 
     corpus = "the theme of the thesis: then, there, these. " * 3 + "naïve café"
     vocab, merges_bytes = train_bpe(text=corpus, vocab_size=290)
