@@ -43,30 +43,34 @@ def resolve(name: str) -> str | None:
     return None
 
 
-def imports_of(module: str) -> set[str]:
-    """Every module of ours that ``module`` imports, anywhere in its body (``if TYPE_CHECKING:``
-    blocks aside: they never run)."""
-    path = MODULES[module]
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):  # drop the bodies of `if TYPE_CHECKING:`
+def imports_in(source: str, package: str) -> set[str]:
+    """Every module of ours that ``source`` (a module of the package ``package``, such as
+    ``"course_lib.tools"``) imports, anywhere in its body: in functions too, ``if TYPE_CHECKING:``
+    blocks aside (they never run)."""
+    tree = ast.parse(source)
+    for node in list(ast.walk(tree)):  # drop the bodies of `if TYPE_CHECKING:` before reading
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = []
-    package = ["course_lib", *path.relative_to(PACKAGE).parent.parts]  # where `from .` points
+            node.body = [ast.Pass()]
+    parts = package.split(".")
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {resolve(alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[:len(package) - (node.level - 1)]
-                parent = ".".join(base + ([node.module] if node.module else []))
+            if node.level:  # `from .x` is the package itself, each further dot one package up
+                parent = ".".join(parts[:len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
             else:
                 parent = node.module or ""
             for alias in node.names:  # `from X import name`: the submodule X.name if there is one
                 found.add(resolve(f"{parent}.{alias.name}") or resolve(parent))
     found.discard(None)
-    found.discard(module)
     return found
+
+
+def imports_of(module: str) -> set[str]:
+    path = MODULES[module]
+    package = ".".join(["course_lib", *path.relative_to(PACKAGE).parent.parts])
+    return imports_in(path.read_text(), package) - {module}
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}
@@ -114,8 +118,13 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_import_reader_sees_lazy_and_relative_imports():
-    """The reader itself, on modules whose imports are known: a function-level import and
-    ``from . import name`` of a submodule are edges too."""
+    """The reader itself: a function-level import and ``from . import name`` of a submodule are
+    edges too; a ``TYPE_CHECKING`` import and other packages' modules are not."""
+    source = ("from typing import TYPE_CHECKING\nimport torch\nfrom . import data, rope\nfrom .. import utils\n"
+              "if TYPE_CHECKING:\n    from ..cli import main\n"
+              "def f():\n    from .numerics import REFERENCE\n    import course_lib.model as m\n")
+    assert imports_in(source, "course_lib.tools") == {"tools.numerics", "tools.__init__", "utils", "model"}
+    assert imports_in(source, "course_lib") == {"data", "rope", "model"}  # no course_lib.numerics; `..` leaves it
     assert {"gpt2", "llama", "_signals"} <= GRAPH["__init__"]  # `from . import gpt2, llama`
     assert {"data", "model", "tokenizers"} <= GRAPH["tools.numerics"]  # `from ..data import` in a function
     assert "tools.numerics" in GRAPH["tools.chapters"]  # `from .numerics import` in a function
