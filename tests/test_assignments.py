@@ -268,6 +268,7 @@ def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
         assignments.build_student_notebook(source_path(CHAPTERS[0]), tmp_path)
 
 
+@pytest.mark.slow  # starts subprocesses (kernels, the CLI): over 10 s
 def test_command_line(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", *a],  # noqa: E731
                                     cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -357,6 +358,7 @@ def _made_up_chapter(path: Path, check_body: str, after: str = "") -> None:
     nbformat.write(nb, path)
 
 
+@pytest.mark.slow  # starts subprocesses (kernels, the CLI): over 10 s
 def test_nbval_plugin_runs_the_student_exercises_in_the_chapters_kernel(tmp_path):
     good = "    assert call(fn, 2) == 4\n    passed('doubles')"
     _made_up_chapter(tmp_path / "ch01_good.ipynb", good)
