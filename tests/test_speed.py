@@ -5,7 +5,7 @@ import torch
 
 from course_lib import speed
 from course_lib.model import GPT, GPTConfig
-from course_lib.sizing import flops_per_token, model_flops_utilization
+from course_lib.sizing import flops_per_token
 from course_lib.train import Trainer, TrainConfig
 
 TINY = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
