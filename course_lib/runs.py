@@ -97,6 +97,7 @@ def resume_command(argv: list[str]) -> str:
 
 
 def trainable_preset(name: str) -> Preset:
+    """The preset ``name``, if it has training settings (``gpt2-small`` is for counting only)."""
     preset = get_preset(name)
     if preset.train is None:
         raise ValueError(f"preset {name!r} is for counting parameters only (try `params --preset {name}`); "
