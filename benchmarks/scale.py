@@ -1,8 +1,9 @@
 """Training throughput (tokens/s) on this machine, side by side in one run: eager fp32, bf16
 autocast and torch.compile in one process, then 1 vs 2 data-parallel processes under torchrun.
 
-The model has the ``shakespeare-char-cpu`` preset's shape (4 layers, 4 heads, C = 128, T = 64,
-batch 12); the data are random token windows (speed does not depend on them). Each way runs
+The model and training settings are the ``shakespeare-char-cpu`` preset's (4 layers, 4 heads,
+C = 128, T = 64, batch 12; built by ``course_lib.runs.make_trainer``); the data are random token
+windows (speed does not depend on them). Each way runs
 ``--warmup`` steps (compilation happens there, and is timed separately), then ``--steps`` timed
 steps; tokens/s counts every token of every process's micro-batches. Usage:
 
@@ -27,20 +28,20 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import distributed  # noqa: E402
-from course_lib.model import GPT  # noqa: E402
+from course_lib import distributed, runs  # noqa: E402
 from course_lib.presets import get_preset  # noqa: E402
 from course_lib.tools.numerics import wait_passively  # noqa: E402
-from course_lib.train import Trainer, TrainConfig  # noqa: E402
+from course_lib.train import Trainer  # noqa: E402
+
+PRESET = "shakespeare-char-cpu"
 
 
 def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1) -> Trainer:
-    torch.manual_seed(1337)
-    preset = get_preset("shakespeare-char-cpu")
-    config = TrainConfig(max_iters=10**6, batch_size=preset.train.batch_size, dtype=dtype, compile=compile,
-                         grad_accum_steps=grad_accum_steps, warmup_iters=0)
-    data = torch.randint(0, preset.model.vocab_size, (100_000,), generator=torch.Generator().manual_seed(0))
-    return Trainer(GPT(preset.model), data, data, config, device="cpu", progress=False)
+    """The preset's run on random tokens (under torchrun, this joins the process group)."""
+    data = torch.randint(0, get_preset(PRESET).model.vocab_size, (100_000,), generator=torch.Generator().manual_seed(0))
+    settings = {"max_iters": 10**6, "warmup_iters": 0, "dtype": dtype, "compile": compile,
+                "grad_accum_steps": grad_accum_steps}
+    return runs.make_trainer(PRESET, data, data, settings, device="cpu", progress=False)
 
 
 def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
@@ -58,9 +59,8 @@ def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
 
 def worker(args) -> None:
     """One torchrun process: each handles one micro-batch of 12 sequences per step."""
-    distributed.setup("cpu")
-    n = distributed.world_size()
-    result = time_steps(make_trainer(grad_accum_steps=n), args.warmup, args.steps)
+    trainer = make_trainer(grad_accum_steps=distributed.launched_world_size())  # joins the other processes
+    result = time_steps(trainer, args.warmup, args.steps)
     if distributed.is_main():
         print("RESULT " + json.dumps(result))
     distributed.teardown()

@@ -8,16 +8,13 @@ checks ours against it, and against the figure the README and chapter 13 quote
 """
 import argparse
 import time
-from dataclasses import replace
 
 import torch
 
-from course_lib.data import get_batch, load_text, train_val_split
-from course_lib.model import GPT
-from course_lib.presets import CPU_PRESET_VAL_LOSS, get_preset
-from course_lib.tokenizers import CharTokenizer
-from course_lib.train import Trainer, estimate_loss
-from course_lib.utils import seed_everything
+from course_lib.data import get_batch
+from course_lib.losses import estimate_loss
+from course_lib.presets import CPU_PRESET_VAL_LOSS
+from course_lib.runs import start_run
 
 NANOGPT_VAL_LOSS = 1.88
 
@@ -30,18 +27,14 @@ def main():
                         help="batches for the final, low-noise val loss estimate")
     args = parser.parse_args()
 
-    preset = get_preset("shakespeare-char-cpu")
-    text = load_text("tinyshakespeare")
-    tok = CharTokenizer.from_text(text)
-    train_data, val_data = train_val_split(torch.tensor(tok.encode(text)))
-    config = replace(preset.train, seed=args.seed, max_iters=args.max_iters or preset.train.max_iters)
-    seed_everything(args.seed)
-    model = GPT(replace(preset.model, vocab_size=tok.vocab_size))
-    trainer = Trainer(model, train_data, val_data, config, device="cpu")
+    # what `python -m course_lib train --set seed=... [--max-iters N]` trains (the preset's tokenizer included)
+    settings = {"seed": args.seed} | ({"max_iters": args.max_iters} if args.max_iters else {})
+    run = start_run("shakespeare-char-cpu", settings=settings, device="cpu")
+    trainer, model, config = run.trainer, run.trainer.model, run.trainer.config
     start = time.perf_counter()
     history = trainer.train()
     wall = time.perf_counter() - start
-    data = {"train": train_data, "val": val_data}
+    data = {"train": run.train_data, "val": run.val_data}
     batch_fn = lambda split, g: get_batch(data[split], model.config.block_size, config.batch_size, g)
     precise = estimate_loss(model, batch_fn, args.precise_eval_iters, seed=12345)
     print(f"threads: {torch.get_num_threads()}, seed {args.seed}, {config.max_iters} iterations")

@@ -10,8 +10,11 @@ One small module per idea, each introduced by a chapter:
   and ``llama`` (ch. 14); RMSNorm, SwiGLU and, in ``rope`` and ``attention``, RoPE and grouped-query
   attention (ch. 14)
 - ``sizing``: parameter counts, FLOPs, memory (ch. 6)
-- ``train``: ``Trainer``, schedules, losses (ch. 2, 7); accumulation, precision, compile (ch. 12)
-- ``checkpoint``: the one checkpoint format and the registry of model kinds (ch. 7)
+- ``train``: ``TrainConfig``, ``Trainer``, schedules (ch. 2, 7); gradient accumulation (ch. 12)
+- ``losses``: loss estimates (ch. 7), masked loss and accuracy (ch. 10); ``diagnostics``: gradient norms (ch. 5)
+- ``speed``: mixed precision, ``torch.compile``, tokens/s and MFU (ch. 12)
+- ``runs``: a run built from a preset or your text, or resumed from its checkpoint (ch. 7; the CLI uses it)
+- ``checkpoint``: the one checkpoint format (ch. 7); ``registry``: the model kinds it can hold
 - ``generate``: sampling and the KV cache (ch. 8); batches of prompts of different lengths (ch. 10)
 - ``pretokenize``, ``bpe_train``, ``bpe``, ``bpe_files``: byte-level BPE: pre-tokens, ``train_bpe``,
   ``BPETokenizer``, GPT-2 and tiktoken files (ch. 9)

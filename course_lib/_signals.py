@@ -1,5 +1,6 @@
-"""Ctrl-C on the command line: one line and exit status 130 at any moment, and the test hook
-that lets a test send the signal at a chosen moment whatever the machine's speed.
+"""Ctrl-C: on the command line, one line and exit status 130 at any moment; in training, a stop
+at the next step boundary (:class:`StopAtStepBoundary`); and the test hook that lets a test send
+the signal at a chosen moment whatever the machine's speed.
 
 Stdlib only: ``course_lib/__init__.py`` installs :func:`exit_quietly_on_ctrl_c` before it imports
 torch, when the package is being started as ``python -m course_lib``.
@@ -9,7 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
+from pathlib import Path
 
 INTERRUPTED = 128 + signal.SIGINT  # 130: the exit status of a program stopped by Ctrl-C
 PAUSE_ENV = "COURSE_LIB_TEST_PAUSE_AT"  # tests only: see CONTRIBUTING.md ("Testing Ctrl-C")
@@ -65,3 +68,41 @@ def pause_point(name: str) -> None:
     finally:
         if not got:
             signal.signal(signal.SIGINT, previous)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by :meth:`Trainer.train` after Ctrl-C (or SIGTERM) stopped it at a step boundary.
+    ``signum`` is the signal; ``saved`` the checkpoint written, if any."""
+
+    def __init__(self, message: str, signum: int, saved: Path | None):
+        super().__init__(message)
+        self.signum, self.saved = signum, saved
+
+
+class StopAtStepBoundary:
+    """While active (in the main thread), the first Ctrl-C or SIGTERM only sets ``requested``:
+    the training loop finishes the step under way and stops cleanly (the Trainer then saves and
+    raises :class:`TrainingInterrupted`). A second Ctrl-C interrupts at once, as usual.
+
+    Why: a KeyboardInterrupt lands wherever the program is, nearly always inside forward,
+    backward or ``optimizer.step()``, after the step drew its batch and maybe after it
+    updated half of the weights. Nothing consistent can be saved from there.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> "StopAtStepBoundary":
+        self.requested: int | None = None
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = signum
+        signal.signal(signum, self._previous[signum])  # a second press acts at once
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import register_model
+from .registry import register_model
 from .utils import config_from_dict
 
 

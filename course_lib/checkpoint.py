@@ -18,10 +18,12 @@ A checkpoint is a dict saved with ``torch.save`` and loaded with ``weights_only=
                   "text": file name or None, "text_sha256": ...} (version 3; version 2 files,
                   which lack it, still load)
 
-Model classes join the registry with ``@register_model("name", ConfigClass)``; tokenizers
-have their own registry in :mod:`course_lib.tokenizers`. So a checkpoint of any registered
-model and tokenizer comes back with :func:`load_model` and :func:`load_tokenizer`, and
-nothing else in course_lib needs to know which classes exist.
+Model classes join the registry of :mod:`course_lib.registry` with
+``@register_model("name", ConfigClass)``; tokenizers have their own registry in
+:mod:`course_lib.tokenizers`. So a checkpoint of any registered model and tokenizer comes
+back with :func:`load_model` and :func:`load_tokenizer`, and nothing else in course_lib needs
+to know which classes exist. Every field above is built and read here, ``rng`` included
+(:func:`rng_state`, :func:`restore_rng`).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from .registry import MODELS, kind_of, lookup
 from .tokenizers import tokenizer_from_dict
 
 FORMAT = "course_lib-checkpoint"
@@ -44,26 +47,9 @@ FORMAT_VERSION = 3
 READABLE_VERSIONS = (2, 3)  # version 3 added "trained_on"; a version 2 file loads with it None
 CHECKPOINT_NAME = "ckpt.pt"  # the file a run writes in its output folder
 
-MODELS: dict[str, type] = {}  # model_kind -> model class (with a .config_class)
-
 
 class CheckpointError(ValueError):
     """A checkpoint exists but cannot be used: corrupt, truncated, of another version or config."""
-
-
-def register_model(name: str, config_class: type):
-    """Class decorator: store models of this class as ``model_kind = name``. The class is
-    built as ``cls(config_class.from_dict(d))`` and must keep its config in ``.config``."""
-    def register(cls):
-        if name in MODELS and MODELS[name] is not cls:
-            raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__name__}")
-        for method in ("to_dict", "from_dict"):
-            if not callable(getattr(config_class, method, None)):
-                raise TypeError(f"{config_class.__name__} needs a {method}() to be stored in checkpoints")
-        cls.model_kind, cls.config_class = name, config_class
-        MODELS[name] = cls
-        return cls
-    return register
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -76,13 +62,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def model_kind(model: nn.Module) -> str:
-    model = unwrap(model)
-    kind = getattr(type(model), "model_kind", None)
-    if kind is None or MODELS.get(kind) is not type(model):
-        raise CheckpointError(
-            f"{type(model).__name__} is not a registered model kind ({', '.join(sorted(MODELS))}): decorate "
-            "its class with @course_lib.checkpoint.register_model(name, ConfigClass) to store it in checkpoints")
-    return kind
+    """The registered kind a checkpoint stores ``model`` (or the model inside its wrapper) as."""
+    try:
+        return kind_of(unwrap(model))
+    except ValueError as e:
+        raise CheckpointError(f"{e} to store it in checkpoints") from None
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -110,9 +94,10 @@ def write_atomic(path: str | Path, obj) -> Path:
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train_config=None, optimizer=None,
-                    step: int = 0, history: dict | None = None, rng: dict | None = None,
+                    step: int = 0, history: dict | None = None, batch_streams: list | None = None,
                     trained_on: dict | None = None) -> Path:
-    """Write a checkpoint of ``model`` (and, for a training run, everything needed to resume it)."""
+    """Write a checkpoint of ``model`` (and, for a training run, everything needed to resume it:
+    ``batch_streams`` are the states of the run's batch generators, one per micro-batch)."""
     model = unwrap(model)
     payload = {
         "format": FORMAT,
@@ -125,25 +110,32 @@ def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "step": int(step),
         "history": history or {},
-        "rng": rng,
+        "rng": rng_state(batch_streams) if batch_streams is not None else None,
         "trained_on": trained_on,
     }
     return write_atomic(path, payload)
 
 
-def rng_state(generator: torch.Generator | None = None) -> dict:
+def rng_state(batch_streams: list[torch.Tensor]) -> dict:
     """The random states a run needs to continue exactly: torch's global CPU (and CUDA) state,
-    plus its own batch ``generator``."""
-    return {"torch": torch.get_rng_state(), "generator": generator.get_state() if generator is not None else None,
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    and the state of each micro-batch's batch generator (``torch.Generator.get_state()``, in
+    micro-batch order). The first is stored as ``generator``; with more than one (gradient
+    accumulation), all of them as ``streams`` too."""
+    state = {"torch": torch.get_rng_state(), "generator": batch_streams[0] if batch_streams else None,
+             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    if len(batch_streams) > 1:
+        state["streams"] = list(batch_streams)
+    return state
 
 
-def set_rng_state(state: dict, generator: torch.Generator | None = None) -> None:
-    torch.set_rng_state(state["torch"])
-    if generator is not None and state.get("generator") is not None:
-        generator.set_state(state["generator"])
-    if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def restore_rng(rng: dict) -> list:
+    """Set torch's global random state (CPU, and CUDA where there is one) as :func:`rng_state`
+    saved it, and return the saved batch-generator states, one per micro-batch (``[None]``
+    when the checkpoint has none)."""
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return list(rng.get("streams") or [rng.get("generator")])
 
 
 # --- one run per output folder -----------------------------------------------------------------
@@ -294,10 +286,11 @@ def unreadable(path: Path, error: Exception) -> str:
 def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
     """A freshly initialised model of the checkpoint's kind and config (weights not loaded)."""
     kind = ckpt.get("model_kind")
-    if kind not in MODELS:
+    try:
+        cls = lookup(kind)
+    except ValueError:
         raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this course_lib does not know "
-                              f"(known: {', '.join(sorted(MODELS))})")
-    cls = MODELS[kind]
+                              f"(known: {', '.join(sorted(MODELS))})") from None
     try:
         return cls(cls.config_class.from_dict(ckpt["model_config"]))
     except CheckpointError:  # a model that loads more files (a LoRA model's base) says what is wrong itself

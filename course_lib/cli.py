@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
-import shlex
 import signal
 import sys
 import threading
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
-import torch
-
-DEFAULT_PRESET = "shakespeare-char-cpu"
-
+DEVICES = ["cpu", "cuda", "mps"]
 
 def cmd_params(args) -> int:
     from .presets import get_preset
@@ -52,33 +47,7 @@ def cmd_params(args) -> int:
     return 0
 
 
-# --- train: settings ---------------------------------------------------------------------------
-
-
-def parse_settings(pairs: list[str], model_config, train_config) -> tuple[dict, dict]:
-    """``["n_layer=6", "learning_rate=3e-4"]`` -> (model fields, training fields), as text.
-    An unknown key is an error that lists every valid one."""
-    model_keys = [f.name for f in fields(model_config)]
-    train_keys = [f.name for f in fields(train_config)]
-    model, train = {}, {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: write KEY=VALUE, e.g. --set n_layer=6")
-        if key in model_keys:
-            model[key] = value.strip()
-        elif key in train_keys:
-            train[key] = value.strip()
-        else:
-            raise ValueError(f"--set {key}: unknown setting. Model settings: {', '.join(model_keys)}. "
-                             f"Training settings: {', '.join(train_keys)}")
-    return model, train
-
-
-def resume_command(argv: list[str]) -> str:
-    args = [a for a in argv if a != "--resume"] + ["--resume"]
-    return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
+# --- train: a run is built by course_lib.runs; here, the folder it owns and what it prints ------------
 
 
 def main_process() -> bool:
@@ -86,72 +55,23 @@ def main_process() -> bool:
     return int(os.environ.get("RANK", 0)) == 0
 
 
-# --- train: what the run learns from, and resuming it -------------------------------------------
+def train_settings(args) -> dict[str, str]:
+    """``--set KEY=VALUE`` pairs, with ``--max-iters``, ``--dtype`` and ``--compile`` (their short forms)."""
+    from .runs import settings_from_pairs
 
-
-def load_resumable(ckpt_path: Path, command: str) -> dict:
-    """The checkpoint in ``ckpt_path`` if ``command`` made it, else a ValueError naming the one that did."""
-    from .checkpoint import load_checkpoint
-
-    ckpt = load_checkpoint(ckpt_path)
-    saved = ckpt["trained_on"] or {}
-    made_by = saved.get("command") or ("train-dates" if ckpt["model_kind"] == "seq2seq" else "train")
-    if made_by != command:
-        text = f" --text {shlex.quote(saved['text'])}" if saved.get("text") else ""
-        raise ValueError(f"{ckpt_path} was made by `{made_by}`, not `{command}`: resume it with "
-                         f"`python -m course_lib {made_by}{text} --out {ckpt_path.parent} --resume`")
-    return ckpt
-
-
-def describe_data(trained_on: dict) -> str:
-    if trained_on.get("text") is None:
-        return f"preset {trained_on['preset']}'s corpus"
-    return f"the text {trained_on['text']} (SHA-256 {trained_on['text_sha256'][:12]}...)"
-
-
-def check_same_data(ckpt_path: Path, saved: dict | None, now: dict) -> None:
-    """Refuse to resume a run on other data than it was trained on, naming both."""
-    if saved is None:  # a checkpoint of format version 2 does not say
-        return
-    if saved["preset"] != now["preset"]:
-        raise ValueError(f"{ckpt_path} was trained with --preset {saved['preset']}, not {now['preset']}: resume it "
-                         f"with --preset {saved['preset']}, or start a new run in another --out")
-    if saved.get("text_sha256") != now["text_sha256"]:
-        hint = f"pass --text {saved['text']}" if saved.get("text") else "leave --text out"
-        raise ValueError(f"{ckpt_path} was trained on {describe_data(saved)}, not on {describe_data(now)}: "
-                         f"{hint} to resume it, or start a new run in another --out")
-
-
-def train_settings(args, preset, tokenizer_text: str, ckpt: dict | None, ckpt_path: Path):
-    """(tokenizer, model config, training config) of a new run or of the run being resumed."""
-    from .checkpoint import load_tokenizer
-    from .tokenizers import train_tokenizer
-    from .train import TrainConfig
-    from .utils import apply_overrides
-
-    model_set, train_set = parse_settings(args.set, preset.model, preset.train)
+    settings = settings_from_pairs(args.set)
     if args.max_iters is not None:
-        train_set["max_iters"] = str(args.max_iters)
+        settings["max_iters"] = str(args.max_iters)
     if args.dtype is not None:
-        train_set["dtype"] = args.dtype
+        settings["dtype"] = args.dtype
     if args.compile:
-        train_set["compile"] = "true"
-    if ckpt is None:
-        tokenizer = train_tokenizer(preset.tokenizer, tokenizer_text)
-        model_config = apply_overrides(replace(preset.model, vocab_size=tokenizer.vocab_size), model_set,
-                                       forbidden={"vocab_size": "it is the tokenizer's vocabulary size"})
-        return tokenizer, model_config, apply_overrides(preset.train, train_set)
-    saved_model = type(preset.model).from_dict(ckpt["model_config"])
-    changed = {k: v for k, v in model_set.items() if apply_overrides(saved_model, {k: v}) != saved_model}
-    if changed:
-        raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({ckpt_path}); "
-                         "start a new run in another --out to change it")
-    train_config = apply_overrides(TrainConfig.from_dict(ckpt["train_config"]), train_set)
-    return load_tokenizer(ckpt, ckpt_path), saved_model, train_config
+        settings["compile"] = "true"
+    return settings
 
 
 def cmd_train(args) -> int:
     from .checkpoint import CHECKPOINT_NAME, claim_folder
+    from .runs import DEFAULT_PRESET
     from .utils import check_device
 
     # Everything that can be wrong is checked before anything is written.
@@ -163,69 +83,32 @@ def cmd_train(args) -> int:
         if ckpt_path.exists() and not args.resume:
             raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
                                   "or choose another --out so that it is not overwritten")
-        ckpt = load_resumable(ckpt_path, "train") if ckpt_path.exists() else None
-        return train_run(args, name, device, out, ckpt)
+        return run_training(args, build_run(args, device, ckpt_path), name)
 
 
-def train_run(args, name: str, device: str, out: Path, ckpt: dict | None) -> int:
-    from . import distributed
-    from .checkpoint import CHECKPOINT_NAME
-    from .data import load_text, read_text_file, train_val_split
-    from .presets import get_preset
-    from .train import check_precision
+def build_run(args, device: str, ckpt_path: Path):
+    """A new run, or the run saved in ``ckpt_path`` continued (``--resume``)."""
+    from .runs import resume_run, start_run
 
-    saved = (ckpt or {}).get("trained_on") or {}
-    preset_name = args.preset or saved.get("preset") or DEFAULT_PRESET
-    preset = get_preset(preset_name)
-    if preset.train is None:
-        raise ValueError(f"preset {preset_name!r} is for counting parameters only (try `params --preset "
-                         f"{preset_name}`); train shakespeare-char-cpu or shakespeare-char-gpu")
-    text = read_text_file(args.text) if args.text else load_text(preset.corpus)
-    trained_on = {"command": "train", "preset": preset_name, "text": args.text and Path(args.text).name,
-                  "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    ckpt_path = out / CHECKPOINT_NAME
-    if ckpt is not None:
-        check_same_data(ckpt_path, ckpt.get("trained_on"), trained_on)
-    tokenizer, model_config, train_config = train_settings(args, preset, text, ckpt, ckpt_path)
-    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_data, val_data = train_val_split(data)
-    need = model_config.block_size + 1
-    if len(val_data) < need:
-        raise ValueError(f"the text is too short: {len(data):,} tokens split 90/10 leave {len(val_data):,} for "
-                         f"validation, fewer than one window plus one ({need}); use a longer text or a smaller "
-                         f"--set block_size=...")
-    check_precision(torch.device(device), train_config.dtype)
-    distributed.local_micro_batches(train_config.grad_accum_steps, distributed.launched_world_size())
-    device = distributed.setup(device)  # under torchrun: join the other processes (gloo on CPU, nccl on GPU)
-    trainer = make_trainer(args, ckpt_path, ckpt, model_config, train_config, tokenizer, train_data, val_data, device)
-    trainer.trained_on = trained_on
-    return run_training(args, trainer, name, text, tokenizer)
-
-
-def make_trainer(args, ckpt_path, ckpt, model_config, train_config, tokenizer, train_data, val_data, device):
-    from .model import GPT
-    from .train import Trainer
-    from .utils import seed_everything
-
-    main = main_process()
-    if ckpt is not None:
-        trainer = Trainer.resume(ckpt_path, train_data=train_data, val_data=val_data, device=device,
-                                 config=train_config, tokenizer=tokenizer)
-        if main:
-            print(f"resuming {ckpt_path} at step {trainer.step} of {train_config.max_iters}")
-        return trainer
-    if args.resume and main:
+    settings = train_settings(args)
+    if ckpt_path.exists():
+        run = resume_run(ckpt_path, settings, preset=args.preset, text_file=args.text, device=device)
+        if main_process():
+            print(f"resuming {ckpt_path} at step {run.trainer.step} of {run.trainer.config.max_iters}")
+        return run
+    run = start_run(args.preset, args.text, settings, device=device, out_dir=ckpt_path.parent)
+    if args.resume and main_process():
         print(f"no checkpoint in {ckpt_path.parent} yet: starting a new run")
-    seed_everything(train_config.seed)
-    return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, out_dir=ckpt_path.parent,
-                   tokenizer=tokenizer)
+    return run
 
 
-def run_training(args, trainer, name: str, text: str, tokenizer) -> int:
+def run_training(args, run, name: str) -> int:
     from . import distributed
     from ._signals import pause_point
     from .generate import generate_text
+    from .runs import resume_command
 
+    trainer, tokenizer = run.trainer, run.tokenizer
     trainer.resume_hint = resume_command(args.argv)
     config, main = trainer.config, distributed.is_main()
     if main:
@@ -244,13 +127,14 @@ def run_training(args, trainer, name: str, text: str, tokenizer) -> int:
           f"saved {trainer.checkpoint_path}")
     args.on_interrupt = f"the run is complete and saved in {trainer.checkpoint_path} (step {trainer.step})"
     pause_point("final-sample")
-    prompt = "\n" if "\n" in text else text[0]
+    prompt = "\n" if "\n" in run.text else run.text[0]
     print(generate_text(trainer.model, tokenizer, prompt, 200, seed=config.seed, device=trainer.device))
     return 0
 
 
 def cmd_train_dates(args) -> int:
-    from .checkpoint import claim_folder
+    from .checkpoint import CHECKPOINT_NAME, claim_folder, load_checkpoint
+    from .runs import check_made_by, resume_command
     from .dates import train_dates
     from .utils import check_device
 
@@ -259,15 +143,16 @@ def cmd_train_dates(args) -> int:
         raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
     out = Path(args.out)
     with claim_folder(out):
-        ckpt_path = out / "ckpt.pt"
+        ckpt_path = out / CHECKPOINT_NAME
         if ckpt_path.exists() and not args.resume:
             raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
                                   "or choose another --out so that it is not overwritten")
-        if ckpt_path.exists():
-            load_resumable(ckpt_path, "train-dates")
-        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt_path.exists(),
+        ckpt = load_checkpoint(ckpt_path) if ckpt_path.exists() else None  # read once
+        if ckpt is not None:
+            check_made_by(ckpt, ckpt_path, "train-dates")
+        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt or False,
                               resume_hint=resume_command(args.argv))
-    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {out / 'ckpt.pt'}")
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {ckpt_path}")
     return 0
 
 
@@ -311,13 +196,19 @@ def cmd_sample(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .presets import PRESETS
-    from .utils import DEFAULT_SEED
+    from .finetune import add_finetune_parser  # its logic lives in course_lib/finetune.py
 
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    devices = ["cpu", "cuda", "mps"]
+    for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser):
+        add(sub)
+    return parser
+
+
+def add_train_parser(sub) -> None:
+    from .presets import PRESETS
+    from .runs import DEFAULT_PRESET
 
     p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
@@ -329,11 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
     p.add_argument("--out", help="output folder (default runs/PRESET, or runs/NAME for --text NAME.txt)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", choices=devices, help="default: cuda, else mps, else cpu")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (the same as --set dtype=...; "
                    "fp16 needs a CUDA GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (the same as --set compile=true)")
     p.set_defaults(func=cmd_train)
+
+
+def add_sample_parser(sub) -> None:
+    from .utils import DEFAULT_SEED
 
     p = sub.add_parser("sample", help="generate text from a checkpoint")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`")
@@ -343,30 +238,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="sample from the nucleus of probability p")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    p.add_argument("--device", choices=devices)
+    p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_sample)
 
+
+def add_dates_parsers(sub) -> None:
+    """``train-dates`` and ``translate``: chapter 11's encoder-decoder."""
     p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
     p.add_argument("--out", default="runs/dates", help="output folder (default runs/dates)")
     p.add_argument("--max-iters", type=int, help="training steps (default: the chapter's 1000)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", choices=devices)
+    p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_train_dates)
 
     p = sub.add_parser("translate", help="translate texts with an encoder-decoder checkpoint (train-dates)")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train-dates`")
     p.add_argument("texts", nargs="+", help="the texts to translate, e.g. '3 March 2021'")
     p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy decoding)")
-    p.add_argument("--device", choices=devices)
+    p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_translate)
 
-    from .finetune import add_finetune_parser  # its logic lives in course_lib/finetune.py
-    add_finetune_parser(sub)
+
+def add_params_parser(sub) -> None:
+    from .presets import PRESETS
 
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=cmd_params)
-    return parser
 
 
 def settings_help() -> str:
@@ -385,8 +283,7 @@ def settings_help() -> str:
 def main(argv=None) -> int:
     """Run a command; every failure is one line on stderr: a bad input exits with status 2, Ctrl-C
     with 130 (during training the Trainer saves first and says how to resume)."""
-    from ._signals import INTERRUPTED
-    from .train import TrainingInterrupted
+    from ._signals import INTERRUPTED, TrainingInterrupted
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt from here on

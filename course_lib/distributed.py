@@ -96,6 +96,35 @@ def my_micro_batches(grad_accum_steps: int) -> range:
     return range(rank() * n, (rank() + 1) * n)
 
 
+def batch_streams(seed: int, grad_accum_steps: int) -> tuple[range, list[torch.Generator]]:
+    """This process's micro-batches of a step (:func:`my_micro_batches`) and a random batch
+    stream for each, seeded with :func:`batch_stream_seed`."""
+    mine = my_micro_batches(grad_accum_steps)
+    return mine, [torch.Generator().manual_seed(batch_stream_seed(seed, j)) for j in mine]
+
+
+def stream_states(micro_batches: range, generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """The state of every micro-batch's batch stream, in micro-batch order, gathered from the
+    processes that draw them (this process's alone without torchrun). Every process must call it."""
+    states = {}
+    for part in gather({j: g.get_state() for j, g in zip(micro_batches, generators)}):
+        states.update(part)
+    return [states[j] for j in sorted(states)]
+
+
+def restore_streams(micro_batches: range, generators: list[torch.Generator], saved: list, seed: int) -> bool:
+    """Set this process's batch streams to the ``saved`` states of every micro-batch (as
+    :func:`stream_states` returned them) and return True; where the saved run had another number
+    of micro-batches per step, seed fresh streams from ``seed`` instead and return False."""
+    if len(saved) == len(micro_batches) * world_size() and all(s is not None for s in saved):
+        for j, g in zip(micro_batches, generators):
+            g.set_state(saved[j])
+        return True
+    for j, g in zip(micro_batches, generators):
+        g.manual_seed(batch_stream_seed(seed, j))
+    return False
+
+
 def gather(obj) -> list:
     """Every process's ``obj``, in rank order (a list of one object without torchrun)."""
     if not is_distributed():

@@ -29,11 +29,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, load_checkpoint, register_model, unwrap
+from .checkpoint import CheckpointError, load_checkpoint, unwrap
 from .generate import generate_batch
 from .lora import DEFAULT_TARGETS, add_lora, check_rank, lora_parameter_count
 from .model import GPT, GPTConfig
 from .dates import DATE_ALPHABET, date_split_days, date_test_set, sample_dates
+from .registry import register_model
 from .tokenizers import CharTokenizer
 from .utils import IGNORE_INDEX
 
@@ -327,10 +328,10 @@ def longest_example(tokenizer) -> int:
 
 def cmd_finetune(args) -> int:
     """``python -m course_lib finetune``: the same checks, crash safety and ``--resume`` as ``train``."""
-    from .checkpoint import CHECKPOINT_NAME, build_model, load_model, load_tokenizer
-    from .checkpoint import claim_folder
-    from .cli import parse_settings
-    from .train import TrainConfig, check_precision
+    from .checkpoint import CHECKPOINT_NAME, build_model, claim_folder, load_model, load_tokenizer
+    from .runs import parse_settings
+    from .speed import check_precision
+    from .train import TrainConfig
     from .utils import apply_overrides, check_device, seed_everything
 
     if args.task not in TASKS:
@@ -389,21 +390,22 @@ def cmd_finetune(args) -> int:
             model = extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
     check_precision(torch.device(device), config.dtype)
     with claim_folder(out):  # a second run into the same --out is refused; nothing is left if this fails
-        return _train_and_report(args, model, tokenizer, config, device, out, resuming)
+        return _train_and_report(args, model, tokenizer, config, device, out, ckpt if resuming else None)
 
 
-def _train_and_report(args, model, tokenizer, config, device, out: Path, resuming: bool) -> int:
+def _train_and_report(args, model, tokenizer, config, device, out: Path, resumed: dict | None) -> int:
     """The fine-tuning run itself, once every input is checked: train (or resume), then the
     task's exact match on held-out dates and three answers."""
+    from ._signals import TrainingInterrupted
     from .checkpoint import CHECKPOINT_NAME
-    from .cli import resume_command
-    from .train import Trainer, TrainingInterrupted
+    from .runs import resume_command
+    from .train import Trainer
 
     ckpt_path = out / CHECKPOINT_NAME
     batch_fn = dates_batch_fn(tokenizer, config.batch_size, device=device)
-    if resuming:
+    if resumed is not None:  # the checkpoint cmd_finetune has read: not read again
         trainer = Trainer.resume(ckpt_path, model, batch_fn=batch_fn, device=device, config=config,
-                                 tokenizer=tokenizer)
+                                 tokenizer=tokenizer, checkpoint=resumed)
         print(f"resuming {ckpt_path} at step {trainer.step} of {config.max_iters}")
     else:
         trainer = Trainer(model, config=config, batch_fn=batch_fn, device=device, out_dir=out, tokenizer=tokenizer)

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
-from .checkpoint import register_model
+from .registry import register_model
 from .rope import rope_cos_sin
 from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
 
@@ -307,6 +307,20 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         """Parameters actually held (a tied matrix counts once)."""
         return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, training: bool = True) -> int:
+        """Approximate floating-point operations per token at full context: 2N per token forward
+        for the N weights used in matmuls, plus 2 * 2 * T * C per layer for the attention scores
+        and the weighted sum of values; training (backward about twice forward) is 3x that, 6N +
+        12 L T C. N leaves out the lookups: the position table and, when the LM head is untied, the
+        token embedding. Counted from the parameters this model holds, so it equals
+        :func:`course_lib.sizing.flops_per_token` of its config (the trainer's MFU uses it)."""
+        lookups = self.wpe.weight.numel() if self.wpe is not None else 0
+        if not self.config.tie_weights:
+            lookups += self.wte.weight.numel()
+        c = self.config
+        forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * c.block_size * c.n_embd
+        return 3 * forward if training else forward
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
                 ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,

@@ -15,7 +15,6 @@ computed in float32), about 2 CPU-minutes to make. A reader can train the same m
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -55,24 +54,17 @@ def load_pretrained(device: str | torch.device = "cpu"):
 def train_pretrained(out: str | Path = PRETRAINED_PATH, progress: bool = True) -> tuple[Path, float]:
     """Train the preset from scratch and write it in float16 to ``out``. Returns the path and
     the final validation loss (of the float16 weights, measured in float32)."""
-    from .data import get_batch, load_text, train_val_split
-    from .model import GPT
-    from .presets import get_preset
-    from .tokenizers import CharTokenizer
-    from .train import Trainer, estimate_loss
-    from .utils import seed_everything
+    from .data import get_batch
+    from .losses import estimate_loss
+    from .runs import start_run
 
     torch.set_num_threads(THREADS)
-    preset = get_preset(PRESET)
-    text = load_text(preset.corpus)
-    tokenizer = CharTokenizer.from_text(text)
-    train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text)))
-    seed_everything(preset.train.seed)
-    model = GPT(replace(preset.model, vocab_size=tokenizer.vocab_size))
-    trainer = Trainer(model, train_data, val_data, preset.train, device="cpu", progress=progress)
+    run = start_run(PRESET, device="cpu", progress=progress)  # what `python -m course_lib train` builds
+    trainer, tokenizer, val_data = run.trainer, run.tokenizer, run.val_data
     trainer.train()
+    model = trainer.model
     model.half()
-    path = save_checkpoint(out, model, tokenizer=tokenizer, train_config=preset.train, step=trainer.step,
+    path = save_checkpoint(out, model, tokenizer=tokenizer, train_config=trainer.config, step=trainer.step,
                            history=trainer.history)
     model.float()
     block = model.config.block_size

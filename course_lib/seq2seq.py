@@ -19,8 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, scaled_dot_product_attention
-from .checkpoint import register_model
 from .model import FeedForward, sinusoidal_position_encoding
+from .registry import register_model
 from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
 
 # The special tokens of a seq2seq vocabulary, first in it: a CharTokenizer(chars, specials=SPECIALS)

@@ -87,14 +87,16 @@ def gpu_peak_flops(device) -> float | None:
     return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
 
 
-def model_flops_utilization(config, tokens_per_s: float, device, n_devices: int = 1) -> float | None:
-    """Model FLOPs utilisation: the FLOP/s the model's training needs at ``tokens_per_s``
-    (:func:`flops_per_token` of a GPT ``config``) over the peak of ``n_devices`` GPUs like
-    ``device``. None where the peak is unknown (a CPU, an unlisted GPU) or ``config`` is no GPTConfig."""
+def model_flops_utilization(flops_per_token: int | None, tokens_per_s: float, device,
+                            n_devices: int = 1) -> float | None:
+    """Model FLOPs utilisation: the FLOP/s that training at ``tokens_per_s`` needs (``flops_per_token``
+    training FLOPs each, e.g. :func:`flops_per_token` of a GPT config or ``GPT.flops_per_token()``)
+    over the peak of ``n_devices`` GPUs like ``device``. None where the peak is unknown (a CPU, an
+    unlisted GPU) or the model cannot count its FLOPs (``flops_per_token`` None)."""
     peak = gpu_peak_flops(device)
-    if peak is None or not isinstance(config, GPTConfig):
+    if peak is None or flops_per_token is None:
         return None
-    return flops_per_token(config) * tokens_per_s / (peak * n_devices)
+    return flops_per_token * tokens_per_s / (peak * n_devices)
 
 
 def kv_cache_bytes(config: GPTConfig, batch_size: int = 1, context: int | None = None,

@@ -1,7 +1,11 @@
-"""Training: learning-rate schedules, AdamW with weight-decay groups, loss estimates, and a
-``Trainer`` with a progress bar, loss history and exactly resumable checkpoints (chapters 2, 7);
-gradient accumulation, mixed precision, ``torch.compile``, tokens/s and MFU, and data-parallel
-training under torchrun (chapter 12, with :mod:`course_lib.distributed`).
+"""The training engine: ``TrainConfig`` and the ``Trainer``, with a progress bar, loss history,
+learning-rate schedules, AdamW with weight-decay groups, and exactly resumable checkpoints
+(chapters 2, 7); gradient accumulation and data-parallel training under torchrun (chapter 12).
+
+What it uses lives apart: loss estimates in :mod:`course_lib.losses`, precision, compilation and
+speed in :mod:`course_lib.speed`, the checkpoint format in :mod:`course_lib.checkpoint`, who
+draws which micro-batch in :mod:`course_lib.distributed`; a run is built from a preset or a
+checkpoint in :mod:`course_lib.runs`.
 
 Shapes: B batch, T time, V vocabulary size.
 """
@@ -11,26 +15,22 @@ import contextlib
 import math
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import distributed
-from ._signals import pause_point
+from ._signals import StopAtStepBoundary, TrainingInterrupted, pause_point
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
-                         rng_state, save_checkpoint, set_rng_state)
+                         restore_rng, save_checkpoint)
 from .data import get_batch
-from .utils import DEFAULT_SEED, IGNORE_INDEX, Rule, check_fields, config_from_dict
-
-BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from .losses import BatchFn, estimate_loss
+from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
+from .utils import DEFAULT_SEED, Rule, check_fields, config_from_dict
 
 
 # What each TrainConfig field may hold (checked in __post_init__): a new field adds one row.
@@ -146,89 +146,6 @@ def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=fused)
 
 
-# --- precision, compilation, speed (chapter 12) ----------------------------------------------
-
-
-def check_precision(device: torch.device, dtype: str) -> None:
-    """A clear error for a precision this device cannot train in."""
-    if dtype == "fp16" and device.type != "cuda":
-        raise ValueError(f"dtype 'fp16' needs a CUDA GPU: float16 training needs loss scaling (GradScaler), which "
-                         f"PyTorch does on GPUs. On {device.type} use 'bf16' (float32's range, 8 bits of "
-                         "precision) or 'fp32'")
-    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("this GPU has no bfloat16 support (it is older than NVIDIA's Ampere): use dtype 'fp16' "
-                         "(with loss scaling) or 'fp32'")
-
-
-def autocast(device: torch.device, dtype: str):
-    """The context forward passes run in: autocast to bf16 or fp16 (matmuls in half precision;
-    softmax, LayerNorm and the loss kept in fp32; the weights themselves stay fp32), or nothing."""
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=DTYPES[dtype])
-
-
-def compile_model(model: nn.Module) -> nn.Module:
-    """``torch.compile(model)``, or ``model`` itself, with a message, where torch.compile is not
-    available. (Compilation happens at the first call; the Trainer handles a failure there.)"""
-    try:
-        return torch.compile(model)
-    except Exception as e:  # e.g. a Python version torch.compile does not support yet
-        print(f"torch.compile is not available here ({type(e).__name__}: {str(e)[:200]}); "
-              "training continues without it (eager mode)")
-        return model
-
-
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the positions where ``mask`` (B, T) is True. logits (B, T, V)."""
-    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B*T,)
-    mask = mask.flatten().to(losses.dtype)
-    return (losses * mask).sum() / mask.sum().clamp(min=1)
-
-
-def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> float:
-    """Share of positions whose most likely token is the target, skipping ``ignore_index``."""
-    keep = targets != ignore_index
-    correct = (logits.argmax(dim=-1) == targets) & keep
-    return correct.sum().item() / max(1, keep.sum().item())
-
-
-@torch.no_grad()
-def estimate_loss(model: nn.Module, batch_fn: BatchFn, eval_iters: int, seed: int = 0,
-                  splits=("train", "val")) -> dict[str, float]:
-    """Mean loss over ``eval_iters`` batches of each split, in eval mode (no dropout).
-
-    Batches come from a generator seeded with ``seed``, so every estimate sees the same
-    batches and the training batch stream is left untouched.
-    """
-    was_training = model.training
-    model.eval()
-    out = {}
-    for i, split in enumerate(splits):
-        generator = torch.Generator().manual_seed(seed + i)
-        losses = [model(*batch_fn(split, generator))[1].item() for _ in range(eval_iters)]
-        out[split] = sum(losses) / len(losses)
-    model.train(was_training)
-    return out
-
-
-def parameter_gradient_norms(modules) -> list[float]:
-    """After a backward pass: the L2 norm of the gradients of all parameters of each module in
-    ``modules`` (e.g. the blocks of a stack, input side first), one float per module.
-
-    Parameters without a gradient count as zero. Squares are summed in float64, so gradients as
-    small as 1e-30 (whose float32 squares would underflow) are still measured.
-    """
-    norms = []
-    for module in modules:
-        total = 0.0
-        for p in module.parameters():
-            if p.grad is not None:
-                total += p.grad.detach().double().pow(2).sum().item()
-        norms.append(math.sqrt(total))
-    return norms
-
-
 # --- the trainer ---------------------------------------------------------------------------
 
 
@@ -240,51 +157,9 @@ def progress_bar(total: int, initial: int = 0, desc: str = "train", disable: boo
                 disable=disable, bar_format="{l_bar}{bar:30}{r_bar}")
 
 
-def new_history() -> dict[str, list]:
-    return {"step": [], "loss": [], "lr": [], "eval_step": [], "train_loss": [], "val_loss": []}
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised by :meth:`Trainer.train` after Ctrl-C (or SIGTERM) stopped it at a step boundary.
-    ``signum`` is the signal; ``saved`` the checkpoint written, if any."""
-
-    def __init__(self, message: str, signum: int, saved: Path | None):
-        super().__init__(message)
-        self.signum, self.saved = signum, saved
-
-
 class TrainingDiverged(ValueError):
     """Raised when the loss or the weights stop being finite numbers: the run stops there, and no
     checkpoint is written over the last good one."""
-
-
-class StopAtStepBoundary:
-    """While active (in the main thread), the first Ctrl-C or SIGTERM only sets ``requested``:
-    the training loop finishes the step under way and stops cleanly. A second Ctrl-C
-    interrupts at once, as usual.
-
-    Why: a KeyboardInterrupt lands wherever the program is, nearly always inside forward,
-    backward or ``optimizer.step()``, after the step drew its batch and maybe after it
-    updated half of the weights. Nothing consistent can be saved from there.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __enter__(self) -> "StopAtStepBoundary":
-        self.requested: int | None = None
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.requested = signum
-        signal.signal(signum, self._previous[signum])  # a second press acts at once
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 class Trainer:
@@ -312,7 +187,7 @@ class Trainer:
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
-        check_precision(self.device, self.config.dtype)
+        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling; TF32 on GPUs
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
@@ -321,28 +196,19 @@ class Trainer:
             batch_fn = lambda split, gen: get_batch(data[split], block_size, self.config.batch_size, gen, self.device)
         self.batch_fn = batch_fn
         self.optimizer = configure_optimizer(self.model, self.config)
-        # fp16 gradients underflow: the scaler multiplies the loss before backward and divides the
-        # gradients before the step. Off (a plain optimizer.step()) for fp32 and bf16.
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.config.dtype == "fp16")
-        if self.device.type == "cuda":  # fp32 matmuls on tensor cores, in TF32 (a 10-bit mantissa)
-            torch.set_float32_matmul_precision("high")
         # One random batch stream per micro-batch of a step; this process draws its share of them.
-        self.micro_batches = distributed.my_micro_batches(self.config.grad_accum_steps)
-        self.generators = [torch.Generator().manual_seed(distributed.batch_stream_seed(self.config.seed, j))
-                           for j in self.micro_batches]
+        self.micro_batches, self.generators = distributed.batch_streams(self.config.seed, self.config.grad_accum_steps)
         self.train_model = distributed.wrap(compile_model(self.model) if self.config.compile else self.model,
                                             self.device)
         self._compile_unproven = self.config.compile  # until a compiled step has run
-        self.tokens_per_s: float | None = None  # a running average, over the processes together
-        self.mfu: float | None = None  # model FLOPs utilisation, on a GPU of known peak only
+        self.speed = SpeedMeter(self.model, self.device)  # tokens/s and MFU
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.tokenizer = tokenizer
         self.progress = progress
         self.verbose = verbose
         self.step = 0
-        self.history = new_history()
+        self.history = {"step": [], "loss": [], "lr": [], "eval_step": [], "train_loss": [], "val_loss": []}
         self.saved_step: int | None = None  # the step of the last checkpoint written
-        self._first_step = 0  # the step train() started from (its timing includes warm-up)
         # How to continue after an interrupt; the command line replaces it with its own command.
         self.resume_hint = "Trainer.resume({path!r}, ...)"
         # What the run learns from, stored in its checkpoints (the command line fills it in:
@@ -353,6 +219,14 @@ class Trainer:
     def generator(self) -> torch.Generator:
         """The batch stream of this process's first micro-batch (the only one, by default)."""
         return self.generators[0]
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.speed.tokens_per_s  # over all processes; None before the second step of train()
+
+    @property
+    def mfu(self) -> float | None:
+        return self.speed.mfu  # model FLOPs utilisation, on a GPU of known peak only
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -412,7 +286,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self._measure_speed(sum(x.numel() for x, _ in batches), time.perf_counter() - start)
+        self.speed.record(sum(x.numel() for x, _ in batches), time.perf_counter() - start, distributed.world_size())
         self.step += 1
         self.history["step"].append(self.step)
         self.history["loss"].append(loss)
@@ -421,31 +295,9 @@ class Trainer:
 
     def _stop_compiling(self, error: Exception) -> None:
         if distributed.is_main():
-            print(f"torch.compile could not compile this model here ({type(error).__name__}: "
-                  f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); "
-                  "training continues without it (eager mode)")
+            print(compile_failed(error))
         self._compile_unproven = False
         self.train_model = distributed.wrap(self.model, self.device)
-
-    def _measure_speed(self, tokens: int, seconds: float) -> None:
-        """Tokens per second over all processes (a running average; the first step, which
-        compiles and warms up, is left out) and, on a GPU of known peak, MFU."""
-        from .sizing import model_flops_utilization
-
-        if self.step == self._first_step:
-            return
-        rate = tokens * distributed.world_size() / max(seconds, 1e-9)
-        self.tokens_per_s = rate if self.tokens_per_s is None else 0.9 * self.tokens_per_s + 0.1 * rate
-        self.mfu = model_flops_utilization(getattr(self.model, "config", None), self.tokens_per_s, self.device,
-                                           n_devices=distributed.world_size())
-
-    def _speed_postfix(self) -> dict[str, str]:
-        out = {}
-        if self.tokens_per_s is not None:
-            out["tok/s"] = f"{self.tokens_per_s:,.0f}"
-        if self.mfu is not None:
-            out["mfu"] = f"{100 * self.mfu:.1f}%"
-        return out
 
     def _eval_due(self) -> bool:
         done = self.history["eval_step"] and self.history["eval_step"][-1] == self.step
@@ -469,7 +321,7 @@ class Trainer:
         Returns the loss history."""
         end = self.config.max_iters if until is None else min(until, self.config.max_iters)
         self.train_model.train()
-        self._first_step = self.step
+        self.speed.start()  # the first step compiles and warms up: not timed
         bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress or not distributed.is_main())
         try:
             with StopAtStepBoundary() as stop:
@@ -485,7 +337,7 @@ class Trainer:
                     pause_point("step")
                     loss = self.train_step()
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", **self._speed_postfix(), refresh=False)
+                    bar.set_postfix(loss=f"{loss:.3f}", **self.speed.postfix(), refresh=False)
                 stopped = stopping()
                 if not stopped:  # the last evaluation and checkpoint, still safe from a Ctrl-C
                     if self._eval_due():
@@ -534,20 +386,16 @@ class Trainer:
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: give Trainer(out_dir=...) or save(path)")
-        streams = {}  # every micro-batch's stream, gathered from the processes that draw them
-        for part in distributed.gather({j: g.get_state() for j, g in zip(self.micro_batches, self.generators)}):
-            streams.update(part)
+        streams = distributed.stream_states(self.micro_batches, self.generators)  # from every process
         pause_point("save")
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("the weights are no longer finite numbers (NaN or inf), so they were not saved")
         self.saved_step = self.step
         if not distributed.is_main():
             return path
-        rng = rng_state(self.generators[0])
-        if self.config.grad_accum_steps > 1:
-            rng["streams"] = [streams[j] for j in range(self.config.grad_accum_steps)]
         return save_checkpoint(path, self.model, tokenizer=self.tokenizer, train_config=self.config,
-                               optimizer=self.optimizer, step=self.step, history=self.history, rng=rng,
+                               optimizer=self.optimizer, step=self.step, history=self.history,
+                               batch_streams=streams,
                                trained_on=self.trained_on)
 
     def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
@@ -556,39 +404,30 @@ class Trainer:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self.step = int(ckpt["step"])
             self.history = {k: list(v) for k, v in ckpt["history"].items()}
-            set_rng_state(ckpt["rng"])
-            self._restore_batch_streams(ckpt["rng"])
+            saved = restore_rng(ckpt["rng"])  # sets torch's global state; returns the saved batch streams
+            fitted = distributed.restore_streams(self.micro_batches, self.generators, saved,
+                                                 self.config.seed + self.step)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: {str(e)[:200]})") from e
         self.saved_step = self.step
-
-    def _restore_batch_streams(self, rng: dict) -> None:
-        """Every micro-batch stream as saved; with another number of micro-batches per step than
-        the saved run, fresh streams (the run continues, but not as the saved one would have)."""
-        streams = rng.get("streams") or [rng.get("generator")]
-        if len(streams) == self.config.grad_accum_steps and all(s is not None for s in streams):
-            for j, g in zip(self.micro_batches, self.generators):
-                g.set_state(streams[j])
-            return
-        for j, g in zip(self.micro_batches, self.generators):
-            g.manual_seed(distributed.batch_stream_seed(self.config.seed + self.step, j))
-        if distributed.is_main():
-            print(f"note: the checkpoint has {len(streams)} batch stream(s), this run {self.config.grad_accum_steps} "
+        if not fitted and distributed.is_main():  # the run continues, but not as the saved one would have
+            print(f"note: the checkpoint has {len(saved)} batch stream(s), this run {self.config.grad_accum_steps} "
                   "micro-batches per step: batches are drawn from fresh streams from here on")
 
     @classmethod
     def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,
                batch_fn: BatchFn | None = None, device=None, max_iters: int | None = None, out_dir=None,
                tokenizer=None, progress: bool = True, verbose: bool = True,
-               config: TrainConfig | None = None) -> "Trainer":
+               config: TrainConfig | None = None, checkpoint: dict | None = None) -> "Trainer":
         """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
 
         ``model`` defaults to a fresh model of the checkpoint's kind and config, ``tokenizer``
         to the checkpoint's; ``max_iters`` extends (or shortens) the run; ``config`` replaces
-        the stored training config altogether.
+        the stored training config altogether; ``checkpoint``, the file at ``path`` if the caller
+        has loaded it already (it is then not read again).
         """
         path = Path(path)
-        ckpt = load_checkpoint(path)
+        ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
         if config is None:
             if not ckpt.get("train_config"):
                 raise CheckpointError(f"{path} stores a model but no training run to resume")

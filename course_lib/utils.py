@@ -162,16 +162,16 @@ def parse_value(text: str, annotation, key: str):
         raise ValueError(f"{key}={text!r}: expected a value of type {getattr(kind, '__name__', kind)}") from None
 
 
-def apply_overrides(config, overrides: dict[str, str], forbidden: dict[str, str] | None = None):
-    """A copy of ``config`` with ``{field: text}`` applied, each text parsed to the field's type;
-    the copy goes through the config's validation. ``forbidden`` maps fields that may not be
-    set here to the reason why."""
+def apply_overrides(config, overrides: dict, forbidden: dict[str, str] | None = None):
+    """A copy of ``config`` with ``{field: value}`` applied: a text (from ``--set KEY=VALUE``) is
+    parsed to the field's type, any other value is taken as it is; the copy goes through the
+    config's validation. ``forbidden`` maps fields that may not be set here to the reason why."""
     types = field_types(type(config))
     values = {}
-    for key, text in overrides.items():
+    for key, value in overrides.items():
         if forbidden and key in forbidden:
             raise ValueError(f"{key} cannot be set: {forbidden[key]}")
-        values[key] = parse_value(text, types[key], key)
+        values[key] = parse_value(value, types[key], key) if isinstance(value, str) else value
     return dataclasses.replace(config, **values)
 
 

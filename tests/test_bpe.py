@@ -381,28 +381,19 @@ def test_ascii_fast_pattern_on_edge_cases():
 
 
 def test_bpe_preset_trains_saves_and_samples(tmp_path):
-    from dataclasses import replace
-
-    import torch
-
     from course_lib.checkpoint import CHECKPOINT_NAME, load_model, load_tokenizer
     from course_lib.generate import generate_text
-    from course_lib.model import GPT
     from course_lib.presets import get_preset
-    from course_lib.train import Trainer
+    from course_lib.runs import start_run
 
     preset = get_preset("shakespeare-bpe-cpu")
     assert preset.tokenizer == {"type": "bpe", "vocab_size": 512} and preset.model.vocab_size == 512
     assert get_preset("shakespeare-char-cpu").tokenizer == "char"
-    tok = train_tokenizer(preset.tokenizer, SHAKESPEARE)  # what the command line does
+    settings = {"n_layer": 1, "max_iters": 6, "eval_interval": 3, "eval_iters": 2}
+    run = start_run("shakespeare-bpe-cpu", settings=settings, device="cpu", out_dir=tmp_path, progress=False)
+    tok, model = run.tokenizer, run.trainer.model  # what the command line builds
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == preset.model.vocab_size
-    data = torch.tensor(tok.encode(SHAKESPEARE[:200_000]), dtype=torch.long)
-    n = int(0.9 * len(data))
-    torch.manual_seed(0)
-    model = GPT(replace(preset.model, n_layer=1, vocab_size=tok.vocab_size))
-    config = replace(preset.train, max_iters=6, eval_interval=3, eval_iters=2)
-    trainer = Trainer(model, data[:n], data[n:], config, out_dir=tmp_path, tokenizer=tok, progress=False)
-    history = trainer.train()
+    history = run.trainer.train()
     assert history["val_loss"][-1] < history["val_loss"][0]
     loaded, ckpt = load_model(tmp_path / CHECKPOINT_NAME)
     loaded_tok = load_tokenizer(ckpt)

@@ -5,10 +5,11 @@ import torch
 import torch.nn as nn
 
 from course_lib.bigram import BigramConfig, BigramLanguageModel
-from course_lib.checkpoint import (FORMAT, FORMAT_VERSION, MODELS, CheckpointError, load_checkpoint, load_model,
-                                   load_tokenizer, register_model, save_checkpoint, unwrap, write_atomic)
+from course_lib.checkpoint import (FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_model, load_tokenizer,
+                                   restore_rng, rng_state, save_checkpoint, unwrap, unwrapped_state_dict, write_atomic)
 from course_lib.data import load_text, train_val_split
 from course_lib.model import GPT, GPTConfig
+from course_lib.registry import MODELS, register_model
 from course_lib.tokenizers import CharTokenizer
 from course_lib.train import TrainConfig, Trainer
 from model_helpers import assert_same_weights
@@ -80,6 +81,25 @@ def test_a_checkpoint_holds_everything_a_run_needs(tmp_path, model):
     assert ckpt["tokenizer"] == TOK.to_dict() and ckpt["train_config"]["max_iters"] == 3
     assert ckpt["step"] == 3 and len(ckpt["history"]["loss"]) == 3
     assert set(ckpt["rng"]) == {"torch", "generator", "cuda"} and ckpt["optimizer"]["state"]
+    assert torch.equal(ckpt["rng"]["generator"], trainer.generator.get_state())  # the batch stream, as it is now
+
+
+def test_the_rng_part_round_trips(tmp_path, tiny_model):
+    """checkpoint.py builds and reads the whole "rng" field: torch's global state and one batch
+    stream per micro-batch (several under gradient accumulation)."""
+    streams = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+    for g in streams:
+        torch.rand(5, generator=g)
+    torch.manual_seed(42)
+    path = save_checkpoint(tmp_path / "r.pt", tiny_model(), batch_streams=[g.get_state() for g in streams])
+    expected_next = torch.rand(3)  # what the global generator draws after the save
+    torch.manual_seed(7)  # the world moves on
+    saved = restore_rng(load_checkpoint(path)["rng"])
+    assert torch.equal(torch.rand(3), expected_next)
+    assert len(saved) == 3 and all(torch.equal(a, b.get_state()) for a, b in zip(saved, streams))
+    one = rng_state([streams[0].get_state()])
+    assert "streams" not in one and restore_rng(one)[0] is one["generator"]
+    assert load_checkpoint(save_checkpoint(tmp_path / "m.pt", tiny_model()))["rng"] is None  # a model alone
 
 
 def test_another_version_is_refused_with_what_to_do(tmp_path, tiny_model):
@@ -107,7 +127,7 @@ def test_unknown_and_unregistered_model_kinds_are_clear_errors(tmp_path, tiny_mo
     class Mystery(nn.Module):
         config = GPTConfig()
 
-    with pytest.raises(CheckpointError, match="Mystery is not a registered model kind.*register_model"):
+    with pytest.raises(CheckpointError, match="Mystery is not a registered model kind.*registry.register_model"):
         save_checkpoint(tmp_path / "x.pt", Mystery())
     ckpt = torch.load(save_checkpoint(tmp_path / "gpt.pt", tiny_model()), weights_only=True)
     write_atomic(tmp_path / "alien.pt", {**ckpt, "model_kind": "alien"})
@@ -137,3 +157,17 @@ def test_wrappers_are_saved_as_the_model_inside(tmp_path, tiny_model):
     assert unwrap(Wrapper(inner)) is inner
     path = save_checkpoint(tmp_path / "wrapped.pt", Wrapper(inner))
     assert not any(k.startswith("module.") for k in load_checkpoint(path)["model"])
+
+
+def test_wrapped_state_dicts_load_unwrapped(tmp_path, tiny_model):
+    """A state dict saved by other code from a DDP- and compile-wrapped model ("module._orig_mod."
+    prefixes) loads into the plain model."""
+    model = tiny_model()
+    state = {f"module._orig_mod.{k}": v for k, v in model.state_dict().items()}
+    assert unwrapped_state_dict(state).keys() == model.state_dict().keys()
+    save_checkpoint(tmp_path / "ckpt.pt", model)
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    ckpt["model"] = state
+    torch.save(ckpt, tmp_path / "foreign.pt")
+    loaded, _ = load_model(tmp_path / "foreign.pt")
+    assert_same_weights(model, loaded)

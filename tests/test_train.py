@@ -1,17 +1,17 @@
+"""course_lib.train: the training engine (chapters 2, 7): losses go down, runs resume bit for bit
+after a save or a Ctrl-C, checkpoints are written when they should be."""
 import math
 import os
 import signal
 
 import pytest
 import torch
-import torch.nn as nn
 
+from course_lib._signals import TrainingInterrupted
 from course_lib.checkpoint import load_checkpoint
 from course_lib.data import load_text, train_val_split
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss,
-                              lr_at, masked_accuracy, masked_cross_entropy, parameter_gradient_norms,
-                              transformer_lr)
+from course_lib.train import TrainConfig, Trainer, configure_optimizer, cosine_lr, lr_at, transformer_lr
 from model_helpers import assert_same_weights
 
 TEXT = load_text()[:20_000]
@@ -130,46 +130,18 @@ def test_schedules():
         TrainConfig(schedule="linear")
 
 
-def test_estimate_loss_uses_eval_mode_and_restores_training_mode(model):
-    model = model(dropout=0.5)
-    model.train()
-    data = {"train": TRAIN, "val": VAL}
-    from course_lib.data import get_batch
-
-    batch_fn = lambda split, g: get_batch(data[split], 16, 4, g)
-    a = estimate_loss(model, batch_fn, 3, seed=1)
-    b = estimate_loss(model, batch_fn, 3, seed=1)
-    assert a == b  # no dropout noise, same batches
-    assert model.training
-
-
-def test_masked_loss_and_accuracy():
-    logits = torch.tensor([[[5.0, 0.0], [0.0, 5.0], [5.0, 0.0]]])  # (1, 3, 2)
-    targets = torch.tensor([[0, 0, -100]])
-    assert masked_accuracy(logits, targets) == 0.5
-    mask = targets != -100
-    loss = masked_cross_entropy(logits, targets.clamp(min=0), mask)
-    expected = torch.nn.functional.cross_entropy(logits[0, :2], targets[0, :2])
-    assert torch.allclose(loss, expected)
-
-
-# --- gradient norms (chapter 5) ---
-
-
-def test_parameter_gradient_norms_match_a_manual_norm():
-    layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)])
-    x = torch.randn(3, 4)
-    for layer in layers:
-        x = layer(x)
-    x.pow(2).sum().backward()
-    norms = parameter_gradient_norms(layers)
-    assert len(norms) == 3
-    for layer, norm in zip(layers, norms):
-        manual = torch.cat([p.grad.flatten() for p in layer.parameters()]).norm().item()
-        assert math.isclose(norm, manual, rel_tol=1e-5)
-
-
-def test_parameter_gradient_norms_zero_without_gradients_and_tiny_values_survive():
-    a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3, bias=False)
-    a.weight.grad = torch.full((3, 3), 1e-25)  # its float32 square underflows to 0
-    assert parameter_gradient_norms([a, b]) == pytest.approx([3e-25, 0.0], rel=1e-4)
+def test_a_resume_from_a_checkpoint_already_read_does_not_read_it_again(model, tmp_path, monkeypatch):
+    config = tiny_train_config(max_iters=6)
+    straight = Trainer(model(), TRAIN, VAL, config, progress=False, verbose=False)
+    straight.train()
+    first = Trainer(model(), TRAIN, VAL, config, out_dir=tmp_path, progress=False, verbose=False)
+    first.train(until=3)
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    reads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: reads.append(a) or real_load(*a, **k))
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False, verbose=False,
+                             checkpoint=ckpt)
+    assert reads == [] and resumed.step == 3
+    resumed.train()
+    assert resumed.history == straight.history

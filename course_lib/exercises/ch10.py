@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import pad_batch
-from ..train import masked_accuracy, masked_cross_entropy
+from ..losses import masked_accuracy, masked_cross_entropy
 from ..utils import IGNORE_INDEX
 from . import as_number, call, describe, expect_close, expect_sequence, expect_tensor, fail, passed
 
@@ -87,7 +87,7 @@ def _loss_cases():
 def check_masked_mean_loss(fn) -> None:
     """``fn(logits, targets, mask) -> loss``: logits (B, T, V), targets (B, T), mask (B, T) True on
     real positions. The mean cross-entropy over the real positions only (every real token counts
-    once). Must equal ``course_lib.train.masked_cross_entropy``."""
+    once). Must equal ``course_lib.losses.masked_cross_entropy``."""
     for logits, targets, mask in _loss_cases():
         what = f"masked_mean_loss on a batch of shape {tuple(targets.shape)} with {int(mask.sum())} real tokens"
         got = as_number(call(fn, logits.clone(), targets.clone(), mask.clone()), what)
@@ -105,7 +105,7 @@ def check_masked_mean_loss(fn) -> None:
             fail(f"{what}: you returned the sum of the losses, not their mean.", "divide by mask.sum().")
         expect_close(got, expected, what, "cross_entropy(..., reduction='none'), times the mask, summed, divided by "
                      "the number of real tokens.")
-    passed("your masked mean equals course_lib.train.masked_cross_entropy: every real token counts once, no pad counts.")
+    passed("your masked mean equals course_lib.losses.masked_cross_entropy: every real token counts once, no pad counts.")
 
 
 def check_masked_accuracy(fn) -> None:
@@ -172,7 +172,7 @@ def check_combine_masks(fn) -> None:
 
 def check_accuracy_fixed(fn) -> None:
     """``fn(logits, targets) -> float``: accuracy over the targets that are not ``IGNORE_INDEX``
-    (-100), the padded ones. Must equal ``course_lib.train.masked_accuracy``."""
+    (-100), the padded ones. Must equal ``course_lib.losses.masked_accuracy``."""
     for logits, targets, mask in _loss_cases():
         targets = targets.clone()
         targets[:, ::2] = logits.argmax(-1)[:, ::2]
@@ -185,7 +185,7 @@ def check_accuracy_fixed(fn) -> None:
             fail(f"{what}: this is still the buggy number ({got:.4f}): every pad counts as a wrong prediction.",
                  "keep = targets != IGNORE_INDEX; divide the correct kept predictions by keep.sum().")
         expect_close(got, expected, what, "count only the positions whose target is not IGNORE_INDEX.", atol=1e-6)
-    passed("the pads no longer count: your accuracy equals course_lib.train.masked_accuracy.")
+    passed("the pads no longer count: your accuracy equals course_lib.losses.masked_accuracy.")
 
 
 __all__ = ["check_pad_batch", "check_masked_mean_loss", "check_masked_accuracy", "check_combine_masks",

@@ -1,5 +1,6 @@
-"""Chapter 12: gradient accumulation, mixed precision, torch.compile, and data-parallel training with
-torchrun (2 CPU processes, gloo) equal to one process with accumulation over the same global batch."""
+"""course_lib.distributed and gradient accumulation (chapter 12): a step's global batch is
+grad_accum_steps micro-batches, each from its own random stream, so one process accumulating and
+torchrun's processes (2 CPU processes, gloo) draw the same batches and train to the same weights."""
 import os
 import signal
 import subprocess
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib import GPT, GPTConfig
-from course_lib import distributed, train
-from course_lib.checkpoint import load_checkpoint, load_model, save_checkpoint, unwrapped_state_dict
+from course_lib import distributed
+from course_lib.checkpoint import load_checkpoint, load_model
+from course_lib.model import GPT, GPTConfig
 from course_lib.train import Trainer, TrainConfig
 from model_helpers import assert_same_weights
 
@@ -48,18 +49,35 @@ def test_accumulation_is_the_gradient_of_the_big_batch(micro, B):
     loss_big = big.forward_backward([(x, y)])
     assert loss_small == pytest.approx(loss_big, rel=1e-6)
     small_grads, big_grads = grads(accumulating.model), grads(big.model)
-    assert small_grads.keys() == big_grads.keys()
+    assert small_grads.keys() == big_grads.keys() == {n for n, _ in big.model.named_parameters()}
     for name in big_grads:
         torch.testing.assert_close(small_grads[name], big_grads[name], rtol=1e-5, atol=1e-7)
 
 
-def test_micro_batch_streams():
+def test_each_micro_batch_has_its_own_stream():
     one, two = tiny_trainer(), tiny_trainer(grad_accum_steps=2)
-    assert len(one.generators) == 1 and len(two.generators) == 2
-    # the first micro-batch stream is the stream of a run without accumulation
-    assert torch.equal(one.generator.get_state(), two.generators[0].get_state())
-    assert not torch.equal(two.generators[0].get_state(), two.generators[1].get_state())
-    assert distributed.batch_stream_seed(1337, 0) == 1337
+    assert list(one.micro_batches) == [0] and list(two.micro_batches) == [0, 1]
+    # micro-batch j's stream is seeded with seed + 1000 j: the first is a run without accumulation's
+    expected = [torch.Generator().manual_seed(1337 + 1000 * j).get_state() for j in (0, 1)]
+    assert torch.equal(one.generator.get_state(), expected[0])
+    assert [torch.equal(g.get_state(), e) for g, e in zip(two.generators, expected)] == [True, True]
+    assert distributed.batch_stream_seed(1337, 0) == 1337 and distributed.batch_stream_seed(1337, 2) == 3337
+
+
+def test_stream_states_and_restore_streams_round_trip():
+    mine, generators = distributed.batch_streams(seed=5, grad_accum_steps=3)
+    for g in generators:
+        torch.rand(7, generator=g)  # the streams move on
+    saved = distributed.stream_states(mine, generators)
+    assert len(saved) == 3
+    _, fresh = distributed.batch_streams(seed=5, grad_accum_steps=3)
+    assert distributed.restore_streams(mine, fresh, saved, seed=99) is True
+    assert [torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
+            for a, b in zip(generators, fresh)] == [True, True, True]
+    # another number of micro-batches than saved: fresh streams seeded from the seed given
+    _, two = distributed.batch_streams(seed=5, grad_accum_steps=2)
+    assert distributed.restore_streams(range(2), two, saved, seed=99) is False
+    assert torch.equal(two[1].get_state(), torch.Generator().manual_seed(99 + 1000).get_state())
 
 
 def test_accumulation_run_resumes_exactly(tmp_path):
@@ -75,6 +93,19 @@ def test_accumulation_run_resumes_exactly(tmp_path):
     assert_same_weights(full.model, again.model)
 
 
+def test_resuming_with_another_accumulation_says_the_streams_are_fresh(tmp_path, capsys):
+    one = Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(max_iters=4, batch_size=4, eval_iters=1),
+                  out_dir=tmp_path, progress=False, verbose=False)
+    one.train(until=2)
+    one.save()
+    two = Trainer.resume(tmp_path / "ckpt.pt", train_data=DATA[:300], val_data=DATA[300:], progress=False,
+                         config=replace(one.config, grad_accum_steps=2))
+    assert "the checkpoint has 1 batch stream(s), this run 2 micro-batches per step" in capsys.readouterr().out
+    # fresh streams, seeded from the run's seed plus the step it resumes at
+    assert torch.equal(two.generators[1].get_state(),
+                       torch.Generator().manual_seed(distributed.batch_stream_seed(1337 + 2, 1)).get_state())
+
+
 def test_more_processes_than_micro_batches_is_a_clear_error():
     assert distributed.local_micro_batches(4, 2) == 2
     with pytest.raises(ValueError, match=r"grad_accum_steps \(1\) must be a multiple of the number of processes "
@@ -86,95 +117,14 @@ def test_more_processes_than_micro_batches_is_a_clear_error():
         TrainConfig(grad_accum_steps=0)
 
 
-# --- precision and compile -------------------------------------------------------------------
-
-
-def test_fp16_on_cpu_is_a_clear_error():
-    with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU.*bf16"):
-        tiny_trainer(dtype="fp16")
-    with pytest.raises(ValueError, match="dtype must be one of 'fp32', 'bf16', 'fp16', got 'float16'"):
-        TrainConfig(dtype="float16")
-
-
-def test_fp16_on_cpu_from_the_command_line(capsys, tmp_path):
-    from course_lib.cli import main
-
-    assert main(["train", "--dtype", "fp16", "--device", "cpu", "--out", str(tmp_path / "run")]) == 2
-    assert "'fp16' needs a CUDA GPU" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
-
-
-def test_bf16_autocast_on_cpu_is_close_to_fp32():
-    fp32, bf16 = tiny_trainer(max_iters=20), tiny_trainer(max_iters=20, dtype="bf16")
-    h32, h16 = fp32.train(), bf16.train()
-    assert next(bf16.model.parameters()).dtype == torch.float32  # autocast keeps fp32 weights
-    assert h16["loss"] != h32["loss"]  # it really ran in bf16
-    for a, b in zip(h32["loss"], h16["loss"]):
-        assert abs(a - b) < 0.05
-    assert abs(h32["val_loss"][-1] - h16["val_loss"][-1]) < 0.05
-
-
-def test_compile_on_cpu_gives_the_same_losses():
-    eager, compiled = tiny_trainer(max_iters=2), tiny_trainer(max_iters=2, compile=True)
-    assert compiled.train_model is not compiled.model  # the OptimizedModule wrapping it
-    h_eager, h_compiled = eager.train(), compiled.train()
-    assert h_compiled["loss"] == pytest.approx(h_eager["loss"], rel=1e-4)
-    assert not compiled._compile_unproven and compiled.train_model is not compiled.model
-
-
-def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
-    class Broken(torch.nn.Module):
-        def forward(self, *args, **kwargs):
-            raise RuntimeError("no C compiler found (simulated)")
-
-    monkeypatch.setattr(train.torch, "compile", lambda model: Broken())
-    eager, fallback = tiny_trainer(max_iters=3), tiny_trainer(max_iters=3, compile=True)
-    assert fallback.train()["loss"] == eager.train()["loss"]
-    out = capsys.readouterr().out
-    assert "torch.compile could not compile this model here (RuntimeError: no C compiler" in out
-    assert "continues without it" in out and fallback.train_model is fallback.model
-
-    def unavailable(model):
-        raise RuntimeError("torch.compile is not supported on this Python")
-
-    monkeypatch.setattr(train.torch, "compile", unavailable)
-    unavailable_here = tiny_trainer(compile=True)
-    assert unavailable_here.train_model is unavailable_here.model  # trains the eager model
-    assert "torch.compile is not available here" in capsys.readouterr().out
-
-
-def test_a_real_error_is_not_hidden_by_the_compile_fallback():
-    trainer = tiny_trainer(compile=True)
-    trainer.train_model = trainer.model
-    trainer.batch_fn = lambda split, g: (torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(2, 8\), got \(2, 9\)"):
-        trainer.train_step()
-
-
-# --- checkpoints with and without DDP --------------------------------------------------------
-
-
-def test_wrapped_state_dicts_load_unwrapped(tmp_path):
+def test_without_torchrun_there_is_one_process():
+    assert not distributed.launched_by_torchrun() and distributed.launched_world_size() == 1
+    assert (distributed.rank(), distributed.world_size(), distributed.is_main()) == (0, 1, True)
+    assert distributed.setup("cpu") == "cpu" and not distributed.is_distributed()
+    assert distributed.gather({"a": 1}) == [{"a": 1}] and distributed.average(2.5) == 2.5
     model = GPT(TINY)
-    state = {f"module._orig_mod.{k}": v for k, v in model.state_dict().items()}
-    assert unwrapped_state_dict(state).keys() == model.state_dict().keys()
-    save_checkpoint(tmp_path / "ckpt.pt", model)
-    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
-    ckpt["model"] = state
-    torch.save(ckpt, tmp_path / "foreign.pt")
-    loaded, _ = load_model(tmp_path / "foreign.pt")
-    assert_same_weights(model, loaded)
-
-
-def test_mfu_only_on_a_known_gpu():
-    from course_lib.sizing import flops_per_token, gpu_peak_flops, model_flops_utilization
-
-    assert gpu_peak_flops("cpu") is None
-    assert model_flops_utilization(TINY, 1e6, "cpu") is None
-    trainer = tiny_trainer(max_iters=3)
-    trainer.train()
-    assert trainer.tokens_per_s > 0 and trainer.mfu is None
-    assert flops_per_token(TINY) > 0
+    assert distributed.wrap(model, torch.device("cpu")) is model
+    assert list(distributed.my_micro_batches(3)) == [0, 1, 2]
 
 
 # --- torchrun: 2 processes on CPU (gloo) --------------------------------------------------------
@@ -202,7 +152,7 @@ def run(args, torchrun=False):
 
 
 def assert_close_checkpoints(a, b):
-    """Two runs' weights, equal up to the order in which their gradients were summed."""
+    """Data parallel adds the same gradients in another order than accumulation: close, not equal."""
     assert_same_weights(load_checkpoint(a)["model"], load_checkpoint(b)["model"], rtol=1e-5, atol=1e-7)
 
 

@@ -1,0 +1,42 @@
+"""The registry of model kinds: a name for every model class that can be stored and rebuilt.
+
+A model module registers its class with ``@register_model("gpt", GPTConfig)``, and nothing
+more: it does not import the checkpoint format. :mod:`course_lib.checkpoint` stores a model
+as its kind's name plus its config, and rebuilds it through :func:`lookup`. This module
+imports nothing from course_lib, so any module can register without an import cycle.
+"""
+from __future__ import annotations
+
+MODELS: dict[str, type] = {}  # model kind -> model class (with a .config_class)
+
+
+def register_model(name: str, config_class: type):
+    """Class decorator: models of this class are stored as ``model_kind = name``. The class is
+    built as ``cls(config_class.from_dict(d))`` and must keep its config in ``.config``."""
+    def register(cls):
+        if name in MODELS and MODELS[name] is not cls:
+            raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__name__}")
+        for method in ("to_dict", "from_dict"):
+            if not callable(getattr(config_class, method, None)):
+                raise TypeError(f"{config_class.__name__} needs a {method}() to be stored in checkpoints")
+        cls.model_kind, cls.config_class = name, config_class
+        MODELS[name] = cls
+        return cls
+    return register
+
+
+def lookup(kind: str) -> type:
+    """The model class registered as ``kind``; a ValueError naming the known kinds otherwise."""
+    if kind not in MODELS:
+        raise ValueError(f"model kind {kind!r} is not registered (known: {', '.join(sorted(MODELS))})")
+    return MODELS[kind]
+
+
+def kind_of(model) -> str:
+    """The name ``model``'s class is registered under; a ValueError when it is not registered
+    (a subclass of a registered class is not: it must register itself)."""
+    kind = getattr(type(model), "model_kind", None)
+    if kind is None or MODELS.get(kind) is not type(model):
+        raise ValueError(f"{type(model).__name__} is not a registered model kind ({', '.join(sorted(MODELS))}): "
+                         "decorate its class with @course_lib.registry.register_model(name, ConfigClass)")
+    return kind

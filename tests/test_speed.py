@@ -1,0 +1,157 @@
+"""course_lib.speed (chapter 12): precisions a device can train in, autocast, torch.compile with
+its fallback to eager mode, and the speed meter (tokens/s, MFU from the model's own FLOPs)."""
+import pytest
+import torch
+
+from course_lib import speed
+from course_lib.model import GPT, GPTConfig
+from course_lib.sizing import flops_per_token
+from course_lib.train import Trainer, TrainConfig
+
+TINY = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+DATA = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0))
+
+
+def tiny_trainer(**train_options):
+    torch.manual_seed(0)
+    options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3, warmup_iters=0)
+    options.update(train_options)
+    return Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(**options), progress=False)
+
+
+# --- precision -----------------------------------------------------------------------------------
+
+
+def test_fp16_on_cpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU.*bf16"):
+        tiny_trainer(dtype="fp16")
+    with pytest.raises(ValueError, match="dtype must be one of 'fp32', 'bf16', 'fp16', got 'float16'"):
+        TrainConfig(dtype="float16")
+
+
+def test_fp16_on_cpu_from_the_command_line(capsys, tmp_path):
+    from course_lib.cli import main
+
+    assert main(["train", "--dtype", "fp16", "--device", "cpu", "--out", str(tmp_path / "run")]) == 2
+    assert "'fp16' needs a CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_loss_scaler_is_on_for_fp16_alone():
+    cpu = torch.device("cpu")
+    assert not speed.prepare_precision(cpu, "fp32").is_enabled()
+    assert not speed.prepare_precision(cpu, "bf16").is_enabled()
+
+
+def test_autocast_runs_matmuls_in_bf16_and_fp32_is_untouched():
+    a = torch.randn(4, 4)
+    with speed.autocast(torch.device("cpu"), "bf16"):
+        assert (a @ a).dtype == torch.bfloat16
+    with speed.autocast(torch.device("cpu"), "fp32"):
+        assert (a @ a).dtype == torch.float32
+
+
+def test_bf16_autocast_on_cpu_is_close_to_fp32():
+    fp32, bf16 = tiny_trainer(max_iters=20), tiny_trainer(max_iters=20, dtype="bf16")
+    h32, h16 = fp32.train(), bf16.train()
+    assert next(bf16.model.parameters()).dtype == torch.float32  # autocast keeps fp32 weights
+    assert h16["loss"] != h32["loss"]  # it really ran in bf16
+    for a, b in zip(h32["loss"], h16["loss"]):
+        assert abs(a - b) < 0.05
+    assert abs(h32["val_loss"][-1] - h16["val_loss"][-1]) < 0.05
+
+
+# --- torch.compile -------------------------------------------------------------------------------
+
+
+def test_compile_on_cpu_gives_the_same_losses():
+    eager, compiled = tiny_trainer(max_iters=2), tiny_trainer(max_iters=2, compile=True)
+    assert compiled.train_model._orig_mod is compiled.model  # torch.compile's OptimizedModule wraps the model
+    h_eager, h_compiled = eager.train(), compiled.train()
+    assert h_compiled["loss"] == pytest.approx(h_eager["loss"], rel=1e-4)
+    assert not compiled._compile_unproven and compiled.train_model._orig_mod is compiled.model  # no fallback
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
+    class Broken(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("no C compiler found (simulated)")
+
+    monkeypatch.setattr(speed.torch, "compile", lambda model: Broken())
+    eager, fallback = tiny_trainer(max_iters=3), tiny_trainer(max_iters=3, compile=True)
+    assert fallback.train()["loss"] == eager.train()["loss"]
+    out = capsys.readouterr().out
+    assert "torch.compile could not compile this model here (RuntimeError: no C compiler" in out
+    assert "continues without it" in out and fallback.train_model is fallback.model
+
+    def unavailable(model):
+        raise RuntimeError("torch.compile is not supported on this Python")
+
+    monkeypatch.setattr(speed.torch, "compile", unavailable)
+    unavailable_here = tiny_trainer(compile=True)
+    assert unavailable_here.train_model is unavailable_here.model  # trains the eager model
+    assert "torch.compile is not available here" in capsys.readouterr().out
+
+
+def test_a_real_error_is_not_hidden_by_the_compile_fallback():
+    trainer = tiny_trainer(compile=True)
+    trainer.train_model = trainer.model
+    trainer.batch_fn = lambda split, g: (torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(2, 8\), got \(2, 9\)"):
+        trainer.train_step()
+
+
+# --- speed and MFU -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes", [{}, {"tie_weights": True}, {"bias": True},
+                                     {"rope_theta": 10000.0, "n_kv_head": 1, "mlp": "swiglu", "norm": "rmsnorm"}])
+def test_the_model_counts_its_flops_as_sizing_does_from_the_config(changes):
+    from dataclasses import replace
+
+    config = replace(TINY, **changes)
+    model = GPT(config)
+    assert model.flops_per_token() == flops_per_token(config)
+    assert model.flops_per_token(training=False) == flops_per_token(config, training=False)
+
+
+def test_the_speed_meter_leaves_out_the_first_step_and_averages_the_rest():
+    meter = speed.SpeedMeter(GPT(TINY), torch.device("cpu"))
+    meter.record(tokens=1000, seconds=10.0)  # the first step (compiling, warming up): not counted
+    assert meter.tokens_per_s is None and meter.postfix() == {}
+    meter.record(tokens=1000, seconds=1.0, n_processes=2)
+    assert meter.tokens_per_s == 2000.0  # the first timed step: 1000 tokens x 2 processes in 1 s
+    meter.record(tokens=1000, seconds=0.5, n_processes=2)
+    assert meter.tokens_per_s == pytest.approx(0.9 * 2000 + 0.1 * 4000)
+    assert meter.postfix() == {"tok/s": "2,200"} and meter.mfu is None  # a CPU has no known peak
+    meter.start()  # training restarts: its first step is not timed again
+    meter.record(tokens=1, seconds=1.0)
+    assert meter.tokens_per_s == pytest.approx(2200.0)
+
+
+def test_mfu_is_the_models_flops_over_the_gpus_peak(monkeypatch):
+    from course_lib import sizing
+
+    assert sizing.gpu_peak_flops("cpu") is None
+    assert sizing.model_flops_utilization(flops_per_token(TINY), 1e6, "cpu") is None  # no peak for a CPU
+    monkeypatch.setattr(sizing, "gpu_peak_flops", lambda device: 1e12)  # as if the device were a GPU of 1 TFLOP/s
+    meter = speed.SpeedMeter(GPT(TINY), torch.device("cpu"))
+    meter.record(1, 1.0)
+    meter.record(tokens=500, seconds=0.5, n_processes=2)  # 2000 tokens/s over 2 devices
+    assert meter.mfu == pytest.approx(flops_per_token(TINY) * 2000 / (2 * 1e12))
+    assert meter.postfix()["mfu"] == f"{100 * meter.mfu:.1f}%"
+    no_flops = speed.SpeedMeter(torch.nn.Linear(2, 2), torch.device("cpu"))  # a model that cannot count them
+    no_flops.record(1, 1.0)
+    no_flops.record(10, 1.0)
+    assert no_flops.flops_per_token is None and no_flops.mfu is None and no_flops.tokens_per_s == 10.0
+    # 1,000,000 FLOPs per token at 1e6 tokens/s on 2 GPUs of 312 TFLOP/s (an A100's peak) each
+    monkeypatch.setattr(sizing, "gpu_peak_flops", lambda device: 312e12)
+    assert sizing.model_flops_utilization(1_000_000, 1e6, "cuda", n_devices=2) == pytest.approx(1e12 / 624e12)
+
+
+def test_a_trainer_measures_tokens_per_second_but_no_mfu_on_a_cpu():
+    trainer = tiny_trainer(max_iters=3)
+    assert trainer.tokens_per_s is None
+    trainer.train()
+    assert trainer.tokens_per_s > 0 and trainer.mfu is None  # 2 timed steps of 4 x 8 tokens; no CPU peak
+    assert trainer.speed.flops_per_token == flops_per_token(TINY)
