@@ -116,6 +116,21 @@ def test_the_executor_runs_its_kernel_in_the_reference_environment(tmp_path, mon
 
 
 @pytest.mark.slow  # a kernel
+def test_the_executors_kernel_imports_this_checkouts_course_lib(tmp_path, monkeypatch):
+    """`pip install -e` may point at another checkout (a clean clone's CI run repoints it): what
+    is stored must be what THIS course_lib prints."""
+    (tmp_path / "course_lib").mkdir()  # another copy, first on the user's path
+    (tmp_path / "course_lib" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # a user's own path stays, after the checkout
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import course_lib, sys; print(course_lib.__file__); print(sys.path.index(%r) > 0)" % str(tmp_path))])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, tmp_path / "where.ipynb")
+    printed = "".join(o.get("text", "") for o in execute_notebook(tmp_path / "where.ipynb").cells[0].outputs)
+    assert printed == f"{ROOT / 'course_lib' / '__init__.py'}\nTrue\n"
+
+
+@pytest.mark.slow  # a kernel
 def test_the_executor_does_not_run_nbval_skip_cells_and_stores_them_without_outputs(tmp_path):
     """A `# NBVAL_SKIP` cell needs the network or a GPU: nbval never runs it, so the executor does
     not either, instead of storing this machine's download errors (the cell would raise here)."""

@@ -6,6 +6,7 @@ notebooks handed out without the book (no ``_toc.yml`` beside it) is listed by f
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -87,6 +88,17 @@ def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
 _SKIP_TAG = "course-lib-skip-execution"  # set while executing, never stored
 
 
+def _kernel_environment() -> dict[str, str]:
+    """The reference numeric environment, with this checkout first on the kernel's import path: what
+    is stored is what this course_lib prints, whichever copy `pip install -e` last pointed at."""
+    from .numerics import reference_environment
+
+    env = reference_environment()
+    root = str(ROOT)  # the checkout holding this course_lib
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
                      allow_errors: bool = False, store: bool = False):
     """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
@@ -99,8 +111,6 @@ def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "p
     import nbformat
     from nbclient import NotebookClient
 
-    from .numerics import reference_environment
-
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     skipped = [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("# NBVAL_SKIP")]
@@ -109,7 +119,7 @@ def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "p
         cell.metadata.setdefault("tags", []).append(_SKIP_TAG)
     NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
                    skip_cells_with_tag=_SKIP_TAG,
-                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=reference_environment())
+                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=_kernel_environment())
     for cell in skipped:
         cell.metadata["tags"].remove(_SKIP_TAG)
         if not cell.metadata["tags"]:
