@@ -9,9 +9,9 @@ import torch.nn as nn
 from course_lib.checkpoint import load_checkpoint
 from course_lib.data import load_text, train_val_split
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, configure_optimizer, cosine_lr, estimate_loss,
-                              lr_at, masked_accuracy, masked_cross_entropy, parameter_gradient_norms,
-                              transformer_lr)
+from course_lib.optim import configure_optimizer, cosine_lr, lr_at, transformer_lr
+from course_lib.train import (TrainConfig, Trainer, TrainingInterrupted, estimate_loss, masked_accuracy,
+                              masked_cross_entropy, parameter_gradient_norms)
 
 TEXT = load_text()[:20_000]
 TOK = CharTokenizer.from_text(TEXT)
