@@ -180,6 +180,9 @@ def train_run(args, name: str, device: str, out: Path, ckpt: dict | None) -> int
     if preset.train is None:
         raise ValueError(f"preset {preset_name!r} is for counting parameters only (try `params --preset "
                          f"{preset_name}`); train shakespeare-char-cpu or shakespeare-char-gpu")
+    if preset.device is not None and torch.device(device).type != preset.device:
+        raise ValueError(f"preset {preset_name!r} is made for a {preset.device} device ({preset.description}), "
+                         f"and this run is on {device}: on a CPU train shakespeare-char-speedrun instead")
     text = read_text_file(args.text) if args.text else load_text(preset.corpus)
     trained_on = {"command": "train", "preset": preset_name, "text": args.text and Path(args.text).name,
                   "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}

@@ -16,6 +16,8 @@ class Preset:
     # What course_lib.tokenizers.train_tokenizer builds from the training text: "char", or a dict
     # such as {"type": "bpe", "vocab_size": 512}. The model's vocab_size follows the tokenizer's.
     tokenizer: dict | str = "char"
+    # The device type the preset is made for, or None for any: `train` refuses any other, in one line.
+    device: str | None = None
 
 
 # The one figure quoted for the full `shakespeare-char-cpu` run (README, chapter 13): the val loss
@@ -54,6 +56,39 @@ PRESETS = {
         GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
         TrainConfig(max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
                     beta2=0.99, eval_interval=250, eval_iters=200),
+    ),
+    # The CPU speedrun (issue 24, chapter 14; benchmarks/speedrun.py, the record log in
+    # benchmarks/speedrun_records.json): validation loss 1.88 in at most half the wall time of
+    # shakespeare-char-cpu on the same CPU. Each choice, measured on 2 cores (the record log has the numbers):
+    # - 1 layer instead of 4: on a CPU a step's time grows with the layers, and at this budget more
+    #   steps of a smaller model beat fewer steps of a deeper one (4 -> 3 -> 2 -> 1 layers each won).
+    # - chapter 14's block: RoPE (no position table), RMSNorm, SwiGLU, 2 key/value heads: a lower loss
+    #   per step for about 10% more time per step.
+    # - the wsd schedule (warm-up, stable, linear decay over the last 30%): lower than a cosine of the
+    #   same length, because the rate stays at its peak longer.
+    # - evaluations only at the start and the end (eval_interval = max_iters): evaluating costs time.
+    # - C=128, T=64, batch 12, AdamW at 1e-3 as the CPU preset (no weight decay, no clipping).
+    "shakespeare-char-speedrun": Preset(
+        "the CPU speedrun: 1 Llama-style layer (RoPE, RMSNorm, SwiGLU, GQA), C=128, T=64, wsd schedule; "
+        "val loss below 1.88 in under half the CPU preset's time",
+        GPTConfig(vocab_size=65, block_size=64, n_layer=1, n_head=4, n_embd=128, dropout=0.0, tie_weights=False,
+                  norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_kv_head=2),
+        TrainConfig(max_iters=1000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+                    schedule="wsd", cooldown_fraction=0.3, beta2=0.99, weight_decay=0.0, grad_clip=0.0,
+                    eval_interval=1000, eval_iters=20),
+    ),
+    # The speedrun's recipe for a CUDA GPU, guarded (`train` refuses it on any other device): a batch of 64
+    # (a GPU runs 64 sequences in about the time of 12), bf16 autocast and torch.compile (both pay on a GPU,
+    # neither on our CPU: README, benchmarks/scale.py), the learning rate raised with the batch. Not tuned:
+    # no GPU was available, so no figure is quoted for it.
+    "shakespeare-char-speedrun-gpu": Preset(
+        "the speedrun's recipe for a CUDA GPU: batch 64, bf16 autocast, torch.compile (untuned: no GPU measured)",
+        GPTConfig(vocab_size=65, block_size=64, n_layer=1, n_head=4, n_embd=128, dropout=0.0, tie_weights=False,
+                  norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_kv_head=2),
+        TrainConfig(max_iters=500, batch_size=64, learning_rate=2e-3, min_lr=2e-4, warmup_iters=50,
+                    schedule="wsd", cooldown_fraction=0.3, beta2=0.99, weight_decay=0.0, grad_clip=0.0,
+                    eval_interval=500, eval_iters=20, dtype="bf16", compile=True),
+        device="cuda",
     ),
     # GPT-2 small, for counting: 124,439,808 parameters with tied embeddings.
     "gpt2-small": Preset(
