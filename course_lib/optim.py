@@ -103,7 +103,7 @@ def configure_optimizer(model: nn.Module, config: "TrainConfig"):
     LayerNorm gains are not, since shrinking them toward 0 has no regularising meaning.
     ``"muon"``: a :class:`MuonWithAdamW` (see :func:`muon_param_groups` for which parameter goes
     where)."""
-    if getattr(config, "optimizer", "adamw") == "muon":
+    if config.optimizer == "muon":
         return MuonWithAdamW(model, config)
     params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix appears once
     decay = [p for p in params if p.dim() >= 2]
@@ -132,7 +132,7 @@ def muon_param_groups(model: nn.Module, head_name: str = "lm_head") -> tuple[lis
             continue
         if p.dim() < 2:
             vectors.append(p)
-        elif id(p) in linear and id(p) not in embeddings and id(p) not in head and p.dim() == 2:
+        elif id(p) in linear and id(p) not in embeddings and id(p) not in head:
             hidden.append(p)
         else:
             other.append(p)

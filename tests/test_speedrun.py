@@ -164,3 +164,27 @@ def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
         assert run["curve"][-1]["estimate"] == "whole validation split"
     # --curve-evals 3 on 3 steps: the speedrun evaluates at steps 0, 1, 2, 3
     assert [p["step"] for p in result["runs"][SPEEDRUN][0]["curve"][:-1]] == [0, 1, 2, 3]
+
+
+def test_the_readme_quotes_the_measured_benchmark():
+    """One source for the figures: the README's row is what benchmarks/speedrun_results.json holds."""
+    result = json.loads((ROOT / "benchmarks" / "speedrun_results.json").read_text())
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `speedrun.py`"))
+    assert result["holds"] and f"ratio {result['ratio_median']:.3f}" in row, row
+    assert f"{min(result['ratios']):.3f}-{max(result['ratios']):.3f}" in row
+    for preset in ("shakespeare-char-cpu", SPEEDRUN):
+        runs = result["runs"][preset]
+        walls, losses = [r["wall_s"] for r in runs], [r["val_loss"] for r in runs]
+        assert f"{min(walls):.1f}-{max(walls):.1f} s" in row and f"{min(losses):.3f}-{max(losses):.3f}" in row
+
+
+def test_the_record_log_ends_with_the_preset():
+    """The last recipe of benchmarks/speedrun_records.json, applied to shakespeare-char-cpu as --set
+    settings, is the speedrun preset (its evaluation settings aside, which change no weight)."""
+    records = json.loads((ROOT / "benchmarks" / "speedrun_records.json").read_text())["records"]
+    last = [r for r in records if r["kept"] and "recipe" in r][-1]
+    cpu, speedrun = get_preset("shakespeare-char-cpu"), get_preset(SPEEDRUN)
+    assert replace(cpu.model, **last["recipe"]["model"]) == speedrun.model
+    evaluation = dict(eval_interval=speedrun.train.eval_interval, eval_iters=speedrun.train.eval_iters)
+    assert replace(cpu.train, **last["recipe"]["train"], **evaluation) == speedrun.train
+    assert all(r["val_loss"] <= 1.88 for r in last["runs"] if r["max_iters"] == speedrun.train.max_iters)
