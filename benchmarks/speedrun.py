@@ -64,14 +64,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="make the speedrun evaluate this many times (default: as the preset says)")
     p.add_argument("--max-iters", type=int, help="override both presets' max_iters (a quick smoke test only)")
     p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where both presets train (cuda: e.g. --speedrun shakespeare-char-speedrun-gpu --host-env)")
     return p.parse_args(argv)
 
 
-def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict) -> dict:
+def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict, device: str = "cpu") -> dict:
     """Run one training command; its wall time to the "done in" line and to its exit, and the
     evaluation lines it printed, each with the second it arrived."""
     command = [sys.executable, "-m", "course_lib", "train", "--preset", preset, "--set", f"seed={seed}",
-               "--out", str(out), "--device", "cpu", *extra]
+               "--out", str(out), "--device", device, *extra]
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     curve, done, log = [], None, []
@@ -135,7 +137,8 @@ def main(argv=None) -> int:
     env = dict(os.environ) if args.host_env else reference_environment()
     if not args.host_env:
         os.environ.update(REFERENCE)  # this process evaluates in it too (set before torch is imported)
-    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    paths = [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))  # this checkout's course_lib
 
     from course_lib.presets import get_preset
 
@@ -157,10 +160,11 @@ def main(argv=None) -> int:
                 folder = out / f"{preset}-seed{seed}"
                 if (folder / "ckpt.pt").exists():
                     raise SystemExit(f"{folder} already holds a run: choose another --out")
-                run = run_command(preset, seed, folder, extra[preset], env)
+                run = run_command(preset, seed, folder, extra[preset], env, args.device)
                 run.update(seed=seed, val_loss=round(whole_split_loss(folder / "ckpt.pt"), 4))
-                run["curve"].append({"wall_s": run["wall_s"], "step": run["curve"][-1]["step"] if run["curve"] else None,
-                                     "val_loss": run["val_loss"], "estimate": "whole validation split"})
+                last_step = run["curve"][-1]["step"] if run["curve"] else None
+                run["curve"].append({"wall_s": run["wall_s"], "step": last_step, "val_loss": run["val_loss"],
+                                     "estimate": "whole validation split"})
                 runs[preset].append(run)
                 print(f"seed {seed:5d}  {preset:28s} {run['wall_s']:7.1f} s to its last evaluation "
                       f"({run['wall_exit_s']:.1f} s to exit), val loss {run['val_loss']:.4f} (whole split)", flush=True)
@@ -183,7 +187,8 @@ def main(argv=None) -> int:
     if args.json:
         result = {"goal": {"ratio": GOAL_RATIO, "val_loss": GOAL_LOSS}, "holds": holds,
                   "ratio_median": statistics.median(ratios), "ratios": ratios,
-                  "seeds": args.seeds, "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
+                  "seeds": args.seeds, "device": args.device,
+                  "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
                   "curve_evals": args.curve_evals, "max_iters_override": args.max_iters,
                   "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
                   "runs": runs}

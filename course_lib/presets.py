@@ -86,9 +86,11 @@ PRESETS = {
                     eval_interval=550, eval_iters=8),
     ),
     # The speedrun's recipe for a CUDA GPU, guarded (`train` refuses it on any other device): twice the
-    # batch (a GPU runs 64 sequences in about the time of 32) at a learning rate raised with it, bf16
-    # autocast and torch.compile (both pay on a GPU, neither on our CPU: README, benchmarks/scale.py).
-    # Untuned: no GPU was available to this project, so no figure is quoted for it.
+    # batch (a GPU has room for far more parallel work than 2 CPU cores) at a learning rate raised with it,
+    # bf16 autocast and torch.compile (chapter 12: what pays on a GPU; neither pays on our CPU, see the
+    # README and benchmarks/scale.py). Untuned: no GPU was available to this project, so no figure is
+    # quoted for it. On a GPU, `python benchmarks/speedrun.py --speedrun shakespeare-char-speedrun-gpu
+    # --device cuda --host-env` measures it against shakespeare-char-cpu trained on the same GPU.
     "shakespeare-char-speedrun-gpu": Preset(
         "the speedrun's recipe for a CUDA GPU: batch 64, bf16 autocast, torch.compile (untuned: no GPU measured)",
         GPTConfig(vocab_size=65, block_size=64, n_layer=1, n_head=4, n_embd=128, dropout=0.0, tie_weights=False,

@@ -52,7 +52,8 @@ def test_the_default_optimizer_and_schedule_train_exactly_as_before(model):
     for step in range(config.max_iters):
         w, S = config.warmup_iters, config.max_iters
         lr = (config.learning_rate * (step + 1) / (w + 1) if step < w else
-              config.min_lr + 0.5 * (1 + math.cos(math.pi * (step - w) / (S - w))) * (config.learning_rate - config.min_lr))
+              config.min_lr + 0.5 * (1 + math.cos(math.pi * (step - w) / (S - w)))
+              * (config.learning_rate - config.min_lr))
         for group in adamw.param_groups:
             group["lr"] = lr
         adamw.zero_grad(set_to_none=True)

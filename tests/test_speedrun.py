@@ -51,7 +51,8 @@ def test_the_speedrun_presets_validate(name):
     assert TrainConfig.from_dict(vars(preset.train)) == preset.train
     assert preset.model.vocab_size == get_preset("shakespeare-char-cpu").model.vocab_size
     assert preset.train.schedule == "wsd"  # held at the peak, then a linear decay ending at min_lr
-    assert lr_at(preset.train.max_iters - 1, preset.train) > lr_at(preset.train.max_iters, preset.train) == preset.train.min_lr
+    last = preset.train.max_iters
+    assert lr_at(last - 1, preset.train) > lr_at(last, preset.train) == preset.train.min_lr
     assert (preset.device == "cuda") == name.endswith("-gpu")
     GPT(preset.model)
 
