@@ -19,7 +19,7 @@ from course_lib.data import get_batch, load_text, train_val_split
 from course_lib.model import GPT
 from course_lib.presets import get_preset
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import configure_optimizer
+from course_lib.optim import configure_optimizer
 
 
 class ListOfHeads(nn.Module):

@@ -105,6 +105,14 @@ def trainable_preset(name: str) -> Preset:
     return preset
 
 
+def check_preset_device(name: str, preset: Preset, device: str | None) -> None:
+    """Refuse, in one line, a preset made for another kind of device (the GPU speedrun on a CPU)."""
+    if preset.device is not None and torch.device(check_device(device)).type != preset.device:
+        raise ValueError(f"preset {name!r} is made for a {preset.device} device ({preset.description}), "
+                         f"and this run is on {check_device(device)}: on a CPU train shakespeare-char-speedrun "
+                         "instead")
+
+
 def read_run_text(preset_name: str, text_file: str | None = None) -> tuple[str, dict]:
     """The text a run learns from (``text_file``, "-" for standard input, or the preset's corpus)
     and what its checkpoints record of it: ``{"command", "preset", "text", "text_sha256"}``."""
@@ -206,6 +214,7 @@ def start_run(preset: str | None = None, text_file: str | None = None, settings:
     (or on ``text_file``), the text split 90/10, the preset's GPT with ``settings`` applied."""
     preset_name = preset or DEFAULT_PRESET
     chosen = trainable_preset(preset_name)
+    check_preset_device(preset_name, chosen, device)
     text, trained_on = read_run_text(preset_name, text_file)
     model_set, train_set = split_settings(settings or {}, chosen.model, chosen.train)  # before the tokenizer trains
     tokenizer = train_tokenizer(chosen.tokenizer, text)
@@ -233,6 +242,7 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
         raise CheckpointError(f"{path} stores a model but no training run to resume")
     preset_name = preset or (ckpt["trained_on"] or {}).get("preset") or DEFAULT_PRESET
     chosen = trainable_preset(preset_name)
+    check_preset_device(preset_name, chosen, device)
     text, trained_on = read_run_text(preset_name, text_file)
     check_same_data(path, ckpt["trained_on"], trained_on)
     model_set, train_set = split_settings(settings or {}, chosen.model, chosen.train)

@@ -3,7 +3,8 @@ learning-rate schedules, AdamW with weight-decay groups, and exactly resumable c
 (chapters 2, 7); gradient accumulation and data-parallel training under torchrun (chapter 12).
 
 What it uses lives apart: loss estimates in :mod:`course_lib.losses`, precision, compilation and
-speed in :mod:`course_lib.speed`, the checkpoint format in :mod:`course_lib.checkpoint`, who
+speed in :mod:`course_lib.speed`, the optimizers and learning-rate schedules in
+:mod:`course_lib.optim`, the checkpoint format in :mod:`course_lib.checkpoint`, who
 draws which micro-batch in :mod:`course_lib.distributed`; a run is built from a preset or a
 checkpoint in :mod:`course_lib.runs`.
 
@@ -29,6 +30,9 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_che
                          restore_rng, save_checkpoint)
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
+from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
+# Also importable from here, where chapter 7's exercise check names it (course_lib.train.cosine_lr).
+from .optim import constant_lr, cosine_lr, transformer_lr  # noqa: F401
 from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
 from .utils import DEFAULT_SEED, Rule, check_fields, config_from_dict
 
@@ -43,7 +47,8 @@ TRAIN_CONFIG_RULES = {
     "min_lr": Rule(float, 0.0, 1.0),
     "warmup_iters": Rule(int, 0),
     "lr_decay_iters": Rule(int, 1),
-    "schedule": Rule(str, choices=("constant", "cosine", "transformer")),
+    "schedule": Rule(str, choices=SCHEDULES),
+    "cooldown_fraction": Rule(float, 0.0, 1.0),
     "weight_decay": Rule(float, 0.0, 10.0),
     "beta1": Rule(float, 0.0, 1.0, "[)"),
     "beta2": Rule(float, 0.0, 1.0, "[)"),
@@ -55,6 +60,9 @@ TRAIN_CONFIG_RULES = {
     "grad_accum_steps": Rule(int, 1),
     "dtype": Rule(str, choices=tuple(DTYPES)),
     "compile": Rule(bool),
+    "optimizer": Rule(str, choices=OPTIMIZERS),
+    "muon_lr": Rule(float, 0.0, 1.0, "(]"),
+    "muon_momentum": Rule(float, 0.0, 1.0, "[)"),
 }
 
 
@@ -66,7 +74,9 @@ class TrainConfig:
     min_lr: float = 1e-4  # where cosine decay ends
     warmup_iters: int = 100
     lr_decay_iters: int | None = None  # default: max_iters
-    schedule: str = "cosine"  # "constant", "cosine" (linear warmup + cosine decay) or "transformer" (2017 paper)
+    schedule: str = "cosine"  # "constant", "cosine" (linear warmup + cosine decay), "transformer" (2017 paper)
+    # or "wsd" (warm-up, stable, linear decay over the last cooldown_fraction of the steps); see course_lib.optim
+    cooldown_fraction: float = 0.2
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -81,6 +91,11 @@ class TrainConfig:
     grad_accum_steps: int = 1
     dtype: str = "fp32"  # forward passes under autocast: "fp32" (off), "bf16", or "fp16" (CUDA only)
     compile: bool = False  # torch.compile the model; falls back to eager, with a message, where it cannot
+    # The CPU speedrun (chapter 14, course_lib.optim): "adamw", or "muon" for the hidden weight matrices
+    # (at muon_lr, with momentum muon_momentum) and AdamW for embeddings, head, gains and biases.
+    optimizer: str = "adamw"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
 
     def __post_init__(self):
         check_fields(self, TRAIN_CONFIG_RULES)
@@ -95,55 +110,6 @@ class TrainConfig:
         return config_from_dict(cls, d)
 
 
-# --- learning-rate schedules ----------------------------------------------------------------
-
-
-def constant_lr(step: int, learning_rate: float) -> float:
-    return learning_rate
-
-
-def cosine_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
-    """Linear warmup from ~0 to ``learning_rate`` over ``warmup_iters`` steps, then a half cosine
-    down to ``min_lr`` at ``decay_iters``, then flat."""
-    if step < warmup_iters:
-        return learning_rate * (step + 1) / (warmup_iters + 1)
-    if step >= decay_iters:
-        return min_lr
-    progress = (step - warmup_iters) / max(1, decay_iters - warmup_iters)  # 0 -> 1
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
-
-
-def transformer_lr(step: int, n_embd: int, warmup_iters: int, scale: float = 1.0) -> float:
-    """The 2017 paper's schedule: lr = C^-0.5 * min(step^-0.5, step * warmup^-1.5), steps from 1.
-    It rises linearly for ``warmup_iters`` steps, then decays as 1/sqrt(step)."""
-    s = step + 1
-    return scale * n_embd**-0.5 * min(s**-0.5, s * warmup_iters**-1.5)
-
-
-def lr_at(step: int, config: TrainConfig, n_embd: int | None = None) -> float:
-    """The learning rate a :class:`Trainer` uses at ``step`` under ``config.schedule``."""
-    if config.schedule == "constant":
-        return constant_lr(step, config.learning_rate)
-    if config.schedule == "cosine":
-        return cosine_lr(step, config.learning_rate, config.min_lr, config.warmup_iters,
-                         config.lr_decay_iters or config.max_iters)
-    if n_embd is None:
-        raise ValueError("the 'transformer' schedule needs n_embd")
-    return transformer_lr(step, n_embd, max(1, config.warmup_iters))
-
-
-# --- optimizer and losses ---------------------------------------------------------------------
-
-
-def configure_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW where only matrices (embeddings, Linear weights) are decayed; biases and
-    LayerNorm gains are not, since shrinking them toward 0 has no regularising meaning."""
-    params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix appears once
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters on a GPU
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=fused)
 
 
 # --- the trainer ---------------------------------------------------------------------------
@@ -266,8 +232,7 @@ class Trainer:
 
     def train_step(self) -> float:
         lr = self.lr(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         start = time.perf_counter()
         batches = [self.batch_fn("train", g) for g in self.generators]
         try:

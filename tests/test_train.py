@@ -11,7 +11,8 @@ from course_lib._signals import TrainingInterrupted
 from course_lib.checkpoint import load_checkpoint
 from course_lib.data import load_text, train_val_split
 from course_lib.tokenizers import CharTokenizer
-from course_lib.train import TrainConfig, Trainer, configure_optimizer, cosine_lr, lr_at, transformer_lr
+from course_lib.optim import configure_optimizer, cosine_lr, lr_at, transformer_lr
+from course_lib.train import TrainConfig, Trainer
 from model_helpers import assert_same_weights
 
 TEXT = load_text()[:20_000]

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..model import GPT, GPTConfig
-from ..train import cosine_lr
+from ..optim import cosine_lr
 from . import as_number, call, expect_close, fail, passed
 
 
@@ -193,7 +193,7 @@ def _schedule_configs():
 
 def check_cosine_lr(fn) -> None:
     """``fn(step, max_lr, min_lr, warmup_iters, max_iters) -> float``: the warmup + cosine
-    schedule of ``course_lib.train.cosine_lr``: ``max_lr * (step + 1) / (warmup_iters + 1)``
+    schedule of ``course_lib.optim.cosine_lr``: ``max_lr * (step + 1) / (warmup_iters + 1)``
     during the warmup, then half a cosine from ``max_lr`` at ``warmup_iters`` down to
     ``min_lr`` at ``max_iters``, then ``min_lr``. Compared at every step up to 10 past the end."""
     for max_lr, min_lr, w, S in _schedule_configs():
