@@ -59,7 +59,7 @@ PRESETS = {
     ),
     # The CPU speedrun (issue 24, chapter 14): validation loss below 1.88 in under half the wall time of
     # shakespeare-char-cpu on the same CPU, measured by benchmarks/speedrun.py. Every change tried, kept or
-    # dropped, with its measured effect, is in benchmarks/speedrun_records.json; the choices, in short:
+    # dropped, with its measured effect, is in course_lib/records/speedrun_records.json; the choices, in short:
     # - 1 layer instead of 4: a CPU step's time grows with the layers, and at this budget more steps of a
     #   shallow model beat fewer steps of a deep one (4 -> 3 -> 2 -> 1 layers each won at equal time).
     # - a SwiGLU feed-forward (chapter 14): a lower loss per step for about 4% more time per step. Chapter

@@ -168,8 +168,8 @@ def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
 
 
 def test_the_readme_quotes_the_measured_benchmark():
-    """One source for the figures: the README's row is what benchmarks/speedrun_results.json holds."""
-    result = json.loads((ROOT / "benchmarks" / "speedrun_results.json").read_text())
+    """One source for the figures: the README's row is what course_lib/records/speedrun_results.json holds."""
+    result = json.loads((ROOT / "course_lib" / "records" / "speedrun_results.json").read_text())
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `speedrun.py`"))
     assert result["holds"] and f"ratio {result['ratio_median']:.3f}" in row, row
     assert f"{min(result['ratios']):.3f}-{max(result['ratios']):.3f}" in row
@@ -180,9 +180,9 @@ def test_the_readme_quotes_the_measured_benchmark():
 
 
 def test_the_record_log_ends_with_the_preset():
-    """The last recipe of benchmarks/speedrun_records.json, applied to shakespeare-char-cpu as --set
+    """The last recipe of course_lib/records/speedrun_records.json, applied to shakespeare-char-cpu as --set
     settings, is the speedrun preset (its evaluation settings aside, which change no weight)."""
-    records = json.loads((ROOT / "benchmarks" / "speedrun_records.json").read_text())["records"]
+    records = json.loads((ROOT / "course_lib" / "records" / "speedrun_records.json").read_text())["records"]
     last = [r for r in records if r["kept"] and "recipe" in r][-1]
     cpu, speedrun = get_preset("shakespeare-char-cpu"), get_preset(SPEEDRUN)
     assert replace(cpu.model, **last["recipe"]["model"]) == speedrun.model
