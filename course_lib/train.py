@@ -31,8 +31,6 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_che
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
-# Also importable from here, where chapter 7's exercise check names it (course_lib.train.cosine_lr).
-from .optim import constant_lr, cosine_lr, transformer_lr  # noqa: F401
 from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
 from .utils import DEFAULT_SEED, Rule, check_fields, config_from_dict
 

@@ -243,7 +243,7 @@ def test_cosine_lr_correct(capsys):
 
 
 def test_cosine_lr_library_passes(capsys):
-    from course_lib.train import cosine_lr
+    from course_lib.optim import cosine_lr
     ch07.check_cosine_lr(cosine_lr)
     assert_correct(capsys)
 

@@ -235,7 +235,7 @@ def check_cosine_lr(fn) -> None:
                  "return min_lr for step > max_iters (a cosine continued past its end climbs back up).")
         fail(f"{mismatch}.", "after the warmup: min_lr + 0.5 * (1 + cos(pi * progress)) * (max_lr - min_lr), "
              "with progress = (step - warmup_iters) / (max_iters - warmup_iters) going from 0 to 1.")
-    passed("your schedule equals course_lib.train.cosine_lr: a linear warmup to max_lr, half a cosine "
+    passed("your schedule equals course_lib.optim.cosine_lr: a linear warmup to max_lr, half a cosine "
            "down to min_lr at max_iters, then flat.")
 
 
