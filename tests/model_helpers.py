@@ -2,6 +2,9 @@
 book/ together, ``from conftest import`` finds book/conftest.py)."""
 import torch
 
+from course_lib.model import GPT, GPTConfig
+from course_lib.train import Trainer, TrainConfig
+
 
 def assert_same_weights(a, b, rtol: float = 0.0, atol: float = 0.0) -> None:
     """``a`` and ``b`` (models, or state dicts such as a checkpoint's ``"model"``) hold the same
@@ -47,3 +50,19 @@ def change_one_token(model, tokens: list[int], data, vocab: int = 11):
     changed[t] = new
     with torch.no_grad():
         return t, model(torch.tensor([tokens]))[0], model(torch.tensor([changed]))[0]
+
+
+# --- a tiny GPT and its trainer, shared by the training-engine tests (test_speed, test_distributed) --
+
+
+TINY = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+DATA = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0))  # (400,) token ids
+
+
+def tiny_trainer(**train_options):
+    """A Trainer of a 1-layer GPT on random tokens, its weights drawn after seeding 0; ``train_options``
+    override the short run's TrainConfig."""
+    torch.manual_seed(0)
+    options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3, warmup_iters=0)
+    options.update(train_options)
+    return Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(**options), progress=False)

@@ -13,20 +13,11 @@ import torch
 
 from course_lib import distributed
 from course_lib.checkpoint import load_checkpoint, load_model
-from course_lib.model import GPT, GPTConfig
+from course_lib.model import GPT
 from course_lib.train import Trainer, TrainConfig
-from model_helpers import assert_same_weights
+from model_helpers import DATA, TINY, assert_same_weights, tiny_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
-DATA = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0))
-
-
-def tiny_trainer(**train_options):
-    torch.manual_seed(0)
-    options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3, warmup_iters=0)
-    options.update(train_options)
-    return Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(**options), progress=False)
 
 
 def grads(model):
