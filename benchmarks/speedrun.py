@@ -97,39 +97,21 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict, 
 
 
 def whole_split_loss(checkpoint: Path, text: str | None = None, split: str = "val", batch_size: int = 64) -> float:
-    """Mean cross-entropy over every token of the split of ``text`` (default: the corpus of the
-    checkpoint's preset), the first token excepted, predicted from consecutive windows of the
-    model's block size: the same windows for every model of that block size, no randomness. The
-    last, shorter window is included, so no token is left out."""
+    """``course_lib.losses.sequence_loss`` of the checkpoint's model over the whole ``split`` of
+    ``text`` (default: the corpus of the checkpoint's preset, the text the CLI trained on)."""
     import torch
 
     from course_lib.checkpoint import load_model, load_tokenizer
     from course_lib.data import load_text, train_val_split
+    from course_lib.losses import sequence_loss
     from course_lib.presets import get_preset
 
     model, ckpt = load_model(checkpoint, "cpu")
-    model.eval()
     tokenizer = load_tokenizer(ckpt, checkpoint)
     if text is None:
-        text = load_text(get_preset(ckpt["trained_on"]["preset"]).corpus)  # the text the CLI trained on
+        text = load_text(get_preset(ckpt["trained_on"]["preset"]).corpus)
     data = dict(zip(("train", "val"), train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long))))[split]
-    T = model.config.block_size
-    starts = list(range(0, len(data) - 1, T))
-    full = [s for s in starts if s + T <= len(data) - 1]
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(full), batch_size):
-            chunk = full[i:i + batch_size]
-            x = torch.stack([data[s:s + T] for s in chunk])  # (B, T)
-            y = torch.stack([data[s + 1:s + T + 1] for s in chunk])  # (B, T)
-            total += model(x, y)[1].item() * y.numel()
-            count += y.numel()
-        for s in starts[len(full):]:  # the tail: fewer than T tokens left
-            x, y = data[s:len(data) - 1][None], data[s + 1:][None]  # (1, t) each
-            total += model(x, y)[1].item() * y.numel()
-            count += y.numel()
-    assert count == len(data) - 1
-    return total / count
+    return sequence_loss(model, data, batch_size)
 
 
 def main(argv=None) -> int:

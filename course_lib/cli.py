@@ -150,8 +150,8 @@ def cmd_train_dates(args) -> int:
         ckpt = load_checkpoint(ckpt_path) if ckpt_path.exists() else None  # read once
         if ckpt is not None:
             check_made_by(ckpt, ckpt_path, "train-dates")
-        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt or False,
-                              resume_hint=resume_command(args.argv))
+        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt is not None,
+                              resume_hint=resume_command(args.argv), checkpoint=ckpt)
     print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {ckpt_path}")
     return 0
 

@@ -115,16 +115,17 @@ def dates_train_config(max_iters: int = 750, batch_size: int = 64, warmup_iters:
 
 
 def train_dates(out_dir: str | Path | None, max_iters: int | None = None, device: str = "cpu",
-                progress: bool = True, resume: bool | dict = False, resume_hint: str | None = None):
+                progress: bool = True, resume: bool = False, resume_hint: str | None = None,
+                checkpoint: dict | None = None):
     """Train the chapter's date normaliser and write its checkpoint (tokenizer included) to
     ``out_dir/ckpt.pt``; with ``resume``, continue the run saved there (``max_iters`` then
-    extends it; ``resume`` may be the checkpoint already loaded, which is then not read again).
+    extends it; ``checkpoint``: that file already loaded, which is then not read again).
     ``resume_hint`` is what to print after Ctrl-C. Returns the
     :class:`~course_lib.train.Trainer`."""
     tokenizer = date_tokenizer()
     if resume:
         path = Path(out_dir) / CHECKPOINT_NAME
-        ckpt = resume if isinstance(resume, dict) else load_checkpoint(path)
+        ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
         batch_size = ckpt["train_config"]["batch_size"]
         trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, batch_size, device=device),
                                  device=device, max_iters=max_iters, progress=progress, checkpoint=ckpt)

@@ -1,5 +1,6 @@
 """Losses and accuracy beyond a model's own mean cross-entropy: masked over padding (chapter 10),
-and the train/val loss estimate every evaluation prints (chapter 7).
+the train/val loss estimate every evaluation prints (chapter 7), and the exact loss over a whole
+token sequence (the CPU speedrun's final figure, chapter 14).
 
 Shapes: B batch, T time, V vocabulary size.
 """
@@ -48,3 +49,30 @@ def estimate_loss(model: nn.Module, batch_fn: BatchFn, eval_iters: int, seed: in
         out[split] = sum(losses) / len(losses)
     model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def sequence_loss(model: nn.Module, data: torch.Tensor, batch_size: int = 64) -> float:
+    """Mean cross-entropy over every token of ``data`` (N,) but the first, each predicted once, from
+    consecutive windows of the model's block size T (the last, shorter window included): the same
+    windows for every model of that block size and no randomness, so unlike :func:`estimate_loss`
+    it cannot dip below a target by luck."""
+    device = next(model.parameters()).device
+    T = model.config.block_size
+    starts = list(range(0, len(data) - 1, T))
+    full = [s for s in starts if s + T <= len(data) - 1]
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(full), batch_size):
+        chunk = full[i:i + batch_size]
+        x = torch.stack([data[s:s + T] for s in chunk]).to(device)  # (B, T)
+        y = torch.stack([data[s + 1:s + T + 1] for s in chunk]).to(device)  # (B, T)
+        total += model(x, y)[1].item() * y.numel()
+        count += y.numel()
+    for s in starts[len(full):]:  # the tail: fewer than T tokens left
+        x, y = data[s:len(data) - 1][None].to(device), data[s + 1:][None].to(device)  # (1, t) each
+        total += model(x, y)[1].item() * y.numel()
+        count += y.numel()
+    model.train(was_training)
+    return total / count

@@ -106,9 +106,13 @@ def configure_optimizer(model: nn.Module, config: "TrainConfig"):
     if config.optimizer == "muon":
         return MuonWithAdamW(model, config)
     params = [p for p in model.parameters() if p.requires_grad]  # a tied matrix appears once
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return adamw([p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2], config)
+
+
+def adamw(matrices: list, vectors: list, config: "TrainConfig") -> torch.optim.AdamW:
+    """AdamW with ``config.weight_decay`` on ``matrices`` and none on ``vectors`` (biases, gains)."""
+    groups = [{"params": matrices, "weight_decay": config.weight_decay}, {"params": vectors, "weight_decay": 0.0}]
+    params = matrices + vectors
     fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters on a GPU
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=fused)
 
@@ -234,10 +238,7 @@ class MuonWithAdamW:
             [{"params": hidden, "lr_scale": config.muon_lr / config.learning_rate}],
             lr=config.muon_lr, weight_decay=config.weight_decay, momentum=config.muon_momentum, nesterov=True,
             adjust_lr_fn="original", ns_dtype=torch.bfloat16 if on_gpu else torch.float32)
-        groups = [{"params": other, "weight_decay": config.weight_decay}, {"params": vectors, "weight_decay": 0.0}]
-        fused = all(p.is_cuda for g in groups for p in g["params"]) and any(g["params"] for g in groups)
-        self.adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
-                                       fused=fused)
+        self.adamw = adamw(other, vectors, config)
 
     @property
     def param_groups(self) -> list[dict]:

@@ -107,10 +107,12 @@ def trainable_preset(name: str) -> Preset:
 
 def check_preset_device(name: str, preset: Preset, device: str | None) -> None:
     """Refuse, in one line, a preset made for another kind of device (the GPU speedrun on a CPU)."""
-    if preset.device is not None and torch.device(check_device(device)).type != preset.device:
+    if preset.device is None:
+        return
+    device = check_device(device)
+    if torch.device(device).type != preset.device:
         raise ValueError(f"preset {name!r} is made for a {preset.device} device ({preset.description}), "
-                         f"and this run is on {check_device(device)}: on a CPU train shakespeare-char-speedrun "
-                         "instead")
+                         f"and this run is on {device}: on a CPU train shakespeare-char-speedrun instead")
 
 
 def read_run_text(preset_name: str, text_file: str | None = None) -> tuple[str, dict]:

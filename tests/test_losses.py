@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from course_lib.data import get_batch
-from course_lib.losses import estimate_loss, masked_accuracy, masked_cross_entropy
+from course_lib.losses import estimate_loss, masked_accuracy, masked_cross_entropy, sequence_loss
 from course_lib.utils import IGNORE_INDEX
 
 
@@ -59,3 +59,24 @@ def test_estimate_loss_is_the_eval_mode_mean_over_fixed_batches(tiny_model):
             by_hand = sum(model(*batch_fn(split, g))[1].item() for _ in range(3)) / 3
         assert a[split] == pytest.approx(by_hand, rel=1e-6)
     assert list(estimate_loss(model, batch_fn, 1, splits=("val",))) == ["val"]
+
+
+@pytest.mark.parametrize("n, batch_size", [(41, 3), (33, 64), (9, 1)])  # a tail, exact windows, tail only
+def test_sequence_loss_scores_every_token_but_the_first_once(n, batch_size):
+    """Derived by hand: every target data[1:] predicted once, from the window of T = 8 tokens it
+    falls in (windows start at 0, 8, 16, ...), each window a separate forward pass."""
+    from course_lib.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    data = torch.randint(0, 11, (n,), generator=torch.Generator().manual_seed(1))
+    per_token = []
+    with torch.no_grad():
+        for start in range(0, n - 1, 8):
+            y = data[start + 1:start + 9]
+            logits, _ = model(data[start:start + len(y)][None])
+            per_token.append(F.cross_entropy(logits[0], y, reduction="none"))
+    expected = torch.cat(per_token)
+    assert len(expected) == n - 1
+    assert sequence_loss(model, data, batch_size) == pytest.approx(expected.mean().item(), rel=1e-5)
+    assert model.training  # left as it was
