@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .registry import register_model
-from .utils import config_from_dict
+from .config import Rule, check_fields, config_from_dict
 
 
 # --- count-based baselines ------------------------------------------------------------------
@@ -81,6 +81,10 @@ def bigram_probs(data: torch.Tensor, vocab_size: int, smoothing: float = 1.0) ->
 # --- the model ------------------------------------------------------------------------------
 
 
+# What each BigramConfig field may hold (checked in __post_init__).
+BIGRAM_CONFIG_RULES = {"vocab_size": Rule(int, 1), "block_size": Rule(int, 1)}
+
+
 @dataclass
 class BigramConfig:
     """What a :class:`BigramLanguageModel` is: its vocabulary size, and the context length of
@@ -92,10 +96,7 @@ class BigramConfig:
     block_size: int = 8
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"BigramConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, BIGRAM_CONFIG_RULES)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -57,7 +57,7 @@ def main_process() -> bool:
 
 def train_settings(args) -> dict[str, str]:
     """``--set KEY=VALUE`` pairs, with ``--max-iters``, ``--dtype`` and ``--compile`` (their short forms)."""
-    from .runs import settings_from_pairs
+    from .config import settings_from_pairs
 
     settings = settings_from_pairs(args.set)
     if args.max_iters is not None:

@@ -329,17 +329,17 @@ def longest_example(tokenizer) -> int:
 def cmd_finetune(args) -> int:
     """``python -m course_lib finetune``: the same checks, crash safety and ``--resume`` as ``train``."""
     from .checkpoint import CHECKPOINT_NAME, build_model, claim_folder, load_model, load_tokenizer
-    from .runs import parse_settings
+    from .config import apply_overrides, settings_from_pairs, split_settings
     from .speed import check_precision
     from .train import TrainConfig
-    from .utils import apply_overrides, check_device, seed_everything
+    from .utils import check_device, seed_everything
 
     if args.task not in TASKS:
         raise ValueError(f"unknown --task {args.task!r}; choose one of: {', '.join(TASKS)}")
     if args.lora_rank is not None:
         check_rank(args.lora_rank, args.lora_alpha if args.lora_alpha is not None else 1.0)
     device = check_device(args.device)
-    model_set, train_set = parse_settings(args.set, GPTConfig(), finetune_config())
+    model_set, train_set = split_settings(settings_from_pairs(args.set), GPTConfig(), finetune_config())
     if model_set:
         raise ValueError(f"--set {', '.join(model_set)}: fine-tuning keeps the pretrained model's shape; "
                          f"only training settings can be set ({', '.join(f.name for f in fields(TrainConfig))})")

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .registry import register_model
 from .rope import rope_cos_sin
-from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
+from .config import Rule, check_fields, config_from_dict
+from .utils import IGNORE_INDEX
 
 
 # GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.

@@ -32,7 +32,8 @@ from .presets import Preset, get_preset
 from .speed import check_precision
 from .tokenizers import train_tokenizer
 from .train import TrainConfig, Trainer
-from .utils import apply_overrides, check_device, seed_everything
+from .config import apply_overrides, split_settings
+from .utils import check_device, seed_everything
 
 DEFAULT_PRESET = "shakespeare-char-cpu"
 
@@ -51,40 +52,6 @@ class Run:
 
 
 # --- settings: --set KEY=VALUE -------------------------------------------------------------------
-
-
-def split_settings(settings: dict, model_config, train_config) -> tuple[dict, dict]:
-    """``{"n_layer": 6, "learning_rate": "3e-4"}`` -> (model fields, training fields). An unknown
-    key is an error that lists every valid one."""
-    model_keys = [f.name for f in fields(model_config)]
-    train_keys = [f.name for f in fields(train_config)]
-    model, train = {}, {}
-    for key, value in settings.items():
-        if key in model_keys:
-            model[key] = value
-        elif key in train_keys:
-            train[key] = value
-        else:
-            raise ValueError(f"--set {key}: unknown setting. Model settings: {', '.join(model_keys)}. "
-                             f"Training settings: {', '.join(train_keys)}")
-    return model, train
-
-
-def settings_from_pairs(pairs: list[str]) -> dict[str, str]:
-    """``["n_layer=6", "learning_rate=3e-4"]`` (the command line's ``--set``) -> ``{"n_layer": "6",
-    "learning_rate": "3e-4"}``; a pair without ``=`` or without a key is an error."""
-    settings = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set {pair!r}: write KEY=VALUE, e.g. --set n_layer=6")
-        settings[key.strip()] = value.strip()
-    return settings
-
-
-def parse_settings(pairs: list[str], model_config, train_config) -> tuple[dict, dict]:
-    """``--set`` pairs -> (model fields, training fields), as text."""
-    return split_settings(settings_from_pairs(pairs), model_config, train_config)
 
 
 def resume_command(argv: list[str]) -> str:

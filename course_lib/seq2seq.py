@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from .attention import CausalSelfAttention, scaled_dot_product_attention
 from .model import FeedForward, sinusoidal_position_encoding
 from .registry import register_model
-from .utils import IGNORE_INDEX, Rule, check_fields, config_from_dict
+from .config import Rule, check_fields, config_from_dict
+from .utils import IGNORE_INDEX
 
 # The special tokens of a seq2seq vocabulary, first in it: a CharTokenizer(chars, specials=SPECIALS)
 # gives them the ids 0, 1, 2, which are the config's default pad_id, bos_id and eos_id.

@@ -32,7 +32,8 @@ from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
 from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
-from .utils import DEFAULT_SEED, Rule, check_fields, config_from_dict
+from .config import Rule, check_fields, config_from_dict
+from .utils import DEFAULT_SEED
 
 
 # What each TrainConfig field may hold (checked in __post_init__): a new field adds one row.

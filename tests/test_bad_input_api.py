@@ -1,6 +1,6 @@
 """Every bad input of the Python API, as a table: the call, the exception it must raise and a
 phrase its message must contain (issue 21's cases). The rules live in one place each: the config
-classes' rule tables (course_lib.utils.Rule), course_lib.generate.check_sampling_args, and
+classes' rule tables (course_lib.config.Rule), course_lib.generate.check_sampling_args, and
 course_lib.data.read_text_file; these rows check that each refuses what it should."""
 import numpy as np
 import pytest

@@ -137,7 +137,7 @@ def test_config_validation_and_round_trip():
     config = BigramConfig(vocab_size=10, block_size=3)
     assert BigramConfig.from_dict(config.to_dict()) == config
     assert BigramLanguageModel(config).config is config
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="BigramConfig.vocab_size must be an integer >= 1, got 0"):
         BigramConfig(vocab_size=0)
     with pytest.raises(ValueError, match="unknown"):
         BigramConfig.from_dict({"vocab_size": 3, "n_layer": 2})

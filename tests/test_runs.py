@@ -70,16 +70,7 @@ def test_make_trainer_builds_the_presets_model_on_your_tokens():
                              **QUIET).model.config.vocab_size == 9
 
 
-def test_settings_are_text_or_values_and_an_unknown_key_lists_the_valid_ones():
-    preset = get_preset("shakespeare-char-cpu")
-    model, train = runs.split_settings({"n_layer": 6, "learning_rate": "3e-4"}, preset.model, preset.train)
-    assert model == {"n_layer": 6} and train == {"learning_rate": "3e-4"}
-    assert runs.settings_from_pairs(["n_layer=6", " dropout = 0.1 "]) == {"n_layer": "6", "dropout": "0.1"}
-    with pytest.raises(ValueError, match="--set n_layers: unknown setting. Model settings: vocab_size, block_size, "
-                                         "n_layer.*Training settings: max_iters"):
-        runs.split_settings({"n_layers": 6}, preset.model, preset.train)
-    with pytest.raises(ValueError, match="--set 'n_layer': write KEY=VALUE"):
-        runs.settings_from_pairs(["n_layer"])
+def test_a_preset_for_counting_only_is_refused():
     with pytest.raises(ValueError, match="counting parameters only"):
         runs.start_run("gpt2-small")
 
