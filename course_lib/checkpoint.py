@@ -27,11 +27,9 @@ to know which classes exist. Every field above is built and read here, ``rng`` i
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
-import time
 import warnings
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -136,89 +134,6 @@ def restore_rng(rng: dict) -> list:
     if rng.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     return list(rng.get("streams") or [rng.get("generator")])
-
-
-# --- one run per output folder -----------------------------------------------------------------
-
-LOCK_NAME = ".run.lock"  # exists while a run writes into its folder; holds the process id
-
-
-class FolderInUse(OSError):
-    """Another run is writing into this output folder."""
-
-
-@contextlib.contextmanager
-def claim_folder(folder: str | Path):
-    """Hold ``folder`` for one run: create it if needed and claim it atomically with a lock file
-    (``O_EXCL``: of two runs started at once, exactly one gets it), so that a second run into
-    the same folder is refused instead of both saving and one silently winning. On the way out
-    the lock goes, and so do the folders this created if nothing was saved in them. A lock left
-    by a run that was killed (its process is gone) is taken over."""
-    folder = Path(folder)
-    created = []
-    try:
-        for parent in reversed([folder, *folder.parents]):
-            if not parent.exists():
-                parent.mkdir()
-                created.append(parent)
-        _take_lock(folder / LOCK_NAME)
-    except BaseException as e:
-        _remove_if_empty(created)
-        if isinstance(e, OSError) and not isinstance(e, FolderInUse):
-            raise OSError(f"cannot write to {folder} ({e.strerror or e}): choose an output folder you can write") from None
-        raise
-    try:
-        yield folder
-    finally:
-        (folder / LOCK_NAME).unlink(missing_ok=True)
-        _remove_if_empty(created)
-
-
-def _take_lock(lock: Path) -> None:
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            owner = _lock_owner(lock)
-            if owner is not None:
-                raise FolderInUse(f"{lock.parent} is in use by another run (process {owner}, which holds {lock}): "
-                                  "wait for it to finish, or choose another --out") from None
-            with contextlib.suppress(FileNotFoundError):  # a stale lock: one process takes it over
-                os.replace(lock, stale := lock.with_name(f"{LOCK_NAME}.stale.{os.getpid()}"))
-                stale.unlink()
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        return
-    raise FolderInUse(f"{lock.parent} is being claimed by other runs at this moment: choose another --out")
-
-
-def _lock_owner(lock: Path) -> int | None:
-    """The live process holding ``lock``, or None for a stale lock (its process is gone)."""
-    try:
-        text, age = lock.read_text().strip(), time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return None
-    if not text.isdigit():
-        return -1 if age < 60 else None  # a claim being written this instant, or debris
-    pid = int(text)
-    if pid == os.getpid():
-        return None
-    if os.name == "nt":  # os.kill(pid, 0) would send Ctrl-C on Windows: trust the lock
-        return pid
-    try:
-        os.kill(pid, 0)  # signal 0 only asks whether the process exists
-    except ProcessLookupError:
-        return None
-    except OSError:
-        pass  # it exists, under another user
-    return pid
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    for made in reversed(folders):
-        with contextlib.suppress(OSError):
-            made.rmdir()  # only an empty folder goes
 
 
 # --- reading ---------------------------------------------------------------------------------

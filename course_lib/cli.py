@@ -1,4 +1,4 @@
-"""Command line: ``python -m course_lib train / sample / params``.
+"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune``.
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -14,14 +14,15 @@
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
 other moment it is one line and status 130 too. A run holds its --out with a lock file, and its
-checkpoint records what it was trained on, so that a resume with other data is refused.
-Maintainer and instructor tools live in ``python -m course_lib.tools``.
+checkpoint records what made it (the command, and its data or base), so that a resume by another
+command or with other data is refused. Maintainer and instructor tools live in
+``python -m course_lib.tools``.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -29,12 +30,31 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from . import distributed
+from ._signals import INTERRUPTED, TrainingInterrupted, pause_point
+from .checkpoint import load_model, load_tokenizer
+from .config import settings_from_pairs
+from .dates import dates_train_config
+from .finetune import TASKS, answer_prompts, dates_test_pairs, exact_match
+from .generate import check_sampling_args, generate_text
+from .lora import DEFAULT_TARGETS
+from .lora_gpt import LoRAGPT
+from .model import GPT, GPTConfig
+from .presets import PRESETS, get_preset
+from .run_folder import open_run
+from .runs import (DEFAULT_PRESET, resume_dates_run, resume_finetune_run, resume_run, start_dates_run,
+                   start_finetune_run, start_run)
+from .seq2seq import Seq2Seq
+from .sizing import count_parameters, flops_per_token, parameter_breakdown
+from .train import TrainConfig
+from .translate import translate
+from .utils import DEFAULT_SEED, check_device
+
 DEVICES = ["cpu", "cuda", "mps"]
+MAX_EVAL_EXAMPLES = 100_000  # finetune's final exact match: more held-out dates than this only takes longer
+
 
 def cmd_params(args) -> int:
-    from .presets import get_preset
-    from .sizing import count_parameters, flops_per_token, parameter_breakdown
-
     config = get_preset(args.preset).model
     print(f"{args.preset}: {config}")
     parts = parameter_breakdown(config)
@@ -47,7 +67,7 @@ def cmd_params(args) -> int:
     return 0
 
 
-# --- train: a run is built by course_lib.runs; here, the folder it owns and what it prints ------------
+# --- what every training command shares ----------------------------------------------------------
 
 
 def main_process() -> bool:
@@ -55,10 +75,35 @@ def main_process() -> bool:
     return int(os.environ.get("RANK", 0)) == 0
 
 
+def resume_command(argv: list[str]) -> str:
+    """The command that continues the run ``argv`` started: the same arguments plus ``--resume``."""
+    args = [a for a in argv if a != "--resume"] + ["--resume"]
+    return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
+
+
+def report_resume(trainer, folder, resume: bool) -> None:
+    """Say whether this run continues a checkpoint or, asked to resume an empty --out, starts."""
+    if not main_process():
+        return
+    if folder.checkpoint is not None:
+        print(f"resuming {folder.checkpoint_path} at step {trainer.step} of {trainer.config.max_iters}")
+    elif resume:
+        print(f"no checkpoint in {folder.path} yet: starting a new run")
+
+
+def run_trainer(args, trainer) -> None:
+    """Train (Ctrl-C: the Trainer saves, says how to resume and raises TrainingInterrupted), and
+    from then on a Ctrl-C says that the run is saved."""
+    trainer.resume_hint = resume_command(args.argv)
+    trainer.train()
+    args.on_interrupt = f"the run is complete and saved in {trainer.checkpoint_path} (step {trainer.step})"
+
+
+# --- train: GPT pretraining --------------------------------------------------------------------------
+
+
 def train_settings(args) -> dict[str, str]:
     """``--set KEY=VALUE`` pairs, with ``--max-iters``, ``--dtype`` and ``--compile`` (their short forms)."""
-    from .config import settings_from_pairs
-
     settings = settings_from_pairs(args.set)
     if args.max_iters is not None:
         settings["max_iters"] = str(args.max_iters)
@@ -70,100 +115,59 @@ def train_settings(args) -> dict[str, str]:
 
 
 def cmd_train(args) -> int:
-    from .checkpoint import CHECKPOINT_NAME, claim_folder
-    from .runs import DEFAULT_PRESET
-    from .utils import check_device
-
-    # Everything that can be wrong is checked before anything is written.
-    device = check_device(args.device)
     name = ("stdin" if args.text == "-" else Path(args.text).stem) if args.text else (args.preset or DEFAULT_PRESET)
-    out = Path(args.out or f"runs/{name}")
-    with claim_folder(out) if main_process() else contextlib.nullcontext():
-        ckpt_path = out / CHECKPOINT_NAME
-        if ckpt_path.exists() and not args.resume:
-            raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
-                                  "or choose another --out so that it is not overwritten")
-        return run_training(args, build_run(args, device, ckpt_path), name)
+    with open_run(args.out or f"runs/{name}", args.resume, "train", claim=main_process()) as folder:
+        options = dict(preset=args.preset, text_file=args.text, device=args.device)
+        if folder.checkpoint is not None:
+            run = resume_run(folder.checkpoint_path, train_settings(args), checkpoint=folder.checkpoint, **options)
+        else:
+            run = start_run(settings=train_settings(args), out_dir=folder.path, **options)
+        report_resume(run.trainer, folder, args.resume)
+        return report_training(args, run, name)
 
 
-def build_run(args, device: str, ckpt_path: Path):
-    """A new run, or the run saved in ``ckpt_path`` continued (``--resume``)."""
-    from .runs import resume_run, start_run
-
-    settings = train_settings(args)
-    if ckpt_path.exists():
-        run = resume_run(ckpt_path, settings, preset=args.preset, text_file=args.text, device=device)
-        if main_process():
-            print(f"resuming {ckpt_path} at step {run.trainer.step} of {run.trainer.config.max_iters}")
-        return run
-    run = start_run(args.preset, args.text, settings, device=device, out_dir=ckpt_path.parent)
-    if args.resume and main_process():
-        print(f"no checkpoint in {ckpt_path.parent} yet: starting a new run")
-    return run
-
-
-def run_training(args, run, name: str) -> int:
-    from . import distributed
-    from ._signals import pause_point
-    from .generate import generate_text
-    from .runs import resume_command
-
+def report_training(args, run, name: str) -> int:
     trainer, tokenizer = run.trainer, run.tokenizer
-    trainer.resume_hint = resume_command(args.argv)
-    config, main = trainer.config, distributed.is_main()
-    if main:
+    if distributed.is_main():
         processes = f" x {distributed.world_size()} processes" if distributed.is_distributed() else ""
         print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
-              f"{tokenizer.vocab_size} tokens, on {trainer.device}{processes}; {config.max_iters} iterations, "
-              f"checkpoints in {trainer.out_dir}")
+              f"{tokenizer.vocab_size} tokens, on {trainer.device}{processes}; {trainer.config.max_iters} "
+              f"iterations, checkpoints in {trainer.out_dir}")
     pause_point("start")
     start = time.perf_counter()
-    history = trainer.train()  # Ctrl-C: it saves, says how to resume and raises TrainingInterrupted
-    if not main:
+    run_trainer(args, trainer)
+    if not distributed.is_main():
         return 0
     speed = f", {trainer.tokens_per_s:,.0f} tokens/s" if trainer.tokens_per_s else ""
     speed += f", MFU {100 * trainer.mfu:.1f}%" if trainer.mfu is not None else ""
-    print(f"done in {time.perf_counter() - start:.1f} s{speed}: val loss {history['val_loss'][-1]:.4f}; "
+    print(f"done in {time.perf_counter() - start:.1f} s{speed}: val loss {trainer.history['val_loss'][-1]:.4f}; "
           f"saved {trainer.checkpoint_path}")
-    args.on_interrupt = f"the run is complete and saved in {trainer.checkpoint_path} (step {trainer.step})"
     pause_point("final-sample")
     prompt = "\n" if "\n" in run.text else run.text[0]
-    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=config.seed, device=trainer.device))
+    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=trainer.config.seed))
     return 0
 
 
-def cmd_train_dates(args) -> int:
-    from .checkpoint import CHECKPOINT_NAME, claim_folder, load_checkpoint
-    from .runs import check_made_by, resume_command
-    from .dates import train_dates
-    from .utils import check_device
+# --- train-dates and translate: chapter 11's encoder-decoder --------------------------------------------
 
-    device = check_device(args.device)
+
+def cmd_train_dates(args) -> int:
     if args.max_iters is not None and args.max_iters < 1:
         raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
-    out = Path(args.out)
-    with claim_folder(out):
-        ckpt_path = out / CHECKPOINT_NAME
-        if ckpt_path.exists() and not args.resume:
-            raise FileExistsError(f"{ckpt_path} already exists: pass --resume to continue that run, "
-                                  "or choose another --out so that it is not overwritten")
-        ckpt = load_checkpoint(ckpt_path) if ckpt_path.exists() else None  # read once
-        if ckpt is not None:
-            check_made_by(ckpt, ckpt_path, "train-dates")
-        trainer = train_dates(out, args.max_iters, device=device, resume=ckpt is not None,
-                              resume_hint=resume_command(args.argv), checkpoint=ckpt)
-    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {ckpt_path}")
+    with open_run(args.out, args.resume, "train-dates") as folder:
+        if folder.checkpoint is not None:
+            trainer = resume_dates_run(folder.checkpoint_path, args.max_iters, device=args.device,
+                                       checkpoint=folder.checkpoint)
+        else:
+            trainer = start_dates_run(folder.path, args.max_iters, device=args.device)
+        report_resume(trainer, folder, args.resume)
+        run_trainer(args, trainer)
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}")
     return 0
 
 
 def cmd_translate(args) -> int:
-    from .checkpoint import load_model, load_tokenizer
-    from .seq2seq import Seq2Seq
-    from .translate import translate
-    from .utils import check_device
-
-    device = check_device(args.device)
-    model, ckpt = load_model(args.checkpoint, device)
+    model, ckpt = load_model(args.checkpoint, check_device(args.device))
     if not isinstance(model, Seq2Seq):
         raise ValueError(f"{args.checkpoint} holds a {ckpt['model_kind']!r} model, not an encoder-decoder: "
                          "use `sample` to generate text from it")
@@ -173,31 +177,75 @@ def cmd_translate(args) -> int:
     return 0
 
 
-def cmd_sample(args) -> int:
-    from .checkpoint import load_model, load_tokenizer
-    from ._signals import pause_point
-    from .generate import check_sampling_args, generate_text
-    from .utils import check_device
+# --- sample: any decoder checkpoint (bigram, gpt, gpt-lora) --------------------------------------------
 
+
+def cmd_sample(args) -> int:
     if args.tokens < 1:
         raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
     check_sampling_args(args.temperature, args.top_k, args.top_p, args.tokens)
-    device = check_device(args.device)
-    model, ckpt = load_model(args.checkpoint, device)
-    if ckpt["model_kind"] == "seq2seq":
+    model, ckpt = load_model(args.checkpoint, check_device(args.device))
+    if isinstance(model, Seq2Seq):
         raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather than continues "
                          f"a text: use `python -m course_lib translate --checkpoint {args.checkpoint} TEXT`")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
     prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
     pause_point("sample")
-    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, device=device,
-                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, use_cache=True))
+    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, temperature=args.temperature,
+                        top_k=args.top_k, top_p=args.top_p, use_cache=isinstance(model, GPT)))  # a bigram has no cache
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .finetune import add_finetune_parser  # its logic lives in course_lib/finetune.py
+# --- finetune: chapter 15 ----------------------------------------------------------------------------
 
+
+def lora_options(args) -> dict:
+    """The LoRA options as given (None where left out), ``--lora-targets`` split at the commas."""
+    targets = None if args.lora_targets is None else tuple(t.strip() for t in args.lora_targets.split(","))
+    return dict(lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
+                lora_targets=targets and tuple(t for t in targets if t))
+
+
+def cmd_finetune(args) -> int:
+    """The same checks, crash safety and ``--resume`` as ``train``; then the task's exact match."""
+    if not 1 <= args.eval_examples <= MAX_EVAL_EXAMPLES:  # checked before training, not after
+        raise ValueError(f"--eval-examples must be an integer in [1, {MAX_EVAL_EXAMPLES:,}] (held-out dates for "
+                         f"the final exact match), got {args.eval_examples}")
+    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
+    options = dict(task=args.task, device=args.device, **lora_options(args))
+    with open_run(args.out, args.resume, "finetune") as folder:
+        if folder.checkpoint is not None:
+            trainer = resume_finetune_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
+                                          checkpoint=folder.checkpoint, **options)
+        elif not args.checkpoint:
+            raise ValueError("--checkpoint is needed to start a fine-tuning run: the pretrained GPT, e.g. "
+                             "runs/cpu/ckpt.pt from `python -m course_lib train --out runs/cpu`")
+        else:
+            trainer = start_finetune_run(args.checkpoint, settings, out_dir=folder.path, **options)
+        report_resume(trainer, folder, args.resume)
+        model, trained = trainer.model, sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        kind = f"LoRA rank {model.config.rank}" if isinstance(model, LoRAGPT) else "full fine-tuning"
+        print(f"fine-tuning on {args.task} ({kind}): {trained:,} of {model.num_parameters():,} parameters trained, "
+              f"on {trainer.device}; {trainer.config.max_iters} iterations, checkpoints in {folder.path}")
+        run_trainer(args, trainer)
+    return report_finetune(trainer, args.eval_examples)
+
+
+def report_finetune(trainer, n_examples: int) -> int:
+    """The task's exact match on held-out dates, and three answers."""
+    pairs, model, tokenizer = dates_test_pairs(n_examples), trainer.model, trainer.tokenizer
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; exact match on {len(pairs)} held-out dates "
+          f"{exact_match(model, tokenizer, pairs):.1%}; saved {trainer.checkpoint_path}")
+    sources = [s for s, _ in pairs[:3]]
+    for source, answer in zip(sources, answer_prompts(model, tokenizer, sources)):
+        print(f"  {source}  ->  {answer}")
+    return 0
+
+
+# --- the parsers ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -207,9 +255,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_train_parser(sub) -> None:
-    from .presets import PRESETS
-    from .runs import DEFAULT_PRESET
-
     p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
     p.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET}; with --resume, the run's)")
@@ -228,10 +273,8 @@ def add_train_parser(sub) -> None:
 
 
 def add_sample_parser(sub) -> None:
-    from .utils import DEFAULT_SEED
-
-    p = sub.add_parser("sample", help="generate text from a checkpoint")
-    p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`")
+    p = sub.add_parser("sample", help="generate text from a checkpoint (a bigram, a GPT or a LoRA fine-tune)")
+    p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`, `finetune` or the Trainer")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy; < 1 sharper, > 1 flatter")
@@ -246,7 +289,8 @@ def add_dates_parsers(sub) -> None:
     """``train-dates`` and ``translate``: chapter 11's encoder-decoder."""
     p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
     p.add_argument("--out", default="runs/dates", help="output folder (default runs/dates)")
-    p.add_argument("--max-iters", type=int, help="training steps (default: the chapter's 1000)")
+    p.add_argument("--max-iters", type=int, help=f"training steps (default: the chapter's "
+                   f"{dates_train_config().max_iters})")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
     p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_train_dates)
@@ -259,18 +303,35 @@ def add_dates_parsers(sub) -> None:
     p.set_defaults(func=cmd_translate)
 
 
-def add_params_parser(sub) -> None:
-    from .presets import PRESETS
+def add_finetune_parser(sub) -> None:
+    p = sub.add_parser("finetune", help="fine-tune a pretrained GPT checkpoint on a task (full or LoRA), "
+                       "writing DIR/ckpt.pt")
+    p.add_argument("--checkpoint", help="the pretrained GPT (a ckpt.pt written by `train`); with --resume only "
+                   "needed for a LoRA run whose base has moved (the same file, checked by its SHA-256)")
+    p.add_argument("--task", default="dates", help=f"one of: {', '.join(TASKS)} (default dates: chapter 11's "
+                   "date normalisation as prompt=answer)")
+    p.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (default: full fine-tuning)")
+    p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
+    p.add_argument("--lora-targets", metavar="NAMES", help="comma-separated linear layers to adapt (default: the "
+                   f"attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are mlp.c_fc,mlp.c_proj)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one training setting; repeat for more")
+    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
+    p.add_argument("--out", default="runs/ft", help="output folder (default runs/ft)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
+    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact match "
+                   f"(1 to {MAX_EVAL_EXAMPLES:,})")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+    p.set_defaults(func=cmd_finetune)
 
+
+def add_params_parser(sub) -> None:
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=cmd_params)
 
 
 def settings_help() -> str:
-    from .model import GPTConfig
-    from .train import TrainConfig
-
     def names(cls):
         return ", ".join(f.name for f in fields(cls))
 
@@ -283,8 +344,6 @@ def settings_help() -> str:
 def main(argv=None) -> int:
     """Run a command; every failure is one line on stderr: a bad input exits with status 2, Ctrl-C
     with 130 (during training the Trainer saves first and says how to resume)."""
-    from ._signals import INTERRUPTED, TrainingInterrupted
-
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt from here on
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -302,5 +361,4 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
-        from .distributed import teardown
-        teardown()  # leave the torchrun process group, if this process joined one
+        distributed.teardown()  # leave the torchrun process group, if this process joined one

@@ -2,23 +2,20 @@
 ("the 3rd of March, 2021" -> "2021-03-03"), for the encoder-decoder of :mod:`course_lib.seq2seq`.
 
 The task's data (formats, a held-out split of days, random pairs, batches for the ``Trainer``),
-its tokenizer, the chapter's model and training settings, and :func:`train_dates`, which the
-command line's ``train-dates`` runs. Chapter 15 fine-tunes a GPT on the same task
-(:mod:`course_lib.finetune`).
+its tokenizer, and the chapter's model and training settings, from which
+:mod:`course_lib.runs` builds the command line's ``train-dates`` run. Chapter 15 fine-tunes a
+GPT on the same task (:mod:`course_lib.finetune`).
 """
 from __future__ import annotations
 
 import calendar
 import datetime
-from pathlib import Path
-
 import torch
 
-from .checkpoint import CHECKPOINT_NAME, load_checkpoint
 from .seq2seq import SPECIALS, Seq2Seq, Seq2SeqConfig, encode_batch
 from .tokenizers import CharTokenizer
-from .train import TrainConfig, Trainer
-from .utils import IGNORE_INDEX, seed_everything
+from .train import TrainConfig
+from .utils import IGNORE_INDEX
 
 DATE_ALPHABET = "".join(sorted(set(
     "0123456789 ,./-" + "".join(calendar.month_name[1:]) + "".join(calendar.month_name[1:]).upper()
@@ -112,30 +109,3 @@ DATES_MODEL = Seq2SeqConfig(vocab_size=len(SPECIALS) + len(DATE_ALPHABET), block
 def dates_train_config(max_iters: int = 750, batch_size: int = 64, warmup_iters: int = 200) -> TrainConfig:
     return TrainConfig(max_iters=max_iters, batch_size=batch_size, schedule="transformer", warmup_iters=warmup_iters,
                        beta1=0.9, beta2=0.98, weight_decay=0.0, grad_clip=1.0, eval_interval=250, eval_iters=4)
-
-
-def train_dates(out_dir: str | Path | None, max_iters: int | None = None, device: str = "cpu",
-                progress: bool = True, resume: bool = False, resume_hint: str | None = None,
-                checkpoint: dict | None = None):
-    """Train the chapter's date normaliser and write its checkpoint (tokenizer included) to
-    ``out_dir/ckpt.pt``; with ``resume``, continue the run saved there (``max_iters`` then
-    extends it; ``checkpoint``: that file already loaded, which is then not read again).
-    ``resume_hint`` is what to print after Ctrl-C. Returns the
-    :class:`~course_lib.train.Trainer`."""
-    tokenizer = date_tokenizer()
-    if resume:
-        path = Path(out_dir) / CHECKPOINT_NAME
-        ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
-        batch_size = ckpt["train_config"]["batch_size"]
-        trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, batch_size, device=device),
-                                 device=device, max_iters=max_iters, progress=progress, checkpoint=ckpt)
-    else:
-        config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
-        seed_everything(config.seed)
-        trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, device=device, out_dir=out_dir, tokenizer=tokenizer,
-                          batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), progress=progress)
-    trainer.trained_on = {"command": "train-dates", "preset": None, "text": None, "text_sha256": None}
-    if resume_hint is not None:
-        trainer.resume_hint = resume_hint
-    trainer.train()
-    return trainer

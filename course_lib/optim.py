@@ -7,19 +7,34 @@ chapter 14's CPU speedrun).
   (the 2017 paper's), ``wsd_lr`` (warm-up, stable, linear decay); ``lr_at`` picks the one a
   :class:`~course_lib.train.TrainConfig` names, ``set_lr`` writes it into an optimizer.
 
-The config is any object with :class:`~course_lib.train.TrainConfig`'s fields (this module does
-not import ``train``, which imports it).
+The config is any object with the fields of :class:`OptimizerSettings` (a ``TrainConfig`` has
+them all): this module knows those names, not the Trainer's config, which sits a layer above.
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn as nn
 
-if TYPE_CHECKING:
-    from .train import TrainConfig
+
+class OptimizerSettings(Protocol):
+    """What the optimizers and schedules read of a training config (``TrainConfig`` has these)."""
+    max_iters: int
+    learning_rate: float
+    min_lr: float
+    warmup_iters: int
+    lr_decay_iters: int | None
+    schedule: str
+    cooldown_fraction: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    optimizer: str
+    muon_lr: float
+    muon_momentum: float
+
 
 OPTIMIZERS = ("adamw", "muon")
 SCHEDULES = ("constant", "cosine", "transformer", "wsd")
@@ -70,7 +85,7 @@ def wsd_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int, de
     return learning_rate + progress * (min_lr - learning_rate)
 
 
-def lr_at(step: int, config: "TrainConfig", n_embd: int | None = None) -> float:
+def lr_at(step: int, config: OptimizerSettings, n_embd: int | None = None) -> float:
     """The learning rate a :class:`~course_lib.train.Trainer` uses at ``step`` under ``config.schedule``
     (AdamW's; Muon's matrices get ``config.muon_lr / config.learning_rate`` times it)."""
     if config.schedule == "constant":
@@ -96,7 +111,7 @@ def set_lr(optimizer, lr: float) -> None:
 # --- optimizers -------------------------------------------------------------------------------
 
 
-def configure_optimizer(model: nn.Module, config: "TrainConfig"):
+def configure_optimizer(model: nn.Module, config: OptimizerSettings):
     """The optimizer ``config.optimizer`` names for ``model``'s trainable parameters.
 
     ``"adamw"``: AdamW where only matrices (embeddings, Linear weights) are decayed; biases and
@@ -109,7 +124,7 @@ def configure_optimizer(model: nn.Module, config: "TrainConfig"):
     return adamw([p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2], config)
 
 
-def adamw(matrices: list, vectors: list, config: "TrainConfig") -> torch.optim.AdamW:
+def adamw(matrices: list, vectors: list, config: OptimizerSettings) -> torch.optim.AdamW:
     """AdamW with ``config.weight_decay`` on ``matrices`` and none on ``vectors`` (biases, gains)."""
     groups = [{"params": matrices, "weight_decay": config.weight_decay}, {"params": vectors, "weight_decay": 0.0}]
     params = matrices + vectors
@@ -228,7 +243,7 @@ class MuonWithAdamW:
     the update's RMS stays the same for tall matrices); the schedule multiplies it like AdamW's
     (the group's ``lr_scale`` is ``muon_lr / learning_rate``)."""
 
-    def __init__(self, model: nn.Module, config: "TrainConfig"):
+    def __init__(self, model: nn.Module, config: OptimizerSettings):
         hidden, other, vectors = muon_param_groups(model)
         if not hidden:
             raise ValueError("optimizer 'muon' found no hidden weight matrices (nn.Linear weights other than "

@@ -1,38 +1,47 @@
-"""Building a run, in one place: a preset (or your own text) plus settings -> tokenizer -> split
--> model -> a ready :class:`~course_lib.train.Trainer`; and a checkpoint, read once, -> the
-Trainer that continues it. The command line (``python -m course_lib train``), the benchmarks,
-the tests and the chapters build their runs here::
+"""Building a run, in one place: every kind of run the course trains, new or continued from its
+checkpoint (read once), with the device resolved once and the preset looked up once. The
+command line (``python -m course_lib train / train-dates / finetune``), the benchmarks, the
+tests and the chapters build their runs here::
 
     run = start_run("shakespeare-char-cpu", settings={"n_layer": 6}, out_dir="runs/mine")
     run.trainer.train()
     run = resume_run("runs/mine/ckpt.pt", settings={"max_iters": 4000})  # continues bit for bit
-    run.trainer.train()
+    trainer = start_dates_run("runs/dates")                              # chapter 11's encoder-decoder
+    trainer = start_finetune_run("runs/mine/ckpt.pt", lora_rank=8, out_dir="runs/ft")  # chapter 15
 
 ``settings`` are the command line's ``--set KEY=VALUE`` as a dict: model and training fields
 together, values as text (parsed like ``--set`` parses them) or as Python values, checked by
 the config classes' rules. A new run draws its model's initial weights right after seeding
 with the run's seed, so the same preset, settings and data give the same run wherever it is
-built. A checkpoint records what its run learned from (``trained_on``: the preset, the text's
-name and SHA-256), and a resume on other data is refused, naming both.
+built. A checkpoint records what made it (``trained_on``: the command, and the preset, the
+text's name and SHA-256, or the fine-tune's task and base), and a resume by another command or
+on other data is refused, naming both. A new kind of run is one ``start_...``/``resume_...``
+pair here and one command in :mod:`course_lib.cli` (CONTRIBUTING.md, "Add a kind of run").
 """
 from __future__ import annotations
 
 import hashlib
-import shlex
-from dataclasses import dataclass, fields, replace
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from . import distributed
-from .checkpoint import CheckpointError, load_checkpoint, load_tokenizer
+from .checkpoint import CheckpointError, build_model, load_checkpoint, load_model, load_tokenizer
+from .config import apply_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
-from .model import GPT
+from .dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
+from .finetune import TASK_CHARS, TASKS, dates_batch_fn, extend_tokenizer, finetune_config, longest_example
+from .lora import DEFAULT_TARGETS
+from .lora_gpt import LoRAGPT, extend_vocabulary, file_sha256
+from .model import GPT, GPTConfig
 from .presets import Preset, get_preset
+from .run_folder import check_made_by
+from .seq2seq import Seq2Seq
 from .speed import check_precision
 from .tokenizers import train_tokenizer
 from .train import TrainConfig, Trainer
-from .config import apply_overrides, split_settings
 from .utils import check_device, seed_everything
 
 DEFAULT_PRESET = "shakespeare-char-cpu"
@@ -51,16 +60,39 @@ class Run:
         return self.trainer.tokenizer
 
 
-# --- settings: --set KEY=VALUE -------------------------------------------------------------------
+# --- what every kind of run shares ----------------------------------------------------------------
 
 
-def resume_command(argv: list[str]) -> str:
-    """The command that continues the run ``argv`` started: the same arguments plus ``--resume``."""
-    args = [a for a in argv if a != "--resume"] + ["--resume"]
-    return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
+def _training_device(device: str, config: TrainConfig) -> str:
+    """The device this process trains on (``device`` already resolved), once it is known that the
+    run can train there: the precision, and under torchrun the micro-batches shared out among the
+    processes, whose process group this then joins (gloo on CPU, nccl on GPUs)."""
+    check_precision(torch.device(device), config.dtype)
+    distributed.local_micro_batches(config.grad_accum_steps, distributed.launched_world_size())
+    return distributed.setup(device)
 
 
-# --- what a run learns from ---------------------------------------------------------------------
+def _seeded(config: TrainConfig, build):
+    """``build()`` right after seeding with the run's seed: the model's initial weights are then
+    the run's first random numbers, wherever the run is built."""
+    seed_everything(config.seed)
+    return build()
+
+
+def _resumed_config(path: Path, ckpt: dict, train_set: dict) -> TrainConfig:
+    """The training settings a checkpoint stores, with ``train_set`` applied; a stored value this
+    course_lib refuses is named as the checkpoint's, not the command's."""
+    if not ckpt.get("train_config"):
+        raise CheckpointError(f"{path} stores a model but no training run to resume")
+    try:
+        stored = TrainConfig.from_dict(ckpt["train_config"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} stores training settings this course_lib refuses ({e}): the value comes from "
+                              "the checkpoint, not from your command; start a new run in another --out") from None
+    return apply_overrides(stored, train_set)
+
+
+# --- GPT pretraining: python -m course_lib train ---------------------------------------------------
 
 
 def trainable_preset(name: str) -> Preset:
@@ -72,20 +104,17 @@ def trainable_preset(name: str) -> Preset:
     return preset
 
 
-def check_preset_device(name: str, preset: Preset, device: str | None) -> None:
+def check_preset_device(name: str, preset: Preset, device: str) -> None:
     """Refuse, in one line, a preset made for another kind of device (the GPU speedrun on a CPU)."""
-    if preset.device is None:
-        return
-    device = check_device(device)
-    if torch.device(device).type != preset.device:
+    if preset.device is not None and torch.device(device).type != preset.device:
         raise ValueError(f"preset {name!r} is made for a {preset.device} device ({preset.description}), "
                          f"and this run is on {device}: on a CPU train shakespeare-char-speedrun instead")
 
 
-def read_run_text(preset_name: str, text_file: str | None = None) -> tuple[str, dict]:
+def read_run_text(preset_name: str, preset: Preset, text_file: str | None = None) -> tuple[str, dict]:
     """The text a run learns from (``text_file``, "-" for standard input, or the preset's corpus)
     and what its checkpoints record of it: ``{"command", "preset", "text", "text_sha256"}``."""
-    text = read_text_file(text_file) if text_file else load_text(get_preset(preset_name).corpus)
+    text = read_text_file(text_file) if text_file else load_text(preset.corpus)
     trained_on = {"command": "train", "preset": preset_name, "text": text_file and Path(text_file).name,
                   "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     return text, trained_on
@@ -123,20 +152,6 @@ def check_same_data(ckpt_path: Path, saved: dict | None, now: dict) -> None:
                          f"{hint} to resume it, or start a new run in another --out")
 
 
-def check_made_by(ckpt: dict, ckpt_path: Path, command: str) -> None:
-    """A ValueError unless ``command`` ("train", "train-dates") made the checkpoint, naming the
-    command that resumes it."""
-    saved = ckpt["trained_on"] or {}
-    made_by = saved.get("command") or ("train-dates" if ckpt["model_kind"] == "seq2seq" else "train")
-    if made_by != command:
-        text = f" --text {shlex.quote(saved['text'])}" if saved.get("text") else ""
-        raise ValueError(f"{ckpt_path} was made by `{made_by}`, not `{command}`: resume it with "
-                         f"`python -m course_lib {made_by}{text} --out {ckpt_path.parent} --resume`")
-
-
-# --- new runs ------------------------------------------------------------------------------------
-
-
 def _configs(preset: Preset, model_set: dict, train_set: dict, vocab_size: int | None):
     """The preset's model and training configs with the settings applied; the model's vocabulary
     is ``vocab_size`` (the tokenizer's) when given, and may then not be set."""
@@ -145,23 +160,6 @@ def _configs(preset: Preset, model_set: dict, train_set: dict, vocab_size: int |
         model_config = replace(model_config, vocab_size=vocab_size)
         forbidden = {"vocab_size": "it is the tokenizer's vocabulary size"}
     return apply_overrides(model_config, model_set, forbidden), apply_overrides(preset.train, train_set)
-
-
-def _training_device(device: str | None, config: TrainConfig) -> str:
-    """The device this process trains on, once it is known that the run can train there: the
-    precision, and under torchrun the micro-batches shared out among the processes, whose
-    process group this then joins (gloo on CPU, nccl on GPUs)."""
-    device = check_device(device)
-    check_precision(torch.device(device), config.dtype)
-    distributed.local_micro_batches(config.grad_accum_steps, distributed.launched_world_size())
-    return distributed.setup(device)
-
-
-def _new_trainer(model_config, train_config: TrainConfig, train_data, val_data, tokenizer, device, **options):
-    device = _training_device(device, train_config)
-    seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
-    return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
-                   **options)
 
 
 def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch.Tensor, settings: dict | None = None,
@@ -173,8 +171,9 @@ def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch
     preset = trainable_preset(preset) if isinstance(preset, str) else preset
     model_set, train_set = split_settings(settings or {}, preset.model, preset.train)
     model_config, train_config = _configs(preset, model_set, train_set, tokenizer and tokenizer.vocab_size)
-    return _new_trainer(model_config, train_config, train_data, val_data, tokenizer, device, out_dir=out_dir,
-                        progress=progress, verbose=verbose)
+    device = _training_device(check_device(device), train_config)
+    return Trainer(_seeded(train_config, lambda: GPT(model_config)), train_data, val_data, train_config,
+                   device=device, tokenizer=tokenizer, out_dir=out_dir, progress=progress, verbose=verbose)
 
 
 def start_run(preset: str | None = None, text_file: str | None = None, settings: dict | None = None, *,
@@ -182,37 +181,34 @@ def start_run(preset: str | None = None, text_file: str | None = None, settings:
     """What ``python -m course_lib train`` starts: the preset's tokenizer trained on its corpus
     (or on ``text_file``), the text split 90/10, the preset's GPT with ``settings`` applied."""
     preset_name = preset or DEFAULT_PRESET
-    chosen = trainable_preset(preset_name)
+    chosen, device = trainable_preset(preset_name), check_device(device)
     check_preset_device(preset_name, chosen, device)
-    text, trained_on = read_run_text(preset_name, text_file)
+    text, trained_on = read_run_text(preset_name, chosen, text_file)
     model_set, train_set = split_settings(settings or {}, chosen.model, chosen.train)  # before the tokenizer trains
     tokenizer = train_tokenizer(chosen.tokenizer, text)
     model_config, train_config = _configs(chosen, model_set, train_set, tokenizer.vocab_size)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
-    trainer = _new_trainer(model_config, train_config, train_data, val_data, tokenizer, device, out_dir=out_dir,
-                           progress=progress, verbose=verbose)
+    device = _training_device(device, train_config)
+    trainer = Trainer(_seeded(train_config, lambda: GPT(model_config)), train_data, val_data, train_config,
+                      device=device, tokenizer=tokenizer, out_dir=out_dir, progress=progress, verbose=verbose)
     trainer.trained_on = trained_on
     return Run(trainer, text, train_data, val_data)
 
 
-# --- resumed runs --------------------------------------------------------------------------------
-
-
 def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | None = None,
                text_file: str | None = None, device: str | None = None, progress: bool = True,
-               verbose: bool = True) -> Run:
+               verbose: bool = True, checkpoint: dict | None = None) -> Run:
     """The run saved in ``path`` (a checkpoint written by ``train``), continued: the checkpoint is
-    read once; the run keeps its model and tokenizer, ``settings`` may change training settings
-    (a larger ``max_iters`` extends a finished run), and the data must be what it learned from."""
+    read once (``checkpoint``: already read by the caller); the run keeps its model and tokenizer,
+    ``settings`` may change training settings (a larger ``max_iters`` extends a finished run), and
+    the data must be what it learned from."""
     path = Path(path)
-    ckpt = load_checkpoint(path)
+    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "train")
-    if not ckpt.get("train_config"):
-        raise CheckpointError(f"{path} stores a model but no training run to resume")
     preset_name = preset or (ckpt["trained_on"] or {}).get("preset") or DEFAULT_PRESET
-    chosen = trainable_preset(preset_name)
+    chosen, device = trainable_preset(preset_name), check_device(device)
     check_preset_device(preset_name, chosen, device)
-    text, trained_on = read_run_text(preset_name, text_file)
+    text, trained_on = read_run_text(preset_name, chosen, text_file)
     check_same_data(path, ckpt["trained_on"], trained_on)
     model_set, train_set = split_settings(settings or {}, chosen.model, chosen.train)
     model_config = type(chosen.model).from_dict(ckpt["model_config"])
@@ -220,11 +216,168 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     if changed:
         raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({path}); "
                          "start a new run in another --out to change it")
-    train_config = apply_overrides(TrainConfig.from_dict(ckpt["train_config"]), train_set)
+    train_config = _resumed_config(path, ckpt, train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
-    device = _training_device(device, train_config)
-    trainer = Trainer.resume(path, train_data=train_data, val_data=val_data, device=device, config=train_config,
-                             tokenizer=tokenizer, progress=progress, verbose=verbose, checkpoint=ckpt)
+    trainer = Trainer.resume(path, train_data=train_data, val_data=val_data, device=_training_device(device, train_config),
+                             config=train_config, tokenizer=tokenizer, progress=progress, verbose=verbose,
+                             checkpoint=ckpt)
     trainer.trained_on = trained_on
     return Run(trainer, text, train_data, val_data)
+
+
+# --- chapter 11's encoder-decoder on dates: python -m course_lib train-dates ---------------------------
+
+DATES_TRAINED_ON = {"command": "train-dates", "preset": None, "text": None, "text_sha256": None}
+
+
+def start_dates_run(out_dir, max_iters: int | None = None, *, device: str | None = None,
+                    progress: bool = True) -> Trainer:
+    """Chapter 11's date normaliser, new: its model and training settings (``max_iters`` steps,
+    default the chapter's), writing ``out_dir/ckpt.pt`` (tokenizer included)."""
+    config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
+    device = _training_device(check_device(device), config)
+    tokenizer = date_tokenizer()
+    trainer = Trainer(_seeded(config, lambda: Seq2Seq(DATES_MODEL)), config=config, device=device, out_dir=out_dir,
+                      tokenizer=tokenizer, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device),
+                      progress=progress)
+    trainer.trained_on = dict(DATES_TRAINED_ON)
+    return trainer
+
+
+def resume_dates_run(path: str | Path, max_iters: int | None = None, *, device: str | None = None,
+                     progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The date normaliser saved in ``path``, continued (``max_iters`` extends it)."""
+    path = Path(path)
+    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
+    check_made_by(ckpt, path, "train-dates")
+    config = _resumed_config(path, ckpt, {} if max_iters is None else {"max_iters": max_iters})
+    device = _training_device(check_device(device), config)
+    tokenizer = date_tokenizer()
+    trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), device=device,
+                             config=config, progress=progress, checkpoint=ckpt)
+    trainer.trained_on = dict(DATES_TRAINED_ON)
+    return trainer
+
+
+# --- chapter 15's fine-tuning, full or LoRA: python -m course_lib finetune --------------------------
+
+
+def _task_settings(task: str, settings: dict | None) -> dict:
+    """The training fields of ``settings``; a fine-tune keeps its base model's shape."""
+    if task not in TASKS:
+        raise ValueError(f"unknown --task {task!r}; choose one of: {', '.join(TASKS)}")
+    model_set, train_set = split_settings(settings or {}, GPTConfig(), TrainConfig())
+    if model_set:
+        raise ValueError(f"--set {', '.join(model_set)}: fine-tuning keeps the pretrained model's shape; only "
+                         "training settings can be set")
+    return train_set
+
+
+def _finetune_trainer(model, tokenizer, config: TrainConfig, device: str, trained_on: dict, *, resume_from=None,
+                      checkpoint=None, out_dir=None, progress: bool = True) -> Trainer:
+    batch_fn = dates_batch_fn(tokenizer, config.batch_size, device=device)
+    if resume_from is not None:
+        trainer = Trainer.resume(resume_from, model, batch_fn=batch_fn, device=device, config=config,
+                                 tokenizer=tokenizer, checkpoint=checkpoint, progress=progress)
+    else:
+        trainer = Trainer(model, config=config, batch_fn=batch_fn, device=device, out_dir=out_dir,
+                          tokenizer=tokenizer, progress=progress)
+    trainer.trained_on = trained_on
+    return trainer
+
+
+def check_lora_options(lora_rank, lora_alpha, lora_targets) -> None:
+    """LoRA's alpha and targets apply to a LoRA fine-tune only, and must name something."""
+    given = [o for o, v in (("--lora-alpha", lora_alpha), ("--lora-targets", lora_targets)) if v is not None]
+    if lora_rank is None and given:
+        raise ValueError(f"{' and '.join(given)} without --lora-rank: they set up LoRA adapters; add --lora-rank R "
+                         "(e.g. 8) for a LoRA fine-tune, or leave them out for full fine-tuning")
+    if lora_alpha is not None and not (math.isfinite(lora_alpha) and lora_alpha > 0):
+        raise ValueError(f"--lora-alpha must be a finite number > 0 (the adapters' scale is alpha / rank), "
+                         f"got {lora_alpha}")
+    if lora_targets is not None and not [t for t in lora_targets if t.strip()]:
+        raise ValueError(f"--lora-targets names no layer: give comma-separated layer names, e.g. "
+                         f"{','.join(DEFAULT_TARGETS)} (the attention) or mlp.c_fc,mlp.c_proj")
+
+
+def start_finetune_run(base_checkpoint: str | Path, settings: dict | None = None, *, task: str = "dates",
+                       lora_rank: int | None = None, lora_alpha: float | None = None, lora_targets=None,
+                       device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
+    """A new fine-tune of the GPT in ``base_checkpoint`` on ``task``: in full (``lora_rank``
+    None), or LoRA adapters of ``lora_rank`` (``lora_alpha`` default: the rank) on
+    ``lora_targets`` (default: the attention projections); the tokenizer and the model's
+    vocabulary grow by the task's characters."""
+    check_lora_options(lora_rank, lora_alpha, lora_targets)
+    train_set = _task_settings(task, settings)
+    config = apply_overrides(finetune_config(lora=lora_rank is not None), train_set)
+    device = _training_device(check_device(device), config)
+    base, ckpt = load_model(base_checkpoint)
+    if type(base) is not GPT:
+        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: fine-tune a GPT "
+                         "checkpoint written by `python -m course_lib train`")
+    tokenizer = extend_tokenizer(load_tokenizer(ckpt, base_checkpoint), TASK_CHARS)
+    need = longest_example(tokenizer)
+    if base.config.block_size < need:
+        raise ValueError(f"{base_checkpoint} has block_size {base.config.block_size}, shorter than the task's "
+                         f"longest example ({need} tokens): pretrain with --set block_size={need} or more")
+    path = Path(base_checkpoint).resolve()
+    if lora_rank is not None:
+        alpha = float(lora_rank) if lora_alpha is None else lora_alpha
+        targets = tuple(t.strip() for t in lora_targets or DEFAULT_TARGETS if t.strip())
+        model = _seeded(config, lambda: LoRAGPT.from_base(path, tokenizer, lora_rank, alpha, targets))
+    else:
+        model = _seeded(config, lambda: extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size))
+        model.requires_grad_(True)
+    trained_on = {"command": "finetune", "task": task, "base_checkpoint": str(path), "base_sha256": file_sha256(path)}
+    return _finetune_trainer(model, tokenizer, config, device, trained_on, out_dir=out_dir, progress=progress)
+
+
+def _check_same_lora(path: Path, ckpt: dict, lora_rank, lora_alpha, lora_targets) -> None:
+    """Refuse LoRA options that differ from the saved run's (a resumed run keeps its model)."""
+    saved = ckpt["model_config"] if ckpt["model_kind"] == "gpt-lora" else {}
+    given = {"--lora-rank": (lora_rank, saved.get("rank")), "--lora-alpha": (lora_alpha, saved.get("alpha")),
+             "--lora-targets": (lora_targets and ",".join(lora_targets), saved.get("targets"))}
+    for option, (value, kept) in given.items():
+        if value is not None and value != kept:
+            how = (f"LoRA rank {saved['rank']}, alpha {saved['alpha']:g}, targets {saved['targets']}" if saved
+                   else "full fine-tuning")
+            raise ValueError(f"{option} {value}: {path} was fine-tuned with {how}; a resumed run keeps its model "
+                             "(leave the option out, or start a new run in another --out)")
+
+
+def _repoint_base(path: Path, ckpt: dict, base_checkpoint) -> None:
+    """A LoRA run's base, given as ``base_checkpoint`` on resume: the recorded file, or the same
+    bytes moved elsewhere (then the run points at the new path from here on)."""
+    config = ckpt["model_config"]
+    recorded, given = Path(config["base_checkpoint"]), Path(base_checkpoint).resolve()
+    if given == recorded:
+        return
+    if given.is_file() and file_sha256(given) == config["base_sha256"]:  # the base, moved: same SHA-256
+        config["base_checkpoint"] = str(given)
+        return
+    raise ValueError(f"{path} fine-tunes {recorded} (SHA-256 {config['base_sha256'][:12]}...), and --checkpoint "
+                     f"{base_checkpoint} is another file: give that base (or its copy) as --checkpoint, or leave "
+                     "--checkpoint out")
+
+
+def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None, task: str = "dates",
+                        lora_rank: int | None = None, lora_alpha: float | None = None, lora_targets=None,
+                        device: str | None = None, progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The fine-tune saved in ``path``, continued; LoRA options, if given, must be the run's, and
+    ``base_checkpoint`` (a LoRA run's base) the recorded file or a copy with its SHA-256."""
+    path = Path(path)
+    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
+    check_made_by(ckpt, path, "finetune")
+    config = _resumed_config(path, ckpt, _task_settings(task, settings))
+    device = _training_device(check_device(device), config)
+    check_lora_options(ckpt["model_config"].get("rank") if ckpt["model_kind"] == "gpt-lora" else lora_rank,
+                       lora_alpha, lora_targets)
+    _check_same_lora(path, ckpt, lora_rank, lora_alpha, lora_targets)
+    trained_on = ckpt["trained_on"] or {"command": "finetune", "task": task}
+    if ckpt["model_kind"] == "gpt-lora" and base_checkpoint:
+        _repoint_base(path, ckpt, base_checkpoint)
+        trained_on = {**trained_on, "base_checkpoint": ckpt["model_config"]["base_checkpoint"]}
+    model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)  # a LoRA model checks its base here
+    return _finetune_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,
+                             progress=progress)

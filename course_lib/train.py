@@ -364,6 +364,14 @@ class Trainer:
 
     def load_state(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
         load_weights(self.model, ckpt, path)
+        step, rng = ckpt.get("step"), ckpt.get("rng")
+        if type(step) is not int or step < 0:
+            raise CheckpointError(f"{path} is damaged: its step is {step!r}, not a count of steps, so the run cannot "
+                                  "be resumed; use an earlier checkpoint, or start a new run in another --out")
+        if not isinstance(rng, dict) or "torch" not in rng:
+            raise CheckpointError(f"{path} holds no random-number state (rng is {type(rng).__name__}), so the run cannot "
+                                  "continue as it would have: it was not saved by a Trainer, or is damaged; start a "
+                                  "new run in another --out")
         try:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self.step = int(ckpt["step"])
@@ -406,5 +414,9 @@ class Trainer:
                       out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress,
                       verbose=verbose)
         trainer.load_state(ckpt, path)
+        if trainer.step > config.max_iters:
+            raise ValueError(f"{path} is at step {trainer.step}, past max_iters {config.max_iters}: a resumed run "
+                             f"trains on up to max_iters, so give one of at least {trainer.step} (--set max_iters=N), "
+                             "or leave it out")
         trainer.trained_on = ckpt.get("trained_on")
         return trainer

@@ -66,3 +66,18 @@ def tiny_trainer(**train_options):
     options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3, warmup_iters=0)
     options.update(train_options)
     return Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(**options), progress=False)
+
+
+def pretrain_tiny_gpt(folder, max_iters: int = 20):
+    """A tiny character GPT pretrained for a few steps on Shakespeare (seconds), saved in
+    ``folder/ckpt.pt`` as `train` saves it (fine-tuning's base in the tests)."""
+    from course_lib.data import load_text, train_val_split
+    from course_lib.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.from_text(load_text("tinyshakespeare"))
+    train, val = train_val_split(torch.tensor(tok.encode(load_text("tinyshakespeare")[:20000])))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=48, n_layer=2, n_head=2, n_embd=32, tie_weights=False))
+    config = TrainConfig(max_iters=max_iters, batch_size=8, eval_interval=max_iters, eval_iters=2)
+    Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False, verbose=False).train()
+    return folder / "ckpt.pt"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.checkpoint import LOCK_NAME, write_atomic
+from course_lib.checkpoint import write_atomic
+from course_lib.run_folder import LOCK_NAME
 from course_lib.cli import main
 from course_lib.data import load_text
 

@@ -1,5 +1,6 @@
 """course_lib.finetune: the dates task for a decoder-only model (new characters, a prompt-masked
-loss, exact match), LoRA checkpoints that name their base, and `python -m course_lib finetune`."""
+loss, exact match), and `python -m course_lib finetune` (built by course_lib.runs): full and LoRA
+runs, resumed bit for bit, with their bad inputs. The gpt-lora model kind: tests/test_lora_gpt.py."""
 import shutil
 
 import pytest
@@ -10,11 +11,12 @@ from course_lib import GPT, GPTConfig, Trainer, TrainConfig
 from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
 from course_lib.cli import main
 from course_lib.data import load_text, train_val_split
-from course_lib.finetune import (END, SEP, TASK_CHARS, LoRAGPT, answer_prompts, encode_examples, exact_match,
-                                 extend_tokenizer, extend_vocabulary, longest_example, text_loss)
-from course_lib.lora import lora_layers
+from course_lib.finetune import (END, SEP, TASK_CHARS, answer_prompts, encode_examples, exact_match, extend_tokenizer,
+                                 longest_example, text_loss)
+from course_lib.lora_gpt import extend_vocabulary
 from course_lib.tokenizers import CharTokenizer
 from course_lib.utils import IGNORE_INDEX
+from model_helpers import pretrain_tiny_gpt
 
 SHAKESPEARE = load_text("tinyshakespeare")[:20000]
 
@@ -22,14 +24,7 @@ SHAKESPEARE = load_text("tinyshakespeare")[:20000]
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     """A tiny GPT pretrained for a few steps on Shakespeare (seconds), saved as `train` saves it."""
-    tok = CharTokenizer.from_text(load_text("tinyshakespeare"))
-    train, val = train_val_split(torch.tensor(tok.encode(SHAKESPEARE)))
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=48, n_layer=2, n_head=2, n_embd=32, tie_weights=False))
-    config = TrainConfig(max_iters=20, batch_size=8, eval_interval=20, eval_iters=2)
-    folder = tmp_path_factory.mktemp("pretrained")
-    Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False, verbose=False).train()
-    return folder / "ckpt.pt"
+    return pretrain_tiny_gpt(tmp_path_factory.mktemp("pretrained"))
 
 
 def test_extended_tokenizer_keeps_old_ids_and_adds_what_the_task_needs(pretrained):
@@ -42,18 +37,6 @@ def test_extended_tokenizer_keeps_old_ids_and_adds_what_the_task_needs(pretraine
     assert set("012456789/=") <= set(added) and "3" not in added  # Shakespeare has a 3 (and no other digit)
     text = "ROMEO: 3 March 2021=2021-03-03\n"
     assert new.decode(new.encode(text)) == text
-
-
-def test_new_rows_leave_the_old_logits_alone(pretrained):
-    base, _ = load_model(pretrained)
-    bigger = extend_vocabulary(base, 11).eval()
-    assert bigger.config.vocab_size == base.config.vocab_size + 11
-    x = torch.randint(0, base.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
-    old, new = base(x)[0], bigger(x)[0]
-    torch.testing.assert_close(new[..., :base.config.vocab_size], old, atol=1e-6, rtol=0)
-    mean_row = base.lm_head.weight.mean(0)  # every new output row is the mean of the old ones
-    torch.testing.assert_close(bigger.lm_head.weight[-1], mean_row)
-    torch.testing.assert_close(bigger.wte.weight[-11], base.wte.weight.mean(0))
 
 
 def test_the_prompt_mask_keeps_only_the_answer():
@@ -115,74 +98,6 @@ def test_longest_example_fits_the_cpu_preset():
     tok = CharTokenizer(sorted(set(TASK_CHARS + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")))
     n = longest_example(tok)
     assert n == len("the 23rd of SEPTEMBER, 2027" + SEP + "2027-09-23" + END) <= 64
-
-
-# --- LoRA checkpoints --------------------------------------------------------------------------------
-
-
-def lora_from(pretrained, rank=4):
-    _, ckpt = load_model(pretrained)
-    tok = extend_tokenizer(CharTokenizer.from_dict(ckpt["tokenizer"]), TASK_CHARS)
-    torch.manual_seed(0)
-    return LoRAGPT.from_base(pretrained, tok, rank=rank, alpha=2 * rank), tok
-
-
-def test_lora_gpt_starts_as_the_extended_base_and_trains_only_adapters_and_new_rows(pretrained):
-    model, tok = lora_from(pretrained)
-    base, _ = load_model(pretrained)
-    full = extend_vocabulary(base, tok.vocab_size - base.config.vocab_size).eval()
-    x = torch.randint(0, tok.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(model.eval()(x)[0], full(x)[0], atol=1e-6, rtol=0)
-    trained = {n for n, p in model.named_parameters() if p.requires_grad}
-    n_new = tok.vocab_size - base.config.vocab_size
-    assert trained == {"wte.new", "lm_head.new"} | {f"{k}.lora_{m}" for k in lora_layers(model) for m in "AB"}
-    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    # the formula: 2 blocks x (c_attn 4 + c_proj 2) r C, plus the new rows of the embedding and the head
-    assert model.trainable_count() == numel == 2 * 6 * 4 * 32 + 2 * n_new * 32
-
-
-def test_lora_checkpoint_round_trip_holds_only_what_changed(pretrained, tmp_path):
-    model, tok = lora_from(pretrained)
-    with torch.no_grad():
-        for layer in lora_layers(model).values():
-            layer.lora_B.normal_()
-        model.wte.new.add_(1.0)
-    path = save_checkpoint(tmp_path / "ft.pt", model, tokenizer=tok)
-    ckpt = load_checkpoint(path)
-    assert ckpt["model_kind"] == "gpt-lora"
-    assert set(ckpt["model"]) == {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
-    loaded, _ = load_model(path)
-    x = torch.randint(0, tok.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(loaded(x)[0], model.eval()(x)[0], atol=0, rtol=0)
-    torch.testing.assert_close(loaded.merged()(x)[0], model(x)[0], atol=1e-5, rtol=0)  # a plain GPT
-    assert type(loaded.merged()) is GPT
-
-
-def test_lora_checkpoint_says_when_its_base_is_missing_or_different(pretrained, tmp_path):
-    base_copy = tmp_path / "base.pt"
-    shutil.copy(pretrained, base_copy)
-    model, tok = lora_from(base_copy)
-    path = save_checkpoint(tmp_path / "ft.pt", model, tokenizer=tok)
-    other, ckpt = load_model(base_copy)
-    with torch.no_grad():
-        other.wte.weight.add_(0.01)
-    save_checkpoint(base_copy, other, tokenizer=CharTokenizer.from_dict(ckpt["tokenizer"]))
-    with pytest.raises(CheckpointError, match="not the one this LoRA checkpoint was trained on"):
-        load_model(path)
-    base_copy.unlink()
-    with pytest.raises(CheckpointError, match="base.pt, is missing"):
-        load_model(path)
-
-
-def test_old_rows_and_base_weights_stay_frozen_under_weight_decay(pretrained):
-    model, tok = lora_from(pretrained)
-    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
-    from course_lib.finetune import dates_batch_fn
-    config = TrainConfig(max_iters=3, batch_size=4, weight_decay=0.5, eval_interval=3, eval_iters=1)
-    Trainer(model, config=config, batch_fn=dates_batch_fn(tok, 4), progress=False, verbose=False).train()
-    for n, p in model.named_parameters():
-        if n in frozen:
-            assert torch.equal(p, frozen[n]), n
 
 
 def test_text_loss_of_an_extended_model_is_close_to_the_base(pretrained):

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_model_kind_is_registered_under_its_name():
-    from course_lib.finetune import LoRAGPT
+    from course_lib.lora_gpt import LoRAGPT
 
     for kind, cls in [("gpt", GPT), ("bigram", BigramLanguageModel), ("seq2seq", Seq2Seq), ("gpt-lora", LoRAGPT)]:
         assert registry.lookup(kind) is cls and cls.model_kind == kind
@@ -45,16 +45,16 @@ def test_register_model_checks_the_config_class_and_refuses_a_taken_name():
     assert "no-dict" not in registry.MODELS
 
 
-@pytest.mark.parametrize("module", ["model", "bigram", "seq2seq", "finetune"])
+@pytest.mark.parametrize("module", ["model", "bigram", "seq2seq", "lora_gpt"])
 def test_model_modules_register_without_importing_the_checkpoint_format_to_do_it(module):
-    """At module level, model, bigram and seq2seq import nothing from checkpoint; finetune imports
+    """At module level, model, bigram and seq2seq import nothing from checkpoint; lora_gpt imports
     it for what it does (a LoRA checkpoint loads its base), not to register."""
     tree = ast.parse((ROOT / "course_lib" / f"{module}.py").read_text())
     top = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
     names = {(node.module, alias.name) for node in top for alias in node.names}
     assert ("registry", "register_model") in names
     assert not any(mod == "checkpoint" and name == "register_model" for mod, name in names)
-    if module != "finetune":
+    if module != "lora_gpt":
         assert not any(mod == "checkpoint" for mod, _ in names)
 
 

@@ -357,9 +357,10 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
 
 
 def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
-    from course_lib.dates import train_dates
+    from course_lib.runs import start_dates_run
 
-    trainer = train_dates(tmp_path, max_iters=2, progress=False)
+    trainer = start_dates_run(tmp_path, max_iters=2, device="cpu", progress=False)
+    trainer.train()
     assert trainer.step == 2 and trainer.config.schedule == "transformer"
     model, ckpt = checkpoint.load_model(tmp_path / checkpoint.CHECKPOINT_NAME)
     tok = checkpoint.load_tokenizer(ckpt)
