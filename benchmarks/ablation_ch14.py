@@ -34,7 +34,7 @@ from course_lib.data import load_text, train_val_split
 from course_lib.presets import get_preset
 from course_lib.tokenizers import CharTokenizer
 from course_lib.data import get_batch
-from course_lib.train import estimate_loss
+from course_lib.losses import estimate_loss
 from course_lib.utils import seed_everything
 
 VARIANTS = {

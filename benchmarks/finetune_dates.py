@@ -12,9 +12,10 @@ import torch
 
 from course_lib.checkpoint import load_model, load_tokenizer
 from course_lib.data import load_text, train_val_split
-from course_lib.finetune import (TASK_CHARS, GrownRows, dates_batch_fn, dates_test_pairs, exact_match,
-                                 extend_tokenizer, extend_vocabulary, finetune_config, text_loss)
+from course_lib.finetune import (TASK_CHARS, answer_batch_fn, dates_test_pairs, exact_match, extend_tokenizer,
+                                 finetune_config, text_loss)
 from course_lib.lora import add_lora
+from course_lib.lora_gpt import GrownRows, extend_vocabulary
 from course_lib.pretrained import load_pretrained
 from course_lib.train import Trainer
 from course_lib.utils import seed_everything
@@ -74,7 +75,7 @@ def main():
             run_lr = args.lora_lr if rank is not None and args.lora_lr else lr
             config = finetune_config(rank is not None, max_iters=args.steps, learning_rate=run_lr)
             trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            trainer = Trainer(model, config=config, batch_fn=dates_batch_fn(tok, config.batch_size, masked),
+            trainer = Trainer(model, config=config, batch_fn=answer_batch_fn(tok, config.batch_size, masked),
                               progress=False, verbose=False)
             start = time.perf_counter()
             trainer.train()

@@ -13,7 +13,9 @@ One small module per idea, each introduced by a chapter:
 - ``train``: ``TrainConfig``, ``Trainer``, schedules (ch. 2, 7); gradient accumulation (ch. 12)
 - ``losses``: loss estimates (ch. 7), masked loss and accuracy (ch. 10); ``diagnostics``: gradient norms (ch. 5)
 - ``speed``: mixed precision, ``torch.compile``, tokens/s and MFU (ch. 12)
-- ``runs``: a run built from a preset or your text, or resumed from its checkpoint (ch. 7; the CLI uses it)
+- ``runs``: every kind of run, built new or resumed from its checkpoint: GPT pretraining (ch. 7),
+  the encoder-decoder on dates (ch. 11), fine-tuning in full or with LoRA (ch. 15); the CLI uses it
+- ``run_folder``: a run's output folder: its lock, and ``open_run`` for a new run or ``--resume``
 - ``checkpoint``: the one checkpoint format (ch. 7); ``registry``: the model kinds it can hold
 - ``generate``: sampling and the KV cache (ch. 8); batches of prompts of different lengths (ch. 10)
 - ``pretokenize``, ``bpe_train``, ``bpe``, ``bpe_files``: byte-level BPE: pre-tokens, ``train_bpe``,
@@ -21,8 +23,14 @@ One small module per idea, each introduced by a chapter:
 - ``seq2seq``, ``translate``, ``dates``: the encoder-decoder Transformer of 2017 and label smoothing;
   greedy and beam search; the date-normalising task (ch. 11)
 - ``distributed``: data-parallel training under torchrun (ch. 12)
-- ``lora``: LoRA adapters from scratch: add, count, merge (ch. 15)
-- ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib``.
+- ``lora``: LoRA adapters from scratch: add, count, merge (ch. 15); ``lora_gpt``: a GPT grown for new
+  tokens and the ``gpt-lora`` model kind; ``finetune``: the fine-tuning task on dates (ch. 15)
+- ``classify``: a classification head on a GPT (ch. 15); ``pretrained``: the model the package ships
+- ``config``: what every config class shares (``Rule`` tables, ``to_dict``/``from_dict``, ``--set``)
+- ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib`` (``cli``).
+
+Every model kind (``gpt``, ``bigram``, ``seq2seq``, ``gpt-lora``) is registered once this package is
+imported, so a checkpoint of any of them loads.
 
 Instructor and maintainer tools live apart, in ``course_lib.tools``.
 """

@@ -14,16 +14,18 @@ A checkpoint is a dict saved with ``torch.save`` and loaded with ``weights_only=
     step          optimizer steps taken
     history       the Trainer's loss history
     rng           the random-number-generator states needed to continue exactly
-    trained_on    what the run learned from, or None: {"command": "train", "preset": ...,
-                  "text": file name or None, "text_sha256": ...} (version 3; version 2 files,
-                  which lack it, still load)
+    trained_on    what made the run, or None: {"command": "train", "preset": ..., "text": file
+                  name or None, "text_sha256": ...}; {"command": "train-dates", ...};
+                  {"command": "finetune", "task": "dates", "base_checkpoint": path,
+                  "base_sha256": ...} (version 3; version 2 files, which lack it, still load)
 
 Model classes join the registry of :mod:`course_lib.registry` with
 ``@register_model("name", ConfigClass)``; tokenizers have their own registry in
 :mod:`course_lib.tokenizers`. So a checkpoint of any registered model and tokenizer comes
 back with :func:`load_model` and :func:`load_tokenizer`, and nothing else in course_lib needs
 to know which classes exist. Every field above is built and read here, ``rng`` included
-(:func:`rng_state`, :func:`restore_rng`).
+(:func:`rng_state`, :func:`restore_rng`). The folder a run writes into, and its lock, are
+:mod:`course_lib.run_folder`'s.
 """
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from . import distributed
 from ._signals import INTERRUPTED, TrainingInterrupted, pause_point
 from .checkpoint import load_model, load_tokenizer
 from .config import settings_from_pairs
-from .dates import dates_train_config
-from .finetune import TASKS, answer_prompts, dates_test_pairs, exact_match
+from .dates import date_test_set, dates_train_config
+from .finetune import TASKS, answer_prompts, exact_match
 from .generate import check_sampling_args, generate_text
 from .lora import DEFAULT_TARGETS
 from .lora_gpt import LoRAGPT
@@ -211,8 +211,8 @@ def cmd_finetune(args) -> int:
     if not 1 <= args.eval_examples <= MAX_EVAL_EXAMPLES:  # checked before training, not after
         raise ValueError(f"--eval-examples must be an integer in [1, {MAX_EVAL_EXAMPLES:,}] (held-out dates for "
                          f"the final exact match), got {args.eval_examples}")
-    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
     options = dict(task=args.task, device=args.device, **lora_options(args))
+    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
     with open_run(args.out, args.resume, "finetune") as folder:
         if folder.checkpoint is not None:
             trainer = resume_finetune_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
@@ -233,7 +233,7 @@ def cmd_finetune(args) -> int:
 
 def report_finetune(trainer, n_examples: int) -> int:
     """The task's exact match on held-out dates, and three answers."""
-    pairs, model, tokenizer = dates_test_pairs(n_examples), trainer.model, trainer.tokenizer
+    pairs, model, tokenizer = date_test_set(n_examples), trainer.model, trainer.tokenizer
     print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; exact match on {len(pairs)} held-out dates "
           f"{exact_match(model, tokenizer, pairs):.1%}; saved {trainer.checkpoint_path}")
     sources = [s for s, _ in pairs[:3]]

@@ -137,6 +137,8 @@ def apply_overrides(config, overrides: dict, forbidden: dict[str, str] | None = 
     for key, value in overrides.items():
         if forbidden and key in forbidden:
             raise ValueError(f"{key} cannot be set: {forbidden[key]}")
+        if key not in types:
+            raise ValueError(f"--set {key}: unknown setting; the settings here: {', '.join(types)}")
         values[key] = parse_value(value, types[key], key) if isinstance(value, str) else value
     return dataclasses.replace(config, **values)
 

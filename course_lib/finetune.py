@@ -29,6 +29,7 @@ from .dates import DATE_ALPHABET, DATE_FORMATS, date_split_days, date_test_set, 
 from .generate import generate_batch
 from .tokenizers import CharTokenizer
 from .train import TrainConfig
+from .translate import share_answered_exactly
 from .utils import IGNORE_INDEX
 
 SEP, END = "=", "\n"  # the separator between prompt and answer, and the end of an answer
@@ -73,9 +74,10 @@ def encode_examples(tokenizer, pairs: list[tuple[str, str]], mask_prompt: bool =
     return x.to(device), y.to(device)
 
 
-def dates_batch_fn(tokenizer, batch_size: int, mask_prompt: bool = True, seed: int = 0, device="cpu"):
-    """A ``Trainer`` batch_fn: fresh random dates each call, "train" from the training days and
-    "val" from the held-out days of chapter 11's split (``seq2seq.date_split_days``)."""
+def answer_batch_fn(tokenizer, batch_size: int, mask_prompt: bool = True, seed: int = 0, device="cpu"):
+    """A ``Trainer`` batch_fn of prompts and answers (:func:`encode_examples`): fresh random dates
+    each call, "train" from the training days and "val" from the held-out days of chapter 11's
+    split (:func:`course_lib.dates.date_split_days`)."""
     days = date_split_days(seed)
 
     def batch_fn(split: str, generator: torch.Generator):
@@ -94,13 +96,9 @@ def answer_prompts(model, tokenizer, sources: list[str], max_new_tokens: int = 1
 
 def exact_match(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 250) -> float:
     """Share of held-out ``(source, target)`` pairs answered exactly right with greedy decoding
-    (chapter 11's metric, so the two models compare on the same pairs: ``date_test_set``)."""
-    right = 0
-    for i in range(0, len(pairs), batch_size):
-        chunk = pairs[i:i + batch_size]
-        got = answer_prompts(model, tokenizer, [s for s, _ in chunk])
-        right += sum(g == t for g, (_, t) in zip(got, chunk))
-    return right / max(1, len(pairs))
+    (chapter 11's metric, :func:`course_lib.translate.share_answered_exactly`, so the two models
+    compare on the same pairs: ``date_test_set``)."""
+    return share_answered_exactly(lambda sources: answer_prompts(model, tokenizer, sources), pairs, batch_size)
 
 
 @torch.no_grad()
@@ -119,7 +117,7 @@ def text_loss(model, tokenizer, text: str, batches: int = 20, batch_size: int = 
 
 
 def dates_test_pairs(n: int = 500) -> list[tuple[str, str]]:
-    """Held-out pairs shared with chapter 11 (``seq2seq.date_test_set``)."""
+    """Held-out pairs shared with chapter 11 (:func:`course_lib.dates.date_test_set`)."""
     return date_test_set(n)
 
 
@@ -139,6 +137,17 @@ def finetune_config(lora: bool = False, **overrides):
     """The training settings of a fine-tuning run (LoRA: a larger learning rate), with ``overrides``."""
     defaults = {**FINETUNE_TRAIN, **({"learning_rate": LORA_LEARNING_RATE} if lora else {})}
     return TrainConfig(**{**defaults, **overrides})
+
+
+def task_tokenizer(tokenizer, block_size: int, base: str = "the base checkpoint") -> CharTokenizer:
+    """The base model's ``tokenizer`` with the task's characters (:func:`extend_tokenizer`), once it
+    is known that the task's longest example fits the base model's ``block_size``."""
+    tokenizer = extend_tokenizer(tokenizer, TASK_CHARS)
+    need = longest_example(tokenizer)
+    if block_size < need:
+        raise ValueError(f"{base} has block_size {block_size}, shorter than the task's longest example ({need} "
+                         f"tokens): pretrain with --set block_size={need} or more")
+    return tokenizer
 
 
 def longest_example(tokenizer) -> int:

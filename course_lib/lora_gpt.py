@@ -202,3 +202,12 @@ class LoRAGPT(GPT):
             state.pop(f"{rows}.frozen"), state.pop(f"{rows}.new")
         gpt.load_state_dict({k: v for k, v in state.items() if v is not None})
         return gpt.eval()
+
+
+def fine_tune_model(base: GPT, base_path: str | Path, tokenizer, rank: int | None = None, alpha: float = 8.0,
+                    targets=DEFAULT_TARGETS) -> GPT:
+    """The model a fine-tune trains: ``base`` grown to ``tokenizer``'s vocabulary and trained in
+    full (``rank`` None), or LoRA adapters of ``rank`` over the base checkpoint at ``base_path``."""
+    if rank is None:
+        return extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
+    return LoRAGPT.from_base(base_path, tokenizer, rank, alpha, tuple(targets))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -32,9 +32,9 @@ from .checkpoint import CheckpointError, build_model, load_checkpoint, load_mode
 from .config import apply_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
 from .dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
-from .finetune import TASK_CHARS, TASKS, dates_batch_fn, extend_tokenizer, finetune_config, longest_example
+from .finetune import TASKS, answer_batch_fn, finetune_config, task_tokenizer
 from .lora import DEFAULT_TARGETS
-from .lora_gpt import LoRAGPT, extend_vocabulary, file_sha256
+from .lora_gpt import fine_tune_model, file_sha256
 from .model import GPT, GPTConfig
 from .presets import Preset, get_preset
 from .run_folder import check_made_by
@@ -72,24 +72,16 @@ def _training_device(device: str, config: TrainConfig) -> str:
     return distributed.setup(device)
 
 
-def _seeded(config: TrainConfig, build):
-    """``build()`` right after seeding with the run's seed: the model's initial weights are then
-    the run's first random numbers, wherever the run is built."""
-    seed_everything(config.seed)
-    return build()
-
-
-def _resumed_config(path: Path, ckpt: dict, train_set: dict) -> TrainConfig:
-    """The training settings a checkpoint stores, with ``train_set`` applied; a stored value this
-    course_lib refuses is named as the checkpoint's, not the command's."""
+def _stored_config(path: Path, ckpt: dict) -> TrainConfig:
+    """The training settings a checkpoint stores; a stored value this course_lib refuses is named
+    as the checkpoint's, not the command's."""
     if not ckpt.get("train_config"):
         raise CheckpointError(f"{path} stores a model but no training run to resume")
     try:
-        stored = TrainConfig.from_dict(ckpt["train_config"])
+        return TrainConfig.from_dict(ckpt["train_config"])
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path} stores training settings this course_lib refuses ({e}): the value comes from "
                               "the checkpoint, not from your command; start a new run in another --out") from None
-    return apply_overrides(stored, train_set)
 
 
 # --- GPT pretraining: python -m course_lib train ---------------------------------------------------
@@ -172,8 +164,9 @@ def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch
     model_set, train_set = split_settings(settings or {}, preset.model, preset.train)
     model_config, train_config = _configs(preset, model_set, train_set, tokenizer and tokenizer.vocab_size)
     device = _training_device(check_device(device), train_config)
-    return Trainer(_seeded(train_config, lambda: GPT(model_config)), train_data, val_data, train_config,
-                   device=device, tokenizer=tokenizer, out_dir=out_dir, progress=progress, verbose=verbose)
+    seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
+    return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
+                   out_dir=out_dir, progress=progress, verbose=verbose)
 
 
 def start_run(preset: str | None = None, text_file: str | None = None, settings: dict | None = None, *,
@@ -189,8 +182,9 @@ def start_run(preset: str | None = None, text_file: str | None = None, settings:
     model_config, train_config = _configs(chosen, model_set, train_set, tokenizer.vocab_size)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
     device = _training_device(device, train_config)
-    trainer = Trainer(_seeded(train_config, lambda: GPT(model_config)), train_data, val_data, train_config,
-                      device=device, tokenizer=tokenizer, out_dir=out_dir, progress=progress, verbose=verbose)
+    seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
+    trainer = Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
+                      out_dir=out_dir, progress=progress, verbose=verbose)
     trainer.trained_on = trained_on
     return Run(trainer, text, train_data, val_data)
 
@@ -216,7 +210,7 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     if changed:
         raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({path}); "
                          "start a new run in another --out to change it")
-    train_config = _resumed_config(path, ckpt, train_set)
+    train_config = apply_overrides(_stored_config(path, ckpt), train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
     trainer = Trainer.resume(path, train_data=train_data, val_data=val_data, device=_training_device(device, train_config),
@@ -238,7 +232,8 @@ def start_dates_run(out_dir, max_iters: int | None = None, *, device: str | None
     config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
     device = _training_device(check_device(device), config)
     tokenizer = date_tokenizer()
-    trainer = Trainer(_seeded(config, lambda: Seq2Seq(DATES_MODEL)), config=config, device=device, out_dir=out_dir,
+    seed_everything(config.seed)
+    trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, device=device, out_dir=out_dir,
                       tokenizer=tokenizer, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device),
                       progress=progress)
     trainer.trained_on = dict(DATES_TRAINED_ON)
@@ -251,7 +246,7 @@ def resume_dates_run(path: str | Path, max_iters: int | None = None, *, device: 
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "train-dates")
-    config = _resumed_config(path, ckpt, {} if max_iters is None else {"max_iters": max_iters})
+    config = apply_overrides(_stored_config(path, ckpt), {} if max_iters is None else {"max_iters": max_iters})
     device = _training_device(check_device(device), config)
     tokenizer = date_tokenizer()
     trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), device=device,
@@ -263,20 +258,22 @@ def resume_dates_run(path: str | Path, max_iters: int | None = None, *, device: 
 # --- chapter 15's fine-tuning, full or LoRA: python -m course_lib finetune --------------------------
 
 
-def _task_settings(task: str, settings: dict | None) -> dict:
-    """The training fields of ``settings``; a fine-tune keeps its base model's shape."""
+# Fine-tuning keeps its base model's shape: only training settings may be set.
+SHAPE_KEPT = {f.name: "fine-tuning keeps the pretrained model's shape; only training settings can be set"
+              for f in fields(GPTConfig)}
+
+
+def _finetune_config(task: str, settings: dict | None, lora: bool, stored: TrainConfig | None = None) -> TrainConfig:
+    """A fine-tune's training settings: the ``stored`` ones (a resumed run) or fine-tuning's defaults
+    (LoRA: a larger learning rate), with ``settings`` applied; the model's shape may not be set."""
     if task not in TASKS:
         raise ValueError(f"unknown --task {task!r}; choose one of: {', '.join(TASKS)}")
-    model_set, train_set = split_settings(settings or {}, GPTConfig(), TrainConfig())
-    if model_set:
-        raise ValueError(f"--set {', '.join(model_set)}: fine-tuning keeps the pretrained model's shape; only "
-                         "training settings can be set")
-    return train_set
+    return apply_overrides(stored or finetune_config(lora=lora), settings or {}, SHAPE_KEPT)
 
 
 def _finetune_trainer(model, tokenizer, config: TrainConfig, device: str, trained_on: dict, *, resume_from=None,
                       checkpoint=None, out_dir=None, progress: bool = True) -> Trainer:
-    batch_fn = dates_batch_fn(tokenizer, config.batch_size, device=device)
+    batch_fn = answer_batch_fn(tokenizer, config.batch_size, device=device)
     if resume_from is not None:
         trainer = Trainer.resume(resume_from, model, batch_fn=batch_fn, device=device, config=config,
                                  tokenizer=tokenizer, checkpoint=checkpoint, progress=progress)
@@ -309,26 +306,19 @@ def start_finetune_run(base_checkpoint: str | Path, settings: dict | None = None
     ``lora_targets`` (default: the attention projections); the tokenizer and the model's
     vocabulary grow by the task's characters."""
     check_lora_options(lora_rank, lora_alpha, lora_targets)
-    train_set = _task_settings(task, settings)
-    config = apply_overrides(finetune_config(lora=lora_rank is not None), train_set)
+    config = _finetune_config(task, settings, lora_rank is not None)
     device = _training_device(check_device(device), config)
     base, ckpt = load_model(base_checkpoint)
     if type(base) is not GPT:
         raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: fine-tune a GPT "
                          "checkpoint written by `python -m course_lib train`")
-    tokenizer = extend_tokenizer(load_tokenizer(ckpt, base_checkpoint), TASK_CHARS)
-    need = longest_example(tokenizer)
-    if base.config.block_size < need:
-        raise ValueError(f"{base_checkpoint} has block_size {base.config.block_size}, shorter than the task's "
-                         f"longest example ({need} tokens): pretrain with --set block_size={need} or more")
+    base_tokenizer = load_tokenizer(ckpt, base_checkpoint)
+    tokenizer = task_tokenizer(base_tokenizer, base.config.block_size, base_checkpoint)
     path = Path(base_checkpoint).resolve()
-    if lora_rank is not None:
-        alpha = float(lora_rank) if lora_alpha is None else lora_alpha
-        targets = tuple(t.strip() for t in lora_targets or DEFAULT_TARGETS if t.strip())
-        model = _seeded(config, lambda: LoRAGPT.from_base(path, tokenizer, lora_rank, alpha, targets))
-    else:
-        model = _seeded(config, lambda: extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size))
-        model.requires_grad_(True)
+    targets = [t.strip() for t in lora_targets or DEFAULT_TARGETS if t.strip()]
+    alpha = float(lora_rank or 1) if lora_alpha is None else lora_alpha
+    seed_everything(config.seed)  # LoRA's A matrices: the run's first random numbers
+    model = fine_tune_model(base, path, tokenizer, lora_rank, alpha, targets)
     trained_on = {"command": "finetune", "task": task, "base_checkpoint": str(path), "base_sha256": file_sha256(path)}
     return _finetune_trainer(model, tokenizer, config, device, trained_on, out_dir=out_dir, progress=progress)
 
@@ -369,7 +359,7 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "finetune")
-    config = _resumed_config(path, ckpt, _task_settings(task, settings))
+    config = _finetune_config(task, settings, ckpt["model_kind"] == "gpt-lora", _stored_config(path, ckpt))
     device = _training_device(check_device(device), config)
     check_lora_options(ckpt["model_config"].get("rank") if ckpt["model_kind"] == "gpt-lora" else lora_rank,
                        lora_alpha, lora_targets)

@@ -1,12 +1,13 @@
 """The training engine: ``TrainConfig`` and the ``Trainer``, with a progress bar, loss history,
-learning-rate schedules, AdamW with weight-decay groups, and exactly resumable checkpoints
-(chapters 2, 7); gradient accumulation and data-parallel training under torchrun (chapter 12).
+and exactly resumable checkpoints (chapters 2, 7); gradient accumulation and data-parallel
+training under torchrun (chapter 12).
 
 What it uses lives apart: loss estimates in :mod:`course_lib.losses`, precision, compilation and
 speed in :mod:`course_lib.speed`, the optimizers and learning-rate schedules in
 :mod:`course_lib.optim`, the checkpoint format in :mod:`course_lib.checkpoint`, who
 draws which micro-batch in :mod:`course_lib.distributed`; a run is built from a preset or a
-checkpoint in :mod:`course_lib.runs`.
+checkpoint in :mod:`course_lib.runs` (every kind of run, each in its output folder,
+:mod:`course_lib.run_folder`); ``TrainConfig``'s rules follow :mod:`course_lib.config`.
 
 Shapes: B batch, T time, V vocabulary size.
 """

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,41 @@ def files(tmp_path_factory) -> Path:
     ckpt = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
     ckpt["model"]["wte.weight"][0, 0] = float("nan")
     write_atomic(tmp / "nan.pt", ckpt)
+    for name, field, value in [("badstep", "step", "abc"), ("norng", "rng", None)]:
+        write_atomic(tmp / name / "ckpt.pt", {**torch.load(tmp / "done" / "ckpt.pt", weights_only=True), field: value})
+    damaged = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
+    damaged["train_config"]["learning_rate"] = 50.0
+    write_atomic(tmp / "badtc" / "ckpt.pt", damaged)
+    _fine_tunes(tmp)
     return tmp
+
+
+def _fine_tunes(tmp: Path) -> None:
+    """A base GPT, its LoRA and full fine-tunes, a bigram checkpoint, and LoRA checkpoints whose
+    recorded base is a folder or a device, or whose adapters are missing."""
+    from course_lib.bigram import BigramConfig, BigramLanguageModel
+    from course_lib.checkpoint import save_checkpoint
+    from course_lib.tokenizers import CharTokenizer
+    from model_helpers import pretrain_tiny_gpt
+
+    base = pretrain_tiny_gpt(tmp / "base", max_iters=2)
+    ft = ["--checkpoint", str(base), "--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1",
+          "--eval-examples", "1", "--device", "cpu"]
+    assert main(["finetune", *ft, "--lora-rank", "2", "--out", str(tmp / "ftl")]) == 0
+    assert main(["finetune", *ft, "--out", str(tmp / "ftf")]) == 0
+    tok = CharTokenizer.from_text(load_text()[:2000])
+    save_checkpoint(tmp / "bigram.pt", BigramLanguageModel(BigramConfig(vocab_size=tok.vocab_size)), tokenizer=tok)
+    lora = torch.load(tmp / "ftl" / "ckpt.pt", weights_only=True)
+    for name, where in [("lora_base_dir", str(tmp)), ("lora_base_dev_zero", "/dev/zero")]:
+        write_atomic(tmp / f"{name}.pt", {**lora, "model_config": {**lora["model_config"], "base_checkpoint": where}})
+    missing = {k: v for k, v in lora["model"].items() if not k.endswith("lora_A")}
+    write_atomic(tmp / "lora_missing_A.pt", {**lora, "model": missing})
+    lock_dir = tmp / "lock-is-a-folder"
+    (lock_dir / LOCK_NAME).mkdir(parents=True)
+    (tmp / "lock-being-written").mkdir()
+    being_written = tmp / "lock-being-written" / LOCK_NAME
+    being_written.write_text("")  # no process id yet: a claim being written (for a minute after its mtime)
+    os.utime(being_written, (time.time() + 3600, time.time() + 3600))  # that minute lasts however slow the tests
 
 
 def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
@@ -140,8 +175,68 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("sample an unknown character", [*sample, "--prompt", "\u00e9"], 2, "unknown character"),
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
+        *fine_tune_cases(tmp),
     ] + ([] if torch.cuda.is_available() else
          [("--device cuda without a GPU", ["train", *text, "--device", "cuda"], 2, "'cuda' is not available")])
+
+
+def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
+    """The reliability review's rows for fine-tuning, resuming, the lock and LoRA checkpoints."""
+    ft = ["finetune", "--checkpoint", str(tmp / "base" / "ckpt.pt"), "--max-iters", "1", "--device", "cpu"]
+    ftl, ftf, done = str(tmp / "ftl"), str(tmp / "ftf"), str(tmp / "done")
+    text = ["--text", str(tmp / "text.txt")]
+    return [
+        ("--lora-targets without --lora-rank", [*ft, "--lora-targets", "foo"], 2,
+         "--lora-targets without --lora-rank: .*add --lora-rank R"),
+        ("--lora-alpha without --lora-rank", [*ft, "--lora-alpha", "64"], 2, "--lora-alpha without --lora-rank"),
+        ("--lora-alpha inf", [*ft, "--lora-rank", "2", "--lora-alpha", "inf"], 2,
+         "--lora-alpha must be a finite number > 0 .*got inf"),
+        ("--lora-targets empty", [*ft, "--lora-rank", "2", "--lora-targets", ""], 2, "--lora-targets names no layer"),
+        ("--lora-targets only commas", [*ft, "--lora-rank", "2", "--lora-targets", " , ,"], 2,
+         "--lora-targets names no layer"),
+        ("--eval-examples 0", [*ft, "--eval-examples", "0", "--out", str(tmp / "fe0")], 2,
+         r"--eval-examples must be an integer in \[1, 100,000\].*got 0"),
+        ("--eval-examples -5", [*ft, "--eval-examples", "-5", "--out", str(tmp / "fe0")], 2,
+         "--eval-examples must be .*got -5"),
+        ("a bigram as the base", ["finetune", "--checkpoint", str(tmp / "bigram.pt"), "--out", str(tmp / "fb")], 2,
+         "holds a 'bigram' model: fine-tune a GPT checkpoint"),
+        ("resume a LoRA run with other targets", [*ft, "--lora-targets", "mlp.c_fc", "--out", ftl, "--resume"], 2,
+         "--lora-targets mlp.c_fc: .* was fine-tuned with LoRA rank 2, alpha 2, targets attn.c_attn,attn.c_proj"),
+        ("resume a LoRA run with another alpha", [*ft, "--lora-alpha", "64", "--out", ftl, "--resume"], 2,
+         "--lora-alpha 64.0: .*a resumed run keeps its model"),
+        ("resume a full fine-tune with LoRA", [*ft, "--lora-rank", "2", "--out", ftf, "--resume"], 2,
+         "--lora-rank 2: .* was fine-tuned with full fine-tuning"),
+        ("resume a LoRA run on another base", [*ft[:2], str(tmp / "done" / "ckpt.pt"), "--out", ftl, "--resume"], 2,
+         "fine-tunes .*base/ckpt.pt \\(SHA-256 .*\\), and --checkpoint .* is another file"),
+        ("resume a full fine-tune with train", ["train", "--out", ftf, "--resume", "--max-iters", "5"], 2,
+         r"made by `finetune`, not `train`: resume it with `python -m course_lib finetune --out"),
+        ("resume a LoRA fine-tune with train", ["train", "--out", ftl, "--resume"], 2,
+         r"made by `finetune`, not `train`"),
+        ("resume a LoRA fine-tune with train-dates", ["train-dates", "--out", ftl, "--resume"], 2,
+         r"made by `finetune`, not `train-dates`: resume it with `python -m course_lib finetune --out"),
+        ("resume a train run with finetune", ["finetune", "--out", done, "--resume", "--max-iters", "6"], 2,
+         r"made by `train`, not `finetune`: resume it with `python -m course_lib train --text text.txt"),
+        ("resume past max_iters", ["train", *text, "--out", done, "--resume", "--set", "max_iters=1", *TINY], 2,
+         "is at step 2, past max_iters 1: .*give one of at least 2"),
+        ("resume a checkpoint with a damaged step", ["train", *text, "--out", str(tmp / "badstep"), "--resume", *TINY],
+         2, "is damaged: its step is 'abc', not a count of steps"),
+        ("resume a checkpoint without rng", ["train", *text, "--out", str(tmp / "norng"), "--resume", *TINY], 2,
+         "holds no random-number state"),
+        ("resume a checkpoint with a bad stored setting", ["train", *text, "--out", str(tmp / "badtc"), "--resume",
+                                                           *TINY], 2,
+         r"stores training settings this course_lib refuses \(TrainConfig.learning_rate .*got 50.0\): the value "
+         "comes from the checkpoint"),
+        ("a lock that is a folder", ["train", *text, "--out", str(tmp / "lock-is-a-folder"), *TINY], 2,
+         r"\.run\.lock is a folder, not a run's lock file: remove it"),
+        ("a lock being written", ["train", *text, "--out", str(tmp / "lock-being-written"), *TINY], 2,
+         "is being claimed by another run at this moment .*if no run is starting there, delete"),
+        ("sample a LoRA run whose base is a folder", ["sample", "--checkpoint", str(tmp / "lora_base_dir.pt")], 2,
+         "the base model of this LoRA checkpoint, .*, is a folder"),
+        ("sample a LoRA run whose base is /dev/zero", ["sample", "--checkpoint", str(tmp / "lora_base_dev_zero.pt")],
+         2, "the base model of this LoRA checkpoint, /dev/zero, is not a regular file"),
+        ("sample a LoRA run missing its A matrices", ["sample", "--checkpoint", str(tmp / "lora_missing_A.pt")], 2,
+         r"LoRA weights with 4 missing tensor\(s\), the first blocks.0.attn.c_attn.lora_A"),
+    ]
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -176,7 +271,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused(files, tmp_path, capsys):
         (out / LOCK_NAME).write_text(str(holder.pid))
         before = _tree(tmp_path)
         argv = ["train", "--text", str(files / "text.txt"), "--out", str(out), "--set", "max_iters=1", *TINY]
-        _one_line_error(capsys, argv, 2, f"is in use by another run \\(process {holder.pid}", "folder in use")
+        _one_line_error(capsys, argv, 2, f"is in use by another run \\(process {holder.pid}, .*if no run of course_lib "
+                        "is writing there \\(a process id reused after a restart\\), delete", "folder in use")
         assert _tree(tmp_path) == before
     finally:
         holder.kill()

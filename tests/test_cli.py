@@ -253,3 +253,31 @@ def test_the_bpe_preset_trains_its_tokenizer_on_your_text_and_samples(tmp_path, 
     capsys.readouterr()
     assert main(["sample", "--checkpoint", str(out / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
+    """bigram (chapter 2's Trainer), gpt (`train`) and gpt-lora (`finetune --lora-rank`); an
+    encoder-decoder is sent to `translate` (tests/test_bad_input_cli.py)."""
+    from course_lib.bigram import BigramConfig, BigramLanguageModel
+    from course_lib.checkpoint import load_checkpoint, load_tokenizer, save_checkpoint
+    from course_lib.tokenizers import CharTokenizer
+    from course_lib.finetune import TASK_CHARS, extend_tokenizer
+    from course_lib.lora_gpt import LoRAGPT
+    from course_lib.registry import MODELS
+    from model_helpers import pretrain_tiny_gpt
+
+    text = load_text()[:5000]
+    tok = CharTokenizer.from_text(text)
+    bigram = BigramLanguageModel(BigramConfig(vocab_size=tok.vocab_size, block_size=8))
+    gpt_path = pretrain_tiny_gpt(tmp_path / "gpt", max_iters=2)
+    gpt_tok = load_tokenizer(load_checkpoint(gpt_path))
+    lora = LoRAGPT.from_base(gpt_path, extend_tokenizer(gpt_tok, TASK_CHARS), rank=2)
+    paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
+             "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
+    assert set(paths) == set(MODELS) - {"seq2seq"}  # every decoder kind there is
+    for kind, path in paths.items():
+        capsys.readouterr()
+        assert main(["sample", "--checkpoint", str(path), "--prompt", "RO", "--tokens", "7", "--device", "cpu"]) == 0, \
+            capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert out.startswith("RO") and len(out) == len("RO") + 7 + 1, (kind, out)  # 7 characters, then print's newline

@@ -175,3 +175,69 @@ def test_cli_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert code == 2 and "no checkpoint at" in err and err.count("\n") == 1
     code, _, err = run(capsys, "finetune", "--out", str(tmp_path / "ft"))
     assert code == 2 and "--checkpoint is needed" in err
+
+
+FAST = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--eval-examples", "1",
+        "--device", "cpu"]
+
+
+def test_a_finetune_checkpoint_records_what_made_it(pretrained, tmp_path, capsys):
+    """The command, the task and the base (path and SHA-256): so that `train --resume` and
+    `train-dates --resume` refuse it, naming `finetune` (tests/test_bad_input_cli.py)."""
+    import hashlib
+
+    assert run(capsys, "finetune", "--checkpoint", str(pretrained), *FAST, "--out", str(tmp_path / "ft"))[0] == 0
+    saved = load_checkpoint(tmp_path / "ft" / "ckpt.pt")["trained_on"]
+    assert saved == {"command": "finetune", "task": "dates", "base_checkpoint": str(pretrained.resolve()),
+                     "base_sha256": hashlib.sha256(pretrained.read_bytes()).hexdigest()}
+
+
+def test_a_run_that_saves_while_another_waits_for_the_folder_is_not_overwritten(pretrained, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Row 14 of the reliability review: the checkpoint is looked for after the folder is claimed,
+    so a run that gets the folder just after another finished in it is refused, not saved over it."""
+    import contextlib
+
+    import course_lib.run_folder as run_folder
+
+    out = tmp_path / "race"
+    claim = run_folder.claim_folder
+
+    @contextlib.contextmanager
+    def claimed_after_the_other_run_saved(folder):
+        with claim(folder) as held:
+            shutil.copy(pretrained, held / "ckpt.pt")  # the other run's finished checkpoint
+            yield held
+
+    monkeypatch.setattr(run_folder, "claim_folder", claimed_after_the_other_run_saved)
+    code, _, err = run(capsys, "finetune", "--checkpoint", str(pretrained), *FAST, "--out", str(out))
+    assert code == 2 and "already exists: pass --resume" in err
+    assert (out / "ckpt.pt").read_bytes() == pretrained.read_bytes()
+
+
+def test_ctrl_c_during_the_final_evaluation_says_the_run_is_saved(pretrained, tmp_path, capsys, monkeypatch):
+    import course_lib.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "exact_match", interrupted)
+    code, _, err = run(capsys, "finetune", "--checkpoint", str(pretrained), *FAST, "--out", str(tmp_path / "ft"))
+    assert code == 130 and err.count("\n") == 1
+    assert f"the run is complete and saved in {tmp_path / 'ft' / 'ckpt.pt'} (step 1)" in err
+    assert (tmp_path / "ft" / "ckpt.pt").exists()
+
+
+def test_a_lora_run_whose_base_moved_resumes_from_the_same_bytes_elsewhere(pretrained, tmp_path, capsys):
+    base, moved = tmp_path / "base.pt", tmp_path / "moved" / "base.pt"
+    shutil.copy(pretrained, base)
+    lora = ["finetune", "--lora-rank", "2", *FAST[2:], "--out", str(tmp_path / "ft")]
+    assert run(capsys, *lora, "--checkpoint", str(base), "--max-iters", "1")[0] == 0
+    moved.parent.mkdir()
+    base.rename(moved)
+    code, out, err = run(capsys, *lora, "--checkpoint", str(moved), "--max-iters", "2", "--resume")
+    assert code == 0, err
+    assert "at step 1 of 2" in out
+    ckpt = load_checkpoint(tmp_path / "ft" / "ckpt.pt")
+    assert ckpt["model_config"]["base_checkpoint"] == str(moved.resolve()) == ckpt["trained_on"]["base_checkpoint"]
+    assert run(capsys, "sample", "--checkpoint", str(tmp_path / "ft" / "ckpt.pt"), "--tokens", "3")[0] == 0

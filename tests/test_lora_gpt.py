@@ -10,7 +10,7 @@ import torch
 
 from course_lib import GPT, Trainer, TrainConfig
 from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
-from course_lib.finetune import TASK_CHARS, dates_batch_fn, extend_tokenizer
+from course_lib.finetune import TASK_CHARS, answer_batch_fn, extend_tokenizer
 from course_lib.lora import lora_layers
 from course_lib.lora_gpt import LoRAGPT, extend_vocabulary
 from course_lib.tokenizers import CharTokenizer
@@ -95,7 +95,7 @@ def test_old_rows_and_base_weights_stay_frozen_under_weight_decay(pretrained):
     model, tok = lora_from(pretrained)
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     config = TrainConfig(max_iters=3, batch_size=4, weight_decay=0.5, eval_interval=3, eval_iters=1)
-    Trainer(model, config=config, batch_fn=dates_batch_fn(tok, 4), progress=False, verbose=False).train()
+    Trainer(model, config=config, batch_fn=answer_batch_fn(tok, 4), progress=False, verbose=False).train()
     for n, p in model.named_parameters():
         if n in frozen:
             assert torch.equal(p, frozen[n]), n

@@ -64,3 +64,31 @@ def test_the_registry_imports_no_course_lib_module():
     relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
     absolute = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert relative == [] and not any(name.startswith("course_lib") for name in absolute)
+
+
+def kinds_defined_in_the_source() -> set[str]:
+    """Every name given to ``@register_model("name", ...)`` in course_lib's source (read, not imported)."""
+    kinds = set()
+    for path in (ROOT / "course_lib").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                kinds.add(node.args[0].value)
+    return kinds
+
+
+def test_every_kind_defined_in_the_source_is_registered_after_a_bare_import():
+    """In a fresh process (the tests have imported every module already, so they cannot see a kind
+    that registers only when some other import happens to load its module)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = "import json, course_lib, course_lib.registry as r; print(json.dumps(sorted(r.MODELS)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    defined = kinds_defined_in_the_source()
+    assert {"gpt", "bigram", "seq2seq", "gpt-lora"} <= defined
+    assert set(json.loads(done.stdout.strip().splitlines()[-1])) == defined
