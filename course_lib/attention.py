@@ -318,8 +318,9 @@ class CausalSelfAttention(nn.Module):
             # One new query per head sees every cached key. The n_rep query heads of a group share
             # one key/value head, so fold them into the query axis, (B, n_kv, n_rep, hs), instead of
             # copying the keys and values n_rep times: generation reads only n_kv heads of cache.
-            q = q.view(B, self.n_kv_head, n_rep, self.head_size)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).view(B, self.n_head, 1, self.head_size)
+            # reshape, not view: CUDA's kernels may return y non-contiguous (issue 31).
+            q = q.reshape(B, self.n_kv_head, n_rep, self.head_size)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).reshape(B, self.n_head, 1, self.head_size)
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, past + T, hs): head h reads group h // n_rep
             if self.need_weights:
