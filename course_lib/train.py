@@ -31,7 +31,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_che
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
-from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
+from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision, tf32_matmuls
 from .utils import DEFAULT_SEED, Rule, check_fields, config_from_dict
 
 
@@ -151,7 +151,7 @@ class Trainer:
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
-        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling; TF32 on GPUs
+        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
@@ -281,7 +281,11 @@ class Trainer:
 
     def train(self, until: int | None = None) -> dict[str, list]:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
-        Returns the loss history."""
+        Returns the loss history. On a CUDA GPU float32 matmuls use TF32 during the run only."""
+        with tf32_matmuls(self.device):
+            return self._train(until)
+
+    def _train(self, until: int | None) -> dict[str, list]:
         end = self.config.max_iters if until is None else min(until, self.config.max_iters)
         self.train_model.train()
         self.speed.start()  # the first step compiles and warms up: not timed
