@@ -97,6 +97,11 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self, TRAIN_CONFIG_RULES)
+        if self.schedule in ("cosine", "wsd") and self.min_lr > self.learning_rate:
+            # The decay runs from learning_rate to min_lr: the other way round it would climb.
+            raise ValueError(f"TrainConfig.min_lr ({self.min_lr:g}) is above learning_rate ({self.learning_rate:g}): "
+                             f"the {self.schedule} schedule decays from learning_rate down to min_lr, so it would "
+                             f"climb instead; set min_lr <= learning_rate, e.g. min_lr={self.learning_rate / 10:g}")
 
     @property
     def save_every(self) -> int:

@@ -52,6 +52,39 @@ def check_device(device: str | None) -> str:
     return device
 
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+
+
+def check_seed(seed) -> int:
+    """``seed`` if it is an integer torch can seed with, else a ValueError that gives the range."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}] (2**63 - 1), got {seed!r}")
+    return int(seed)
+
+
+class TooLargeError(ValueError):
+    """A model (or other tensor) larger than this machine's memory, refused before allocating."""
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(n_numbers: int, what: str, fix: str, bytes_per_number: int = 4) -> None:
+    """A :class:`TooLargeError` naming ``what`` and ``fix`` when ``n_numbers`` float32 numbers
+    need more than this machine's memory: said before allocating, instead of the allocator's
+    traceback or the out-of-memory killer."""
+    memory = physical_memory()
+    needed = n_numbers * bytes_per_number
+    if memory is not None and needed > memory:
+        raise TooLargeError(f"{what} needs at least {n_numbers:,} numbers ({needed / 2**30:,.1f} GiB in float32), more "
+                            f"than this machine's memory ({memory / 2**30:,.1f} GiB): {fix}")
+
+
 # --- config dataclasses ------------------------------------------------------------------------
 
 

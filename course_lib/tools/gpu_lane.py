@@ -100,14 +100,24 @@ def summary(device: str, unit: dict | None, chapters: list[dict] | None) -> list
     return lines
 
 
+def chapter_numbers(text: str) -> list[int] | None:
+    """``--chapters 8,14`` as [8, 14]; empty: every chapter (None)."""
+    if not text:
+        return None
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--chapters must be comma-separated chapter numbers, e.g. 8,14; got {text!r}") from None
+
+
 def _cmd_lane(args) -> int:
+    numbers = chapter_numbers(args.chapters)  # bad input is refused on any machine
     if not cuda_available():
         print(SKIP_LINE)
         return 0
     import torch
 
     device = f"{torch.cuda.get_device_name(0)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
-    numbers = [int(n) for n in args.chapters.split(",")] if args.chapters else None
     unit = None if args.skip_unit else run_unit_tests(args.workers)
     chapters = None if args.skip_chapters else run_chapters(numbers, args.timeout)
     lines = summary(device, unit, chapters)
