@@ -157,11 +157,11 @@ def test_every_preset_and_default_config_passes_the_rules():
 # --- issue 31: the reliability review's rows (../shared/reviews/2026-11-26-reliability.md) ----------
 
 
-def _saved(tmp_path, model, name="ckpt.pt", tok=None, **edits):
-    """A checkpoint of ``model`` with ``edits`` applied to its dict (a damaged file, as found)."""
+def _saved(tmp_path, net, name="ckpt.pt", tok=None, **edits):
+    """A checkpoint of ``net`` with ``edits`` applied to its dict (a damaged file, as found)."""
     from course_lib.checkpoint import save_checkpoint, write_atomic
 
-    path = save_checkpoint(tmp_path / name, model, tokenizer=tok or CharTokenizer("abcdefghijk"))
+    path = save_checkpoint(tmp_path / name, net, tokenizer=tok or CharTokenizer("abcdefghijk"))
     if edits:
         ckpt = torch.load(path, weights_only=True)
         for key, change in edits.items():
@@ -198,7 +198,7 @@ def test_api_bigram_a_counting_bigram_with_zero_probabilities_round_trips(tmp_pa
 LORA_CASES = [
     ("fr_huge / lora_rankhuge: rank 10**9", dict(rank=10**9),
      r"LoRA rank 1,000,000,000 is larger than blocks.0.attn.\w+ allows: at most min\(in 8, out \d+\) = 8"),
-    ("rank 9 on an 8-wide model", dict(rank=9), r"at most min\(in 8, out \d+\) = 8 .*choose a rank <= 8"),
+    ("rank 9 on an 8-wide model", dict(rank=9), r"at most min\(in 8, out \d+\) = 8, .*choose a rank <= 8"),
     ("alpha inf", dict(alpha=float("inf")), "LoRA alpha must be a positive finite number .*got inf"),
     ("alpha nan", dict(alpha=float("nan")), "LoRA alpha must be a positive finite number .*got nan"),
     ("lora_targets_empty: targets=[]", dict(targets=[]), "LoRA targets is empty: name at least one nn.Linear layer"),
