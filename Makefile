@@ -16,7 +16,7 @@ PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 # threads asleep) is set in one place, course_lib/tools/numerics.py, applied by tests/conftest.py
 # and book/conftest.py.
 
-.PHONY: install browser book test unit notebooks screenshots execute figures clean
+.PHONY: install browser book test unit gpu-test notebooks screenshots execute figures clean
 
 install:
 	$(PIP) install -q -r requirements.txt
@@ -44,6 +44,11 @@ unit:
 	$(PYTHON) -m pytest tests -m "not slow" --durations=15 $(PARALLEL)
 notebooks:
 	$(PYTHON) -m pytest $(or $(NB),book) $(NBVAL) $(PARALLEL)
+# The CUDA lane (course_lib/tools/gpu_lane.py): on a machine with a CUDA GPU, the unit tests with the
+# GPU as the default device (tests marked gpu included) and every chapter executed on the GPU without
+# comparing outputs, in a few lines of summary; without CUDA it skips with one line.
+gpu-test:
+	@$(PYTHON) -m course_lib.tools gpu-lane $(GPU_LANE_ARGS)
 # The book build, then every page in a real browser with a full-page screenshot of each in _build/screenshots/
 screenshots: install browser
 	$(PYTHON) -m pytest tests/test_website.py --screenshots

@@ -209,6 +209,9 @@ class LayerKVCache:
     """
 
     def __init__(self, capacity: int):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+            raise ValueError(f"KV cache capacity must be an integer >= 0 (positions it holds, e.g. block_size), "
+                             f"got {capacity!r}")
         self.capacity = capacity
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
@@ -216,6 +219,11 @@ class LayerKVCache:
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, nh, T, hs = k.shape
+        if self.k is not None and (B, nh, hs) != (self.k.shape[0], self.k.shape[1], self.k.shape[3]):
+            raise ValueError(
+                f"this KV cache holds batch {self.k.shape[0]}, {self.k.shape[1]} key/value heads of size "
+                f"{self.k.shape[3]}, and was given batch {B}, {nh} heads of size {hs}: a cache serves one model "
+                "and one batch; make a new KVCache for another")
         if self.k is None:
             self.k = k.new_empty(B, nh, self.capacity, hs)
             self.v = v.new_empty(B, nh, self.capacity, hs)
@@ -234,6 +242,8 @@ class KVCache:
     """One :class:`LayerKVCache` per layer of a model."""
 
     def __init__(self, n_layer: int, capacity: int):
+        if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
+            raise ValueError(f"KVCache n_layer must be an integer >= 1 (the model's config.n_layer), got {n_layer!r}")
         self.layers = [LayerKVCache(capacity) for _ in range(n_layer)]
 
     @property
@@ -318,8 +328,9 @@ class CausalSelfAttention(nn.Module):
             # One new query per head sees every cached key. The n_rep query heads of a group share
             # one key/value head, so fold them into the query axis, (B, n_kv, n_rep, hs), instead of
             # copying the keys and values n_rep times: generation reads only n_kv heads of cache.
-            q = q.view(B, self.n_kv_head, n_rep, self.head_size)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).view(B, self.n_head, 1, self.head_size)
+            # reshape, not view: CUDA's kernels may return y non-contiguous (issue 31).
+            q = q.reshape(B, self.n_kv_head, n_rep, self.head_size)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).reshape(B, self.n_head, 1, self.head_size)
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, past + T, hs): head h reads group h // n_rep
             if self.need_weights:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .registry import register_model
 from .config import Rule, check_fields, config_from_dict
+from .utils import check_fits_in_memory
 
 
 # --- count-based baselines ------------------------------------------------------------------
@@ -120,6 +121,10 @@ class BigramLanguageModel(nn.Module):
     predicts almost uniformly and its loss is close to ln V.
     """
 
+    # Zero probabilities of the counting model (from_probs) are -inf logits: a valid table, which
+    # checkpoints save and load (load_weights still refuses NaN and +inf there).
+    minus_inf_allowed = ("token_embedding_table.weight",)
+
     def __init__(self, vocab_size: int | BigramConfig = 65, block_size: int = 8, init_std: float = 0.02):
         super().__init__()
         if isinstance(vocab_size, BigramConfig):
@@ -127,6 +132,7 @@ class BigramLanguageModel(nn.Module):
         else:
             self.config = BigramConfig(vocab_size=vocab_size, block_size=block_size)
         V = self.config.vocab_size
+        check_fits_in_memory(V * V, f"a bigram model of vocab_size {V:,} (a V x V table)", "choose a smaller vocabulary")
         self.token_embedding_table = nn.Embedding(V, V)  # row i: logits of the token after token i
         nn.init.normal_(self.token_embedding_table.weight, mean=0.0, std=init_std)
 

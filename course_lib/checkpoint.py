@@ -41,6 +41,7 @@ import torch.nn as nn
 
 from .registry import MODELS, kind_of, lookup
 from .tokenizers import tokenizer_from_dict
+from .utils import TooLargeError
 
 FORMAT = "course_lib-checkpoint"
 FORMAT_VERSION = 3
@@ -151,9 +152,12 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
                                  f"it holds no {CHECKPOINT_NAME}; give the path of a checkpoint file"))
     if not path.exists():
         raise FileNotFoundError(
-            f"no checkpoint at {path}: check the path, or train one first with "
-            "`python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`"
+            f"no checkpoint at {path}: check the path, or train one first (`python -m course_lib train` for a GPT, "
+            "`train-dates` for an encoder-decoder, `finetune` to fine-tune a GPT)"
         )
+    if not path.is_file():  # a device such as /dev/zero, a pipe, a socket: never a checkpoint
+        raise CheckpointError(f"{path} is not a regular file (a device, pipe or socket), so it is not a checkpoint: "
+                              "give the path of a ckpt.pt file")
     try:
         with warnings.catch_warnings():  # e.g. torch's note on a pickle protocol: the error below says it all
             warnings.simplefilter("ignore")
@@ -186,8 +190,10 @@ def unreadable(path: Path, error: Exception) -> str:
     with open(path, "rb") as f:
         head = f.read(4)
     size = path.stat().st_size
-    if "Weights only load failed" in str(error):
-        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    # Code is named only where there is some: a reference to a Python function, or a pickle (which
+    # starts with its PROTO opcode, 0x80) that torch's safe loader refused. Random bytes are not code.
+    if found or ("Weights only load failed" in str(error) and head[:1] == b"\x80"):
         what = f"a reference to the Python function {found.group(1)}" if found else "Python objects"
         return (f"{path} was refused: it holds {what}, which loading could run as code, and course_lib loads "
                 "only tensors and plain data. Load only checkpoints written by course_lib (Trainer or save_checkpoint)")
@@ -212,6 +218,14 @@ def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
         return cls(cls.config_class.from_dict(ckpt["model_config"]))
     except CheckpointError:  # a model that loads more files (a LoRA model's base) says what is wrong itself
         raise
+    except TooLargeError as e:  # checked before allocating (see utils.check_fits_in_memory)
+        raise CheckpointError(f"{path} holds a {kind} model too large for this machine: {e}, or a damaged config; "
+                              "load it on a larger machine, or use another checkpoint") from None
+    except (MemoryError, RuntimeError) as e:  # the allocator's own refusal, when the machine has less free
+        if not isinstance(e, MemoryError) and "allocate" not in str(e):
+            raise
+        raise CheckpointError(f"{path} holds a {kind} model too large for the free memory of this machine "
+                              f"({one_line(e)}): close other programs, or load it on a larger machine") from None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path} holds an unusable {kind} config ({type(e).__name__}: {str(e)[:200]})") from e
 
@@ -248,17 +262,51 @@ def unwrapped_state_dict(state: dict) -> dict:
 def load_weights(model: nn.Module, ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
     """Load a checkpoint's weights into ``model``, wrapped (DDP, torch.compile) or not."""
     check_model_config(ckpt, model, path)
+    state = ckpt.get("model")
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise CheckpointError(f"{path} holds no weights (its 'model' entry is not a state dict of tensors): the "
+                              "checkpoint is damaged; train again or use another checkpoint")
+    state = unwrapped_state_dict(state)
+    check_state_matches(unwrap(model), state, path)
     try:
-        state = unwrapped_state_dict(ckpt["model"])
         unwrap(model).load_state_dict(state)
     except (KeyError, RuntimeError) as e:
-        raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {str(e)[:200]})") from e
-    broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {one_line(e)})") from e
+    minus_inf_allowed = getattr(unwrap(model), "minus_inf_allowed", ())  # e.g. log-probabilities of 0
+    broken = [name for name, t in state.items() if t.is_floating_point() and not
+              (torch.isfinite(t) | ((t == float("-inf")) & (name in minus_inf_allowed))).all()]
     if broken:
         raise CheckpointError(f"{path} holds weights that are not finite numbers (NaN or inf, in {broken[0]}): the "
                               "run had diverged when it was saved; use an earlier checkpoint, or train again with a "
                               "smaller learning_rate")
     return model
+
+
+def one_line(error: Exception, limit: int = 200) -> str:
+    """An exception's text on one line (torch's often span several), cut at ``limit`` characters."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_state_matches(model: nn.Module, state: dict, path: str | Path = "checkpoint") -> None:
+    """A :class:`CheckpointError` in one line naming the tensors a checkpoint's weights lack, has
+    too many of, or holds in another shape than its own config builds."""
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    missing = [name for name in expected if name not in state]
+    extra = [name for name in state if name not in expected]
+    shapes = [f"{name} is {tuple(state[name].shape)}, its config builds {expected[name]}"
+              for name in expected if name in state and tuple(state[name].shape) != expected[name]]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} tensor(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+    if extra:
+        problems.append(f"{len(extra)} unexpected tensor(s) ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})")
+    if shapes:
+        problems.append(f"{len(shapes)} of another shape ({'; '.join(shapes[:2])}{'; ...' if len(shapes) > 2 else ''})")
+    if problems:
+        raise CheckpointError(f"{path} does not hold usable weights: {'; '.join(problems)}. Its weights and its "
+                              "model_config disagree, so the file is damaged or was edited; train again or use "
+                              "another checkpoint")
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
@@ -276,5 +324,8 @@ def load_tokenizer(ckpt: dict, path: str | Path = "checkpoint"):
                               "pass tokenizer=... to the Trainer that writes it")
     try:
         return tokenizer_from_dict(ckpt["tokenizer"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path} holds an unusable tokenizer ({e})") from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        kind = ckpt["tokenizer"].get("type") if isinstance(ckpt["tokenizer"], dict) else type(ckpt["tokenizer"]).__name__
+        raise CheckpointError(f"{path} holds an unusable tokenizer (type {kind!r}; {type(e).__name__}: {one_line(e, 120)}): "
+                              "the checkpoint is damaged or was edited, so its tokens cannot be turned into text; "
+                              "train again or use another checkpoint") from e

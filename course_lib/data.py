@@ -111,20 +111,52 @@ STRAY_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f]")
 MAX_CONTROL_SHARE = 0.001  # more stray control characters than 1 in 1,000: not a text
 
 
+# The largest text read whole into memory: 1 GiB (tiny Shakespeare is 1 MB). Tokenized, a text
+# takes about 8 bytes per token more (int64 ids), so a larger one would exhaust a laptop's memory.
+MAX_TEXT_BYTES = 2**30
+READ_CHUNK = 2**20
+
+
+def _too_large(name: str) -> ValueError:
+    return ValueError(f"{name} is larger than {MAX_TEXT_BYTES / 2**30:g} GiB, the limit of a training text (it is "
+                      "read whole into memory, and its token ids take 8 bytes each): train on a part of it, e.g. "
+                      "head -c 500M big.txt > part.txt")
+
+
+def read_bounded(f, name: str) -> bytes:
+    """The bytes of ``f`` (a file, a pipe, a device) read in chunks: a ValueError as soon as they
+    pass :data:`MAX_TEXT_BYTES`, or hold a NUL byte (binary data: an endless device such as
+    /dev/zero is refused at its first chunk instead of filling the memory)."""
+    chunks, size = [], 0
+    while chunk := f.read(READ_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if b"\x00" in chunk:
+            decode_text(b"".join(chunks), name)  # raises: not text (counting the NUL bytes read so far)
+        if size > MAX_TEXT_BYTES:
+            raise _too_large(name)
+    return b"".join(chunks)
+
+
 def read_text_file(path: str | Path) -> str:
     """Your own training text: a UTF-8 file read whole, or standard input for ``"-"`` (a pipe,
     e.g. ``cat a.txt b.txt | python -m course_lib train --text -``). Clear errors for a missing
     file, an empty one, another encoding (UTF-16 and UTF-32 are named by their byte-order mark),
-    binary data and bytes that are not UTF-8 (with where they are)."""
+    binary data and bytes that are not UTF-8 (with where they are), and a text over
+    :data:`MAX_TEXT_BYTES` (checked before reading it, or while reading a pipe or device)."""
     if str(path) == "-":
-        return decode_text(sys.stdin.buffer.read(), "standard input")
+        return decode_text(read_bounded(sys.stdin.buffer, "standard input"), "standard input")
     path = Path(path)
     if path.is_dir():
         raise FileNotFoundError(f"no such text file: {path} (it is a folder)")
     if not path.exists():
         raise FileNotFoundError(f"no such text file: {path}")
-    with open(path, "rb") as f:  # a pipe such as /dev/stdin is read like a file
-        raw = f.read()
+    if path.is_file() and path.stat().st_size > MAX_TEXT_BYTES:
+        raise _too_large(str(path))
+    with open(path, "rb") as f:  # a pipe such as /dev/stdin, or a device, is read in bounded chunks
+        raw = f.read(MAX_TEXT_BYTES + 1) if path.is_file() else read_bounded(f, str(path))
+    if len(raw) > MAX_TEXT_BYTES:  # a file that grew since its size was checked
+        raise _too_large(str(path))
     return decode_text(raw, str(path))
 
 

@@ -13,6 +13,12 @@ import torch
 import torch.nn.functional as F
 
 from .attention import KVCache
+from .utils import check_seed
+
+
+# The most tokens one call generates: every token stays in memory (and the command line prints the
+# text at the end), so a typo such as --tokens 100000000000 must not run for days.
+MAX_NEW_TOKENS = 100_000
 
 
 def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
@@ -28,6 +34,9 @@ def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_
     if max_new_tokens is not None and (not isinstance(max_new_tokens, numbers.Integral)
                                        or isinstance(max_new_tokens, bool) or max_new_tokens < 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0 (how many tokens to add), got {max_new_tokens!r}")
+    if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (every token is kept in memory until the "
+                         f"end), got {max_new_tokens:,}: generate a shorter text, or continue it in several calls")
 
 
 def _is_number(x) -> bool:
@@ -204,13 +213,18 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
 def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 200, seed: int | None = None,
                   device=None, **kwargs) -> str:
     """Encode ``prompt``, sample, decode: the prompt followed by the continuation."""
-    device = device or next(model.parameters()).device
+    if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
+        raise TypeError(f"tokenizer must be a tokenizer with encode and decode methods (e.g. the one load_tokenizer "
+                        f"returns for a checkpoint), got {type(tokenizer).__name__}")
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a string (the text to continue), got {type(prompt).__name__}")
     if not prompt:
         raise ValueError("prompt is empty: give at least one character, e.g. '\\n'")
+    device = device or next(model.parameters()).device
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
     generator = None
     if seed is not None:
-        generator = torch.Generator(device=device).manual_seed(seed)
+        generator = torch.Generator(device=device).manual_seed(check_seed(seed))
     out = generate(model, idx, max_new_tokens, generator=generator, **kwargs)
     return tokenizer.decode(out[0].tolist())
 

@@ -57,7 +57,8 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
     model_type = getattr(hf_config, "model_type", None)
     if model_type != "gpt2":
         raise ValueError(f"expected a GPT-2 model (config.model_type 'gpt2'), got model_type {model_type!r}: "
-                         "only GPT-2's architecture maps onto course_lib's GPT")
+                         "GPT.from_pretrained maps GPT-2 ('gpt2', chapter 13) and Llama ('llama', chapter 14) "
+                         f"models onto course_lib's GPT, and a {model_type!r} model's architecture differs from both")
     C = hf_config.n_embd
     unsupported = []
     if hf_config.n_inner not in (None, 4 * C):

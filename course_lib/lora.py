@@ -21,6 +21,7 @@ Shapes: B batch, T time, in/out the features of a wrapped ``nn.Linear``, r the r
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn as nn
@@ -79,8 +80,25 @@ class LoRALinear(nn.Module):
 def check_rank(rank, alpha) -> None:
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"LoRA rank must be a positive integer, got {rank!r}")
-    if not isinstance(alpha, (int, float)) or not alpha > 0:
-        raise ValueError(f"LoRA alpha must be a positive number, got {alpha!r}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or not alpha > 0:
+        raise ValueError(f"LoRA alpha must be a positive finite number (the update is scaled by alpha / rank), "
+                         f"got {alpha!r}")
+
+
+def check_rank_fits(rank: int, layers: dict[str, nn.Linear]) -> None:
+    """A rank above min(in, out) of a layer adds nothing a full matrix could not (B A is then any
+    matrix) and only costs memory: refused before A and B are allocated."""
+    name, layer = min(layers.items(), key=lambda item: min(item[1].in_features, item[1].out_features))
+    most = min(layer.in_features, layer.out_features)
+    if rank > most:
+        raise ValueError(f"LoRA rank {rank:,} is larger than {name} allows: at most min(in {layer.in_features}, "
+                         f"out {layer.out_features}) = {most}, where B A is already a full matrix; choose a rank "
+                         f"<= {most} (ranks of 4 to 16 are usual)")
+
+
+def short_name(name: str) -> str:
+    """A layer's name without its block number: "blocks.3.attn.c_attn" -> "attn.c_attn"."""
+    return re.sub(r"^blocks\.\d+\.", "", name)
 
 
 def matches(name: str, targets) -> bool:
@@ -94,6 +112,14 @@ def target_layers(model: nn.Module, targets=DEFAULT_TARGETS) -> dict[str, nn.Lin
     target naming nothing, or something other than an ``nn.Linear``, is an error."""
     if isinstance(targets, str):
         targets = (targets,)
+    targets = tuple(targets)
+    if not targets:
+        raise ValueError("LoRA targets is empty: name at least one nn.Linear layer, e.g. "
+                         f"targets={DEFAULT_TARGETS!r} (the default)")
+    blank = [t for t in targets if not isinstance(t, str) or not t.strip()]
+    if blank:
+        raise ValueError(f"LoRA targets must be layer names, got {blank[0]!r} among {list(targets)!r}; "
+                         f"e.g. {', '.join(DEFAULT_TARGETS)}")
     found = {name: m for name, m in model.named_modules() if name and matches(name, targets)}
     for name, m in found.items():
         if isinstance(m, LoRALinear):
@@ -102,8 +128,7 @@ def target_layers(model: nn.Module, targets=DEFAULT_TARGETS) -> dict[str, nn.Lin
             raise ValueError(f"LoRA target {name} is a {type(m).__name__}; targets must name nn.Linear layers")
     unused = [t for t in targets if not any(matches(name, (t,)) for name in found)]
     if unused:
-        linear = sorted({n.split(".", 1)[-1] if n.split(".")[0] == "blocks" else n
-                         for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        linear = sorted({short_name(n) for n, m in model.named_modules() if isinstance(m, nn.Linear)})
         raise ValueError(f"LoRA target(s) {', '.join(map(repr, unused))} match no layer of this model; "
                          f"its nn.Linear layers are named like: {', '.join(linear)}")
     return found
@@ -120,11 +145,17 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 8.0, targets=DEFAUL
     ``targets`` (default: the attention projections) in :class:`LoRALinear` adapters, in place.
     Returns ``model``, whose only trainable parameters are now the adapters' A and B.
 
-    Right after this call the model computes exactly what it computed before (B = 0).
+    Right after this call the model computes exactly what it computed before (B = 0). Called
+    again on other targets, it adds adapters there and the earlier ones stay trainable.
     """
     check_rank(rank, alpha)
     layers = target_layers(model, targets)
+    check_rank_fits(rank, layers)
+    earlier = [p for adapter in lora_layers(model).values() for p in (adapter.lora_A, adapter.lora_B)]
+    trainable = [p.requires_grad for p in earlier]
     model.requires_grad_(False)
+    for p, was in zip(earlier, trainable):  # freezing the base must not freeze the adapters already there
+        p.requires_grad_(was)
     for name, layer in layers.items():
         _set_module(model, name, LoRALinear(layer, rank, alpha, dropout))
     return model
@@ -152,7 +183,9 @@ def lora_parameter_count(model: nn.Module, rank: int, targets=DEFAULT_TARGETS) -
     (out, r)), for ``model`` *before* :func:`add_lora`. For our GPT with the default targets,
     per block c_attn (C -> 3C) gives 4rC and c_proj (C -> C) 2rC: 6 r C n_layer in all."""
     check_rank(rank, 1.0)
-    return sum(rank * (m.in_features + m.out_features) for m in target_layers(model, targets).values())
+    layers = target_layers(model, targets)
+    check_rank_fits(rank, layers)
+    return sum(rank * (m.in_features + m.out_features) for m in layers.values())
 
 
 def trainable_parameters(model: nn.Module) -> int:

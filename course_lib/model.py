@@ -20,7 +20,7 @@ from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_
 from .registry import register_model
 from .rope import rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
-from .utils import IGNORE_INDEX
+from .utils import IGNORE_INDEX, check_fits_in_memory
 
 
 # GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
@@ -47,7 +47,9 @@ GPT_CONFIG_RULES = {
     "activation": Rule(str, choices=tuple(ACTIVATIONS)),
     "norm": Rule(str, choices=NORMS),
     "norm_eps": Rule(float, 0.0, None, "(]"),
-    "rope_theta": Rule(float, 0.0, None, "(]"),  # or None: learned absolute positions
+    # or None: learned absolute positions. Below 1 the rotation frequencies theta^(-2i/hs) grow past 1
+    # and, for a tiny theta, overflow to inf (NaN losses): real models use 1e4 to 1e6.
+    "rope_theta": Rule(float, 1.0, None, "[]"),
     "mlp": Rule(str, choices=MLPS),
     "ffn_hidden": Rule(int, 1),  # or None: the default hidden size
     "n_kv_head": Rule(int, 1),  # or None: n_head
@@ -254,6 +256,9 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
+        check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
+                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
+                             f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding
         self.wpe = None
         if config.rope_theta is None:
@@ -333,6 +338,9 @@ class GPT(nn.Module):
         if targets is not None and tuple(targets.shape) != (B, T):
             raise ValueError(f"targets must have the shape of idx ({B}, {T}), got {tuple(targets.shape)}: "
                              "targets[b, t] is the token that follows idx[b, :t+1]")
+        if cache is not None and len(cache.layers) != self.config.n_layer:
+            raise ValueError(f"this KV cache has {len(cache.layers)} layer(s) and the model {self.config.n_layer}: "
+                             "make it with KVCache(model.config.n_layer, model.config.block_size)")
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             what = "position embeddings" if self.wpe is not None else "RoPE angles"

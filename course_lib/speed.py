@@ -25,15 +25,30 @@ def check_precision(device: torch.device, dtype: str) -> None:
 
 
 def prepare_precision(device: torch.device, dtype: str) -> torch.amp.GradScaler:
-    """Check that ``device`` can train in ``dtype``, turn on TF32 for the matmuls that run in fp32
-    on a CUDA GPU (tensor cores, a 10-bit mantissa), and return the training step's gradient
+    """Check that ``device`` can train in ``dtype`` and return the training step's gradient
     scaler: on for fp16 alone, whose small gradients underflow (it multiplies the loss before
     backward and divides the gradients before the step); off (a plain ``optimizer.step()``) for
-    fp32 and bf16."""
+    fp32 and bf16. TF32 is switched on by :func:`tf32_matmuls`, for the training run only."""
     check_precision(device, dtype)
-    if device.type == "cuda":
-        torch.set_float32_matmul_precision("high")
     return torch.amp.GradScaler("cuda", enabled=dtype == "fp16")
+
+
+@contextlib.contextmanager
+def tf32_matmuls(device: torch.device):
+    """While the block runs on a CUDA GPU, float32 matmuls use TF32 (tensor cores, a 10-bit
+    mantissa): ``torch.set_float32_matmul_precision("high")``. The setting is global to the
+    process, so the previous one is restored afterwards, even after an error or a Ctrl-C: the
+    cells of a chapter that follow a GPU training run (and assert equalities) compute in full
+    float32 again. On other devices nothing changes."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 def autocast(device: torch.device, dtype: str):

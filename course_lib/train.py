@@ -32,7 +32,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_che
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
-from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision
+from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision, tf32_matmuls
 from .config import Rule, check_fields, config_from_dict
 from .utils import DEFAULT_SEED
 
@@ -99,6 +99,11 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self, TRAIN_CONFIG_RULES)
+        if self.schedule in ("cosine", "wsd") and self.min_lr > self.learning_rate:
+            # The decay runs from learning_rate to min_lr: the other way round it would climb.
+            raise ValueError(f"TrainConfig.min_lr ({self.min_lr:g}) is above learning_rate ({self.learning_rate:g}): "
+                             f"the {self.schedule} schedule decays from learning_rate down to min_lr, so it would "
+                             f"climb instead; set min_lr <= learning_rate, e.g. min_lr={self.learning_rate / 10:g}")
 
     @property
     def save_every(self) -> int:
@@ -153,7 +158,7 @@ class Trainer:
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
-        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling; TF32 on GPUs
+        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
@@ -283,7 +288,11 @@ class Trainer:
 
     def train(self, until: int | None = None) -> dict[str, list]:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
-        Returns the loss history."""
+        Returns the loss history. On a CUDA GPU float32 matmuls use TF32 during the run only."""
+        with tf32_matmuls(self.device):
+            return self._train(until)
+
+    def _train(self, until: int | None) -> dict[str, list]:
         end = self.config.max_iters if until is None else min(until, self.config.max_iters)
         self.train_model.train()
         self.speed.start()  # the first step compiles and warms up: not timed

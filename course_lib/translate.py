@@ -12,6 +12,18 @@ import torch.nn.functional as F
 from .seq2seq import Seq2Seq, Seq2SeqConfig, encode_batch
 
 
+# Beam search keeps beam_size hypotheses per source and ranks beam_size * V candidates a step: beams
+# of 4 to 10 are usual, and a beam of thousands would run for hours with nothing to gain.
+MAX_BEAM = 100
+
+
+def check_beam_size(beam_size) -> None:
+    """A clear ValueError for a beam size that is not an integer in [1, MAX_BEAM]."""
+    if not isinstance(beam_size, int) or isinstance(beam_size, bool) or not 1 <= beam_size <= MAX_BEAM:
+        raise ValueError(f"beam_size must be an integer >= 1 and <= {MAX_BEAM} (1 is greedy decoding; beams of 4 to "
+                         f"10 are usual), got {beam_size!r}")
+
+
 def _decode_args(model: Seq2Seq, src: torch.Tensor, max_len: int | None) -> int:
     if src.dim() != 2:
         raise ValueError(f"src must be a (B, S) tensor of token ids, got shape {tuple(src.shape)}")
@@ -74,8 +86,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
 
     src (B, S) -> B lists of token ids (BOS and EOS left out).
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an integer >= 1 (1 is greedy decoding), got {beam_size!r}")
+    check_beam_size(beam_size)
     max_len = _decode_args(model, src, max_len)
     c, K = model.config, beam_size
     B = src.shape[0]
@@ -131,8 +142,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
 def translate(model: Seq2Seq, tokenizer, texts: list[str], beam_size: int = 1, max_len: int | None = None,
               alpha: float = 0.6) -> list[str]:
     """Translate ``texts`` with greedy decoding (``beam_size=1``) or beam search."""
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an integer >= 1 (1 is greedy decoding), got {beam_size!r}")
+    check_beam_size(beam_size)
     if not texts:
         return []
     if any(len(t) == 0 for t in texts):

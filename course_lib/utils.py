@@ -3,6 +3,7 @@ standard error. The conventions the config classes share live in :mod:`course_li
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import random
 
@@ -47,6 +48,39 @@ def check_device(device: str | None) -> str:
         raise ValueError(f"device {device!r} is not available on this machine (available: {', '.join(have)}); "
                          f"leave --device out to use {pick_device()}")
     return device
+
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+
+
+def check_seed(seed) -> int:
+    """``seed`` if it is an integer torch can seed with, else a ValueError that gives the range."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}] (2**63 - 1), got {seed!r}")
+    return int(seed)
+
+
+class TooLargeError(ValueError):
+    """A model (or other tensor) larger than this machine's memory, refused before allocating."""
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(n_numbers: int, what: str, fix: str, bytes_per_number: int = 4) -> None:
+    """A :class:`TooLargeError` naming ``what`` and ``fix`` when ``n_numbers`` float32 numbers
+    need more than this machine's memory: said before allocating, instead of the allocator's
+    traceback or the out-of-memory killer."""
+    memory = physical_memory()
+    needed = n_numbers * bytes_per_number
+    if memory is not None and needed > memory:
+        raise TooLargeError(f"{what} needs at least {n_numbers:,} numbers ({needed / 2**30:,.1f} GiB in float32), more "
+                            f"than this machine's memory ({memory / 2**30:,.1f} GiB): {fix}")
 
 
 @contextlib.contextmanager

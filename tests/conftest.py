@@ -38,6 +38,11 @@ def pytest_collection_modifyitems(config, items):
         here = 0 if path.endswith(".ipynb") else 1 if item.get_closest_marker("slow") else 2
         rank[path] = min(rank.get(path, 2), here)
     items.sort(key=lambda item: rank[file_of(item)])  # stable: keeps the order within a file
+    if not torch.cuda.is_available():  # the CUDA lane's tests (make gpu-test): one line each here
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False): make gpu-test on a GPU machine")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
 
 
 @pytest.fixture

@@ -77,6 +77,46 @@ def test_incremental_attention_with_cache_equals_full():
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
 
 
+
+def _non_contiguous(layout):
+    """F.scaled_dot_product_attention wrapped to return the same values in another memory
+    layout, as CUDA's fused kernels do (issue 31): "cuda" keeps the heads and the query axis
+    swapped in memory (flash attention's (B, T, H, hs)); "last" swaps the last two axes."""
+    real = F.scaled_dot_product_attention
+
+    def sdpa(*args, **kwargs):
+        y = real(*args, **kwargs)
+        if layout == "cuda":
+            out = y.transpose(1, 2).contiguous().transpose(1, 2)
+        else:
+            out = y.transpose(-2, -1).contiguous().transpose(-2, -1)
+        assert torch.equal(out, y)
+        return out
+
+    return sdpa
+
+
+@pytest.mark.parametrize("layout", ["cuda", "last"])
+@pytest.mark.parametrize("n_kv_head", [2, 1], ids=["gqa", "mqa"])
+def test_kv_cache_generation_survives_a_non_contiguous_attention_output(monkeypatch, layout, n_kv_head):
+    """Regression (issue 31): the one-token cached path of grouped-query attention called .view
+    on SDPA's output, which CUDA returns non-contiguous, so sampling a GQA model on a GPU raised
+    "view size is not compatible". Generation with the cache must equal generation without it."""
+    from course_lib.generate import generate
+    from course_lib.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=13, block_size=12, n_layer=2, n_head=4, n_kv_head=n_kv_head,
+                          n_embd=32)).eval()
+    monkeypatch.setattr(F, "scaled_dot_product_attention", _non_contiguous(layout))
+    idx = torch.randint(13, (2, 3), generator=torch.Generator().manual_seed(1))
+    plain = generate(model, idx, 15, temperature=0)
+    cached = generate(model, idx, 15, temperature=0, use_cache=True)
+    assert torch.equal(plain, cached)
+    sampled = [generate(model, idx, 15, generator=torch.Generator().manual_seed(2), use_cache=c) for c in (False, True)]
+    assert torch.equal(*sampled)
+
+
 # --- score variance (chapter 3) ---
 
 

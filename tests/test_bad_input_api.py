@@ -2,6 +2,8 @@
 phrase its message must contain (issue 21's cases). The rules live in one place each: the config
 classes' rule tables (course_lib.config.Rule), course_lib.generate.check_sampling_args, and
 course_lib.data.read_text_file; these rows check that each refuses what it should."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +152,270 @@ def test_every_preset_and_default_config_passes_the_rules():
             assert TrainConfig(**vars(preset.train)) == preset.train
     assert Seq2SeqConfig.from_dict(DATES_MODEL.to_dict()) == DATES_MODEL
     dates_train_config()
+
+
+# --- issue 31: the reliability review's rows (../shared/reviews/2026-11-26-reliability.md) ----------
+
+
+def _saved(tmp_path, net, name="ckpt.pt", tok=None, **edits):
+    """A checkpoint of ``net`` with ``edits`` applied to its dict (a damaged file, as found)."""
+    from course_lib.checkpoint import save_checkpoint, write_atomic
+
+    path = save_checkpoint(tmp_path / name, net, tokenizer=tok or CharTokenizer("abcdefghijk"))
+    if edits:
+        ckpt = torch.load(path, weights_only=True)
+        for key, change in edits.items():
+            ckpt[key] = change(ckpt[key])
+        write_atomic(path, ckpt)
+    return path
+
+
+def test_api_bigram_a_counting_bigram_with_zero_probabilities_round_trips(tmp_path):
+    """Row 3: from_probs(smoothing=0) keeps -inf for zero probabilities (as documented); it saves
+    and loads bitwise, while NaN and +inf are still refused as divergence."""
+    import course_lib.bigram as bigram
+    from course_lib.checkpoint import CheckpointError, load_model
+
+    data = torch.tensor([0, 1, 2, 0, 1, 2, 0, 2, 1, 0])
+    model = bigram.BigramLanguageModel.from_probs(bigram.bigram_probs(data, 3, smoothing=0.0))
+    table = model.token_embedding_table.weight
+    assert torch.isneginf(table).any(), "the case under test: some zero probabilities"
+    loaded, _ = load_model(_saved(tmp_path, model, tok=CharTokenizer("abc")))
+    assert torch.equal(loaded.token_embedding_table.weight, table)
+    for bad in (float("nan"), float("inf")):
+        broken = bigram.BigramLanguageModel.from_probs(bigram.bigram_probs(data, 3, smoothing=0.0))
+        with torch.no_grad():
+            broken.token_embedding_table.weight[0, 0] = bad
+        with pytest.raises(CheckpointError, match=r"not finite numbers \(NaN or inf, in token_embedding_table"):
+            load_model(_saved(tmp_path, broken, f"bad{bad}.pt", tok=CharTokenizer("abc")))
+    gpt = GPT(GPTConfig(**TINY))  # a GPT's -inf is still divergence
+    with torch.no_grad():
+        gpt.wte.weight[0, 0] = float("-inf")
+    with pytest.raises(CheckpointError, match="not finite numbers"):
+        load_model(_saved(tmp_path, gpt, "gpt.pt"))
+
+
+LORA_CASES = [
+    ("fr_huge / lora_rankhuge: rank 10**9", dict(rank=10**9),
+     r"LoRA rank 1,000,000,000 is larger than blocks.0.attn.\w+ allows: at most min\(in 8, out \d+\) = 8"),
+    ("rank 9 on an 8-wide model", dict(rank=9), r"at most min\(in 8, out \d+\) = 8, .*choose a rank <= 8"),
+    ("alpha inf", dict(alpha=float("inf")), "LoRA alpha must be a positive finite number .*got inf"),
+    ("alpha nan", dict(alpha=float("nan")), "LoRA alpha must be a positive finite number .*got nan"),
+    ("lora_targets_empty: targets=[]", dict(targets=[]), "LoRA targets is empty: name at least one nn.Linear layer"),
+    ("targets ['']", dict(targets=[""]), r"LoRA targets must be layer names, got '' among \[''\]"),
+    ("targets [' ', 'attn.c_attn']", dict(targets=[" ", "attn.c_attn"]), "LoRA targets must be layer names, got ' '"),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, phrase", LORA_CASES, ids=[c[0] for c in LORA_CASES])
+def test_add_lora_refuses_before_allocating_and_changes_nothing(name, kwargs, phrase):
+    """Rows 4 and 18, lora_rankhuge: one clear ValueError, and the model is left as it was
+    (nothing frozen, nothing wrapped)."""
+    from course_lib.lora import add_lora, trainable_parameters
+
+    model = GPT(GPTConfig(**TINY))
+    before = trainable_parameters(model)
+    with pytest.raises(ValueError, match=phrase) as raised:
+        add_lora(model, **{"rank": 2, **kwargs})
+    assert "\n" not in str(raised.value)
+    assert trainable_parameters(model) == before and all(p.requires_grad for p in model.parameters())
+
+
+def test_lora_twice_other_add_lora_again_keeps_the_first_adapters_trainable():
+    """Row 17: a second add_lora on other targets adds its adapters and leaves the first ones
+    trainable (it used to freeze them with requires_grad_(False))."""
+    from course_lib.lora import add_lora, lora_parameter_count, trainable_parameters
+
+    model = GPT(GPTConfig(**TINY))
+    attn = lora_parameter_count(model, 2)
+    mlp = lora_parameter_count(model, 2, targets=("mlp.c_fc",))
+    add_lora(model, 2)
+    add_lora(model, 2, targets=("mlp.c_fc",))
+    assert trainable_parameters(model) == attn + mlp
+    assert model.blocks[0].attn.c_attn.lora_A.requires_grad and model.blocks[0].mlp.c_fc.lora_A.requires_grad
+    assert not model.blocks[0].attn.c_attn.base.weight.requires_grad and not model.wte.weight.requires_grad
+
+
+def test_ok_minlr_min_lr_above_learning_rate_is_refused_where_a_schedule_decays():
+    """Row 13: cosine and wsd decay from learning_rate to min_lr; the other way round they climb."""
+    for schedule in ("cosine", "wsd"):
+        with pytest.raises(ValueError, match=r"TrainConfig.min_lr \(0.0001\) is above learning_rate \(5e-05\): "
+                                             r"the \w+ schedule decays .* e.g. min_lr=5e-06"):
+            TrainConfig(learning_rate=5e-5, schedule=schedule)
+    TrainConfig(learning_rate=5e-5, min_lr=5e-6)  # lowered together: fine
+    TrainConfig(learning_rate=1e-4, min_lr=1e-4)  # equal: a flat schedule
+    TrainConfig(learning_rate=5e-5, schedule="constant")  # min_lr unused
+
+
+def test_ok_ropetiny_a_rope_theta_below_1_is_refused():
+    """ok_ropetiny: theta 1e-300 passed the (0, inf) rule, and the run ended "diverged ... smaller
+    learning_rate" (its frequencies theta^(-2i/hs) overflow)."""
+    with pytest.raises(ValueError, match=r"rope_theta must be a finite number >= 1, got 1e-300"):
+        GPTConfig(rope_theta=1e-300)
+    GPTConfig(rope_theta=10000.0)
+
+
+@pytest.mark.parametrize("build, phrase", [
+    (lambda: GPT(GPTConfig(vocab_size=10**12, n_embd=16, n_head=2, n_layer=1)),
+     r"a GPT of vocab_size 1,000,000,000,000, n_embd 16 and n_layer 1 needs at least .* more than this "
+     r"machine's memory .*: choose smaller sizes"),
+    (lambda: __import__("course_lib.bigram").bigram.BigramLanguageModel(10**7),
+     r"a bigram model of vocab_size 10,000,000 \(a V x V table\) needs at least 100,000,000,000,000 numbers"),
+], ids=["api_cfg_hugevocab", "bigram_hugevocab"])
+def test_a_model_larger_than_the_machine_is_refused_before_allocating(build, phrase):
+    from course_lib.utils import TooLargeError
+
+    with pytest.raises(TooLargeError, match=phrase):
+        build()
+
+
+def test_hx_hugecfg_a_checkpoint_whose_config_needs_more_than_the_memory(tmp_path):
+    """Row 20: a config saying n_embd=1,000,000 is refused in one line before any allocation."""
+    from course_lib.checkpoint import CheckpointError, load_model
+
+    path = _saved(tmp_path, GPT(GPTConfig(**TINY)), model_config=lambda c: {**c, "n_embd": 1_000_000})
+    with pytest.raises(CheckpointError, match=r"holds a gpt model too large for this machine: a GPT of vocab_size 11, "
+                                              r"n_embd 1,000,000 .*use another checkpoint") as raised:
+        load_model(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_unclear_checkpoint_rows_get_messages_that_name_the_problem(tmp_path):
+    """s_random, hx_zero, s_badtok, s_shape, lb_missing_A (its generic part): random bytes are not
+    called code, a device is not read, a bad tokenizer and a wrong shape are named in one line."""
+    import os
+    import pickle
+
+    from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, load_tokenizer
+
+    random_bytes = _file(tmp_path, "random.pt", os.urandom(5000))
+    with pytest.raises(CheckpointError, match="is not a checkpoint: torch.save writes a zip archive") as raised:
+        load_checkpoint(random_bytes)
+    assert "run as code" not in str(raised.value)
+    if Path("/dev/zero").exists():
+        (tmp_path / "zero_link.pt").symlink_to("/dev/zero")
+        for path in ("/dev/zero", tmp_path / "zero_link.pt"):
+            with pytest.raises(CheckpointError, match="is not a regular file .*give the path of a ckpt.pt file"):
+                load_checkpoint(path)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    raw = _file(tmp_path, "raw.pt", pickle.dumps(Evil()))
+    with pytest.raises(CheckpointError, match="was refused: it holds .*which loading could run as code"):
+        load_checkpoint(raw)  # a real pickle with code is still named as such
+
+    model = GPT(GPTConfig(**TINY))
+    badtok = _saved(tmp_path, model, "badtok.pt", tokenizer=lambda t: {**t, "chars": 5})
+    ckpt = load_checkpoint(badtok)
+    with pytest.raises(CheckpointError, match=r"holds an unusable tokenizer \(type 'char'; TypeError: .*\): the "
+                                              r"checkpoint is damaged or was edited") as raised:
+        load_tokenizer(ckpt, badtok)
+    assert "\n" not in str(raised.value)
+
+    shape = _saved(tmp_path, model, "shape.pt", model=lambda m: {**m, "wte.weight": torch.zeros(12, 8)})
+    with pytest.raises(CheckpointError, match=r"does not hold usable weights: 1 of another shape \(wte.weight is "
+                                              r"\(12, 8\), its config builds \(11, 8\)\)") as raised:
+        load_model(shape)
+    assert "\n" not in str(raised.value)
+    missing = _saved(tmp_path, model, "missing.pt",
+                     model=lambda m: {k: v for k, v in m.items() if not k.endswith("attn.c_attn.weight")})
+    with pytest.raises(CheckpointError, match=r"1 tensor\(s\) missing \(blocks.0.attn.c_attn.weight\)"):
+        load_model(missing)
+
+
+def test_tl_missing_a_missing_checkpoint_names_every_command_that_makes_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="`python -m course_lib train` for a GPT, `train-dates` for an "
+                                                "encoder-decoder, `finetune` to fine-tune a GPT"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_sp_tokhuge_sp_seedhuge_gen_tok_none_generation_bounds(model):
+    tok = CharTokenizer("abcdefghijk")
+    with pytest.raises(ValueError, match=r"max_new_tokens must be at most 100,000 .*got 100,000,000,000"):
+        generate_text(model, tok, "ab", 10**11)
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 9223372036854775807\] \(2\*\*63 - 1\), "
+                                         "got 99999999999999999999999"):
+        generate_text(model, tok, "ab", 3, seed=99999999999999999999999)
+    with pytest.raises(TypeError, match="tokenizer must be a tokenizer with encode and decode methods .*got NoneType"):
+        generate_text(model, None, "ab", 3)
+    with pytest.raises(TypeError, match="prompt must be a string .*got list"):
+        generate_text(model, tok, ["a"], 3)
+
+
+def test_tl_beamhuge_a_beam_past_the_bound_is_refused():
+    from course_lib.seq2seq import Seq2Seq
+    from course_lib.translate import translate
+
+    seq2seq = Seq2Seq(Seq2SeqConfig(vocab_size=12, n_embd=8, n_head=2, n_encoder_layers=1, n_decoder_layers=1))
+    with pytest.raises(ValueError, match=r"beam_size must be an integer >= 1 and <= 100 .*got 100000"):
+        translate(seq2seq, CharTokenizer("abcdefgh"), ["abc"], beam_size=100_000)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3", "mistral"])
+def test_hf_qwen_mistral_from_pretrained_names_the_architectures_that_map(model_type):
+    from types import SimpleNamespace
+
+    from course_lib.gpt2 import config_from_hf
+
+    with pytest.raises(ValueError, match=f"got model_type '{model_type}': GPT.from_pretrained maps GPT-2 \\('gpt2', "
+                                         r"chapter 13\) and Llama \('llama', chapter 14\) models"):
+        config_from_hf(SimpleNamespace(model_type=model_type))
+
+
+def _kv_model(**changes):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**{**TINY, "n_layer": 2, "n_embd": 16, **changes})).eval()
+
+
+KV_CASES = [
+    ("kv_batch", lambda m, c: (m(torch.zeros(1, 3, dtype=torch.long), cache=c), m(torch.zeros(2, 1, dtype=torch.long),
+                                                                                     cache=c)),
+     r"this KV cache holds batch 1, 2 key/value heads of size 8, and was given batch 2, 2 heads of size 8: a cache "
+     "serves one model and one batch; make a new KVCache"),
+    ("kv_layers", lambda m, c: m(torch.zeros(1, 3, dtype=torch.long), cache=__import__("course_lib.attention").attention
+                                 .KVCache(1, 8)),
+     r"this KV cache has 1 layer\(s\) and the model 2: make it with KVCache\(model.config.n_layer"),
+    ("kv_other_model", lambda m, c: (m(torch.zeros(1, 3, dtype=torch.long), cache=c),
+                                     _kv_model(n_head=2, n_kv_head=1)(torch.zeros(1, 1, dtype=torch.long), cache=c)),
+     r"holds batch 1, 2 key/value heads of size 8, and was given batch 1, 1 heads of size 8"),
+    ("kv_capneg", lambda m, c: __import__("course_lib.attention").attention.KVCache(2, -5),
+     r"KV cache capacity must be an integer >= 0 .*got -5"),
+    ("kv_layers0", lambda m, c: __import__("course_lib.attention").attention.KVCache(0, 8),
+     r"KVCache n_layer must be an integer >= 1 .*got 0"),
+]
+
+
+@pytest.mark.parametrize("name, call, phrase", KV_CASES, ids=[c[0] for c in KV_CASES])
+def test_kv_cache_misuse_is_one_clear_error(name, call, phrase):
+    from course_lib.attention import KVCache
+
+    model = _kv_model()
+    with torch.no_grad(), pytest.raises(ValueError, match=phrase) as raised:
+        call(model, KVCache(2, 8))
+    assert "\n" not in str(raised.value)
+
+
+def test_tx_devzero_a_text_past_the_limit_or_an_endless_device_is_refused(tmp_path, monkeypatch):
+    """Row 19: the text reader is bounded: a file over MAX_TEXT_BYTES is refused from its size, a
+    stream while it is read, and /dev/zero at its first chunk (NUL bytes), not by the OOM killer."""
+    import io
+    import sys
+
+    import course_lib.data as data
+
+    monkeypatch.setattr(data, "MAX_TEXT_BYTES", 1000)
+    monkeypatch.setattr(data, "READ_CHUNK", 64)
+    big = _file(tmp_path, "big.txt", b"To be, or not to be\n" * 100)
+    with pytest.raises(ValueError, match=r"big.txt is larger than 9.3\d*e-07 GiB, the limit of a training text "
+                                         r".*head -c 500M big.txt > part.txt"):
+        read_text_file(big)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"To be, or not to be\n" * 100)))
+    with pytest.raises(ValueError, match="standard input is larger than"):
+        read_text_file("-")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"short and fine\n")))
+    assert read_text_file("-") == "short and fine\n"
+    if Path("/dev/zero").exists():
+        with pytest.raises(ValueError, match=r"/dev/zero is not text: it holds 64 NUL bytes, the first at offset 0"):
+            read_text_file("/dev/zero")

@@ -89,8 +89,9 @@ def test_b_zero_means_a_gets_no_gradient_at_the_first_step():
     assert torch.count_nonzero(layer.lora_A.grad) == 0 and torch.count_nonzero(layer.lora_B.grad) > 0
 
 
+# Ranks up to the narrowest width (C = 8): a larger one is refused (check_rank_fits).
 @settings(max_examples=15, deadline=None)
-@given(rank=st.integers(1, 16), n_layer=st.integers(1, 3), heads_and_c=st.sampled_from([(1, 8), (2, 16), (4, 32)]),
+@given(rank=st.integers(1, 8), n_layer=st.integers(1, 3), heads_and_c=st.sampled_from([(1, 8), (2, 16), (4, 32)]),
        targets=st.sampled_from([DEFAULT_TARGETS, ("c_attn",), ("c_fc", "c_proj"), ("attn.c_proj", "mlp.c_fc")]))
 def test_trainable_parameters_follow_the_formula(rank, n_layer, heads_and_c, targets):
     n_head, C = heads_and_c

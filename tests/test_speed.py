@@ -1,5 +1,7 @@
 """course_lib.speed (chapter 12): precisions a device can train in, autocast, torch.compile with
 its fallback to eager mode, and the speed meter (tokens/s, MFU from the model's own FLOPs)."""
+import contextlib
+
 import pytest
 import torch
 
@@ -147,3 +149,60 @@ def test_a_trainer_measures_tokens_per_second_but_no_mfu_on_a_cpu():
     trainer.train()
     assert trainer.tokens_per_s > 0 and trainer.mfu is None  # 2 timed steps of 4 x 8 tokens; no CPU peak
     assert trainer.speed.flops_per_token == flops_per_token(TINY)
+
+
+def test_tf32_is_on_inside_the_block_only_and_restored_after_an_error():
+    """The TF32 switch is process-wide: it holds during a GPU training run and the previous
+    setting comes back afterwards (issue 31), also when the run stops with an exception."""
+    before = torch.get_float32_matmul_precision()
+    cuda = torch.device("cuda")  # the flag is global: setting it needs no GPU
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with speed.tf32_matmuls(cuda):
+            assert torch.get_float32_matmul_precision() == "high"
+        assert torch.get_float32_matmul_precision() == "highest"
+        torch.set_float32_matmul_precision("medium")  # a reader's own choice is kept too
+        with pytest.raises(KeyboardInterrupt), speed.tf32_matmuls(cuda):
+            raise KeyboardInterrupt
+        assert torch.get_float32_matmul_precision() == "medium"
+        with speed.tf32_matmuls(torch.device("cpu")):
+            assert torch.get_float32_matmul_precision() == "medium"  # no TF32 off a GPU
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_the_trainer_scopes_tf32_to_its_training_run(monkeypatch):
+    """Trainer.train runs inside tf32_matmuls(its device): every step sees the switch, and
+    the process has its own setting back once train() returns."""
+    from course_lib import train as train_module
+    from course_lib.model import GPT, GPTConfig
+    from course_lib.train import TrainConfig, Trainer
+
+    seen_devices, during = [], []
+
+    @contextlib.contextmanager
+    def fake_tf32(device):  # what tf32_matmuls does on a GPU, here on the CPU
+        seen_devices.append(device)
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("medium")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(previous)
+
+    monkeypatch.setattr(train_module, "tf32_matmuls", fake_tf32)
+    data = torch.randint(10, (200,))
+
+    def batches(split, generator):
+        during.append(torch.get_float32_matmul_precision())
+        i = torch.randint(len(data) - 9, (2,), generator=generator)
+        return torch.stack([data[j:j + 8] for j in i]), torch.stack([data[j + 1:j + 9] for j in i])
+
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    before = torch.get_float32_matmul_precision()
+    trainer = Trainer(model, config=TrainConfig(max_iters=2, eval_iters=1, eval_interval=2, batch_size=2),
+                      batch_fn=batches, device="cpu", progress=False, verbose=False)
+    assert torch.get_float32_matmul_precision() == before  # building the Trainer switches nothing
+    trainer.train()
+    assert seen_devices == [torch.device("cpu")] and set(during) == {"medium"}
+    assert torch.get_float32_matmul_precision() == before

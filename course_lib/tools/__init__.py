@@ -5,6 +5,7 @@ reader imports:
     python -m course_lib.tools book execute [NOTEBOOK ...]       # re-execute, store outputs
     python -m course_lib.tools numerics probe                    # what the pinned environment pins
     python -m course_lib.tools pretrained                        # remake the shipped pretrained model
+    python -m course_lib.tools gpu-lane                          # make gpu-test: tests and chapters on a CUDA GPU
     python -m course_lib.tools assignments build --out student/  # student notebooks
     python -m course_lib.tools assignments build --format otter --out masters/  # or nbgrader
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import re
 import sys
 from pathlib import Path
@@ -327,10 +328,37 @@ def build_student_notebook(source: str | Path, out_dir: str | Path, fmt: str = "
     return target
 
 
+def check_out_dir(out_dir: Path, targets: list[Path], force: bool = False) -> None:
+    """Before building: ``out_dir`` must be a folder (or not exist yet, below a folder) that this
+    process can write, and none of ``targets`` (the files the build writes) may exist there unless
+    ``force``: an instructor's edited notebook must not be replaced silently. Other files stay."""
+    import tempfile
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AssignmentError(f"--out {out_dir} is a file, not a folder: give a folder to write the notebooks into "
+                              "(it is created if missing)")
+    existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise AssignmentError(f"--out {out_dir} lies below {existing}, which is a file, not a folder: choose another --out")
+    try:  # the folder the notebooks land in (or the first existing parent of a new one) must be writable
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an --out folder you "
+                              "can write") from None
+    replaced = [str(t.relative_to(out_dir)) for t in targets if t.exists()]
+    if replaced and not force:
+        shown = ", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
+        raise AssignmentError(f"--out {out_dir} already holds {shown}, which this build would replace (edits there "
+                              "would be lost): pass --force to replace them, or choose an empty or new folder")
+
+
 def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path | None = None,
-          fmt: str = "student") -> list[Path]:
+          fmt: str = "student", force: bool = False) -> list[Path]:
     """Build the ``fmt`` notebooks of every chapter (or of one) into ``out_dir``; see
-    :func:`student_target` for the layout.
+    :func:`student_target` for the layout. Notebooks already in ``out_dir`` under the names the
+    build writes are not replaced unless ``force`` (other files there are left alone).
 
     All or nothing: every notebook is built into a temporary folder beside ``out_dir`` first, and
     only when all succeeded are they moved into place, so a broken chapter leaves no other
@@ -355,17 +383,27 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
         raise AssignmentError("no chapter notebooks (chNN_*.ipynb) found")
     out_dir, book = Path(out_dir), next(iter(chapters.values())).parent
     _refuse_book_folder(out_dir, book)
+    check_out_dir(out_dir, [student_target(path, out_dir, fmt) for path in chapters.values()], force)
     repository = _repository(book) if fmt == "otter" else None
     existing = next(p for p in out_dir.resolve().parents if p.is_dir())  # creates nothing yet
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=existing))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=existing))
+    except OSError as e:  # the staging folder beside --out: a parent that is not writable
+        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an --out folder you "
+                              "can write") from None
     try:
         built = [build_student_notebook(path, staging, fmt=fmt, repository=repository)
                  for path in chapters.values()]
         written = []
         for path in built:
             target = out_dir / path.relative_to(staging)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target)  # same file system: atomic per file
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                path.replace(target)  # same file system: atomic per file
+            except OSError as e:
+                raise AssignmentError(f"cannot write {target} ({e.strerror}): choose an --out folder you can write"
+                                      + (f"; {len(written)} notebook(s) were written before it" if written else "")
+                                      ) from None
             written.append(target)
         return written
     finally:
@@ -376,7 +414,7 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
 
 
 def _cmd_build(args) -> int:
-    written = build(args.out, chapter=args.chapter, book_dir=args.book, fmt=args.format)
+    written = build(args.out, chapter=args.chapter, book_dir=args.book, fmt=args.format, force=args.force)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -392,6 +430,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--chapter", type=int, help="only this chapter (default: every chapter)")
     b.add_argument("--out", required=True, help="folder to write the notebooks into")
     b.add_argument("--book", help="folder of the chapter notebooks (default: ./book, else the repository's)")
+    b.add_argument("--force", action="store_true", help="replace notebooks of the same name already in --out")
     b.add_argument("--format", choices=FORMATS, default="student",
                    help="student (default): notebooks to hand out, solutions replaced by "
                         "raise NotImplementedError(); otter: Otter-Grader master notebooks for "

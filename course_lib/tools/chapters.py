@@ -100,14 +100,15 @@ def _kernel_environment() -> dict[str, str]:
 
 
 def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
-                     allow_errors: bool = False, store: bool = False):
+                     allow_errors: bool = False, store: bool = False, env: dict[str, str] | None = None):
     """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
     it executed; with ``store``, write its outputs back into the file. The kernel runs in the
     reference numeric environment (:mod:`course_lib.tools.numerics`), as nbval's kernels do, so
     that what is stored is what every host checks. Streams are coalesced, which also folds
     progress-bar carriage returns: the page shows the final bar only. Cells that start with
     ``# NBVAL_SKIP`` (they need the network or a GPU) are not run, as nbval does not run them: they
-    are stored without outputs rather than with this machine's download errors."""
+    are stored without outputs rather than with this machine's download errors. ``env``, when
+    given, replaces the kernel's environment (the GPU lane runs chapters in the host's own)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -119,7 +120,7 @@ def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "p
         cell.metadata.setdefault("tags", []).append(_SKIP_TAG)
     NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
                    skip_cells_with_tag=_SKIP_TAG,
-                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=_kernel_environment())
+                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=_kernel_environment() if env is None else env)
     for cell in skipped:
         cell.metadata["tags"].remove(_SKIP_TAG)
         if not cell.metadata["tags"]:

@@ -8,12 +8,35 @@ threads: the same bytes come out on any x86-64 CPU with AVX2. About 3 minutes on
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-CHILD = ("import sys; from course_lib.pretrained import train_pretrained; "
-         "path, loss = train_pretrained(sys.argv[1]); print(f'val loss {loss:.4f} (50 batches of 64)')")
+# The child stops quietly on Ctrl-C (the parent says the one line): the file is written once, at the end.
+CHILD = ("import sys\nfrom course_lib.pretrained import train_pretrained\ntry:\n"
+         "    path, loss = train_pretrained(sys.argv[1])\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
+         "print(f'val loss {loss:.4f} (50 batches of 64)')")
+
+
+def check_writable(path: Path) -> None:
+    """Before a 3-minute run: ``path`` must be a file name in a folder this process can write
+    (probed by creating and removing a file there; a missing folder is probed at its first existing
+    parent, and created only when the model is written)."""
+    import tempfile
+
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a folder: give the file to write, e.g. {path / 'shakespeare-char-cpu.pt'}")
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("."))
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {path}: {folder} is a file, not a folder; choose another --out")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write {path} ({e.strerror} in {folder}): choose an --out in a folder you can write") from None
 
 
 def add_parser(sub) -> None:
@@ -32,9 +55,22 @@ def run(args) -> int:
         raise ValueError(f"this host cannot compute the reference numbers ({why}): make the file on x86-64 with AVX2")
     env = reference_environment(threads=THREADS)
     path = Path(args.out) if args.out else PRETRAINED_PATH
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env)
-    if done.returncode:
-        return done.returncode
+    check_writable(path)
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], env=env) as child:
+        try:
+            returncode = child.wait()
+        except KeyboardInterrupt:  # the child got the same Ctrl-C: wait for it to stop, then one line
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: still one line
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            print(f"interrupted (Ctrl-C): {path} was not written", file=sys.stderr)
+            return 130
+    if returncode:
+        return returncode
     digest = sha256_of(path)
     print(f"wrote {path} ({path.stat().st_size:,} bytes), SHA-256 {digest}" +
           (" (as course_lib.pretrained.PRETRAINED_SHA256)" if digest == PRETRAINED_SHA256
