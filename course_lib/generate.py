@@ -153,8 +153,9 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     fills the padding; its value never matters (the mask hides it), but it must be a valid id.
 
     Floating point: the padded batch runs matrix products of other shapes than a single prompt
-    does, so the logits can differ in the last bits (about 1e-7); masked keys get exactly zero
-    weight. Greedy and sampled tokens are equal unless two tokens tie to within that rounding.
+    does, so the logits can differ in the last bits (chapter 10 prints 1.4e-06 for its names
+    model); masked keys get exactly zero weight. Greedy and sampled tokens are equal unless two
+    tokens tie to within that rounding.
     """
     from .data import pad_batch  # data imports nothing from here; kept local to keep generate light
 

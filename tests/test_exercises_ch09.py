@@ -233,3 +233,74 @@ def test_encode_leftmost_first_fails_where_merge_order_matters():
 def test_decode_bytes_given_something_else_than_a_function():
     with pytest.raises(ExerciseError, match="(?s)expected your function, got None.*Hint: pass the function"):
         ch09.check_decode_bytes(None)
+
+
+# --- review of issue 32: each classic wrong rule gets the hint that names it ---
+
+
+def _replay(ids, merges, first):
+    rank = {p: k for k, p in enumerate(merges)}
+    while True:
+        candidates = [p for p in zip(ids, ids[1:]) if p in rank]
+        if not candidates:
+            return ids
+        best = first(candidates, key=rank.get)
+        ids = merge(ids, best, 256 + rank[best])
+
+
+def encode_latest_merge_first(text, merges):
+    return _replay(list(text.encode("utf-8")), merges, max)
+
+
+def encode_from_code_points(text, merges):
+    return _replay([ord(c) for c in text], merges, min)
+
+
+def encode_longest_match(text, merges):
+    pieces = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        pieces[256 + k] = pieces[a] + pieces[b]
+    ids_of = {}
+    for i, piece in pieces.items():
+        ids_of.setdefault(piece, i)
+    data, out, start = text.encode("utf-8"), [], 0
+    while start < len(data):
+        end = max(e for e in range(start + 1, len(data) + 1) if data[start:e] in ids_of)
+        out.append(ids_of[data[start:end]])
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (encode_latest_merge_first, "learned LAST first"),
+    (encode_from_code_points, "not from code points"),
+    (encode_longest_match, "greedy longest match"),
+])
+def test_encode_with_merges_other_wrong_rules_get_their_own_hint(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint) as error:
+        ch09.check_encode_with_merges(wrong)
+    assert "leftmost pair" not in str(error.value)
+
+
+def test_apply_merge_comparing_a_list_with_a_tuple_gets_the_nothing_merged_hint():
+    def list_against_tuple(ids, pair, new_id):
+        out, i = [], 0
+        while i < len(ids):
+            if ids[i:i + 2] == pair:  # a list never equals a tuple: nothing is ever merged
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        return out
+    with pytest.raises(ExerciseError, match="nothing was merged") as error:
+        ch09.check_apply_merge(list_against_tuple)
+    assert "compare a tuple with a tuple" in str(error.value)
+
+
+def test_decode_bytes_forgetting_return_gets_the_return_hint():
+    def forgets_return(vocab, ids):
+        b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    with pytest.raises(ExerciseError, match="returned None") as error:
+        ch09.check_decode_bytes(forgets_return)
+    assert "return" in str(error.value).split("Hint:")[1]

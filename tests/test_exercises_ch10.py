@@ -107,3 +107,14 @@ def test_pad_batch_float_ids_fail():
 
     with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype torch.float32.*Hint: token ids"):
         ch10.check_pad_batch(pad_float)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.long])
+def test_combine_masks_as_zeros_and_ones_fails_with_the_additive_mask_hint(dtype):
+    # right values, wrong dtype: scaled_dot_product_attention would add a float 0/1 mask to the scores
+    def zeros_and_ones(real):
+        T = real.shape[1]
+        return torch.tril(torch.ones(T, T, dtype=dtype))[None] * real[:, None, :].to(dtype)
+    with pytest.raises(ExerciseError, match="expected a boolean mask") as error:
+        ch10.check_combine_masks(zeros_and_ones)
+    assert "ADDS a float attn_mask" in str(error.value)

@@ -184,3 +184,57 @@ def test_cross_attention_float64_output_fails_with_a_dtype_hint():
     # It used to crash the check with RuntimeError (torch.allclose of float64 and float32).
     with pytest.raises(ExerciseError, match="(?s)expected torch.float32, got dtype torch.float64.*Hint: "):
         ch11.check_cross_attention(lambda x, memory, mask, layer: cross_attention(x, memory, mask, layer).double())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_positions_right_values_in_another_dtype_fail_with_a_dtype_hint(dtype):
+    # e.g. a table built with NumPy (float64): right values, but no traceback and a hint on the dtype
+    with pytest.raises(ExerciseError, match="but your sum is") as error:
+        ch11.check_add_positions(lambda x: (x + sinusoidal_position_encoding(x.shape[1], x.shape[2])).to(dtype))
+    assert "torch.from_numpy(pe).to(x.dtype)" in str(error.value)
+
+
+def test_positions_from_a_numpy_table_fail_with_a_dtype_hint():
+    np = pytest.importorskip("numpy")
+
+    def positions_numpy_table(x):
+        B, T, C = x.shape
+        pos, i = np.arange(T)[:, None], np.arange(0, C, 2)[None, :]
+        angle = pos / 10000 ** (i / C)
+        pe = np.zeros((T, C))
+        pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
+        return x + torch.from_numpy(pe)
+    with pytest.raises(ExerciseError, match="float64"):
+        ch11.check_add_positions(positions_numpy_table)
+
+
+def cross_attention_softmax_over_queries(x, memory, mask, layer):
+    B, T, C = x.shape
+    hs = C // layer.n_head
+    q = layer.q_proj(x).view(B, T, layer.n_head, hs).transpose(1, 2)
+    k, v = layer.kv_proj(memory).split(C, dim=-1)
+    k = k.view(B, -1, layer.n_head, hs).transpose(1, 2)
+    v = v.view(B, -1, layer.n_head, hs).transpose(1, 2)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf"))
+    return layer.c_proj((F.softmax(scores, dim=-2) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+def cross_attention_mask_filled_with_zero(x, memory, mask, layer):
+    B, T, C = x.shape
+    hs = C // layer.n_head
+    q = layer.q_proj(x).view(B, T, layer.n_head, hs).transpose(1, 2)
+    k, v = layer.kv_proj(memory).split(C, dim=-1)
+    k = k.view(B, -1, layer.n_head, hs).transpose(1, 2)
+    v = v.view(B, -1, layer.n_head, hs).transpose(1, 2)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, 0.0)
+    return layer.c_proj((F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("wrong, message, hint", [
+    (cross_attention_softmax_over_queries, "over the queries", "softmax over the last axis"),
+    (cross_attention_mask_filled_with_zero, "filled with 0", "float('-inf')"),
+])
+def test_cross_attention_classic_mistakes_get_their_own_hints(wrong, message, hint):
+    with pytest.raises(ExerciseError, match=message) as error:
+        ch11.check_cross_attention(wrong)
+    assert hint in str(error.value)

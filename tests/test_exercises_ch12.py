@@ -155,3 +155,29 @@ def test_days_not_done():
 def test_days_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch12.check_training_days(wrong)
+
+
+def sum_losses_then_one_backward(model, batches):
+    # the same gradient, but every micro-batch's graph is kept until the one backward: no memory saved
+    model.zero_grad(set_to_none=True)
+    losses = [model(x, y)[1] for x, y in batches]
+    (sum(losses) / len(losses)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_accumulation_summing_the_losses_for_one_backward_fails_with_the_memory_hint():
+    with pytest.raises(ExerciseError, match="saves no memory") as error:
+        ch12.check_accumulated_gradients(sum_losses_then_one_backward)
+    assert "backward() on each micro-batch's loss" in str(error.value)
+
+
+def test_accumulation_with_autograd_grad_per_micro_batch_passes(capsys):
+    def by_autograd_grad(model, batches):
+        params = list(model.parameters())
+        total = [torch.zeros_like(p) for p in params]
+        for x, y in batches:
+            for t, g in zip(total, torch.autograd.grad(model(x, y)[1] / len(batches), params)):
+                t += g
+        return total
+    ch12.check_accumulated_gradients(by_autograd_grad)
+    assert "Correct!" in capsys.readouterr().out

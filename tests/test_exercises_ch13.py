@@ -195,3 +195,59 @@ def test_conv1d_to_linear_a_shape_error_from_copy_gets_the_transpose_hint():
 
     with pytest.raises(ExerciseError, match=r"RuntimeError(.|\n)*copy weight\.t\(\)"):
         ch13.check_conv1d_to_linear(square_right_others_untransposed)
+
+
+# --- review of issue 32: holes and tracebacks closed ---
+
+
+def map_block_prefix_without_dot(hf_state, i):
+    prefix = f"transformer.h.{i}"  # no trailing dot: block 1 also takes blocks 10 and 11
+    out = {}
+    for k, w in hf_state.items():
+        if k.startswith(prefix):
+            name = k[len(prefix) + 1:]
+            out[name] = w.t() if name in CONV1D else w
+    return out
+
+
+def test_map_block_prefix_without_the_dot_fails_at_gpt2_smalls_12_blocks():
+    with pytest.raises(ExerciseError, match="they come from blocks 10, 11") as error:
+        ch13.check_map_block(map_block_prefix_without_dot)
+    assert "end it with the dot" in str(error.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_conv1d_to_linear_in_another_dtype_fails_with_a_dtype_hint(dtype):
+    def linear_in_dtype(weight, bias):
+        return conv1d_to_linear(weight, bias).to(dtype)
+    with pytest.raises(ExerciseError, match=f"parameters are {dtype}") as error:
+        ch13.check_conv1d_to_linear(linear_in_dtype)
+    assert "without a dtype= argument" in str(error.value)
+
+
+def test_conv1d_to_linear_sharing_gpt2s_storage_fails():
+    def shares(weight, bias):
+        n_in, n_out = weight.shape
+        linear = torch.nn.Linear(n_in, n_out)
+        linear.weight = torch.nn.Parameter(weight.t())  # a view of GPT-2's tensor
+        linear.bias = torch.nn.Parameter(bias.clone())
+        return linear
+    with pytest.raises(ExerciseError, match="weight share memory") as error:
+        ch13.check_conv1d_to_linear(shares)
+    assert "weight.t().clone()" in str(error.value)
+
+
+def test_conv1d_to_linear_full_of_nan_gets_the_nan_hint():
+    def nan_layer(weight, bias):
+        linear = conv1d_to_linear(weight, bias)
+        with torch.no_grad():
+            linear.weight.fill_(float("nan"))
+        return linear
+    with pytest.raises(ExerciseError, match="outputs NaN"):
+        ch13.check_conv1d_to_linear(nan_layer)
+
+
+def test_gpt2_parameters_infinite_gets_the_overflow_hint():
+    with pytest.raises(ExerciseError, match="not a count") as error:
+        ch13.check_gpt2_parameters(lambda L, C, V, T: float("inf"))
+    assert "//" not in str(error.value)

@@ -137,6 +137,10 @@ def as_integer(value, what: str, hint: str | None = "return the count as a Pytho
     number = float(value)
     if math.isnan(number):
         fail(f"{what}: got NaN (not a number).", _NAN_HINT)
+    if math.isinf(number):
+        fail(f"{what}: got {number}, not a count.",
+             "infinity comes from a division by zero or a number too large for its dtype (float16 stops at "
+             "65,504): compute the count with Python ints.")
     if not number.is_integer():
         fail(f"{what}: got {number!r}, which is not a whole number.",
              "a count is an integer: divide with // (not /) and do not add fractions.")

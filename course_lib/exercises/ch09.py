@@ -6,7 +6,7 @@ import random
 from collections import Counter
 
 from ..bpe_train import merge
-from . import as_number, call, describe, expect_callable, fail, passed
+from . import _RETURN_HINT, as_number, call, describe, expect_callable, fail, passed
 
 
 def _id_lists():
@@ -65,6 +65,10 @@ def check_apply_merge(fn) -> None:
                 fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
                      "occurrences overlap in runs like 7, 7, 7: after a merge, skip both ids (i += 2), so "
                      "one id is never used twice.")
+            if got == list(ids) and expected != list(ids):
+                fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}: nothing was merged.",
+                     "compare a tuple with a tuple: (ids[i], ids[i + 1]) == pair. A slice ids[i:i + 2] is a "
+                     "list, and a list never equals the tuple pair.")
             if got == expected[:-1] or len(got) == len(expected) + 1:
                 fail(f"apply_merge({ids}, {pair}, 99) returned {got}; expected {expected}.",
                      "check the last position: a pair can end at the last id, and a lone last id must be kept.")
@@ -110,6 +114,12 @@ def check_encode_with_merges(fn) -> None:
     # merge 0 (id 256) and "ab" merge 1 (id 257). By priority "abc" -> [97, 256] ("a", "bc");
     # merging the leftmost pair that is any merge would give [257, 99] ("ab", "c").
     cases.append(("abc", [(98, 99), (97, 98)]))
+    # Two more cases in which the classic wrong rules part ways, so that each gets its own hint: with
+    # "ab" learned before "bc", merging the LATEST merge first gives [97, 257] where the others give
+    # [256, 99]; with "bc", "a"+"bc" and then "ab", greedy longest match finds "abc" (id 257) as
+    # merge replay does, while leftmost-first and latest-first stop at "ab", "c" ([258, 99]).
+    cases.append(("abc", [(97, 98), (98, 99)]))
+    cases.append(("abc", [(98, 99), (97, 256), (97, 98)]))
     answers = []
     for text, text_merges in cases:
         got = call(fn, text, [tuple(m) for m in text_merges])
@@ -130,6 +140,16 @@ def check_encode_with_merges(fn) -> None:
                    "merges that made its parts.")
     if all(g == _one_merge(t, m) for (t, m), g in zip(cases, answers)):
         fail(what, "keep merging until no adjacent pair is a merge; one merge is not the end.")
+    if all(g == _by_priority(_code_points(t), m, first=min) for (t, m), g in zip(cases, answers)):
+        fail(what, "start from the UTF-8 bytes, list(text.encode('utf-8')), not from code points: ord('é') is "
+                   "233, one code point, but é is two bytes (195, 169), and the merges are pairs of byte ids.")
+    if all(g == _by_priority(list(t.encode("utf-8")), m, first=max) for (t, m), g in zip(cases, answers)):
+        fail(f"{what[:-1]} with merges {text_merges[:3]}{'...' if len(text_merges) > 3 else ''}.",
+             "you applied the merge learned LAST first; apply the merge learned FIRST (the lowest index in "
+             "merges): it is the one training built first, and later merges are built from its result.")
+    if all(g == _longest_match(t, m) for (t, m), g in zip(cases, answers)):
+        fail(what, "that is greedy longest match, WordPiece's rule (the chapter's WordPiece section): BPE instead "
+                   "replays its merges, the lowest merge index first, wherever the pair is in the text.")
     if got == _leftmost_first(text, text_merges):
         fail(f"{what[:-1]} with merges {text_merges[:3]}{'...' if len(text_merges) > 3 else ''}.",
              "you merged the leftmost pair that is a merge; apply the merge LEARNED first (the lowest index "
@@ -152,6 +172,37 @@ def _leftmost_first(text, merges):
         if i is None:
             return ids
         ids = ids[:i] + [256 + rank[(ids[i], ids[i + 1])]] + ids[i + 2:]
+
+
+def _code_points(text: str) -> list[int]:
+    """The classic slip of starting from Unicode code points instead of UTF-8 bytes."""
+    return [ord(c) for c in text]
+
+
+def _by_priority(ids: list[int], merges, first=min) -> list[int]:
+    """Merge replay from ``ids``: repeatedly the adjacent pair of lowest merge index (``first=min``,
+    the right rule) or of highest (``first=max``, the reversed priority)."""
+    rank = {pair: k for k, pair in enumerate(merges)}
+    while True:
+        candidates = [p for p in zip(ids, ids[1:]) if p in rank]
+        if not candidates:
+            return ids
+        best = first(candidates, key=rank.get)
+        ids = merge(ids, best, 256 + rank[best])
+
+
+def _longest_match(text: str, merges) -> list[int]:
+    """Greedy longest match over the merged vocabulary (WordPiece's encoding rule, on bytes)."""
+    pieces = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        pieces[256 + k] = pieces.get(a, b"") + pieces.get(b, b"")
+    by_bytes = {piece: i for i, piece in sorted(pieces.items(), reverse=True)}  # the lowest id wins a tie
+    data, ids, start = text.encode("utf-8"), [], 0
+    while start < len(data):
+        end = next(e for e in range(len(data), start, -1) if data[start:e] in by_bytes)
+        ids.append(by_bytes[data[start:end]])
+        start = end
+    return ids
 
 
 def _one_merge(text, merges):
@@ -216,6 +267,8 @@ def check_decode_bytes(fn) -> None:
                  "read the error above; try your function on vocab and [104, 105] ('hi') by hand first.")
         if got == expected:
             continue
+        if got is None:
+            fail(f"decode({ids}) returned None; expected a str.", _RETURN_HINT)
         if not isinstance(got, str):
             fail(f"decode({ids}) returned {describe(got)}; expected a str.",
                  "join the bytes, then decode them once: b''.join(...).decode('utf-8', errors='replace').")

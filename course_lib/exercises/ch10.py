@@ -155,7 +155,11 @@ def check_combine_masks(fn) -> None:
         if tuple(got.shape) != (B, T, T):
             fail(f"{what}: expected shape {(B, T, T)}, got {tuple(got.shape)}.",
                  "broadcast causal (1, T, T) against the keys' mask (B, 1, T).")
-        got = got.bool()
+        if got.dtype != torch.bool:
+            fail(f"{what}: expected a boolean mask, got dtype {got.dtype}.",
+                 "F.scaled_dot_product_attention ADDS a float attn_mask to the scores, so a mask of 0. and 1. "
+                 "masks nothing: build it from booleans, torch.tril(torch.ones(T, T, dtype=torch.bool)) "
+                 "& real[:, None, :], and do not convert it with .float() or .long().")
         if torch.equal(got, torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & real[:, :, None]):
             fail(f"{what}: you masked the queries (rows), not the keys (columns).",
                  "a pad must not be LOOKED AT: index the padding mask as real[:, None, :] (the key axis).")

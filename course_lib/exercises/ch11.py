@@ -78,6 +78,27 @@ def check_cross_attention(fn) -> None:
             hint = ("queries come from x (T positions), keys and values from memory (S positions): the output has "
                     "one row per QUERY, (B, T, C).")
             fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}.", hint)
+        with torch.no_grad():
+            q = layer.split_heads(layer.q_proj(x))
+            k, v = (layer.split_heads(t) for t in layer.kv_proj(memory).split(C, dim=2))
+            scores = q @ k.transpose(-2, -1) / math.sqrt(C // nh)  # (B, nh, T, S)
+            mistakes = {
+                "the softmax runs over the queries (dim=-2), not over the keys":
+                    F.softmax(scores.masked_fill(~mask, float("-inf")), -2) @ v,
+                "the masked scores were filled with 0, which is not masking":
+                    F.softmax(scores.masked_fill(~mask, 0.0), -1) @ v,
+            }
+        hints = {"the softmax runs over the queries (dim=-2), not over the keys":
+                 "each query's weights over the KEYS must sum to 1: softmax over the last axis, dim=-1.",
+                 "the masked scores were filled with 0, which is not masking":
+                 "exp(0) = 1, so a key filled with 0 still gets weight: fill masked scores with float('-inf'), "
+                 "whose exp is exactly 0."}
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.is_floating_point():
+            for mistake, y in mistakes.items():
+                wrong = layer.c_proj(y.transpose(1, 2).reshape(B, T, C)).detach()
+                if not torch.allclose(wrong, expected, atol=1e-5, equal_nan=True) and \
+                        torch.allclose(got.detach().to(wrong.dtype), wrong, atol=1e-5, equal_nan=True):
+                    fail(f"{what}: {mistake}.", hints[mistake])
         expect_tensor(got, expected.shape, what, dtype=expected.dtype,
                       dtype_hint="the layer's weights and x are float32, and so is its output: build no tensor "
                                  "of another dtype (e.g. scale with math.sqrt, not a float64 tensor).")
@@ -217,6 +238,11 @@ def check_add_positions(fn) -> None:
         expected = x + sinusoidal_position_encoding(T, C)
         got = call(fn, x.clone())
         what = f"add_positions for x of shape {(B, T, C)}"
+        if isinstance(got, torch.Tensor) and got.shape == x.shape and got.dtype != x.dtype:
+            fail(f"{what}: x is {x.dtype}, but your sum is {got.dtype}.",
+                 "add a table of x's dtype: sinusoidal_position_encoding gives float32; a NumPy table is float64, "
+                 "so convert it with torch.from_numpy(pe).to(x.dtype). A float64 sum would make every layer "
+                 "after it fail on mixed dtypes, and float16 loses precision.")
         if isinstance(got, torch.Tensor) and got.shape == x.shape and T > 4 \
                 and torch.allclose(got, add_positions_buggy(x), atol=1e-6):
             fail(f"{what}: every position from 3 on gets the same encoding, so the model cannot tell them apart.",

@@ -21,19 +21,38 @@ def _big_batch_gradients(model, batches) -> list[torch.Tensor]:
 
 def _model_with_stale_gradients(model, g: torch.Generator):
     """A copy of ``model`` whose ``.grad`` already holds the gradient of another batch, as after
-    an earlier training step, and a record of the batch size of every forward call it gets."""
+    an earlier training step; a record of the batch size of every forward call it gets; and the
+    order of its forward and backward passes ("forward", "backward"), so that an answer which runs
+    every forward pass before one backward pass (all graphs in memory at once) shows."""
     copied = copy.deepcopy(model)
     x, y = torch.randint(0, 13, (2, 8), generator=g), torch.randint(0, 13, (2, 8), generator=g)
     copied(x, y)[1].backward()
-    seen = []
+    seen, events = [], []
 
     def record(module, args, kwargs):
         idx = args[0] if args else kwargs.get("idx")
         if isinstance(idx, torch.Tensor):
             seen.append(idx.shape[0])
+        events.append("forward")
 
     copied.register_forward_pre_hook(record, with_kwargs=True)
-    return copied, [p.grad.clone() for p in copied.parameters()], seen
+    # the token embedding takes part in every forward pass, so its gradient is computed once per backward pass
+    next(copied.parameters()).register_hook(lambda grad: events.append("backward"))
+    return copied, [p.grad.clone() for p in copied.parameters()], seen, events
+
+
+def _forward_before_backward(events: list[str]) -> int | None:
+    """The number (from 2) of the first forward pass that began while an earlier micro-batch had no
+    backward pass yet, or None when every forward pass followed the backward pass of the one before."""
+    forwards = backwards = 0
+    for event in events:
+        if event == "forward":
+            if backwards < forwards:
+                return forwards + 1
+            forwards += 1
+        else:
+            backwards += 1
+    return None
 
 
 def check_accumulated_gradients(fn) -> None:
@@ -50,13 +69,20 @@ def check_accumulated_gradients(fn) -> None:
         batches = [(torch.randint(0, 13, (B, 8), generator=g), torch.randint(0, 13, (B, 8), generator=g))
                    for _ in range(n)]
         expected = _big_batch_gradients(copy.deepcopy(model), batches)
-        handed, stale, seen = _model_with_stale_gradients(model, g)
+        handed, stale, seen, events = _model_with_stale_gradients(model, g)
         got = call(fn, handed, [(x.clone(), y.clone()) for x, y in batches])
         what = f"accumulated_gradients over {n} micro-batches of {B}"
         if seen and max(seen) > B:
             fail(f"{what}: your model was called on a batch of {max(seen)} sequences; each micro-batch has {B}.",
                  "do not concatenate the micro-batches: accumulation runs forward and backward on ONE "
                  "micro-batch at a time, so that only one micro-batch's activations are ever in memory.")
+        early = _forward_before_backward(events)
+        if early is not None:
+            fail(f"{what}: the forward pass of micro-batch {early} ran before the backward pass of micro-batch "
+                 f"{early - 1}. The gradient can come out right, but every micro-batch's graph (all its "
+                 "activations) stays in memory until the backward pass, so this saves no memory at all.",
+                 "call backward() on each micro-batch's loss (divided by their number) inside the loop, before "
+                 "the next forward pass; do not collect the losses and sum them for one backward() at the end.")
         if not isinstance(got, (list, tuple)) or len(got) != len(expected) or \
                 not all(isinstance(t, torch.Tensor) for t in got):
             fail(f"{what}: expected a list of {len(expected)} tensors (one per parameter), got "

@@ -12,7 +12,7 @@ from torch import nn
 from ..gpt2 import GPT2_SIZES, weight_map
 from ..model import Block, GPTConfig
 from ..sizing import count_parameters
-from . import as_integer, call, call_with_hints, describe, fail, passed
+from . import _NAN_HINT, as_integer, call, call_with_hints, describe, fail, passed
 
 
 def _fake_gpt2_state(n_layer: int, C: int, V: int = 50, T: int = 16, seed: int = 13) -> dict[str, torch.Tensor]:
@@ -44,11 +44,13 @@ def check_map_block(fn) -> None:
     names such as ``transformer.h.{i}.attn.c_attn.weight``, Conv1D matrices stored (in, out)),
     under our :class:`~course_lib.model.Block`'s names (``ln_1.weight``, ``attn.c_attn.weight``,
     ...) in ``nn.Linear``'s (out, in) layout, ready for ``block.load_state_dict``."""
-    n_layer, C = 3, 16
+    # 12 layers, as GPT-2 small: then "transformer.h.1" is also the start of "transformer.h.10." and
+    # "transformer.h.11.", which a prefix without its trailing dot would take for block 1
+    n_layer, C = 12, 16
     state = _fake_gpt2_state(n_layer, C)
     config = GPTConfig(vocab_size=50, block_size=16, n_layer=n_layer, n_head=2, n_embd=C, bias=True,
                        activation="gelu_tanh")
-    for i in range(n_layer):
+    for i in (0, 1, 2, 10, 11):
         got = call(fn, dict(state), i)
         expected = _expected_block(state, i, n_layer)
         what = f"map_block(state, {i})"
@@ -59,6 +61,13 @@ def check_map_block(fn) -> None:
             fail(f"{what}: keys such as {prefixed[0]!r} carry a prefix; Block's own names have none.",
                  "use the names of Block().state_dict(): 'ln_1.weight', 'attn.c_attn.weight', ...")
         missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        longer = sorted({k.split(".")[2] for k in state
+                         if k.startswith(f"transformer.h.{i}") and not k.startswith(f"transformer.h.{i}.")})
+        if extra and longer:
+            fail(f"{what}: unexpected keys {extra[:3]}{' ...' if len(extra) > 3 else ''}: they come from blocks "
+                 f"{', '.join(longer)}.",
+                 f"the prefix 'transformer.h.{i}' also matches 'transformer.h.{longer[0]}.': end it with the dot, "
+                 f"f'transformer.h.{{i}}.', so that it matches block {i} only (GPT-2 small has 12 blocks).")
         if missing or extra:
             fail(f"{what}: {'missing ' + str(missing) if missing else ''}{' and ' if missing and extra else ''}"
                  f"{'unexpected ' + str(extra) if extra else ''}.",
@@ -159,10 +168,24 @@ def check_conv1d_to_linear(fn) -> None:
         if got.weight.shape != (n_out, n_in):
             fail(f"{what}: weight of shape {tuple(got.weight.shape)}, nn.Linear({n_in}, {n_out}) "
                  f"stores ({n_out}, {n_in}).", _TRANSPOSE_HINT)
+        if got.weight.dtype != weight.dtype or got.bias.dtype != bias.dtype:
+            fail(f"{what}: your layer's parameters are {got.weight.dtype}; GPT-2's tensors (and the inputs the "
+                 f"model will give the layer) are {weight.dtype}.",
+                 "create nn.Linear(n_in, n_out) without a dtype= argument and without .double() or .half(): "
+                 "a layer of another dtype fails on float32 inputs.")
+        shared = [name for name, ours, theirs in (("weight", got.weight, weight), ("bias", got.bias, bias))
+                  if ours.untyped_storage().data_ptr() == theirs.untyped_storage().data_ptr()]
+        if shared:
+            fail(f"{what}: your layer's {' and '.join(shared)} share memory with GPT-2's tensors: training the "
+                 "layer, or any in-place change to it, would change GPT-2's weights too.",
+                 "nn.Parameter(weight.t()) wraps a view of the same memory: copy instead, "
+                 "nn.Parameter(weight.t().clone()), or linear.weight.copy_(weight.t()) inside torch.no_grad().")
         with torch.no_grad():
             out = got(x)
         if torch.allclose(out, expected, atol=1e-5, rtol=1e-5):
             continue
+        if torch.isnan(out).any():
+            fail(f"{what}: your layer outputs NaN.", _NAN_HINT)
         if torch.equal(got.weight.detach(), weight):
             fail(f"{what}: the weight was copied without transposing it.", _TRANSPOSE_HINT)
         if torch.allclose(out - got.bias.detach(), expected - bias, atol=1e-5, rtol=1e-5):
