@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .norms import RMSNorm
 from .rope import apply_rope
 
 
@@ -18,6 +19,15 @@ def causal_mask(T: int, device=None) -> torch.Tensor:
     """(T, T) boolean lower-triangular matrix: entry [t, s] is True when s <= t,
     i.e. position t may look at position s."""
     return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
+
+
+def sliding_window_mask(T: int, n_keys: int, window: int, device=None) -> torch.Tensor:
+    """(T, n_keys) boolean mask of sliding-window attention (Mistral): the T queries are the last T
+    of the n_keys positions, and query t may look at key s when 0 <= t - s < window, i.e. at
+    itself and the window - 1 positions before it. window >= n_keys gives the causal mask."""
+    query = torch.arange(n_keys - T, n_keys, device=device)[:, None]  # absolute index of each query
+    distance = query - torch.arange(n_keys, device=device)[None, :]
+    return (distance >= 0) & (distance < window)
 
 
 def padding_mask(lengths: torch.Tensor, T: int, side: str = "right") -> torch.Tensor:
@@ -206,6 +216,11 @@ class LayerKVCache:
     Preallocated to (B, n_kv, capacity, hs) so that appending one token is a copy, not a
     reallocation. n_kv is the number of key/value heads: n_head, or fewer with grouped-query
     attention, which is where its memory saving comes from.
+
+    Sliding-window attention (``keep`` in :meth:`append`) needs only the newest keep = window - 1
+    positions: the next query brings its own key, and nothing older is in its window. Such a
+    cache keeps those alone (``length`` still counts every position seen), so its memory stops
+    growing at the window. ``nbytes``: the memory its keys and values hold now.
     """
 
     def __init__(self, capacity: int):
@@ -217,13 +232,18 @@ class LayerKVCache:
         self.v: torch.Tensor | None = None
         self.length = 0
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, k: torch.Tensor, v: torch.Tensor, keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add T new positions (B, n_kv, T, hs); return the keys and values the new queries may read:
+        every cached position and the new ones, or with ``keep`` (a sliding window's window - 1)
+        the kept ones and the new ones, after which only the newest ``keep`` stay."""
         B, nh, T, hs = k.shape
         if self.k is not None and (B, nh, hs) != (self.k.shape[0], self.k.shape[1], self.k.shape[3]):
             raise ValueError(
                 f"this KV cache holds batch {self.k.shape[0]}, {self.k.shape[1]} key/value heads of size "
                 f"{self.k.shape[3]}, and was given batch {B}, {nh} heads of size {hs}: a cache serves one model "
                 "and one batch; make a new KVCache for another")
+        if keep is not None:
+            return self._append_window(k, v, keep)
         if self.k is None:
             self.k = k.new_empty(B, nh, self.capacity, hs)
             self.v = v.new_empty(B, nh, self.capacity, hs)
@@ -237,6 +257,22 @@ class LayerKVCache:
         self.length += T
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
+    def _append_window(self, k: torch.Tensor, v: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.length + k.shape[2] > self.capacity:
+            raise ValueError(f"KV cache is full ({self.length} + {k.shape[2]} > capacity {self.capacity}); "
+                             "reset it and re-feed the cropped context")
+        keys = k if self.k is None else torch.cat([self.k, k], dim=2)  # (B, n_kv, kept + T, hs)
+        values = v if self.v is None else torch.cat([self.v, v], dim=2)
+        self.length += k.shape[2]
+        start = max(0, keys.shape[2] - keep)
+        # clone: a slice would keep the whole concatenated tensor alive
+        self.k, self.v = keys[:, :, start:].clone(), values[:, :, start:].clone()
+        return keys, values
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+
 
 class KVCache:
     """One :class:`LayerKVCache` per layer of a model."""
@@ -249,6 +285,11 @@ class KVCache:
     @property
     def length(self) -> int:
         return self.layers[0].length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the keys and values of every layer hold now."""
+        return sum(layer.nbytes for layer in self.layers)
 
 
 def repeat_kv(t: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -268,12 +309,19 @@ class CausalSelfAttention(nn.Module):
     the projection makes n_head query heads but only n_kv_head key and value heads, each shared
     by n_head / n_kv_head query heads, so c_attn is C -> C + 2 * n_kv_head * hs and a KV cache
     holds n_kv_head heads. ``rope`` in :meth:`forward` rotates queries and keys by their positions.
+    The decoders of 2025-26: ``head_size`` of its own (Qwen3: the heads together need not be C
+    wide, so q is C -> nh * hs and c_proj nh * hs -> C); ``qk_norm``, an RMSNorm over each head's
+    hs channels of q and of k, before RoPE, which keeps the scores' scale in check (Qwen3, OLMo 2);
+    ``sliding_window``, each query sees only itself and the window - 1 positions before it
+    (Mistral), and the KV cache keeps only those.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False,
-                 n_kv_head: int | None = None):
+                 n_kv_head: int | None = None, head_size: int | None = None, qk_norm: bool = False,
+                 norm_eps: float = 1e-5, sliding_window: int | None = None):
         super().__init__()
-        _check_heads(n_embd, n_head)
+        if head_size is None:
+            _check_heads(n_embd, n_head)
         n_kv_head = n_head if n_kv_head is None else n_kv_head
         if n_kv_head < 1 or n_head % n_kv_head:
             raise ValueError(f"n_head ({n_head}) must be a multiple of n_kv_head ({n_kv_head}): each key/value "
@@ -281,10 +329,14 @@ class CausalSelfAttention(nn.Module):
         self.n_head = n_head
         self.n_kv_head = n_kv_head
         self.n_embd = n_embd
-        self.head_size = n_embd // n_head
+        self.head_size = n_embd // n_head if head_size is None else head_size
+        self.q_size = n_head * self.head_size  # channels of q: C unless head_size is set apart
         self.kv_size = n_kv_head * self.head_size  # channels of k (and of v): C for multi-head attention
-        self.c_attn = nn.Linear(n_embd, n_embd + 2 * self.kv_size, bias=bias)
-        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.c_attn = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias)
+        self.c_proj = nn.Linear(self.q_size, n_embd, bias=bias)
+        self.q_norm = RMSNorm(self.head_size, norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_size, norm_eps) if qk_norm else None
+        self.window = sliding_window
         self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
         # Set True to keep the (B, nh, T, T) weights for plotting. That path runs the attention
@@ -297,7 +349,9 @@ class CausalSelfAttention(nn.Module):
         """Built from a model config, as ``Block(config)`` and ``FeedForward(config)`` are.
         (Chapter 4 passes the sizes one by one to show what each is.)"""
         return cls(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias,
-                   getattr(config, "n_kv_head", None))
+                   getattr(config, "n_kv_head", None), getattr(config, "head_dim", None),
+                   getattr(config, "qk_norm", False), getattr(config, "norm_eps", 1e-5),
+                   getattr(config, "sliding_window", None))
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
@@ -311,19 +365,28 @@ class CausalSelfAttention(nn.Module):
         :func:`causal_padding_mask`). Without it the mask is causal only. ``rope``: the cos and sin
         of the new tokens' rotation angles, (T, hs/2) or (B, T, hs/2) (see :mod:`course_lib.rope`)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split([self.n_embd, self.kv_size, self.kv_size], dim=2)  # (B, T, C), 2x (B, T, kv)
+        q, k, v = self.c_attn(x).split([self.q_size, self.kv_size, self.kv_size], dim=2)  # (B, T, nh*hs), 2x (B, T, kv)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, nh, T, hs), 2x (B, n_kv, T, hs)
+        if self.q_norm is not None:  # QK-norm: each head's q and k to unit RMS (times a gain), before rotating
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:  # positions enter by rotation, before caching: a cached key keeps its angle
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         past = 0
         if cache is not None:
             past = cache.length
-            k, v = cache.append(k, v)  # now (B, n_kv, past + T, hs): the cache holds n_kv heads only
+            # now (B, n_kv, keys, hs): the cache holds n_kv heads only, and with a window its last window - 1
+            k, v = cache.append(k, v, keep=None if self.window is None else self.window - 1)
+        n_keys = k.shape[2]  # past + T, or fewer when a sliding window's cache dropped the oldest
         n_rep = self.n_head // self.n_kv_head  # query heads per key/value head
         dropout_p = self.dropout if self.training else 0.0
-        if mask is not None and mask.shape[-2:] != (T, past + T):
-            raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
-                             f"(queries, keys) = ({T}, {past + T})")
+        if mask is not None:
+            if mask.shape[-2:] != (T, past + T):
+                raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
+                                 f"(queries, keys) = ({T}, {past + T})")
+            mask = mask[..., past + T - n_keys:]  # the keys the cache still holds
+        if self.window is not None and n_keys > self.window:  # some query would see more than its window
+            band = sliding_window_mask(T, n_keys, self.window, x.device)
+            mask = band if mask is None else mask & band
         if T == 1 and past > 0 and mask is None and not self.need_weights:
             # One new query per head sees every cached key. The n_rep query heads of a group share
             # one key/value head, so fold them into the query axis, (B, n_kv, n_rep, hs), instead of
@@ -332,21 +395,18 @@ class CausalSelfAttention(nn.Module):
             q = q.reshape(B, self.n_kv_head, n_rep, self.head_size)
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).reshape(B, self.n_head, 1, self.head_size)
         else:
-            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, past + T, hs): head h reads group h // n_rep
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, keys, hs): head h reads group h // n_rep
+            if mask is None and (self.need_weights or past > 0):
+                # Query i sits at absolute position past + i and may see keys 0 .. past + i.
+                mask = causal_mask(n_keys, x.device)[n_keys - T:]
             if self.need_weights:
-                if mask is None:
-                    # Query i sits at absolute position past + i and may see keys 0 .. past + i.
-                    mask = causal_mask(past + T, x.device)[past:]
                 y, weights = scaled_dot_product_attention(q, k, v, mask)
                 self.last_weights = weights.detach()
             elif mask is not None:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            elif past == 0:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:
-                mask = causal_mask(past + T, x.device)[past:]
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        y = y.transpose(1, 2).reshape(B, T, self.q_size)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
 
     @torch.no_grad()

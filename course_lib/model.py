@@ -3,7 +3,9 @@ How big it is (parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizi
 
 Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its own and each
 off by default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned
-table), ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention).
+table), ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention). The decoders of 2025-26
+add ``qk_norm`` and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1's long context) and
+``sliding_window`` (Mistral), also off by default.
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
@@ -17,8 +19,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
+from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
 from .registry import register_model
-from .rope import rope_cos_sin
+from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
 from .utils import IGNORE_INDEX, check_fits_in_memory
 
@@ -53,6 +56,15 @@ GPT_CONFIG_RULES = {
     "mlp": Rule(str, choices=MLPS),
     "ffn_hidden": Rule(int, 1),  # or None: the default hidden size
     "n_kv_head": Rule(int, 1),  # or None: n_head
+    # the decoders of 2025-26 (chapter 14): QK-norm, a head size of its own, long-context RoPE, a window
+    "head_dim": Rule(int, 1),  # or None: n_embd / n_head
+    "qk_norm": Rule(bool),
+    "rope_scaling": Rule(str, choices=ROPE_SCALINGS),  # or None: plain RoPE
+    "rope_factor": Rule(float, 1.0),
+    "rope_low_freq_factor": Rule(float, 0.0, None, "(]"),
+    "rope_high_freq_factor": Rule(float, 0.0, None, "(]"),
+    "rope_original_context": Rule(int, 1),  # or None: block_size
+    "sliding_window": Rule(int, 1),  # or None: every query sees the whole past
 }
 
 
@@ -75,18 +87,33 @@ class GPTConfig:
     mlp: str = "standard"  # "standard" (C -> 4C -> activation -> C) or "swiglu" (SiLU-gated, see SwiGLU)
     ffn_hidden: int | None = None  # the MLP's hidden size; None: 4C, or 8/3 C rounded up to 32 for SwiGLU
     n_kv_head: int | None = None  # key/value heads; None: n_head (multi-head), 1: multi-query attention
+    # The decoders of 2025-26 (chapter 14); the defaults change nothing.
+    head_dim: int | None = None  # channels per head; None: n_embd / n_head (Qwen3 sets its own)
+    qk_norm: bool = False  # an RMSNorm on each head's queries and keys before RoPE (Qwen3, OLMo 2, Gemma 3)
+    rope_scaling: str | None = None  # None: plain RoPE; "linear": position interpolation; "llama3" (Llama 3.1)
+    rope_factor: float = 1.0  # how many times the trained context the scaled RoPE stretches to
+    rope_low_freq_factor: float = 1.0  # llama3: pairs slower than rope_original_context / this are divided
+    rope_high_freq_factor: float = 4.0  # llama3: pairs faster than rope_original_context / this are kept
+    rope_original_context: int | None = None  # llama3: the context the model was trained at; None: block_size
+    sliding_window: int | None = None  # each query sees itself and the window - 1 keys before it (Mistral)
 
     def __post_init__(self):
         check_fields(self, GPT_CONFIG_RULES)
-        if self.n_embd % self.n_head != 0:
+        if self.head_dim is None and self.n_embd % self.n_head != 0:
             divisors = [h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0]
             raise ValueError(
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head gets "
                 f"n_embd / n_head channels. Change n_head to one of {divisors[:12]} or change n_embd."
             )
         if self.rope_theta is not None and self.head_size % 2:
-            raise ValueError(f"RoPE rotates pairs of channels: the head size n_embd / n_head = {self.head_size} "
-                             "must be even; change n_embd or n_head")
+            raise ValueError(f"RoPE rotates pairs of channels: the head size {self.head_size} (head_dim, or "
+                             "n_embd / n_head) must be even; change head_dim, n_embd or n_head")
+        if self.rope_scaling is not None and self.rope_theta is None:
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} scales RoPE's frequencies: set rope_theta "
+                             "(e.g. 10000) too, or rope_scaling=None")
+        if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
+            raise ValueError(f"llama3 RoPE scaling needs rope_high_freq_factor ({self.rope_high_freq_factor}) > "
+                             f"rope_low_freq_factor ({self.rope_low_freq_factor})")
         if self.n_kv_head is not None and self.n_head % self.n_kv_head:
             divisors = [h for h in range(1, self.n_head + 1) if self.n_head % h == 0]
             raise ValueError(f"n_kv_head ({self.n_kv_head!r}) must divide n_head ({self.n_head}): each key/value "
@@ -94,7 +121,14 @@ class GPTConfig:
 
     @property
     def head_size(self) -> int:
-        return self.n_embd // self.n_head
+        """Channels per head: ``head_dim``, or n_embd / n_head when it is None."""
+        return self.n_embd // self.n_head if self.head_dim is None else self.head_dim
+
+    def rope_options(self) -> dict:
+        """The keyword arguments of :func:`course_lib.rope.rope_frequencies` this config asks for."""
+        return dict(scaling=self.rope_scaling, factor=self.rope_factor, low_freq_factor=self.rope_low_freq_factor,
+                    high_freq_factor=self.rope_high_freq_factor,
+                    original_context=self.rope_original_context or self.block_size)
 
     @property
     def kv_heads(self) -> int:
@@ -153,24 +187,6 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, H) -> (B, T, C)
         return self.dropout(self.c_proj(F.silu(self.c_gate(x)) * self.c_fc(x)))
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * gain, over C.
-
-    LayerNorm without its two centring steps: no mean is subtracted and no bias added. Equal to
-    ``torch.nn.RMSNorm(C, eps)`` (tests/test_llama.py). (..., C) -> (..., C)."""
-
-    def __init__(self, n_embd: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(n_embd))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # in float32 even under bf16 autocast, as Llama does: squares of bf16 values lose too much
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return self.weight * normed.to(x.dtype)
 
 
 def make_norm(config: GPTConfig) -> nn.Module:
@@ -264,7 +280,8 @@ class GPT(nn.Module):
         if config.rope_theta is None:
             self.wpe = nn.Embedding(config.block_size, config.n_embd)  # learned position embedding
         else:  # RoPE: no table to learn; the angles of every position, kept out of the state_dict
-            cos, sin = rope_cos_sin(torch.arange(config.block_size), config.head_size, config.rope_theta)
+            cos, sin = rope_cos_sin(torch.arange(config.block_size), config.head_size, config.rope_theta,
+                                    **config.rope_options())
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, hs/2)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(config.dropout)
@@ -316,8 +333,8 @@ class GPT(nn.Module):
 
     def flops_per_token(self, training: bool = True) -> int:
         """Approximate floating-point operations per token at full context: 2N per token forward
-        for the N weights used in matmuls, plus 2 * 2 * T * C per layer for the attention scores
-        and the weighted sum of values; training (backward about twice forward) is 3x that, 6N +
+        for the N weights used in matmuls, plus 2 * 2 * T * nh * hs per layer for the attention scores
+        and the weighted sum of values (T: the window, when ``sliding_window`` is shorter); training (backward about twice forward) is 3x that, 6N +
         12 L T C. N leaves out the lookups: the position table and, when the LM head is untied, the
         token embedding. Counted from the parameters this model holds, so it equals
         :func:`course_lib.sizing.flops_per_token` of its config (the trainer's MFU uses it)."""
@@ -325,7 +342,8 @@ class GPT(nn.Module):
         if not self.config.tie_weights:
             lookups += self.wte.weight.numel()
         c = self.config
-        forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * c.block_size * c.n_embd
+        span = min(c.block_size, c.sliding_window or c.block_size)  # the keys each query scores at full context
+        forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * span * c.n_head * c.head_size
         return 3 * forward if training else forward
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,

@@ -19,15 +19,19 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     Chapter 14's options: with n_kv key/value heads of hs channels, k and v are C x (n_kv*hs)
     each instead of C x C; an MLP of hidden size H is 2CH (standard) or 3CH (SwiGLU), + biases;
     an RMSNorm has C gains and no bias (its entry is then called "RMSNorms"); RoPE has no
-    position table (0) and nothing to learn.
+    position table (0) and nothing to learn. A ``head_dim`` of its own makes q C x (nh*hs) and
+    the output projection (nh*hs) x C; QK-norm adds two gains of hs per layer (in "attention");
+    RoPE scaling and a sliding window add no parameters.
     """
     V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
     b = 1 if config.bias else 0
+    q = config.n_head * config.head_size  # channels of q: C unless head_dim is set apart
     kv = config.kv_heads * config.head_size  # channels of k and of v: C for multi-head attention
     H = config.ffn_size  # 4C by default
     rms = config.norm == "rmsnorm"
     norm = C if rms else C + b * C  # a LayerNorm: gain (+ bias); an RMSNorm: gain
-    attention = (C * C + b * C) + 2 * (C * kv + b * kv) + (C * C + b * C)  # q, k and v, output
+    attention = (C * q + b * q) + 2 * (C * kv + b * kv) + (q * C + b * C)  # q, k and v, output
+    attention += 2 * config.head_size if config.qk_norm else 0  # the RMSNorm gains of q and k
     if config.mlp == "swiglu":
         mlp = 2 * (C * H + b * H) + (H * C + b * C)  # gate and up, down
     else:
@@ -59,12 +63,15 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     embedding counts once, as the LM head's matmul. Every option of chapter 14 is
     covered: grouped-query attention and SwiGLU change N (every query head still
     scores all T keys, so 12 L T C stays), RoPE's rotations and RMSNorm are a few
-    element-wise operations per channel, left out like LayerNorm's.
+    element-wise operations per channel, left out like LayerNorm's. With a ``head_dim`` of its
+    own the attention term is 12 L T nh hs; with a ``sliding_window`` shorter than T each query
+    scores only the window, so T becomes the window there.
     """
     N = count_parameters(config) - parameter_breakdown(config)["position embedding"]
     if not config.tie_weights:
         N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
-    forward = 2 * N + 4 * config.n_layer * config.block_size * config.n_embd
+    span = min(config.block_size, config.sliding_window or config.block_size)  # keys each query scores
+    forward = 2 * N + 4 * config.n_layer * span * config.n_head * config.head_size
     return 3 * forward if training else forward
 
 
@@ -104,8 +111,12 @@ def kv_cache_bytes(config: GPTConfig, batch_size: int = 1, context: int | None =
     """Bytes of a full KV cache: keys and values (2) of every layer (L), sequence (B), position
     (T, default block_size), key/value head (n_kv) and channel (hs): 2 L B T n_kv hs values of
     ``bytes_per_value`` bytes (4 for float32, 2 for bf16/fp16). Grouped-query attention divides
-    it by n_head / n_kv_head; multi-query attention (n_kv_head = 1) by n_head."""
+    it by n_head / n_kv_head; multi-query attention (n_kv_head = 1) by n_head. With a
+    ``sliding_window`` the cache keeps only the last window - 1 positions (the next query brings
+    its own key): T is at most that, whatever the context."""
     T = config.block_size if context is None else context
+    if config.sliding_window is not None:
+        T = min(T, config.sliding_window - 1)
     return 2 * config.n_layer * batch_size * T * config.kv_heads * config.head_size * bytes_per_value
 
 

@@ -145,3 +145,60 @@ def test_rope_attention_not_done():
 def test_rope_attention_wrong(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
         ch14.check_rope_attention(wrong)
+
+
+def test_rope_attention_names_an_unfinished_rope_of_exercise_1():
+    """A correct attend whose rope (exercise 1) still raises: the message names rope, not attend."""
+    namespace = {"F": F}
+    exec("def rope(x, positions, theta=10000.0):\n    raise NotImplementedError()\n"
+         "def attend(q, k, v, positions, theta=10000.0):\n"
+         "    q, k = rope(q, positions, theta), rope(k, positions, theta)\n"
+         "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n", namespace)
+    with pytest.raises(ExerciseError, match=r"attend\(\) calls rope\(\), which still raises") as e:
+        ch14.check_rope_attention(namespace["attend"])
+    assert "check_rope" in str(e.value)
+
+
+def test_rope_attention_names_a_wrong_rope_of_exercise_1():
+    namespace = {"F": F, "rope_interleaved": rope_interleaved}
+    exec("rope = rope_interleaved\n"
+         "def attend(q, k, v, positions, theta=10000.0):\n"
+         "    q, k = rope(q, positions, theta), rope(k, positions, theta)\n"
+         "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n", namespace)
+    with pytest.raises(ExerciseError, match=r"so does your rope\(\) of exercise 1.*neighbouring channels"):
+        ch14.check_rope_attention(namespace["attend"])
+
+
+def test_rms_norm_without_keepdim_gets_the_keepdim_hint():
+    with pytest.raises(ExerciseError, match="keepdim=True"):
+        ch14.check_rms_norm(lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1) + eps) * w)
+
+
+# --- the sliding window's mask ---
+
+
+def window_mask(T, window):
+    t, s = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (s <= t) & (t - s < window)
+
+
+def test_window_mask_correct(capsys):
+    ch14.check_window_mask(window_mask)
+    assert_correct(capsys)
+    assert_leaves_rng_alone(ch14.check_window_mask, window_mask)
+
+
+def test_window_mask_not_done():
+    assert_not_done(ch14.check_window_mask, not_done)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda T, w: window_mask(T, w + 1), "window \\+ 1 positions"),
+    (lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w, "never looks ahead"),
+    (lambda T, w: window_mask(T, w).T, "transposed"),
+    (lambda T, w: window_mask(T, w).float(), "dtype"),
+    (lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)), "differs"),
+])
+def test_window_mask_wrong(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        ch14.check_window_mask(wrong)

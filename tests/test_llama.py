@@ -14,7 +14,7 @@ from course_lib.cli import main
 from course_lib.checkpoint import load_checkpoint
 from course_lib.generate import generate, generate_batch
 from course_lib.llama import config_from_hf, weight_map
-from course_lib.model import RMSNorm
+from course_lib.norms import RMSNorm
 from course_lib.rope import apply_rope, rope_cos_sin
 from course_lib.sizing import count_parameters, kv_cache_bytes
 
@@ -113,8 +113,8 @@ def test_weight_map_covers_every_parameter_once():
 def test_unsupported_llama_settings_rejected():
     base = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
     for overrides, message in [(dict(attention_bias=True), "attention_bias"), (dict(mlp_bias=True), "mlp_bias"),
-                               (dict(hidden_act="gelu"), "hidden_act"), (dict(head_dim=16), "head_dim"),
-                               (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
+                               (dict(hidden_act="gelu"), "hidden_act"),
+                               (dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}),
                                 "rope_type")]:
         with pytest.raises(ValueError, match=message):
             config_from_hf(transformers.LlamaConfig(**base, **overrides))

@@ -527,6 +527,93 @@ def gpt2_weight_map():
     return fig
 
 
+# --------------------------------------------------------------------------------------------------
+@figure("ch14_rope_clock")
+def ch14_rope_clock():
+    """RoPE's pairs as clock hands: a fast pair (theta_0 = 1 radian per position) and a slow pair
+    (theta = 10000^(-30/32), about 1/5,623 radian per position), at positions 0 .. 4."""
+    import math
+
+    fig, ax = canvas(9.6, 4.6)
+    radius = 1.35
+    for cx, title, step, color, note in (
+            (2.4, "fast pair i = 0: 1 radian per position", 1.0, ORANGE,
+             "a full turn every 6.3 positions: tells\nneighbours apart, repeats itself"),
+            (7.0, "slow pair i = 15 (hs = 32): 1/5,623 radian per position", 1 / 5623, BLUE,
+             "position 4 has turned 0.04 degrees: barely moved;\nit tells far-apart positions apart")):
+        cy = 2.45
+        ax.add_patch(matplotlib.patches.Circle((cx, cy), radius, facecolor="none", edgecolor="#BBBBBB", lw=1.0))
+        label(ax, cx, cy + radius + 0.35, title, fontsize=9.5, color=INK)
+        for m in range(5):
+            angle = m * step if step == 1.0 else m * step * 500  # the slow hands drawn 500x wider to be visible
+            x, y = cx + radius * 0.92 * math.cos(angle), cy + radius * 0.92 * math.sin(angle)
+            arrow(ax, cx, cy, x, y, color=color, lw=1.6 - 0.2 * m)
+            label(ax, cx + (radius + 0.2) * math.cos(angle), cy + (radius + 0.2) * math.sin(angle), f"m={m}",
+                  fontsize=8, color=color)
+        label(ax, cx, 0.62, note, fontsize=8.5)
+    label(ax, 4.8, 0.2, "pair i of a query at position m turns by m theta_i, of a key at n by n theta_i: "
+          "their dot product depends on m - n only", fontsize=8.5, color="#444444")
+    label(ax, 8.35, 1.25, "(slow hands drawn\n500x spread out)", fontsize=7.5, color="#777777")
+    return fig
+
+
+@figure("ch14_grouped_query")
+def ch14_grouped_query():
+    """Multi-head, grouped-query and multi-query attention: 8 query heads on 8, 2 or 1 key/value heads."""
+    fig, ax = canvas(10.4, 4.2)
+    for col, (title, n_kv) in enumerate((("multi-head: 8 kv heads", 8), ("grouped-query: 2 kv heads", 2),
+                                         ("multi-query: 1 kv head", 1))):
+        x0 = 0.45 + col * 3.4
+        label(ax, x0 + 1.45, 3.85, title, fontsize=10, color=INK)
+        qx = [x0 + 0.05 + i * 0.37 for i in range(8)]
+        for i, x in enumerate(qx):
+            box(ax, x + 0.15, 3.1, 0.3, 0.45, "q", ORANGE, fontsize=8)
+        width = 2.9 / n_kv
+        for j in range(n_kv):
+            kx = x0 + 0.05 + j * width + width / 2
+            box(ax, kx, 1.3, min(0.9 * width, 1.0), 0.5, "k v" if n_kv < 8 else "kv", GREEN, fontsize=8)
+            group = 8 // n_kv
+            for i in range(j * group, (j + 1) * group):
+                arrow(ax, qx[i] + 0.15, 2.85, kx, 1.58, color=GREY, style="-", lw=1.0)
+        cache = {8: "cache: 8 heads", 2: "cache: 2 heads (1/4)", 1: "cache: 1 head (1/8)"}[n_kv]
+        label(ax, x0 + 1.45, 0.65, cache, fontsize=9)
+    label(ax, 5.2, 0.28, "every query head still scores its own way; n_h / n_kv query heads share one key/value "
+          "head, and the KV cache stores only the n_kv heads", fontsize=8.5, color="#444444")
+    return fig
+
+
+@figure("ch14_swiglu")
+def ch14_swiglu():
+    """The SwiGLU block next to GPT-2's MLP."""
+    fig, ax = canvas(9.6, 4.8)
+    # GPT-2's MLP
+    label(ax, 1.9, 4.35, "GPT-2 MLP: 2 matrices", fontsize=10, color=INK)
+    box(ax, 1.9, 0.75, 1.3, 0.45, "x (B, T, C)", GREY, fontsize=9)
+    box(ax, 1.9, 1.7, 1.9, 0.5, "c_fc: C -> 4C", BLUE, fontsize=9)
+    box(ax, 1.9, 2.6, 1.9, 0.5, "GELU", PURPLE, fontsize=9)
+    box(ax, 1.9, 3.5, 1.9, 0.5, "c_proj: 4C -> C", BLUE, fontsize=9)
+    for y0, y1 in ((0.98, 1.45), (1.95, 2.35), (2.85, 3.25)):
+        arrow(ax, 1.9, y0, 1.9, y1)
+    # SwiGLU
+    label(ax, 6.4, 4.35, "SwiGLU: 3 matrices, H = 8C/3", fontsize=10, color=INK)
+    box(ax, 6.4, 0.75, 1.3, 0.45, "x (B, T, C)", GREY, fontsize=9)
+    box(ax, 5.1, 1.7, 2.0, 0.5, "c_gate: C -> H\n(gate_proj)", ORANGE, fontsize=8.5)
+    box(ax, 7.7, 1.7, 2.0, 0.5, "c_fc: C -> H\n(up_proj)", BLUE, fontsize=8.5)
+    box(ax, 5.1, 2.6, 1.5, 0.45, "SiLU", PURPLE, fontsize=9)
+    box(ax, 6.4, 3.0, 0.55, 0.45, "×", RED, fontsize=12)
+    box(ax, 6.4, 3.85, 2.2, 0.45, "c_proj: H -> C (down_proj)", BLUE, fontsize=8.5)
+    arrow(ax, 6.2, 0.98, 5.2, 1.45)
+    arrow(ax, 6.6, 0.98, 7.6, 1.45)
+    arrow(ax, 5.1, 1.95, 5.1, 2.37)
+    arrow(ax, 5.6, 2.75, 6.12, 2.98)
+    arrow(ax, 7.7, 1.95, 6.68, 2.95)
+    arrow(ax, 6.4, 3.23, 6.4, 3.62)
+    label(ax, 8.35, 2.75, "element-wise product:\nthe gate decides how much\nof each hidden feature passes",
+          fontsize=8, color="#444444")
+    label(ax, 4.2, 0.25, "weights: 2 x 4C x C = 8C^2  vs  3 x (8C/3) x C = 8C^2", fontsize=8.5, color="#444444")
+    return fig
+
+
 def main(out_dir: Path = HERE) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,17 +1,17 @@
 """Checks for chapter 14, Today's decoders: ``from course_lib.exercises import ch14``.
 
 Each check draws its inputs from its own generator (the global random state is left alone)
-and compares with the library: :mod:`course_lib.rope`, :class:`course_lib.model.RMSNorm`,
-:func:`course_lib.attention.repeat_kv`.
+and compares with the library: :mod:`course_lib.rope`, :class:`course_lib.norms.RMSNorm`,
+:func:`course_lib.attention.repeat_kv`, :func:`course_lib.attention.sliding_window_mask`.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from ..attention import repeat_kv
+from ..attention import repeat_kv, sliding_window_mask
 from ..rope import apply_rope, rope_cos_sin
-from . import call, expect_tensor, fail, passed
+from . import ExerciseError, call, call_with_hints, expect_tensor, fail, passed
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -39,7 +39,7 @@ def _close(a, b, atol=1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
 
 
-def check_rope(fn) -> None:
+def check_rope(fn, quiet: bool = False) -> None:
     """``fn(x, positions, theta)``: x (..., T, hs) rotated by RoPE, pair j being channels
     (j, j + hs/2) turned by the angle ``positions[t] * theta**(-2j/hs)``; returns x's shape."""
     cases = [((5, 8), 10000.0), ((2, 3, 7, 16), 10000.0), ((4, 32), 500.0)]
@@ -68,7 +68,8 @@ def check_rope(fn) -> None:
                  "use the positions you are given: with a KV cache the new tokens do not start at 0.")
         fail(f"{what}: the values differ from RoPE's.",
              "angles = positions[:, None] * theta ** (-torch.arange(0, hs, 2) / hs); rotate (a, b) by them.")
-    passed("your RoPE rotates every pair like course_lib.rope.apply_rope, for 3 shapes and two bases.")
+    if not quiet:
+        passed("your RoPE rotates every pair like course_lib.rope.apply_rope, for 3 shapes and two bases.")
 
 
 def check_rms_norm(fn) -> None:
@@ -77,7 +78,9 @@ def check_rms_norm(fn) -> None:
     for i, (shape, eps) in enumerate([((4, 6), 1e-5), ((2, 3, 16), 1e-6), ((3, 8), 0.5)]):
         x = torch.randn(*shape, generator=_gen(50 + i)) * 2 + 0.7  # a mean away from 0 tells RMS from LayerNorm
         weight = torch.randn(shape[-1], generator=_gen(60 + i))
-        got = call(fn, x.clone(), weight.clone(), eps)
+        got = call_with_hints(fn, {"must match the size": "the mean over the last dimension has shape (...,) and "
+                                   "does not broadcast against x (..., C): keep the dimension, "
+                                   "x.pow(2).mean(dim=-1, keepdim=True)."}, x.clone(), weight.clone(), eps)
         expected = _rms_norm(x, weight, eps)
         what = f"rms_norm(x of shape {tuple(shape)}, weight, eps={eps})"
         expect_tensor(got, expected.shape, what, "normalise over the last dimension and keep x's shape.")
@@ -98,7 +101,8 @@ def check_rms_norm(fn) -> None:
                  "the root mean square is sqrt(mean(x**2)), about 0, not about the mean.")
         fail(f"{what}: the values differ from RMSNorm's.",
              "mean of the squares over the last dim (keepdim=True), plus eps, square root, divide, times weight.")
-    passed("your RMSNorm equals course_lib's (and torch.nn.RMSNorm) for 3 shapes and eps values.")
+    passed("your RMSNorm equals x * rsqrt(mean(x**2) + eps) * weight, as course_lib.norms.RMSNorm and "
+           "torch.nn.RMSNorm compute it, for 3 shapes and eps values.")
 
 
 def check_repeat_kv(fn) -> None:
@@ -125,6 +129,41 @@ def _attend_reference(q, k, v, positions, theta):
     return F.scaled_dot_product_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, is_causal=True)
 
 
+def _call_attend(fn, *args):
+    """Run the student's ``attend``; when it raises NotImplementedError from a function it calls
+    (exercise 1's ``rope``), say so instead of "attend() still raises"."""
+    try:
+        return call(fn, *args)
+    except ExerciseError as e:
+        if "still raises NotImplementedError" not in str(e):
+            raise
+    try:  # run it again to see where NotImplementedError came from
+        fn(*args)
+    except NotImplementedError as e:
+        tb = e.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        where = tb.tb_frame.f_code
+        if where is not getattr(fn, "__code__", None):
+            fail(f"attend() calls {where.co_name}(), which still raises NotImplementedError.",
+                 f"finish {where.co_name}() first (exercise 1, checked by ch14.check_rope), run its cell, "
+                 "then run this check again.")
+    fail("Not done yet: attend() still raises NotImplementedError.",
+         "replace `raise NotImplementedError()` with your code, run that cell, then run this check again.")
+
+
+def _students_rope_is_wrong(fn) -> str | None:
+    """The problem check_rope finds with the ``rope`` that ``fn`` reads from its notebook, or None."""
+    rope = getattr(fn, "__globals__", {}).get("rope")
+    if not callable(rope):
+        return None
+    try:
+        check_rope(rope, quiet=True)
+    except ExerciseError as e:
+        return str(e).split("\n")[0]
+    return None
+
+
 def check_rope_attention(fn) -> None:
     """Spot the bug. ``fn(q, k, v, positions, theta)``: causal attention of (B, nh, T, hs) queries,
     keys and values with RoPE at ``positions`` (T,); returns (B, nh, T, hs). A correct version
@@ -133,7 +172,7 @@ def check_rope_attention(fn) -> None:
     q, k, v = (torch.randn(B, nh, T, hs, generator=_gen(80 + i)) for i in range(3))
     for shift, theta in [(0, 10000.0), (5, 10000.0), (2, 100.0)]:
         positions = torch.arange(T) + shift
-        got = call(fn, q.clone(), k.clone(), v.clone(), positions, theta)
+        got = _call_attend(fn, q.clone(), k.clone(), v.clone(), positions, theta)
         expected = _attend_reference(q, k, v, positions, theta)
         what = f"attend(q, k, v, positions {shift}..{shift + T - 1}, theta={theta})"
         expect_tensor(got, expected.shape, what, "return (B, nh, T, hs), the attention output.")
@@ -144,9 +183,38 @@ def check_rope_attention(fn) -> None:
             fail(f"{what}: the values are rotated too, so the output depends on absolute positions "
                  "(shift every position by the same amount and it changes).",
                  "RoPE rotates queries and keys only, so that their scores see m - n; values carry content.")
+        rope_problem = _students_rope_is_wrong(fn)
+        if rope_problem:
+            fail(f"{what}: the output differs, and so does your rope() of exercise 1: {rope_problem}",
+                 "make ch14.check_rope(rope) pass first; attend() uses it.")
         fail(f"{what}: the output differs from causal attention with RoPE on q and k.",
              "rotate q and k with the same positions, leave v alone, then softmax(q k^T / sqrt(hs)) v, causally.")
     passed("only queries and keys are rotated: the output is the same whatever the positions start from.")
 
 
-__all__ = ["check_rope", "check_rms_norm", "check_repeat_kv", "check_rope_attention"]
+def check_window_mask(fn) -> None:
+    """``fn(T, window)``: the (T, T) boolean mask of sliding-window attention, True where query t
+    (row) may attend to key s (column): s <= t and t - s < window, i.e. itself and the window - 1
+    positions before it."""
+    for T, window in [(6, 3), (5, 1), (4, 10), (8, 8), (7, 2)]:
+        got = call(fn, T, window)
+        expected = sliding_window_mask(T, T, window)
+        what = f"window_mask(T={T}, window={window})"
+        expect_tensor(got, expected.shape, what, "return a (T, T) tensor: one row per query, one column per key.")
+        if got.dtype != torch.bool:
+            fail(f"{what}: the mask has dtype {got.dtype}.", "return booleans (True: may attend), e.g. a comparison.")
+        if torch.equal(got, expected):
+            continue
+        t, s = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+        if torch.equal(got, (s <= t) & (t - s <= window)):
+            fail(f"{what}: each query sees window + 1 positions.",
+                 "a window of W holds the query itself and the W - 1 positions before it: t - s < window.")
+        if torch.equal(got, (t - s).abs() < window):
+            fail(f"{what}: queries see keys after them.", "a decoder never looks ahead: also require s <= t.")
+        if torch.equal(got, expected.T):
+            fail(f"{what}: the mask is transposed.", "rows are queries (t), columns are keys (s).")
+        fail(f"{what}: the mask differs from the sliding window's.", "True exactly where 0 <= t - s < window.")
+    passed("your mask equals course_lib.attention.sliding_window_mask for 5 lengths and windows.")
+
+
+__all__ = ["check_rope", "check_rms_norm", "check_repeat_kv", "check_rope_attention", "check_window_mask"]
