@@ -258,10 +258,11 @@ class CausalSelfAttention(nn.Module):
     the projection makes n_head query heads but only n_kv_head key and value heads, each shared
     by n_head / n_kv_head query heads, so c_attn is C -> C + 2 * n_kv_head * hs and a KV cache
     holds n_kv_head heads. ``rope`` in :meth:`forward` rotates queries and keys by their positions.
+    ``qk_norm`` (Qwen3): an RMSNorm over each head's query and key, before RoPE.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False,
-                 n_kv_head: int | None = None):
+                 n_kv_head: int | None = None, qk_norm: bool = False, norm_eps: float = 1e-6):
         super().__init__()
         _check_heads(n_embd, n_head)
         n_kv_head = n_head if n_kv_head is None else n_kv_head
@@ -275,6 +276,8 @@ class CausalSelfAttention(nn.Module):
         self.kv_size = n_kv_head * self.head_size  # channels of k (and of v): C for multi-head attention
         self.c_attn = nn.Linear(n_embd, n_embd + 2 * self.kv_size, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.q_norm = nn.RMSNorm(self.head_size, eps=norm_eps) if qk_norm else None  # a gain per channel of a head
+        self.k_norm = nn.RMSNorm(self.head_size, eps=norm_eps) if qk_norm else None
         self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
         # Set True to keep the (B, nh, T, T) weights for plotting. That path runs the attention
@@ -287,7 +290,8 @@ class CausalSelfAttention(nn.Module):
         """Built from a model config, as ``Block(config)`` and ``FeedForward(config)`` are.
         (Chapter 4 passes the sizes one by one to show what each is.)"""
         return cls(config.n_embd, config.n_head, config.block_size, config.dropout, config.bias,
-                   getattr(config, "n_kv_head", None))
+                   getattr(config, "n_kv_head", None), getattr(config, "qk_norm", False),
+                   getattr(config, "norm_eps", 1e-6))
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
@@ -303,6 +307,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split([self.n_embd, self.kv_size, self.kv_size], dim=2)  # (B, T, C), 2x (B, T, kv)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, nh, T, hs), 2x (B, n_kv, T, hs)
+        if self.q_norm is not None:  # QK-norm keeps the attention logits bounded however large q and k grow
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:  # positions enter by rotation, before caching: a cached key keeps its angle
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         past = 0

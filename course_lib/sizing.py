@@ -20,6 +20,9 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     each instead of C x C; an MLP of hidden size H is 2CH (standard) or 3CH (SwiGLU), + biases;
     an RMSNorm has C gains and no bias (its entry is then called "RMSNorms"); RoPE has no
     position table (0) and nothing to learn.
+
+    Chapter 20: with ``moe_experts`` E, "MLP" holds all E experts (and the shared one) and
+    "router" the L*C*E weights of the routers; ``qk_norm`` adds 2*hs gains per layer to attention.
     """
     V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
     b = 1 if config.bias else 0
@@ -33,7 +36,12 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     else:
         mlp = (C * H + b * H) + (H * C + b * C)
     final_norm = norm if config.norm_position == "pre" else 0
-    return {
+    attention += 2 * config.head_size if getattr(config, "qk_norm", False) else 0
+    moe = {}
+    if getattr(config, "moe_experts", None):
+        moe = {"router": L * C * config.moe_experts}
+        mlp *= config.moe_experts + config.moe_shared_expert
+    return moe | {
         "token embedding": V * C,
         "position embedding": 0 if config.rope_theta is not None else T * C,
         "attention": L * attention,
@@ -48,6 +56,16 @@ def count_parameters(config: GPTConfig) -> int:
     return sum(parameter_breakdown(config).values())
 
 
+def active_parameters(config: GPTConfig) -> int:
+    """The parameters one token goes through: all of them for a dense GPT; for a mixture of experts
+    (chapter 20) the k chosen experts of each layer instead of all E (the shared one always)."""
+    total = count_parameters(config)
+    if not getattr(config, "moe_experts", None):
+        return total
+    per_expert = parameter_breakdown(config)["MLP"] // (config.n_layer * (config.moe_experts + config.moe_shared_expert))
+    return total - config.n_layer * (config.moe_experts - config.moe_top_k) * per_expert
+
+
 def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     """Approximate floating-point operations per token at full context.
 
@@ -59,9 +77,10 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     embedding counts once, as the LM head's matmul. Every option of chapter 14 is
     covered: grouped-query attention and SwiGLU change N (every query head still
     scores all T keys, so 12 L T C stays), RoPE's rotations and RMSNorm are a few
-    element-wise operations per channel, left out like LayerNorm's.
+    element-wise operations per channel, left out like LayerNorm's. A mixture of experts counts its
+    active parameters (:func:`active_parameters`): the router, and k experts per layer, not E.
     """
-    N = count_parameters(config) - parameter_breakdown(config)["position embedding"]
+    N = active_parameters(config) - parameter_breakdown(config)["position embedding"]
     if not config.tie_weights:
         N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
     forward = 2 * N + 4 * config.n_layer * config.block_size * config.n_embd
