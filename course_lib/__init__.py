@@ -25,6 +25,8 @@ One small module per idea, each introduced by a chapter:
 - ``distributed``: data-parallel training under torchrun (ch. 12)
 - ``lora``: LoRA adapters from scratch: add, count, merge (ch. 15); ``lora_gpt``: a GPT grown for new
   tokens and the ``gpt-lora`` model kind; ``finetune``: the fine-tuning task on dates (ch. 15)
+- ``moe``: a mixture-of-experts feed-forward, its router and balancing loss; ``hf_moe``: Mixtral and
+  Qwen3-MoE in our GPT (ch. 20)
 - ``classify``: a classification head on a GPT (ch. 15); ``pretrained``: the model the package ships
 - ``config``: what every config class shares (``Rule`` tables, ``to_dict``/``from_dict``, ``--set``)
 - ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib`` (``cli``).
@@ -41,7 +43,7 @@ if signals.started_as_cli():  # `python -m course_lib`: Ctrl-C during the import
 signals.pause_point("import")
 
 from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: these imports take seconds)
-from . import gpt2, llama  # noqa: E402,F401  register GPT.from_pretrained's loaders (neither imports transformers here)
+from . import gpt2, llama, hf_moe  # noqa: E402,F401  register GPT.from_pretrained's loaders (none imports transformers here)
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer  # registers the "bpe" tokenizer type

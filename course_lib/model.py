@@ -6,6 +6,7 @@ off by default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of 
 table), ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention). The decoders of 2025-26
 add ``qk_norm`` and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1's long context) and
 ``sliding_window`` (Mistral), also off by default.
+Chapter 20's ``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`).
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
+from .moe import MoEFeedForward, load_balancing_loss
 from .registry import register_model
 from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
@@ -65,6 +67,12 @@ GPT_CONFIG_RULES = {
     "rope_high_freq_factor": Rule(float, 0.0, None, "(]"),
     "rope_original_context": Rule(int, 1),  # or None: block_size
     "sliding_window": Rule(int, 1),  # or None: every query sees the whole past
+    # chapter 20: a mixture of experts
+    "moe_experts": Rule(int, 1),  # or None: a dense MLP
+    "moe_top_k": Rule(int, 1),
+    "moe_norm_topk": Rule(bool),
+    "moe_shared_expert": Rule(bool),
+    "moe_aux_coef": Rule(float, 0.0),
 }
 
 
@@ -96,6 +104,12 @@ class GPTConfig:
     rope_high_freq_factor: float = 4.0  # llama3: pairs faster than rope_original_context / this are kept
     rope_original_context: int | None = None  # llama3: the context the model was trained at; None: block_size
     sliding_window: int | None = None  # each query sees itself and the window - 1 keys before it (Mistral)
+    # Chapter 20 (mixture of experts, course_lib.moe); None: every block has one dense MLP.
+    moe_experts: int | None = None  # E experts per block, each the MLP above (mlp, ffn_hidden)
+    moe_top_k: int = 2  # experts per token (Mixtral 2, Qwen3-MoE 8, Switch 1)
+    moe_norm_topk: bool = True  # the k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
+    moe_shared_expert: bool = False  # one more expert that every token goes through (DeepSeek-MoE)
+    moe_aux_coef: float = 0.01  # the load-balancing loss's weight in the training loss (Switch: 0.01)
 
     def __post_init__(self):
         check_fields(self, GPT_CONFIG_RULES)
@@ -118,6 +132,9 @@ class GPTConfig:
             divisors = [h for h in range(1, self.n_head + 1) if self.n_head % h == 0]
             raise ValueError(f"n_kv_head ({self.n_kv_head!r}) must divide n_head ({self.n_head}): each key/value "
                              f"head serves n_head / n_kv_head query heads. Choose one of {divisors}, or None.")
+        if self.moe_experts is not None and self.moe_top_k > self.moe_experts:
+            raise ValueError(f"moe_top_k ({self.moe_top_k}) cannot exceed moe_experts ({self.moe_experts}): each "
+                             "token picks k different experts. Lower moe_top_k or add experts.")
 
     @property
     def head_size(self) -> int:
@@ -206,7 +223,9 @@ class Block(nn.Module):
         self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention.from_config(config)
         self.ln_2 = make_norm(config)
-        self.mlp = SwiGLU(config) if config.mlp == "swiglu" else FeedForward(config)
+        make_mlp = (lambda: SwiGLU(config)) if config.mlp == "swiglu" else (lambda: FeedForward(config))
+        moe = getattr(config, "moe_experts", None)  # chapter 11's Seq2SeqConfig has no experts
+        self.mlp = MoEFeedForward(config, make_mlp) if moe else make_mlp()
 
     def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -342,6 +361,9 @@ class GPT(nn.Module):
         if not self.config.tie_weights:
             lookups += self.wte.weight.numel()
         c = self.config
+        if c.moe_experts:  # a token goes through k of the E experts: the others cost it nothing
+            expert = sum(p.numel() for p in self.blocks[0].mlp.experts[0].parameters())
+            lookups += c.n_layer * (c.moe_experts - c.moe_top_k) * expert
         span = min(c.block_size, c.sliding_window or c.block_size)  # the keys each query scores at full context
         forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * span * c.n_head * c.head_size
         return 3 * forward if training else forward
@@ -402,7 +424,19 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T), ignore_index=ignore_index)
+            if self.config.moe_experts and self.training and self.config.moe_aux_coef:
+                # only while training: a validation loss stays the cross-entropy a dense model reports
+                loss = loss + self.config.moe_aux_coef * self.balancing_loss()
         return logits, loss
+
+    def router_logits(self) -> list[torch.Tensor]:
+        """Each MoE block's (N, E) router logits from the last forward (empty for a dense GPT)."""
+        return [b.mlp.router_logits for b in self.blocks if isinstance(b.mlp, MoEFeedForward)]
+
+    def balancing_loss(self) -> torch.Tensor:
+        """The load-balancing loss of the last forward, over all layers' tokens together
+        (:func:`course_lib.moe.load_balancing_loss`, as Hugging Face's Mixtral and Qwen3-MoE)."""
+        return load_balancing_loss(self.router_logits(), self.config.moe_top_k)
 
 
 def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:

@@ -22,6 +22,9 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     position table (0) and nothing to learn. A ``head_dim`` of its own makes q C x (nh*hs) and
     the output projection (nh*hs) x C; QK-norm adds two gains of hs per layer (in "attention");
     RoPE scaling and a sliding window add no parameters.
+
+    Chapter 20: with ``moe_experts`` E, "MLP" holds all E experts (and the shared one) and
+    "router" the L*C*E weights of the routers.
     """
     V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
     b = 1 if config.bias else 0
@@ -37,7 +40,11 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     else:
         mlp = (C * H + b * H) + (H * C + b * C)
     final_norm = norm if config.norm_position == "pre" else 0
-    return {
+    moe = {}
+    if getattr(config, "moe_experts", None):
+        moe = {"router": L * C * config.moe_experts}
+        mlp *= config.moe_experts + config.moe_shared_expert
+    return moe | {
         "token embedding": V * C,
         "position embedding": 0 if config.rope_theta is not None else T * C,
         "attention": L * attention,
@@ -50,6 +57,16 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
 def count_parameters(config: GPTConfig) -> int:
     """The exact parameter count of ``GPT(config)``, equal to ``sum(p.numel())``."""
     return sum(parameter_breakdown(config).values())
+
+
+def active_parameters(config: GPTConfig) -> int:
+    """The parameters one token goes through: all of them for a dense GPT; for a mixture of experts
+    (chapter 20) the k chosen experts of each layer instead of all E (the shared one always)."""
+    total = count_parameters(config)
+    if not getattr(config, "moe_experts", None):
+        return total
+    per_expert = parameter_breakdown(config)["MLP"] // (config.n_layer * (config.moe_experts + config.moe_shared_expert))
+    return total - config.n_layer * (config.moe_experts - config.moe_top_k) * per_expert
 
 
 def flops_per_token(config: GPTConfig, training: bool = True) -> int:
@@ -65,9 +82,10 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     scores all T keys, so 12 L T C stays), RoPE's rotations and RMSNorm are a few
     element-wise operations per channel, left out like LayerNorm's. With a ``head_dim`` of its
     own the attention term is 12 L T nh hs; with a ``sliding_window`` shorter than T each query
-    scores only the window, so T becomes the window there.
+    scores only the window, so T becomes the window there. A mixture of experts counts its active
+    parameters (:func:`active_parameters`): the router, and k experts per layer, not E.
     """
-    N = count_parameters(config) - parameter_breakdown(config)["position embedding"]
+    N = active_parameters(config) - parameter_breakdown(config)["position embedding"]
     if not config.tie_weights:
         N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
     span = min(config.block_size, config.sliding_window or config.block_size)  # keys each query scores

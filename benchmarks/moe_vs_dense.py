@@ -1,0 +1,135 @@
+"""Chapter 20's measurement: a dense decoder against a mixture of experts with the same active
+parameters (so about the same FLOPs per token), trained for the same steps on the book's CPU,
+and the experts' load over training with and without the load-balancing loss.
+
+    PYTHONPATH=$PWD python benchmarks/moe_vs_dense.py --iters 400 --seeds 0,1,2,3
+
+or, on a shared machine, two processes of two seeds each, merged afterwards:
+
+    python benchmarks/moe_vs_dense.py --seeds 0,1 --out a.json & python benchmarks/moe_vs_dense.py --seeds 2,3 --out b.json
+    python benchmarks/moe_vs_dense.py --merge a.json b.json
+
+All three variants are chapter 14's Llama-style decoder (RMSNorm, RoPE, SwiGLU; 2 layers, 4 heads,
+C=128, T=64, batch 12, tiny Shakespeare by characters):
+
+- dense: one SwiGLU MLP of hidden size 352 per block;
+- MoE: 8 experts of hidden size 176 per block, top-2 (each token runs 2 x 176 = 352 hidden
+  units, as the dense model does), balancing loss 0.01 (Switch Transformer's coefficient);
+- MoE, no balancing: the same with moe_aux_coef = 0.
+
+Each variant trains with the same seeds, the same batches and the CPU preset's schedule, one run
+after another in this process (so their timings share the machine's load; the load average is
+recorded next to them). Every ``--load-every`` steps the load of each expert is measured on a fixed
+held-out batch. The validation loss is the cross-entropy on ``--eval-batches`` held-out batches,
+the same for every run. Writes course_lib/records/moe_vs_dense.json, which chapter 20 prints.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from course_lib import GPT, Trainer
+from course_lib.data import get_batch, load_text, train_val_split
+from course_lib.moe import expert_load
+from course_lib.presets import get_preset
+from course_lib.tokenizers import CharTokenizer
+from course_lib.train import estimate_loss
+from course_lib.tools.numerics import wait_passively
+from course_lib.utils import seed_everything
+
+RECORD = Path(__file__).resolve().parents[1] / "course_lib" / "records" / "moe_vs_dense.json"
+LLAMA = dict(norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_layer=2)
+VARIANTS = {
+    "dense": dict(LLAMA, ffn_hidden=352),
+    "MoE 8x176, top-2": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_aux_coef=0.01),
+    "MoE, no balancing": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_aux_coef=0.0),
+}
+
+
+def layer_loads(model: GPT, batch: torch.Tensor) -> list[list[float]]:
+    """(L, E) the fraction of routing slots each expert of each layer gets on ``batch``."""
+    model.eval()
+    with torch.no_grad():
+        model(batch)
+    model.train()
+    return [[round(v, 4) for v in expert_load(r, model.config.moe_top_k).tolist()] for r in model.router_logits()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds")
+    p.add_argument("--eval-batches", type=int, default=100)
+    p.add_argument("--load-every", type=int, default=50)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the fairest on a shared machine)")
+    p.add_argument("--out", type=Path, default=RECORD)
+    p.add_argument("--merge", type=Path, nargs="+", help="merge these records' runs into --out and stop")
+    args = p.parse_args()
+    if args.merge:
+        records = [json.loads(path.read_text()) for path in args.merge]
+        merged = dict(records[0], runs=[r for rec in records for r in rec["runs"]])
+        merged["seeds"] = ",".join(rec["seeds"] for rec in records)
+        merged["command"] = " && ".join(rec["command"] for rec in records) + " (merged)"
+        args.out.write_text(json.dumps(merged, indent=1) + "\n")
+        return summarize(merged["runs"])
+    command = "python benchmarks/moe_vs_dense.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "merge"))
+    torch.set_num_threads(args.threads)
+    preset = get_preset("shakespeare-char-cpu")
+    text = load_text(preset.corpus)
+    tok = CharTokenizer.train(text)
+    train, val = train_val_split(torch.tensor(tok.encode(text)))
+    base = replace(preset.model, vocab_size=tok.vocab_size)
+    tc = replace(preset.train, max_iters=args.iters, eval_interval=args.iters, eval_iters=1)
+    val_batch = lambda split, g: get_batch(val, base.block_size, 32, g)
+    probe = get_batch(val, base.block_size, 32, torch.Generator().manual_seed(999))[0]  # (32, 64)
+    runs = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for name, options in VARIANTS.items():
+            seed_everything(seed)
+            model = GPT(replace(base, **options))
+            trainer = Trainer(model, train, val, replace(tc, seed=seed), progress=False, verbose=False)
+            loads, load_steps, train_s = [], [], 0.0
+            load1 = os.getloadavg()[0]
+            for until in range(0, args.iters + 1, args.load_every):
+                start = time.perf_counter()
+                trainer.train(until=until)
+                train_s += time.perf_counter() - start
+                if model.config.moe_experts:
+                    loads.append(layer_loads(model, probe))
+                    load_steps.append(trainer.step)
+            loss = estimate_loss(model, val_batch, args.eval_batches, seed=12345, splits=("val",))["val"]
+            tokens = args.iters * tc.batch_size * base.block_size
+            run = dict(variant=name, seed=seed, val_loss=round(loss, 4), train_s=round(train_s, 1),
+                       tokens_per_s=round(tokens / train_s, 1), parameters=model.num_parameters(),
+                       flops_per_token=model.flops_per_token(), loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
+                       load_steps=load_steps, loads=loads)
+            runs.append(run)
+            print(f"{name:20s} seed {seed}: val {loss:.4f}  {train_s:6.1f} s  {run['tokens_per_s']:8.0f} tok/s  "
+                  f"{run['parameters']:,} params  load avg {load1:.1f}", flush=True)
+            record = dict(command=command, iters=args.iters, seeds=args.seeds, eval_batches=args.eval_batches,
+                          batch_size=tc.batch_size, block_size=base.block_size, cpu_count=os.cpu_count(),
+                          threads=torch.get_num_threads(), variants=VARIANTS, runs=runs)
+            args.out.write_text(json.dumps(record, indent=1) + "\n")  # after every run: a partial result survives
+    summarize(runs)
+
+
+def summarize(runs: list[dict]) -> None:
+    for name in VARIANTS:
+        mine = [r for r in runs if r["variant"] == name]
+        losses = [r["val_loss"] for r in mine]
+        spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
+        print(f"{name:20s} val {statistics.mean(losses):.4f} ± {spread:.4f}  "
+              f"{statistics.mean(r['tokens_per_s'] for r in mine):8.0f} tok/s")
+
+
+if __name__ == "__main__":
+    wait_passively()  # OpenMP threads sleep while they wait (a shared machine's cores)
+    main()
