@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .llama import _rope_theta, weight_map as llama_weight_map
+from .llama import _rope_settings, weight_map as llama_weight_map
 from .model import GPT, GPTConfig, register_pretrained
 
 
@@ -31,12 +31,11 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
     if model_type not in ("mixtral", "qwen3_moe"):
         raise ValueError(f"expected a Mixtral or Qwen3-MoE model, got model_type {model_type!r}")
     C, nh = hf_config.hidden_size, hf_config.num_attention_heads
-    theta, rope_type = _rope_theta(hf_config)
+    theta, rope = _rope_settings(hf_config)
+    rope_type = rope["rope_type"]
     qwen = model_type == "qwen3_moe"
     unsupported = []
     head_dim = getattr(hf_config, "head_dim", None) or C // nh
-    if head_dim * nh != C:
-        unsupported.append(f"head_dim={head_dim} (ours is hidden_size / num_attention_heads = {C // nh})")
     if hf_config.hidden_act != "silu":
         unsupported.append(f"hidden_act={hf_config.hidden_act!r} (SwiGLU's gate is SiLU)")
     if rope_type != "default":
@@ -62,6 +61,7 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         moe_experts=hf_config.num_experts if qwen else hf_config.num_local_experts,
         moe_top_k=hf_config.num_experts_per_tok, moe_norm_topk=bool(hf_config.norm_topk_prob) if qwen else True,
         moe_aux_coef=float(hf_config.router_aux_loss_coef), qk_norm=qwen,
+        head_dim=None if head_dim * nh == C else head_dim,
     )
 
 
