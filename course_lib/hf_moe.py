@@ -4,7 +4,7 @@ Both are a Llama (:mod:`course_lib.llama`) whose MLPs are mixtures of experts
 (:mod:`course_lib.moe`): ``moe_experts`` SwiGLU experts, a bias-free linear router, top-k.
 
 - Mixtral (Jiang et al. 2024): 8 experts, top-2, the two weights renormalised (``moe_norm_topk``);
-  its sliding-window attention is not ours, so ``sliding_window`` must be None.
+  its sliding-window attention is chapter 14's ``sliding_window``.
 - Qwen3-MoE (Qwen team 2025): top-k with ``norm_topk_prob`` choosing the renormalisation, and
   QK-norm (an RMSNorm over each head's queries and keys, our ``qk_norm``); every layer sparse.
 
@@ -42,8 +42,10 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         unsupported.append(f"rope_type={rope_type!r} (we implement plain RoPE)")
     if getattr(hf_config, "attention_bias", False):
         unsupported.append("attention_bias=True")
-    if getattr(hf_config, "sliding_window", None) is not None and (not qwen or hf_config.use_sliding_window):
-        unsupported.append(f"sliding_window={hf_config.sliding_window} (our attention sees the whole context)")
+    window = getattr(hf_config, "sliding_window", None)
+    if qwen and window is not None and hf_config.use_sliding_window:
+        unsupported.append(f"use_sliding_window with sliding_window={window} (Qwen3-MoE windows some layers only)")
+    window = None if qwen else window  # Mixtral: every layer sees the same window (our sliding_window)
     if getattr(hf_config, "router_jitter_noise", 0.0):
         unsupported.append(f"router_jitter_noise={hf_config.router_jitter_noise}")
     if qwen and (hf_config.decoder_sparse_step != 1 or hf_config.mlp_only_layers):
@@ -61,7 +63,7 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         moe_experts=hf_config.num_experts if qwen else hf_config.num_local_experts,
         moe_top_k=hf_config.num_experts_per_tok, moe_norm_topk=bool(hf_config.norm_topk_prob) if qwen else True,
         moe_aux_coef=float(hf_config.router_aux_loss_coef), qk_norm=qwen,
-        head_dim=None if head_dim * nh == C else head_dim,
+        head_dim=None if head_dim * nh == C else head_dim, sliding_window=window,
     )
 
 

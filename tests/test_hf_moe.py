@@ -21,12 +21,14 @@ COMMON = dict(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_h
 
 def tiny_hf(kind: str, seed=0, **overrides):
     torch.manual_seed(seed)
-    if kind == "mixtral":  # sliding_window None: our attention sees the whole context
-        options = dict(COMMON, intermediate_size=40, num_local_experts=4, sliding_window=None)
+    if kind.startswith("mixtral"):  # "-sw": a window of 8, shorter than the test sequences
+        options = dict(COMMON, intermediate_size=40, num_local_experts=4,
+                       sliding_window=8 if kind.endswith("-sw") else None)
         config = transformers.MixtralConfig(**(options | overrides))
         model = transformers.MixtralForCausalLM(config)
-    else:  # head_dim = hidden_size / heads, every layer sparse
-        options = dict(COMMON, intermediate_size=64, moe_intermediate_size=40, num_experts=6, head_dim=12,
+    else:  # every layer sparse; "-hd": a head_dim of its own (16, not hidden_size / heads = 12)
+        options = dict(COMMON, intermediate_size=64, moe_intermediate_size=40, num_experts=6,
+                       head_dim=16 if kind.endswith("-hd") else 12,
                        norm_topk_prob=kind == "qwen3_moe-norm")
         model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**(options | overrides)))
     with torch.no_grad():  # norms start at 1 and the router near 0: randomise them to test them
@@ -42,7 +44,7 @@ def ids(B=2, T=20, seed=1):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-KINDS = ["mixtral", "qwen3_moe", "qwen3_moe-norm"]  # Qwen3-MoE with norm_topk_prob False and True
+KINDS = ["mixtral", "mixtral-sw", "qwen3_moe", "qwen3_moe-norm", "qwen3_moe-hd"]  # Qwen3-MoE: norm_topk_prob False, True; head_dim
 _pairs = {}
 
 
@@ -121,10 +123,9 @@ def test_training_loss_is_hugging_faces_with_labels():
 
 
 def test_unsupported_settings_rejected():
-    for kind, overrides, phrase in [("mixtral", dict(sliding_window=16), "sliding_window"),
+    for kind, overrides, phrase in [("qwen3_moe", dict(sliding_window=16, use_sliding_window=True), "sliding"),
                                     ("mixtral", dict(hidden_act="gelu"), "hidden_act"),
-                                    ("qwen3_moe", dict(decoder_sparse_step=2), "dense layers"),
-                                    ("qwen3_moe", dict(head_dim=16), "head_dim")]:
+                                    ("qwen3_moe", dict(decoder_sparse_step=2), "dense layers")]:
         with pytest.raises(ValueError, match=phrase):
             config_from_hf(tiny_hf(kind, **overrides).config)
     with pytest.raises(ValueError, match="Mixtral or Qwen3-MoE"):
