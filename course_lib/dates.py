@@ -12,7 +12,7 @@ import calendar
 import datetime
 import torch
 
-from .seq2seq import SPECIALS, Seq2Seq, Seq2SeqConfig, encode_batch
+from .seq2seq import SPECIALS, Seq2SeqConfig, encode_batch
 from .tokenizers import CharTokenizer
 from .train import TrainConfig
 from .utils import IGNORE_INDEX

@@ -213,9 +213,10 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     train_config = apply_overrides(_stored_config(path, ckpt), train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
-    trainer = Trainer.resume(path, train_data=train_data, val_data=val_data, device=_training_device(device, train_config),
-                             config=train_config, tokenizer=tokenizer, progress=progress, verbose=verbose,
-                             checkpoint=ckpt)
+    # the model built from the config decoded above: Trainer.resume does not decode the checkpoint again
+    device = _training_device(device, train_config)
+    trainer = Trainer.resume(path, GPT(model_config), train_data, val_data, device=device, config=train_config,
+                             tokenizer=tokenizer, progress=progress, verbose=verbose, checkpoint=ckpt)
     trainer.trained_on = trained_on
     return Run(trainer, text, train_data, val_data)
 

@@ -404,9 +404,10 @@ class Trainer:
         """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
 
         ``model`` defaults to a fresh model of the checkpoint's kind and config, ``tokenizer``
-        to the checkpoint's; ``max_iters`` extends (or shortens) the run; ``config`` replaces
-        the stored training config altogether; ``checkpoint``, the file at ``path`` if the caller
-        has loaded it already (it is then not read again).
+        to the checkpoint's; ``max_iters`` extends the run (or shortens one not yet past it: a run
+        already past it is refused); ``config`` replaces the stored training config altogether;
+        ``checkpoint``, the file at ``path`` if the caller has loaded it already (it is then not
+        read again). A damaged step or random state is a CheckpointError that says so.
         """
         path = Path(path)
         ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)

@@ -274,10 +274,17 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     lora = LoRAGPT.from_base(gpt_path, extend_tokenizer(gpt_tok, TASK_CHARS), rank=2)
     paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
              "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
-    assert set(paths) == set(MODELS) - {"seq2seq"}  # every decoder kind there is
+    assert set(paths) == set(MODELS) - {"seq2seq"}, "a new decoder kind: add a checkpoint of it here"
     for kind, path in paths.items():
         capsys.readouterr()
         assert main(["sample", "--checkpoint", str(path), "--prompt", "RO", "--tokens", "7", "--device", "cpu"]) == 0, \
             capsys.readouterr().err
         out = capsys.readouterr().out
         assert out.startswith("RO") and len(out) == len("RO") + 7 + 1, (kind, out)  # 7 characters, then print's newline
+
+
+def test_resume_command_repeats_the_arguments_with_resume_once():
+    from course_lib.cli import resume_command
+
+    assert resume_command(["train", "--text", "my poems.txt", "--resume", "--out", "x"]) == \
+        "python -m course_lib train --text 'my poems.txt' --out x --resume"

@@ -7,10 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import GPT, GPTConfig, Trainer, TrainConfig
-from course_lib.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
+from course_lib.checkpoint import load_checkpoint, load_model
 from course_lib.cli import main
-from course_lib.data import load_text, train_val_split
+from course_lib.data import load_text
 from course_lib.finetune import (END, SEP, TASK_CHARS, answer_prompts, encode_examples, exact_match, extend_tokenizer,
                                  longest_example, text_loss)
 from course_lib.lora_gpt import extend_vocabulary

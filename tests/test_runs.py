@@ -130,6 +130,19 @@ def test_a_checkpoint_without_a_training_run_cannot_be_resumed(tmp_path, tiny_mo
         runs.resume_run(path, **QUIET)
 
 
-def test_resume_command_repeats_the_arguments_with_resume_once():
-    assert runs.resume_command(["train", "--text", "my poems.txt", "--resume", "--out", "x"]) == \
-        "python -m course_lib train --text 'my poems.txt' --out x --resume"
+
+def test_a_dates_run_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
+    """Chapter 11's encoder-decoder, built here like GPT pretraining: 2 steps then 1 more equal 3 straight."""
+    straight = runs.start_dates_run(tmp_path / "straight", 3, device="cpu", progress=False)
+    straight.train()
+    first = runs.start_dates_run(tmp_path / "split", 2, device="cpu", progress=False)
+    first.train()
+    assert first.trained_on["command"] == "train-dates"
+    resumed = runs.resume_dates_run(tmp_path / "split" / "ckpt.pt", 3, device="cpu", progress=False)
+    assert resumed.step == 2
+    resumed.train()
+    assert resumed.history["loss"] == straight.history["loss"]
+    assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
+                                                 resumed.model.state_dict().values()))
+    with pytest.raises(ValueError, match="made by `train-dates`, not `train`"):
+        runs.resume_run(tmp_path / "split" / "ckpt.pt", **QUIET)
