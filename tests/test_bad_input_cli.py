@@ -13,6 +13,7 @@ import torch
 from course_lib.checkpoint import LOCK_NAME, write_atomic
 from course_lib.cli import main
 from course_lib.data import load_text
+from course_lib.pretrained import PRETRAINED_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
@@ -50,6 +51,13 @@ def files(tmp_path_factory) -> Path:
     ckpt = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
     ckpt["model"]["wte.weight"][0, 0] = float("nan")
     write_atomic(tmp / "nan.pt", ckpt)
+    # issue 31: damaged checkpoints as the reliability review made them
+    (tmp / "random.pt").write_bytes(bytes(torch.randint(0, 256, (5000,), generator=torch.Generator().manual_seed(0))
+                                          .to(torch.uint8).tolist()))
+    good = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
+    write_atomic(tmp / "badtok.pt", {**good, "tokenizer": {**good["tokenizer"], "chars": 5}})
+    write_atomic(tmp / "shape.pt", {**good, "model": {**good["model"], "wte.weight": torch.zeros(3, 16)}})
+    write_atomic(tmp / "huge_cfg.pt", {**good, "model_config": {**good["model_config"], "n_embd": 1_000_000}})
     return tmp
 
 
@@ -57,6 +65,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     text = ["--text", str(tmp / "text.txt")]
     done, ckpt = tmp / "done", str(tmp / "done" / "ckpt.pt")
     sample = ["sample", "--checkpoint", ckpt, "--device", "cpu"]
+    pre = str(PRETRAINED_PATH)  # the shipped model: a base with room for the dates task
     return [
         # text input: one reader (course_lib.data.read_text_file)
         ("missing text file", ["train", "--text", str(tmp / "nope.txt")], 2, "no such text file"),
@@ -139,6 +148,41 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("sample an unknown character", [*sample, "--prompt", "\u00e9"], 2, "unknown character"),
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
+        # issue 31 (../shared/reviews/2026-11-26-reliability.md): bounds, and messages that name the problem
+        ("tx_devzero: --text /dev/zero", ["train", "--text", "/dev/zero", "--out", str(tmp / "x1"), *TINY], 2,
+         "/dev/zero is not text: it holds [0-9,]+ NUL bytes, the first at offset 0"),
+        ("ok_minlr: min_lr above learning_rate", ["train", *text, "--set", "min_lr=0.01", "--set", "learning_rate=1e-3"],
+         2, r"min_lr \(0.01\) is above learning_rate \(0.001\): the cosine schedule decays"),
+        ("ok_ropetiny: rope_theta 1e-300", ["train", *text, "--set", "rope_theta=1e-300"], 2,
+         "rope_theta must be a finite number >= 1, got 1e-300"),
+        ("s_random: random bytes", ["sample", "--checkpoint", str(tmp / "random.pt")], 2,
+         "random.pt is not a checkpoint: torch.save writes a zip archive"),
+        ("hx_zero: /dev/zero as a checkpoint", ["sample", "--checkpoint", "/dev/zero"], 2,
+         "/dev/zero is not a regular file .*give the path of a ckpt.pt file"),
+        ("s_badtok: a damaged tokenizer", ["sample", "--checkpoint", str(tmp / "badtok.pt")], 2,
+         r"holds an unusable tokenizer \(type 'char'; TypeError: .*\): the checkpoint is damaged"),
+        ("s_shape: a tensor of the wrong shape", ["sample", "--checkpoint", str(tmp / "shape.pt")], 2,
+         r"1 of another shape \(wte.weight is \(3, 16\), its config builds \(\d+, 16\)\)"),
+        ("hx_hugecfg: a config larger than the machine", ["sample", "--checkpoint", str(tmp / "huge_cfg.pt")], 2,
+         "holds a gpt model too large for this machine: a GPT of vocab_size .*n_embd 1,000,000"),
+        ("sp_tokhuge: --tokens 10**11", [*sample, "--tokens", "100000000000"], 2,
+         "max_new_tokens must be at most 100,000 .*got 100,000,000,000"),
+        ("sp_seedhuge: --seed 10**23", [*sample, "--tokens", "5", "--seed", "99999999999999999999999"], 2,
+         r"seed must be an integer in \[0, 9223372036854775807\]"),
+        ("tl_beamhuge: --beam 100000", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May",
+                                        "--beam", "100000"], 2, "beam_size must be an integer >= 1 and <= 100"),
+        ("tl_missing: a missing translate checkpoint", ["translate", "--checkpoint", str(tmp / "nope.pt"), "x"], 2,
+         "no checkpoint at .*`train-dates` for an encoder-decoder"),
+        ("tl_random: random bytes to translate", ["translate", "--checkpoint", str(tmp / "random.pt"), "x"], 2,
+         "is not a checkpoint: torch.save writes a zip archive"),
+        ("ft_random: random bytes to finetune", ["finetune", "--checkpoint", str(tmp / "random.pt"),
+                                                 "--out", str(tmp / "ft_random")], 2, "is not a checkpoint"),
+        ("fr_huge: --lora-rank 10**9", ["finetune", "--checkpoint", pre, "--lora-rank", "1000000000", "--max-iters", "1",
+                                        "--out", str(tmp / "fr")], 2,
+         r"LoRA rank 1,000,000,000 is larger than .* allows: at most min\(in 128, out \d+\) = 128"),
+        ("fa_inf: --lora-alpha inf", ["finetune", "--checkpoint", pre, "--lora-rank", "2", "--lora-alpha", "inf",
+                                      "--max-iters", "1", "--out", str(tmp / "fa")], 2,
+         "LoRA alpha must be a positive finite number"),
     ] + ([] if torch.cuda.is_available() else
          [("--device cuda without a GPU", ["train", *text, "--device", "cuda"], 2, "'cuda' is not available")])
 
