@@ -271,3 +271,106 @@ def test_text_from_a_pipe(files, tmp_path):
         piped = _cli("train", "--text", "/dev/stdin", "--out", str(tmp_path / "nul"), input="\0" * 7)
         assert piped.returncode == 2 and "/dev/stdin is not text: it holds 7 NUL bytes" in piped.stderr
     assert not (tmp_path / "nul").exists()
+
+
+# --- issue 31: the tools (python -m course_lib.tools) ---------------------------------------------
+
+
+def _tools(capsys, *argv) -> tuple[int, str]:
+    from course_lib.tools.__main__ import main as tools_main
+
+    capsys.readouterr()
+    status = tools_main(list(argv))
+    return status, capsys.readouterr().err
+
+
+def test_as_nonempty_assignments_build_never_replaces_a_notebook_without_force(tmp_path, capsys):
+    """Row 12: an instructor's edited notebook in --out is kept; --force replaces it."""
+    out = tmp_path / "asg"
+    out.mkdir()
+    edited = out / "ch03_self_attention_trick.ipynb"
+    edited.write_text('{"edited": "by the instructor"}')
+    (out / "notes.txt").write_text("mine")
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
+    assert status == 2 and err.count("\n") == 1
+    assert "already holds ch03_self_attention_trick.ipynb, which this build would replace" in err and "--force" in err
+    assert edited.read_text() == '{"edited": "by the instructor"}' and sorted(p.name for p in tmp_path.rglob("*")) == [
+        "asg", "ch03_self_attention_trick.ipynb", "notes.txt"]
+    status, _ = _tools(capsys, "assignments", "build", "--chapter", "4", "--out", str(out))
+    assert status == 0 and (out / "ch04_attention_heads.ipynb").exists()  # another chapter: nothing replaced
+    status, _ = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out), "--force")
+    assert status == 0 and "edited" not in edited.read_text() and (out / "notes.txt").read_text() == "mine"
+
+
+def test_as_outfile_as_ro_assignments_out_is_checked_before_building(tmp_path, capsys, monkeypatch):
+    """as_outfile, as_ro, as_ro_sub: one line that names --out (never the staging folder)."""
+    import tempfile
+
+    a_file = tmp_path / "small.txt"
+    a_file.write_text("x")
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(a_file))
+    assert status == 2 and err.count("\n") == 1 and "is a file, not a folder" in err
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(a_file / "sub"))
+    assert status == 2 and "which is a file, not a folder" in err
+
+    def refuse(*args, **kwargs):  # an unwritable folder (root ignores permissions, so it is simulated)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    for out in (tmp_path / "ro", tmp_path / "ro" / "sub" / "deeper"):
+        (tmp_path / "ro").mkdir(exist_ok=True)
+        status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"cannot write to {out} (Permission denied in " in err and ".ro-" not in err and ".deeper-" not in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ro", "small.txt"]
+
+
+def test_tp_ro_tools_pretrained_checks_out_before_training(tmp_path, capsys, monkeypatch):
+    """tp_ro: a bad --out is refused at once, not after the 3-minute run."""
+    import subprocess as sp
+    import tempfile
+
+    monkeypatch.setattr("course_lib.tools.numerics.unsupported_host", lambda: None)  # it asks a subprocess
+    monkeypatch.setattr(sp, "Popen", lambda *a, **k: pytest.fail("trained before checking --out"))
+    a_file = tmp_path / "small.txt"
+    a_file.write_text("x")
+    for out, phrase in ((tmp_path, "is a folder: give the file to write"),
+                        (a_file / "x.pt", "small.txt is a file, not a folder")):
+        status, err = _tools(capsys, "pretrained", "--out", str(out))
+        assert status == 2 and err.count("\n") == 1 and phrase in err, err
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: (_ for _ in ()).throw(PermissionError(1, "Operation not permitted")))
+    status, err = _tools(capsys, "pretrained", "--out", str(tmp_path / "ro" / "x.pt"))
+    assert status == 2 and "cannot write " in err and "(Operation not permitted in " in err
+
+
+def test_tp_ctrlc_tools_pretrained_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
+    """tp_ctrlc: Ctrl-C while the child trains: one line, status 130, nothing written, and the
+    process's own Ctrl-C handler back in place."""
+    import signal
+    import subprocess as sp
+
+    class Child:  # the training child: the first wait is interrupted by Ctrl-C, then it stops
+        waits = []
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self, timeout=None):
+            Child.waits.append(signal.getsignal(signal.SIGINT))
+            if len(Child.waits) == 1:
+                raise KeyboardInterrupt
+            return 130
+
+    monkeypatch.setattr("course_lib.tools.numerics.unsupported_host", lambda: None)  # it asks a subprocess
+    monkeypatch.setattr(sp, "Popen", Child)
+    handler = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "pt.pt"
+    status, err = _tools(capsys, "pretrained", "--out", str(out))
+    assert status == 130 and err == f"interrupted (Ctrl-C): {out} was not written\n"
+    assert Child.waits[1] == signal.SIG_IGN and signal.getsignal(signal.SIGINT) == handler and not out.exists()
