@@ -15,6 +15,7 @@ from course_lib.checkpoint import write_atomic
 from course_lib.run_folder import LOCK_NAME
 from course_lib.cli import main
 from course_lib.data import load_text
+from course_lib.pretrained import PRETRAINED_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
@@ -58,6 +59,13 @@ def files(tmp_path_factory) -> Path:
     damaged["train_config"]["learning_rate"] = 50.0
     write_atomic(tmp / "badtc" / "ckpt.pt", damaged)
     _fine_tunes(tmp)
+    # issue 31: damaged checkpoints as the reliability review made them
+    (tmp / "random.pt").write_bytes(bytes(torch.randint(0, 256, (5000,), generator=torch.Generator().manual_seed(0))
+                                          .to(torch.uint8).tolist()))
+    good = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
+    write_atomic(tmp / "badtok.pt", {**good, "tokenizer": {**good["tokenizer"], "chars": 5}})
+    write_atomic(tmp / "shape.pt", {**good, "model": {**good["model"], "wte.weight": torch.zeros(3, 16)}})
+    write_atomic(tmp / "huge_cfg.pt", {**good, "model_config": {**good["model_config"], "n_embd": 1_000_000}})
     return tmp
 
 
@@ -93,6 +101,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     text = ["--text", str(tmp / "text.txt")]
     done, ckpt = tmp / "done", str(tmp / "done" / "ckpt.pt")
     sample = ["sample", "--checkpoint", ckpt, "--device", "cpu"]
+    pre = str(PRETRAINED_PATH)  # the shipped model: a base with room for the dates task
     return [
         # text input: one reader (course_lib.data.read_text_file)
         ("missing text file", ["train", "--text", str(tmp / "nope.txt")], 2, "no such text file"),
@@ -176,6 +185,38 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
         *fine_tune_cases(tmp),
+        # issue 31 (../shared/reviews/2026-11-26-reliability.md): bounds, and messages that name the problem
+        ("tx_devzero: --text /dev/zero", ["train", "--text", "/dev/zero", "--out", str(tmp / "x1"), *TINY], 2,
+         "/dev/zero is not text: it holds [0-9,]+ NUL bytes, the first at offset 0"),
+        ("ok_minlr: min_lr above learning_rate", ["train", *text, "--set", "min_lr=0.01", "--set", "learning_rate=1e-3"],
+         2, r"min_lr \(0.01\) is above learning_rate \(0.001\): the cosine schedule decays"),
+        ("ok_ropetiny: rope_theta 1e-300", ["train", *text, "--set", "rope_theta=1e-300"], 2,
+         "rope_theta must be a finite number >= 1, got 1e-300"),
+        ("s_random: random bytes", ["sample", "--checkpoint", str(tmp / "random.pt")], 2,
+         "random.pt is not a checkpoint: torch.save writes a zip archive"),
+        ("hx_zero: /dev/zero as a checkpoint", ["sample", "--checkpoint", "/dev/zero"], 2,
+         "/dev/zero is not a regular file .*give the path of a ckpt.pt file"),
+        ("s_badtok: a damaged tokenizer", ["sample", "--checkpoint", str(tmp / "badtok.pt")], 2,
+         r"holds an unusable tokenizer \(type 'char'; TypeError: .*\): the checkpoint is damaged"),
+        ("s_shape: a tensor of the wrong shape", ["sample", "--checkpoint", str(tmp / "shape.pt")], 2,
+         r"1 of another shape \(wte.weight is \(3, 16\), its config builds \(\d+, 16\)\)"),
+        ("hx_hugecfg: a config larger than the machine", ["sample", "--checkpoint", str(tmp / "huge_cfg.pt")], 2,
+         "holds a gpt model too large for this machine: a GPT of vocab_size .*n_embd 1,000,000"),
+        ("sp_tokhuge: --tokens 10**11", [*sample, "--tokens", "100000000000"], 2,
+         "max_new_tokens must be at most 100,000 .*got 100,000,000,000"),
+        ("sp_seedhuge: --seed 10**23", [*sample, "--tokens", "5", "--seed", "99999999999999999999999"], 2,
+         r"seed must be an integer in \[0, 9223372036854775807\]"),
+        ("tl_beamhuge: --beam 100000", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May",
+                                        "--beam", "100000"], 2, "beam_size must be an integer >= 1 and <= 100"),
+        ("tl_missing: a missing translate checkpoint", ["translate", "--checkpoint", str(tmp / "nope.pt"), "x"], 2,
+         "no checkpoint at .*`train-dates` for an encoder-decoder"),
+        ("tl_random: random bytes to translate", ["translate", "--checkpoint", str(tmp / "random.pt"), "x"], 2,
+         "is not a checkpoint: torch.save writes a zip archive"),
+        ("ft_random: random bytes to finetune", ["finetune", "--checkpoint", str(tmp / "random.pt"),
+                                                 "--out", str(tmp / "ft_random")], 2, "is not a checkpoint"),
+        ("fr_huge: --lora-rank 10**9", ["finetune", "--checkpoint", pre, "--lora-rank", "1000000000", "--max-iters", "1",
+                                        "--out", str(tmp / "fr")], 2,
+         r"LoRA rank 1,000,000,000 is larger than .* allows: at most min\(in 128, out \d+\) = 128"),
     ] + ([] if torch.cuda.is_available() else
          [("--device cuda without a GPU", ["train", *text, "--device", "cuda"], 2, "'cuda' is not available")])
 
@@ -324,3 +365,106 @@ def test_text_from_a_pipe(files, tmp_path):
         piped = _cli("train", "--text", "/dev/stdin", "--out", str(tmp_path / "nul"), input="\0" * 7)
         assert piped.returncode == 2 and "/dev/stdin is not text: it holds 7 NUL bytes" in piped.stderr
     assert not (tmp_path / "nul").exists()
+
+
+# --- issue 31: the tools (python -m course_lib.tools) ---------------------------------------------
+
+
+def _tools(capsys, *argv) -> tuple[int, str]:
+    from course_lib.tools.__main__ import main as tools_main
+
+    capsys.readouterr()
+    status = tools_main(list(argv))
+    return status, capsys.readouterr().err
+
+
+def test_as_nonempty_assignments_build_never_replaces_a_notebook_without_force(tmp_path, capsys):
+    """Row 12: an instructor's edited notebook in --out is kept; --force replaces it."""
+    out = tmp_path / "asg"
+    out.mkdir()
+    edited = out / "ch03_self_attention_trick.ipynb"
+    edited.write_text('{"edited": "by the instructor"}')
+    (out / "notes.txt").write_text("mine")
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
+    assert status == 2 and err.count("\n") == 1
+    assert "already holds ch03_self_attention_trick.ipynb, which this build would replace" in err and "--force" in err
+    assert edited.read_text() == '{"edited": "by the instructor"}' and sorted(p.name for p in tmp_path.rglob("*")) == [
+        "asg", "ch03_self_attention_trick.ipynb", "notes.txt"]
+    status, _ = _tools(capsys, "assignments", "build", "--chapter", "4", "--out", str(out))
+    assert status == 0 and (out / "ch04_attention_heads.ipynb").exists()  # another chapter: nothing replaced
+    status, _ = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out), "--force")
+    assert status == 0 and "edited" not in edited.read_text() and (out / "notes.txt").read_text() == "mine"
+
+
+def test_as_outfile_as_ro_assignments_out_is_checked_before_building(tmp_path, capsys, monkeypatch):
+    """as_outfile, as_ro, as_ro_sub: one line that names --out (never the staging folder)."""
+    import tempfile
+
+    a_file = tmp_path / "small.txt"
+    a_file.write_text("x")
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(a_file))
+    assert status == 2 and err.count("\n") == 1 and "is a file, not a folder" in err
+    status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(a_file / "sub"))
+    assert status == 2 and "which is a file, not a folder" in err
+
+    def refuse(*args, **kwargs):  # an unwritable folder (root ignores permissions, so it is simulated)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    for out in (tmp_path / "ro", tmp_path / "ro" / "sub" / "deeper"):
+        (tmp_path / "ro").mkdir(exist_ok=True)
+        status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
+        assert status == 2 and err.count("\n") == 1, err
+        assert f"cannot write to {out} (Permission denied in " in err and ".ro-" not in err and ".deeper-" not in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ro", "small.txt"]
+
+
+def test_tp_ro_tools_pretrained_checks_out_before_training(tmp_path, capsys, monkeypatch):
+    """tp_ro: a bad --out is refused at once, not after the 3-minute run."""
+    import subprocess as sp
+    import tempfile
+
+    monkeypatch.setattr("course_lib.tools.numerics.unsupported_host", lambda: None)  # it asks a subprocess
+    monkeypatch.setattr(sp, "Popen", lambda *a, **k: pytest.fail("trained before checking --out"))
+    a_file = tmp_path / "small.txt"
+    a_file.write_text("x")
+    for out, phrase in ((tmp_path, "is a folder: give the file to write"),
+                        (a_file / "x.pt", "small.txt is a file, not a folder")):
+        status, err = _tools(capsys, "pretrained", "--out", str(out))
+        assert status == 2 and err.count("\n") == 1 and phrase in err, err
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: (_ for _ in ()).throw(PermissionError(1, "Operation not permitted")))
+    status, err = _tools(capsys, "pretrained", "--out", str(tmp_path / "ro" / "x.pt"))
+    assert status == 2 and "cannot write " in err and "(Operation not permitted in " in err
+
+
+def test_tp_ctrlc_tools_pretrained_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
+    """tp_ctrlc: Ctrl-C while the child trains: one line, status 130, nothing written, and the
+    process's own Ctrl-C handler back in place."""
+    import signal
+    import subprocess as sp
+
+    class Child:  # the training child: the first wait is interrupted by Ctrl-C, then it stops
+        waits = []
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self, timeout=None):
+            Child.waits.append(signal.getsignal(signal.SIGINT))
+            if len(Child.waits) == 1:
+                raise KeyboardInterrupt
+            return 130
+
+    monkeypatch.setattr("course_lib.tools.numerics.unsupported_host", lambda: None)  # it asks a subprocess
+    monkeypatch.setattr(sp, "Popen", Child)
+    handler = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "pt.pt"
+    status, err = _tools(capsys, "pretrained", "--out", str(out))
+    assert status == 130 and err == f"interrupted (Ctrl-C): {out} was not written\n"
+    assert Child.waits[1] == signal.SIG_IGN and signal.getsignal(signal.SIGINT) == handler and not out.exists()

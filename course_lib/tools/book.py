@@ -70,14 +70,14 @@ def _cmd_sync(args) -> int:
 
 
 def _cmd_execute(args) -> int:
-    reason = unsupported_host()
-    if reason is not None:
-        raise ValueError(f"{reason}: outputs stored here would not be the reference ({DESCRIPTION}) that "
-                         f"nbval checks on every host. Store chapters on an x86-64 machine with AVX2.")
     missing = [str(p) for p in args.paths if not Path(p).is_file() or Path(p).suffix != ".ipynb"]
     if missing:  # checked before executing anything
         raise ValueError(f"not a notebook file: {', '.join(missing)}; give chapter notebooks such as "
                          "book/ch01_text_and_tokens.ipynb (or none: every chapter)")
+    reason = unsupported_host()
+    if reason is not None:
+        raise ValueError(f"{reason}: outputs stored here would not be the reference ({DESCRIPTION}) that "
+                         f"nbval checks on every host. Store chapters on an x86-64 machine with AVX2.")
     for path in args.paths or chapter_notebooks(ROOT / "book").values():
         print(f"executing {path} ...", flush=True)
         execute_notebook(path, store=True)

@@ -50,12 +50,12 @@ def run(args) -> int:
     from ..pretrained import PRETRAINED_PATH, PRETRAINED_SHA256, THREADS
     from .numerics import reference_environment, unsupported_host
 
+    path = Path(args.out) if args.out else PRETRAINED_PATH
+    check_writable(path)
     why = unsupported_host()
     if why:
         raise ValueError(f"this host cannot compute the reference numbers ({why}): make the file on x86-64 with AVX2")
     env = reference_environment(threads=THREADS)
-    path = Path(args.out) if args.out else PRETRAINED_PATH
-    check_writable(path)
     with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], env=env) as child:
         try:
             returncode = child.wait()
