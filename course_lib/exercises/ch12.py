@@ -37,7 +37,9 @@ def _model_with_stale_gradients(model, g: torch.Generator):
 
     copied.register_forward_pre_hook(record, with_kwargs=True)
     # the token embedding takes part in every forward pass, so its gradient is computed once per backward pass
-    next(copied.parameters()).register_hook(lambda grad: events.append("backward"))
+    first = next(copied.parameters())
+    assert first is copied.wte.weight, "the backward hook must sit on the token embedding"
+    first.register_hook(lambda grad: events.append("backward"))
     return copied, [p.grad.clone() for p in copied.parameters()], seen, events
 
 
