@@ -123,6 +123,17 @@ def store(path: Path, key: str, record: dict) -> None:
         os.replace(tmp, path)
 
 
+def claim(folder: Path, key: str) -> bool:
+    """Claim a run for this process: True if no other process has (the file is created exclusively)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / (key.replace(" ", "_").replace("|", "").replace("/", "_") + ".claim"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 @torch.no_grad()
 def sample(model, tok, prompt="ROMEO:\n", n=60) -> str:
     model.eval()
@@ -172,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval", type=int, default=200, help="held-out examples for exact match")
     parser.add_argument("--out", type=Path, default=RECORDS, help=f"JSON records (default {RECORDS})")
+    parser.add_argument("--claims", type=Path, help="a folder where each process claims a run before starting it, "
+                        "so that several processes can share one list without running anything twice")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -190,7 +203,7 @@ def main(argv=None) -> int:
     todo = [(n, seed) for n in names for seed in args.seeds]  # each run's seeds together
     for i, (name, seed) in enumerate(todo):
         key = f"{name} | seed {seed} | {args.steps} steps"
-        if key in read_records(args.out):
+        if key in read_records(args.out) or (args.claims and not claim(args.claims, key)):
             continue
         record = run_one(name, RUNS[name], seed, args.steps, args.eval, base, tok0, text_ids)
         store(args.out, key, record)
