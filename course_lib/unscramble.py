@@ -1,14 +1,14 @@
 """A task that needs what the model learned from Shakespeare: unscramble a word (chapter 15).
 
-The dates task needs no English: a model trained from scratch learns it as fast as the
-pretrained one. This task does. The prompt is a word of tiny Shakespeare with its inner letters
+The dates task needs no English: in chapter 15's runs a model trained from scratch learns it
+no slower than the pretrained one. This task does need English. The prompt is a word of tiny Shakespeare with its inner letters
 shuffled (first and last kept, as in "Shakespaere"), the answer the word::
 
     "hnoour" "=" "honour" "\\n"
 
 The test words are **held out**: no fine-tuning example contains them, so a model can only
-answer them from what it knows of English spelling, and a model trained from scratch knows only
-the training words. Words come from the training 90% of the text (``data.train_val_split``'s
+answer them from what it knows of English spelling, which a model trained from scratch learns
+only from the training words. Words come from the training 90% of the text (``data.train_val_split``'s
 cut), lower case, 5 to 9 letters, seen at least three times; the split of words is fixed.
 
 Only one new character ("=") enters the vocabulary ("\\n" is already Shakespeare's).

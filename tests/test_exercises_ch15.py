@@ -234,6 +234,7 @@ class WrongShape(nn.Module):
     (lambda: ch15.check_lora_forward(lora_forward), True),
     (lambda: ch15.check_mask_prompt(mask_prompt), True),
     (lambda: ch15.check_merge(merge), True),
+    (lambda: ch15.check_lora_count(lora_count), True),
     (lambda: ch15.check_lora_init(lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True)), False),
 ])
 def test_checks_leave_the_global_random_state_alone(check, good):
