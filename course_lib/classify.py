@@ -12,8 +12,9 @@ of words (multinomial naive Bayes), which knows the words each speaker uses but 
 Two ways to read a whole text out of a causal model (``pooling``): the **last** real token's
 hidden state (the only one that saw everything), or the **mean** over the real tokens. And two
 ways to train: the **linear probe** (GPT frozen, only the head learns: :func:`text_features`
-once, then :func:`fit_probe`, a logistic regression) and **full fine-tuning**. The chapter's
-figures come from ``benchmarks/classify_speakers.py`` (seeds, learning curves) and its own cells.
+once, then :func:`fit_probe`, a logistic regression) and **full fine-tuning**. Chapter 15 prints
+its figures from its own cells; ``benchmarks/classify_speakers.py`` runs the longer seeded sweep
+(full fine-tuning on three splits, both poolings, learning curves), whose results are not stored yet.
 
 A caveat the chapter states: the pretrained model saw 90% of tiny Shakespeare (without labels)
 while pretraining, so many of these speeches are not new text to it, as web text is not new to
