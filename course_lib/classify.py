@@ -9,10 +9,12 @@ The task comes from tiny Shakespeare: the opening of a speech (up to ``block_siz
 and four speakers, one from each of four plays. The baselines are the majority class and a bag
 of words (multinomial naive Bayes), which knows the words each speaker uses but not their order.
 
-Measured on the 133 held-out speeches (shipped pretrained model, 300 steps of 32, the first 64
-characters): majority 27.8%, naive Bayes on the same 64 characters 42.9% (on whole speeches 59.4%);
-the GPT with only its head trained (lr 3e-3) 22.6%, fully fine-tuned (lr 3e-4) 30.1% with 100% on its
-532 training speeches: a 0.8M-parameter character model overfits so small a set.
+Two ways to read a whole text out of a causal model (``pooling``): the **last** real token's
+hidden state (the only one that saw everything), or the **mean** over the real tokens. And two
+ways to train: the **linear probe** (GPT frozen, only the head learns: :func:`text_features`
+once, then :func:`fit_probe`, a logistic regression) and **full fine-tuning**. Chapter 15 prints
+its figures from its own cells; ``benchmarks/classify_speakers.py`` runs the longer seeded sweep
+(full fine-tuning on three splits, both poolings, learning curves), whose results are not stored yet.
 
 A caveat the chapter states: the pretrained model saw 90% of tiny Shakespeare (without labels)
 while pretraining, so many of these speeches are not new text to it, as web text is not new to
@@ -36,6 +38,7 @@ from .model import GPT
 # The Taming of the Shrew; each speaks between 155 and 189 times in tiny Shakespeare.
 SPEAKERS = ("MENENIUS", "ROMEO", "DUKE VINCENTIO", "PETRUCHIO")
 PAD = -1  # a left pad in a batch of ids; GPTClassifier turns it into an attention mask
+POOLINGS = ("last", "mean")
 
 
 def speeches(text: str, speakers=SPEAKERS) -> list[tuple[str, int]]:
@@ -68,13 +71,17 @@ class GPTClassifier(nn.Module):
     """A GPT whose LM head is replaced by a K-way classification head.
 
     ``forward(idx, labels=None)``: ``idx`` (B, T) token ids, left-padded with PAD (-1) ->
-    ``(logits (B, K), loss)``, the logits read at the last position.
+    ``(logits (B, K), loss)``, read at the last position (``pooling="last"``) or averaged over
+    the real tokens (``pooling="mean"``; the head is linear, so the mean of the per-position
+    logits is the head of the mean hidden state).
     ``train_head_only=True`` freezes the GPT (a "linear probe"): only the head learns.
     """
 
-    def __init__(self, gpt: GPT, n_classes: int, train_head_only: bool = False):
+    def __init__(self, gpt: GPT, n_classes: int, train_head_only: bool = False, pooling: str = "last"):
         super().__init__()
-        self.gpt = gpt
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.gpt, self.pooling = gpt, pooling
         self.config = gpt.config  # the Trainer reads the model's config
         if train_head_only:
             gpt.requires_grad_(False)
@@ -86,9 +93,83 @@ class GPTClassifier(nn.Module):
     def forward(self, idx: torch.Tensor, labels: torch.Tensor | None = None):
         mask = idx != PAD  # (B, T): True on real tokens
         logits, _ = self.gpt(idx.clamp(min=0), attention_mask=mask)  # (B, T, K); pads get positions 0..
-        logits = logits[:, -1, :]  # (B, K): the last column is every row's last real token
+        logits = pool(logits, mask, self.pooling)  # (B, K)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return logits, loss
+
+
+def pool(h: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, T, D) per-position vectors -> (B, D): the last column (every row's last real token,
+    with left padding) or the mean over the real tokens (``mask`` (B, T), True on them)."""
+    if pooling == "last":
+        return h[:, -1, :]
+    m = mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+    return (h * m).sum(1) / m.sum(1).clamp(min=1)
+
+
+@torch.no_grad()
+def text_features(gpt: GPT, tokenizer, texts: list[str], pooling: str = "last", batch_size: int = 128) -> torch.Tensor:
+    """The frozen GPT's final hidden states (after the last LayerNorm, what its LM head reads),
+    pooled over each text's first ``block_size`` characters: (N, C). What a linear probe reads."""
+    head, gpt.lm_head = gpt.lm_head, nn.Identity()  # the model's "logits" are then its hidden states
+    was_training = gpt.training
+    gpt.eval()
+    try:
+        device = gpt.wte.weight.device
+        out = []
+        for i in range(0, len(texts), batch_size):
+            idx = encode_left(tokenizer, texts[i:i + batch_size], gpt.config.block_size).to(device)
+            mask = idx != PAD
+            h, _ = gpt(idx.clamp(min=0), attention_mask=mask)  # (B, T, C)
+            out.append(pool(h, mask, pooling))
+        return torch.cat(out)
+    finally:
+        gpt.lm_head = head
+        gpt.train(was_training)
+
+
+def fit_probe(features: torch.Tensor, labels: torch.Tensor, n_classes: int, weight_decay: float = 1e-2,
+              steps: int = 300, lr: float = 0.05, seed: int = 0) -> nn.Linear:
+    """A linear probe: logistic regression (a (K, C) ``nn.Linear``) on fixed ``features`` (N, C),
+    full-batch AdamW on the cross-entropy for ``steps`` steps. Features are standardised first
+    (their mean and spread folded into the returned layer), so one learning rate fits any model."""
+    mean, std = features.mean(0), features.std(0).clamp(min=1e-6)
+    z = (features - mean) / std
+    generator = torch.Generator().manual_seed(seed)
+    head = nn.Linear(features.shape[1], n_classes)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * 0.01)
+        head.bias.zero_()
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(head(z), labels).backward()
+        opt.step()
+    with torch.no_grad():  # fold the standardisation in: head(z) = (W / std) x + (b - W mean / std)
+        folded = nn.Linear(features.shape[1], n_classes)
+        folded.weight.copy_(head.weight / std)
+        folded.bias.copy_(head.bias - (head.weight / std) @ mean)
+    return folded
+
+
+def confusion_matrix(predicted, labels, n_classes: int) -> torch.Tensor:
+    """(K, K) counts: row = true label, column = predicted label."""
+    m = torch.zeros(n_classes, n_classes, dtype=torch.long)
+    for p, y in zip(torch.as_tensor(predicted).tolist(), torch.as_tensor(labels).tolist()):
+        m[y, p] += 1
+    return m
+
+
+@torch.no_grad()
+def predict(model: "GPTClassifier", tokenizer, texts: list[str], batch_size: int = 128) -> torch.Tensor:
+    """The most likely class of each text: (N,)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out = [model(encode_left(tokenizer, texts[i:i + batch_size], model.config.block_size).to(device))[0].argmax(-1)
+           for i in range(0, len(texts), batch_size)]
+    model.train(was_training)
+    return torch.cat(out).cpu()
 
 
 def classify_batch_fn(splits: dict[str, list], tokenizer, batch_size: int, T: int, device="cpu"):
@@ -103,19 +184,10 @@ def classify_batch_fn(splits: dict[str, list], tokenizer, batch_size: int, T: in
     return batch_fn
 
 
-@torch.no_grad()
 def accuracy(model: GPTClassifier, tokenizer, examples: list[tuple[str, int]], batch_size: int = 128) -> float:
     """Share of ``(text, label)`` examples whose most likely class is the label."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    right = 0
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i:i + batch_size]
-        x = encode_left(tokenizer, [t for t, _ in chunk], model.config.block_size).to(device)
-        right += sum(int(p) == label for p, (_, label) in zip(model(x)[0].argmax(-1), chunk))
-    model.train(was_training)
-    return right / max(1, len(examples))
+    got = predict(model, tokenizer, [t for t, _ in examples], batch_size)
+    return (got == torch.tensor([y for _, y in examples])).float().mean().item() if examples else 0.0
 
 
 # --- baselines ---------------------------------------------------------------------------------------

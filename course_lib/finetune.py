@@ -124,10 +124,9 @@ def dates_test_pairs(n: int = 500) -> list[tuple[str, str]]:
 # --- the run's settings: course_lib.runs builds fine-tuning runs with them ------------------------
 
 TASKS = ("dates",)
-# Measured with benchmarks/finetune_dates.py on the shipped pretrained model, 600 steps of 32, exact
-# match on 200 held-out dates: full fine-tuning at 1e-3 100.0% (at 3e-4 20.5%); LoRA on the attention
-# at 1e-2: rank 1 2.5%, rank 4 57.5%, rank 8 95.0% (rank 4 at 1e-3, 300 steps: 0%). LoRA's B starts
-# at zero, so it takes a larger learning rate than full fine-tuning.
+# Chapter 15's recipe; benchmarks/finetune_dates.py runs it with seeds and stores what it measures in
+# course_lib/records/finetune_runs.json. LoRA takes a larger learning rate because an Adam step on B
+# moves the weight only by about lr * (alpha / r) * |A|, with A small (Kaiming-uniform) at the start.
 FINETUNE_TRAIN = dict(max_iters=600, batch_size=32, learning_rate=1e-3, min_lr=1e-4, warmup_iters=20,
                       weight_decay=0.0, grad_clip=1.0, eval_interval=100, eval_iters=4)
 LORA_LEARNING_RATE = 1e-2

@@ -86,3 +86,46 @@ def test_naive_bayes_by_hand():
 
 def test_majority_baseline():
     assert majority_accuracy([("a", 1), ("b", 1), ("c", 0)], [("x", 1), ("y", 0), ("z", 2), ("w", 1)]) == 0.5
+
+
+def test_pool_last_and_mean_ignore_the_pads():
+    h = torch.arange(2 * 3 * 2, dtype=torch.float).view(2, 3, 2)
+    mask = torch.tensor([[False, True, True], [True, True, True]])
+    from course_lib.classify import pool
+    assert torch.equal(pool(h, mask, "last"), h[:, -1])
+    assert torch.allclose(pool(h, mask, "mean"), torch.stack([h[0, 1:].mean(0), h[1].mean(0)]))
+
+
+def test_mean_pooled_classifier_is_the_head_of_the_mean_hidden_state():
+    from course_lib.classify import text_features
+    clf = tiny_classifier(pooling="mean")
+    texts = ["Nay.", "But soft! What light"]
+    x = encode_left(TOK, texts, 16)
+    logits, _ = clf(x)
+    feats = text_features(clf.gpt, TOK, texts, pooling="mean")
+    assert torch.allclose(logits, clf.gpt.lm_head(feats), atol=1e-5)
+    assert isinstance(clf.gpt.lm_head, torch.nn.Linear)  # text_features put the head back
+
+
+def test_bad_pooling():
+    import pytest
+    with pytest.raises(ValueError, match="pooling"):
+        tiny_classifier(pooling="max")
+
+
+def test_probe_separates_separable_features_and_folds_the_scaling():
+    from course_lib.classify import fit_probe
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (90,), generator=g)
+    feats = torch.randn(90, 5, generator=g) * 0.1 + 100.0  # a large offset: the standardisation handles it
+    feats[torch.arange(90), labels] += 1.0
+    head = fit_probe(feats, labels, 3)
+    assert (head(feats).argmax(-1) == labels).float().mean() > 0.95
+    again = fit_probe(feats, labels, 3)
+    assert torch.equal(head.weight, again.weight)  # seeded: deterministic
+
+
+def test_confusion_matrix_rows_are_true_labels():
+    from course_lib.classify import confusion_matrix
+    m = confusion_matrix([0, 1, 1, 2], [0, 0, 1, 2], 3)
+    assert m.tolist() == [[1, 1, 0], [0, 1, 0], [0, 0, 1]] and m.sum() == 4

@@ -1,4 +1,5 @@
 """The checks of chapter 15's exercises: right answers pass, plausible wrong ones fail with a hint."""
+import copy
 import math
 
 import pytest
@@ -45,7 +46,25 @@ def test_mask_prompt_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
+def mask_float(targets, n_prompt):
+    return torch.where(torch.arange(len(targets)) < n_prompt - 1, float(IGNORE_INDEX), targets.float())
+
+
+def mask_int32(targets, n_prompt):
+    out = targets.clone()
+    out[:n_prompt - 1] = IGNORE_INDEX
+    return out.int()
+
+
+def mask_with_minus_one(targets, n_prompt):
+    out = targets.clone()
+    out[:n_prompt - 1] = -1
+    return out
+
+
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (mask_one_too_many, "one too many"),
+                                            (mask_float, "torch.long"), (mask_int32, "torch.long"),
+                                            (mask_with_minus_one, "use IGNORE_INDEX"),
                                             (mask_in_place, "changed the targets"),
                                             (mask_the_answer, "wrong positions")])
 def test_mask_prompt_wrong(wrong, message):
@@ -104,13 +123,24 @@ def merge_delta_only(W, A, B, alpha, rank):
     return (alpha / rank) * B @ A
 
 
+def merge_a_at_b(W, A, B, alpha, rank):
+    return W + (alpha / rank) * A @ B
+
+
+def merge_module(W, A, B, alpha, rank):
+    layer = nn.Linear(W.shape[1], W.shape[0], bias=False)
+    layer.weight.data = W + (alpha / rank) * B @ A
+    return layer
+
+
 def test_merge_correct(capsys):
     ch15.check_merge(merge)
     assert "Correct!" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (merge_transposed, "raised RuntimeError"),
-                                            (merge_unscaled, "values differ"), (merge_delta_only, "values differ")])
+                                            (merge_unscaled, "values differ"), (merge_delta_only, "values differ"),
+                                            (merge_a_at_b, "B @ A is \\(out, r\\)"), (merge_module, "returned a module")])
 def test_merge_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_merge(wrong)
@@ -132,13 +162,19 @@ def lora_count_full_matrices(config, rank):
     return config.n_layer * 4 * config.n_embd ** 2
 
 
+def test_lora_count_does_not_reveal_the_answer():
+    with pytest.raises(ExerciseError) as error:
+        ch15.check_lora_count(lora_count_full_matrices)
+    assert "24,576" not in str(error.value) and "24576" not in str(error.value)
+
+
 def test_lora_count_correct(capsys):
     ch15.check_lora_count(lora_count)
     assert "Correct!" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (lora_count_square, "C to 3C"),
-                                            (lora_count_full_matrices, "expected")])
+                                            (lora_count_full_matrices, "not the count")])
 def test_lora_count_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_lora_count(wrong)
@@ -152,12 +188,19 @@ def make_layer(base, rank, alpha):
 
 
 class Adapter(nn.Module):
-    def __init__(self, base, rank, alpha, a_random, b_random, freeze=True):
+    def __init__(self, base, rank, alpha, a_random, b_random, freeze=True, freeze_bias=True, deep_copy=False,
+                 b_buffer=False):
         super().__init__()
-        self.base = base.requires_grad_(not freeze)
+        self.base = copy.deepcopy(base) if deep_copy else base.requires_grad_(not freeze)
+        if not freeze_bias:
+            self.base.bias.requires_grad_(True)
         self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features) if a_random
                               else torch.zeros(rank, base.in_features))
-        self.B = nn.Parameter(torch.randn(base.out_features, rank) if b_random else torch.zeros(base.out_features, rank))
+        B = torch.randn(base.out_features, rank) if b_random else torch.zeros(base.out_features, rank)
+        if b_buffer:
+            self.register_buffer("B", B)
+        else:
+            self.B = nn.Parameter(B)
         self.scaling = alpha / rank
 
     def forward(self, x):
@@ -167,7 +210,43 @@ class Adapter(nn.Module):
 def test_lora_init_correct(capsys):
     ch15.check_lora_init(make_layer)
     ch15.check_lora_init(lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False))
-    assert capsys.readouterr().out.count("Correct!") == 2
+    out = capsys.readouterr().out
+    assert out.count("Correct!") == 2 and "B = 0 makes the start exact" in out
+
+
+def test_lora_init_accepts_a_zero_and_says_so(capsys):
+    ch15.check_lora_init(lambda base, r, a: Adapter(base, r, a, a_random=False, b_random=True))
+    assert "A = 0 with B random" in capsys.readouterr().out
+
+
+class WrongShape(nn.Module):
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.A = nn.Parameter(torch.randn(rank, base.in_features))
+
+    def forward(self, x):
+        return x @ self.A.T
+
+
+@pytest.mark.parametrize("check, good", [
+    (lambda: ch15.check_lora_init(make_layer), True),
+    (lambda: ch15.check_lora_forward(lora_forward), True),
+    (lambda: ch15.check_mask_prompt(mask_prompt), True),
+    (lambda: ch15.check_merge(merge), True),
+    (lambda: ch15.check_lora_count(lora_count), True),
+    (lambda: ch15.check_lora_init(lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True)), False),
+])
+def test_checks_leave_the_global_random_state_alone(check, good):
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    if good:
+        check()
+    else:
+        with pytest.raises(ExerciseError):
+            check()
+    assert torch.equal(torch.rand(1), expected)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -175,6 +254,11 @@ def test_lora_init_correct(capsys):
     (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True), "does not start as the base"),
     (lambda base, r, a: Adapter(base, r, a, a_random=False, b_random=False), "no adapter parameter gets a gradient"),
     (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze=False), "still trainable"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze_bias=False), "bias is still trainable"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, deep_copy=True), "trainable copy of the base"),
+    (lambda base, r, a: base.requires_grad_(False), "nothing in this layer trains"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, b_buffer=True), "is a buffer"),
+    (WrongShape, r"\(2, 5, 24\)"),
 ])
 def test_lora_init_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):

@@ -64,7 +64,8 @@ def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate()
     recomputed here (about 10 s on 2 cores)."""
     import course_lib.pretrained as pretrained
     from course_lib.data import load_text, train_val_split
-    from course_lib.finetune import TASK_CHARS, extend_tokenizer, extend_vocabulary, text_loss
+    from course_lib.finetune import TASK_CHARS, extend_tokenizer, text_loss
+    from course_lib.lora_gpt import extend_vocabulary
     from course_lib.losses import sequence_loss
 
     model, tok0 = pretrained.load_pretrained()

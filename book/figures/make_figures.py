@@ -611,6 +611,75 @@ def ch14_swiglu():
     label(ax, 8.35, 2.75, "element-wise product:\nthe gate decides how much\nof each hidden feature passes",
           fontsize=8, color="#444444")
     label(ax, 4.2, 0.25, "weights: 2 x 4C x C = 8C^2  vs  3 x (8C/3) x C = 8C^2", fontsize=8.5, color="#444444")
+
+
+@figure("ch15_lora_layer")
+def lora_layer():
+    """A LoRA layer: the frozen W (out, in) beside the thin trainable A (r, in) and B (out, r); the two
+    paths add. Shapes for the chapter's c_attn (in = C = 128, out = 3C = 384) at rank r = 8."""
+    fig, ax = canvas(8.6, 4.9)
+    label(ax, 4.3, 4.5, "y = x W^T + b  +  (alpha / r) · (x A^T) B^T", fontsize=11, color=INK)
+    box(ax, 1.2, 2.4, 1.5, 0.55, "x  (B, T, in)", GREY, fontsize=9.5)
+    # the frozen path
+    box(ax, 3.7, 3.45, 2.0, 1.35, "W  (out, in)\nfrozen\n384 x 128 = 49,152", BLUE, fontsize=9.5)
+    label(ax, 3.7, 2.6, "pretrained: no gradient, no optimizer state", fontsize=8, color=BLUE)
+    # the adapter path: A thin and wide, B tall and thin
+    box(ax, 3.2, 1.25, 1.7, 0.38, "A  (r, in) = 8 x 128", ORANGE, fontsize=9)
+    box(ax, 5.25, 1.25, 0.75, 1.1, "B\n(out, r)\n384 x 8", ORANGE, fontsize=9)
+    label(ax, 3.2, 0.78, "Kaiming-uniform at start", fontsize=8, color=ORANGE)
+    label(ax, 5.25, 0.5, "zero at start", fontsize=8, color=ORANGE)
+    label(ax, 4.22, 1.52, "(B, T, r)", fontsize=8, color="#666666")
+    arrow(ax, 1.95, 2.55, 2.7, 3.2)
+    arrow(ax, 1.95, 2.25, 2.35, 1.35)
+    arrow(ax, 4.05, 1.25, 4.85, 1.25)
+    box(ax, 6.45, 1.25, 0.7, 0.42, "x alpha/r", ORANGE, fontsize=8.5)
+    arrow(ax, 5.63, 1.25, 6.1, 1.25)
+    box(ax, 7.35, 2.4, 0.45, 0.45, "+", GREY, fontsize=13)
+    arrow(ax, 4.7, 3.45, 7.15, 2.55)
+    arrow(ax, 6.8, 1.25, 7.25, 2.18)
+    label(ax, 7.35, 3.0, "y (B, T, out)", fontsize=9)
+    label(ax, 4.3, 0.22, "trained: r (in + out) = 8 x 512 = 4,096 numbers instead of 49,152;  "
+          "merged after training: W + (alpha / r) B A", fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+@figure("ch15_prompt_mask")
+def prompt_mask():
+    """The prompt mask: the ids of prompt + '=' + answer + newline, the inputs and the shifted targets,
+    and the targets inside the prompt set to IGNORE_INDEX; the target at '=' (the answer's first
+    character) is kept."""
+    fig, ax = canvas(10.4, 3.6)
+    text = "3.5.21=2021-05-03\n"
+    n_prompt = len("3.5.21=")
+    cell, x0 = 0.5, 1.55
+    show = lambda c: "\\n" if c == "\n" else c
+    label(ax, 0.8, 2.95, "ids", fontsize=9.5)
+    label(ax, 0.8, 2.2, "input x", fontsize=9.5, color=BLUE)
+    label(ax, 0.8, 1.45, "target y", fontsize=9.5, color=GREEN)
+    for i, ch in enumerate(text):
+        color = PURPLE if i < n_prompt else GREEN
+        ax.add_patch(Rectangle((x0 + i * cell, 2.72), cell, 0.45, facecolor=LIGHT[color], edgecolor="white",
+                               linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 2.95, show(ch), fontsize=10, color=INK)
+    for i in range(len(text) - 1):
+        ax.add_patch(Rectangle((x0 + i * cell, 1.97), cell, 0.45, facecolor=LIGHT[BLUE], edgecolor="white",
+                               linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 2.2, show(text[i]), fontsize=10, color=INK)
+        masked = i < n_prompt - 1
+        ax.add_patch(Rectangle((x0 + i * cell, 1.22), cell, 0.45, facecolor=LIGHT[GREY] if masked else LIGHT[GREEN],
+                               edgecolor="white", linewidth=1.2, zorder=2))
+        label(ax, x0 + (i + 0.5) * cell, 1.45, "-100" if masked else show(text[i + 1]),
+              fontsize=7.5 if masked else 10, color="#888888" if masked else INK)
+    sep = n_prompt - 1
+    ax.add_patch(Rectangle((x0 + sep * cell, 1.2), cell, 1.24, facecolor="none", edgecolor=ORANGE, linewidth=2.0,
+                           zorder=3))
+    label(ax, x0 + (sep + 0.5) * cell, 0.82, "at '=' the target is the answer's first character: kept",
+          fontsize=8.5, color=ORANGE)
+    label(ax, x0 + (n_prompt - 1) * cell / 2, 3.38, f"prompt + '=' ({n_prompt} ids)", fontsize=8.5, color=PURPLE)
+    label(ax, x0 + (n_prompt + (len(text) - n_prompt) / 2) * cell, 3.38, "answer + end", fontsize=8.5, color=GREEN)
+    label(ax, 5.2, 0.4, "targets 0 .. n_prompt - 2 lie inside the prompt: IGNORE_INDEX (-100), "
+          "which F.cross_entropy skips", fontsize=8.5)
     return fig
 
 
