@@ -6,8 +6,7 @@ behind and no checkpoint changed (the whole sandbox, and the shipped model, comp
 
 The table runs in-process (fast); ``test_the_sweep_in_real_processes`` runs one case per command as
 a real ``python -m`` process (slow). An argparse error keeps argparse's usage block above its one
-error line. Rows marked ``I30`` wait for the issue-30 branch (the CLI's own checks, the model
-registry): they fail here until it is merged, and the lead flips them then."""
+error line."""
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
         "--set", "batch_size=4", "--set", "eval_iters=1", "--device", "cpu"]
 FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--eval-examples", "2", "--device", "cpu"]
-I30 = pytest.mark.xfail(strict=False, reason="issue 30 branch")
-SLOW_UNTIL_I30 = pytest.mark.slow  # these fine-tune before failing, until the issue-30 branch checks them first
 
 
 @pytest.fixture(scope="module")
@@ -150,15 +147,14 @@ def table(box: Path) -> list:
                                           *FT], "learning_rate"),
         pytest.param("finetune: --lora-targets without --lora-rank (ftg_noLoRA)", "cli",
                      ["finetune", "--checkpoint", pre, "--lora-targets", "mlp.c_fc", "--out", new, *FT], "lora-rank",
-                     marks=[I30, SLOW_UNTIL_I30]),
+                     ),
         pytest.param("finetune: --lora-alpha without --lora-rank (fa_noLoRA)", "cli",
                      ["finetune", "--checkpoint", pre, "--lora-alpha", "64", "--out", new, *FT], "lora-rank",
-                     marks=[I30, SLOW_UNTIL_I30]),
+                     ),
         pytest.param("finetune: --eval-examples 0 (ft_eval0)", "cli",
                      ["finetune", "--checkpoint", pre, "--out", new, *FT[:-3], "--eval-examples", "0", "--device", "cpu"],
-                     "eval-examples", marks=[I30, SLOW_UNTIL_I30]),
-        # in-process the bigram kind is registered (the sandbox imported it); the issue-30 branch makes it so
-        # in a fresh process too
+                     "eval-examples"),
+        # every model kind is registered by a bare `import course_lib` (issue 30), in-process and in a fresh one
         pytest.param("finetune: a bigram base (ft_bigram)", "cli",
                      ["finetune", "--checkpoint", str(box / "bigram.pt"), "--out", new, *FT], "holds a 'bigram' model"),
         # params

@@ -116,7 +116,6 @@ def test_translating_with_a_seq2seq_checkpoint_on_the_gpu(tmp_path, capsys):
         assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "--beam", beam]) == 0
 
 
-@pytest.mark.xfail(strict=False, reason="issue 30 branch: the bigram kind registers only when its module is imported")
 def test_sampling_a_bigram_checkpoint_on_the_gpu(tmp_path, capsys):
     from course_lib.bigram import BigramLanguageModel
     from course_lib.tokenizers import CharTokenizer
