@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import GPT, GPTConfig, load_hub_model, register_pretrained
+from .model import GPT, GPTConfig
+from .registry import load_hub_model, register_pretrained
 
 # The four published sizes: (layers, heads, C). All share V = 50257 and T = 1024.
 GPT2_SIZES = {

@@ -21,7 +21,8 @@ import torch
 import torch.nn as nn
 
 from .llama import _rope_settings, weight_map as llama_weight_map
-from .model import GPT, GPTConfig, register_pretrained
+from .model import GPT, GPTConfig
+from .registry import register_pretrained
 
 
 def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import GPT, GPTConfig, load_hub_model, register_pretrained
+from .model import GPT, GPTConfig
+from .registry import load_hub_model, register_pretrained
 
 
 # The Llama-family model types this module loads, and what each adds to the Llama 2 recipe.

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
 from .moe import MoEFeedForward, load_balancing_loss
-from .registry import register_model
+from .registry import PRETRAINED_LOADERS, register_model
 from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
 from .utils import IGNORE_INDEX, check_fits_in_memory
@@ -236,36 +236,6 @@ class Block(nn.Module):
             x = self.ln_1(x + self.attn(x, cache, mask, rope))
             x = self.ln_2(x + self.mlp(x))
         return x
-
-
-# Hugging Face model_type -> function(model_or_name, dropout) -> GPT; filled by course_lib.gpt2 and
-# course_lib.llama when they are imported (course_lib/__init__.py imports both).
-PRETRAINED_LOADERS: dict[str, object] = {}
-
-
-def load_hub_model(name: str, class_name: str, what: str, instance: str):
-    """The Hugging Face model ``name`` downloaded through ``transformers.<class_name>``, for a
-    loader of ``what`` ("GPT-2", "a Llama"); ``instance`` names the class a reader can build
-    offline and pass in instead. One clear error when transformers or the network is missing."""
-    try:
-        import transformers
-    except ImportError as e:
-        raise ImportError(f"loading {what} by name needs the `transformers` package: pip install transformers "
-                          f"(or pass a {instance} you already have)") from e
-    try:
-        return getattr(transformers, class_name).from_pretrained(name)
-    except OSError as e:
-        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
-                      f"connection (Colab has one); offline, build a {instance} yourself and pass it in.") from e
-
-
-def register_pretrained(model_type: str):
-    """Decorator: ``@register_pretrained("llama")`` makes ``GPT.from_pretrained`` hand models of
-    that Hugging Face ``model_type`` to the decorated function."""
-    def decorate(loader):
-        PRETRAINED_LOADERS[model_type] = loader
-        return loader
-    return decorate
 
 
 @register_model("gpt", GPTConfig)

@@ -3,7 +3,8 @@
 A model module registers its class with ``@register_model("gpt", GPTConfig)``, and nothing
 more: it does not import the checkpoint format. :mod:`course_lib.checkpoint` stores a model
 as its kind's name plus its config, and rebuilds it through :func:`lookup`. This module
-imports nothing from course_lib, so any module can register without an import cycle.
+imports nothing from course_lib, so any module can register without an import cycle. The loaders
+of published weights (``GPT.from_pretrained``: GPT-2, Llama, Mixtral...) register here the same way.
 """
 from __future__ import annotations
 
@@ -40,3 +41,34 @@ def kind_of(model) -> str:
         raise ValueError(f"{type(model).__name__} is not a registered model kind ({', '.join(sorted(MODELS))}): "
                          "decorate its class with @course_lib.registry.register_model(name, ConfigClass)")
     return kind
+
+
+# Hugging Face model_type -> function(model_or_name, dropout) -> GPT; filled by course_lib.gpt2 and
+# course_lib.llama and course_lib.hf_moe when they are imported (course_lib/__init__.py imports them);
+# GPT.from_pretrained looks a model's type up here.
+PRETRAINED_LOADERS: dict[str, object] = {}
+
+
+def load_hub_model(name: str, class_name: str, what: str, instance: str):
+    """The Hugging Face model ``name`` downloaded through ``transformers.<class_name>``, for a
+    loader of ``what`` ("GPT-2", "a Llama"); ``instance`` names the class a reader can build
+    offline and pass in instead. One clear error when transformers or the network is missing."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"loading {what} by name needs the `transformers` package: pip install transformers "
+                          f"(or pass a {instance} you already have)") from e
+    try:
+        return getattr(transformers, class_name).from_pretrained(name)
+    except OSError as e:
+        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
+                      f"connection (Colab has one); offline, build a {instance} yourself and pass it in.") from e
+
+
+def register_pretrained(model_type: str):
+    """Decorator: ``@register_pretrained("llama")`` makes ``GPT.from_pretrained`` hand models of
+    that Hugging Face ``model_type`` to the decorated function."""
+    def decorate(loader):
+        PRETRAINED_LOADERS[model_type] = loader
+        return loader
+    return decorate
