@@ -13,7 +13,7 @@ Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -36,6 +36,11 @@ MLPS = ("standard", "swiglu")  # C -> hidden -> activation -> C, or the gated Sw
 # C x 4C), rounded up to a multiple of 32 so the matmuls keep kernel-friendly shapes (Llama rounds
 # to 256 at C = 4096). C = 128 -> 352, C = 768 -> 2048.
 SWIGLU_MULTIPLE = 32
+
+
+# Fields the repr shows only when set (the options of chapter 14's later sections; see GPTConfig.__repr__).
+LATER_FIELDS = ("head_dim", "qk_norm", "rope_scaling", "rope_factor", "rope_low_freq_factor",
+                "rope_high_freq_factor", "rope_original_context", "sliding_window")
 
 
 # What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
@@ -160,6 +165,12 @@ class GPTConfig:
         if self.mlp == "swiglu":
             return -(-8 * self.n_embd // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE  # ceil(8C/3) to a multiple
         return 4 * self.n_embd
+
+    def __repr__(self) -> str:
+        """Every field, except those added after chapter 13 (``LATER_FIELDS``) while they hold their
+        defaults: a config printed by an earlier chapter reads the same as before they existed."""
+        shown = [f for f in fields(self) if f.name not in LATER_FIELDS or getattr(self, f.name) != f.default]
+        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     def to_dict(self) -> dict:
         return asdict(self)

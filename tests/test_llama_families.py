@@ -276,3 +276,10 @@ def test_cli_sets_saves_resumes_bitwise_and_samples_every_new_option(tmp_path, c
     assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "40"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 20
+
+
+def test_repr_shows_the_new_options_only_when_set():
+    """Configs printed by chapters 4-13 read as before these options existed."""
+    plain = repr(GPTConfig())
+    assert plain.endswith("ffn_hidden=None, n_kv_head=None)") and "qk_norm" not in plain
+    assert repr(GPTConfig(qk_norm=True, sliding_window=4)).endswith("n_kv_head=None, qk_norm=True, sliding_window=4)")

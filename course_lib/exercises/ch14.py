@@ -145,7 +145,7 @@ def _call_attend(fn, *args):
             tb = tb.tb_next
         where = tb.tb_frame.f_code
         if where is not getattr(fn, "__code__", None):
-            fail(f"attend() calls {where.co_name}(), which still raises NotImplementedError.",
+            fail(f"Not done yet: attend() calls {where.co_name}(), which still raises NotImplementedError.",
                  f"finish {where.co_name}() first (exercise 1, checked by ch14.check_rope), run its cell, "
                  "then run this check again.")
     fail("Not done yet: attend() still raises NotImplementedError.",
