@@ -11,7 +11,7 @@ Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -125,6 +125,12 @@ class GPTConfig:
         if self.mlp == "swiglu":
             return -(-8 * self.n_embd // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE  # ceil(8C/3) to a multiple
         return 4 * self.n_embd
+
+    def __repr__(self) -> str:
+        # Chapter 20's options are shown only when set, so every config printed before them reads as it did.
+        later = {"moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "qk_norm"}
+        shown = [f for f in fields(self) if f.name not in later or getattr(self, f.name) != f.default]
+        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     def to_dict(self) -> dict:
         return asdict(self)
