@@ -40,7 +40,8 @@ SWIGLU_MULTIPLE = 32
 
 # Fields the repr shows only when set (the options of chapter 14's later sections; see GPTConfig.__repr__).
 LATER_FIELDS = ("head_dim", "qk_norm", "rope_scaling", "rope_factor", "rope_low_freq_factor",
-                "rope_high_freq_factor", "rope_original_context", "sliding_window")
+                "rope_high_freq_factor", "rope_original_context", "sliding_window",  # chapter 14
+                "moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef")  # chapter 20
 
 
 # What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.

@@ -54,7 +54,7 @@ def load_balancing_loss(router_logits: torch.Tensor | Sequence[torch.Tensor], to
 
     f carries no gradient (counting is not differentiable); P does, and the loss is smallest when
     the probabilities are spread as evenly as the counts: k when every expert gets N*k/E slots,
-    up to k*E when all tokens pick the same k experts with probability 1. ``router_logits`` is one
+    up to E, its maximum, when every token picks the same k experts. ``router_logits`` is one
     (N, E) tensor or a sequence of them (one per layer, same E)."""
     if isinstance(router_logits, torch.Tensor):
         router_logits = [router_logits]

@@ -15,8 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 V, T_MAX = 97, 32
 COMMON = dict(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=T_MAX, rms_norm_eps=1e-6, initializer_range=0.1, bos_token_id=0,
-              eos_token_id=0, pad_token_id=0, num_experts_per_tok=2, router_aux_loss_coef=0.02)
+              max_position_embeddings=T_MAX, rms_norm_eps=1e-6, initializer_range=0.1, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None, num_experts_per_tok=2, router_aux_loss_coef=0.02)
 
 
 def tiny_hf(kind: str, seed=0, **overrides):
@@ -84,8 +84,8 @@ def test_greedy_tokens_equal_hugging_face_generate_with_and_without_cache(pair):
     hf, ours = pair
     prompt = ids(B=1, T=6, seed=3)
     n = T_MAX - 6
-    with torch.no_grad():  # min_new_tokens: Hugging Face would otherwise stop at the eos id
-        expected = hf.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+    with torch.no_grad():  # no end-of-text id (min_new_tokens would forbid it where ours may pick it)
+        expected = hf.generate(prompt, do_sample=False, max_new_tokens=n, pad_token_id=None,
                                attention_mask=torch.ones_like(prompt))
     assert torch.equal(generate(ours, prompt, n, temperature=0), expected)
     assert torch.equal(generate(ours, prompt, n, temperature=0, use_cache=True), expected)

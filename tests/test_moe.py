@@ -136,3 +136,10 @@ def test_cli_trains_resumes_bitwise_and_samples_an_moe_model(tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "20"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 10
+
+
+def test_repr_shows_the_moe_options_only_when_set():  # earlier chapters print GPTConfig()
+    assert "moe" not in repr(GPTConfig()) and "qk_norm" not in repr(GPTConfig())
+    assert repr(GPTConfig()).endswith("ffn_hidden=None, n_kv_head=None)")
+    assert repr(MOE).endswith("n_kv_head=None, moe_experts=4)")
+    assert eval(repr(MOE)) == MOE

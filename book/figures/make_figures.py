@@ -680,6 +680,36 @@ def prompt_mask():
     label(ax, x0 + (n_prompt + (len(text) - n_prompt) / 2) * cell, 3.38, "answer + end", fontsize=8.5, color=GREEN)
     label(ax, 5.2, 0.4, "targets 0 .. n_prompt - 2 lie inside the prompt: IGNORE_INDEX (-100), "
           "which F.cross_entropy skips", fontsize=8.5)
+
+
+@figure("ch20_moe_layer")
+def moe_layer():
+    """One token through a mixture-of-experts layer with E = 8 experts and top-2 routing: the router
+    scores the experts, two run, their outputs are summed with the renormalised weights."""
+    fig, ax = canvas(10.0, 5.6)
+    label(ax, 5.0, 5.2, "A mixture-of-experts feed-forward: E = 8 experts, top-2 routing, one token",
+          fontsize=10.5, color=INK)
+    box(ax, 1.3, 3.0, 1.7, 0.6, "token x  (C,)", GREY, fontsize=9.5)
+    box(ax, 1.3, 1.55, 1.7, 0.9, "router\nW_r (E, C)\nsoftmax, top-2", ORANGE, fontsize=9)
+    arrow(ax, 1.3, 2.7, 1.3, 2.0)
+    probs = (0.05, 0.46, 0.04, 0.09, 0.03, 0.27, 0.02, 0.04)
+    chosen = (1, 5)
+    for e, p in enumerate(probs):
+        x = 2.9 + 0.7 * e
+        on = e in chosen
+        box(ax, x, 3.0, 0.55, 1.1, f"E{e}", GREEN if on else GREY, fontsize=9.5, bold=on)
+        ax.add_patch(Rectangle((x - 0.2, 0.7), 0.4, 1.5 * p, facecolor=ORANGE if on else GREY,
+                               edgecolor="none", zorder=2))
+        label(ax, x, 0.55, f"{p:.2f}", fontsize=8, color=INK if on else "#777777")
+    label(ax, 5.35, 1.95, "router probabilities p_e", fontsize=8.5)
+    arrow(ax, 2.15, 3.0, 2.55, 3.0)
+    arrow(ax, 2.15, 1.3, 2.6, 1.3, color=ORANGE)
+    for e in chosen:
+        x = 2.9 + 0.7 * e
+        arrow(ax, x, 3.55, 9.0, 3.85, color=GREEN, rad=-0.12 if e == 1 else -0.25)
+    box(ax, 9.05, 3.0, 1.4, 1.6, "y =\n0.63 E1(x)\n+ 0.37 E5(x)", GREEN, fontsize=9)
+    label(ax, 5.35, 4.55, "only the 2 chosen experts run: 2 of 8 MLPs per token", fontsize=9, color=GREEN)
+    label(ax, 9.05, 1.6, "weights renormalised:\n0.46 / 0.73, 0.27 / 0.73", fontsize=8.5)
     return fig
 
 
