@@ -81,20 +81,20 @@ RIGHT = {
     "ch14.check_rms_norm": ("test_exercises_ch14", "rms_norm"),
     "ch14.check_rope": ("test_exercises_ch14", "rope"),
     "ch14.check_rope_attention": ("test_exercises_ch14", "attend"),
+    "ch14.check_window_mask": ("test_exercises_ch14", "window_mask"),
     "ch15.check_lora_count": ("test_exercises_ch15", "lora_count"),
     "ch15.check_lora_forward": ("test_exercises_ch15", "lora_forward"),
     "ch15.check_lora_init": ("test_exercises_ch15", "make_layer"),
     "ch15.check_mask_prompt": ("test_exercises_ch15", "mask_prompt"),
     "ch15.check_merge": ("test_exercises_ch15", "merge"),
+    "ch20.check_active_parameters": ("test_exercises_ch20", "active"),
+    "ch20.check_balancing_loss": ("test_exercises_ch20", "balancing_loss"),
+    "ch20.check_top_k_weights": ("test_exercises_ch20", "top_k_weights"),
 }
 
-# Cases of chapters 14 and 15 that still crash: their exercise modules belong to other work in
-# progress (issue 32 lists them); each is an xfail until that work lands, strict so that a fix
-# shows up as XPASS.
-KNOWN_TRACEBACKS = {
-    "ch15.check_lora_forward-float64", "ch15.check_lora_forward-float16",  # "Double did not match Float"
-    "ch15.check_lora_init-float64", "ch15.check_lora_init-float16",  # "expected m1 and m2 to have the same dtype"
-}
+# Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);
+# chapter 15's check_lora_forward and check_lora_init were the last, now refused with a dtype hint.
+KNOWN_TRACEBACKS: set[str] = set()  # none left; a case that crashes goes here, strict, until it is fixed
 
 
 def _resolve(entry):

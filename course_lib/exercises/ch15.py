@@ -73,7 +73,9 @@ def _check_lora_forward(fn) -> None:
             got = call(fn, x, base.weight.clone(), base.bias.clone(), layer.lora_A.clone(), layer.lora_B.clone(),
                        alpha, rank)
             expect_tensor(got, expected.shape, "lora_forward(...)",
-                          "x (B, T, in) @ W.T gives (B, T, out); the update is x @ A.T @ B.T")
+                          "x (B, T, in) @ W.T gives (B, T, out); the update is x @ A.T @ B.T",
+                          dtype=expected.dtype, dtype_hint="x, W, b, A and B are float32, and so is the "
+                          "layer's output: build no tensor in another dtype (no .double(), no .half())")
             no_scale = base(x) + x @ layer.lora_A.t() @ layer.lora_B.t()
             inverse = base(x) + (rank / alpha) * x @ layer.lora_A.t() @ layer.lora_B.t()
         if alpha != rank and torch.allclose(got, no_scale, atol=1e-4):
