@@ -107,6 +107,9 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
             raise ValueError(f"request {i} has an empty continuation: there is nothing to score")
         if len(context) == 0:
             raise ValueError(f"request {i} has an empty context: give at least one token of context")
+        if len(cont) > block_size:
+            raise ValueError(f"request {i}'s continuation has {len(cont)} tokens, more than the model's block_size "
+                             f"{block_size}: score it in pieces (the chain rule) or use a model with a longer context")
         key = tuple(context) if share_context else (i, tuple(context))
         by_context.setdefault(key, []).append((i, list(cont)))
     groups = [(k if share_context else k[1], v) for k, v in by_context.items()]
@@ -131,11 +134,16 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
             logits, _ = model(ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))
         else:  # right padding: a causal model's real positions never see it (lm-eval passes no mask)
             logits, _ = model(ids.to(device))
-        logprobs = F.log_softmax(logits.float(), dim=-1).cpu()  # (B, T, V)
+        logprobs = F.log_softmax(_at_least_float32(logits), dim=-1).cpu()  # (B, T, V)
         for b, r in enumerate(batch):
             _score_row(r, logprobs[b], results)
     model.train(was_training)
     return results
+
+
+def _at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 logits in float32; float64 ones (a model in double precision) stay as they are."""
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def _score_row(row: dict, logprobs: torch.Tensor, results: list) -> None:
