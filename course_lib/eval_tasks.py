@@ -40,7 +40,7 @@ N_TEST, N_TRAIN = 200, 20
 TASK_SHA256 = {
     "next-line": "f04b15947d5223b446af6c9cdcd580ab563e2966fbd66323cb5600495285b2d1",
     "next-speaker": "825232ecc82ccb2ffb2643b34ca84e024e72afc227721e9bf2fced0284deabb8",
-    "next-word": "ff73636ec8af79d609d592397ee1ae74d32357a02e94b9f44cdc6438186f452b",
+    "next-word": "db07f0d6a44427afa89939dd929380e7b649efa2ca756659fc682f07f5a5658f",
     "dates": "2f90ba9b549112829da19497feefb70955d12e9bc7daee6978cc30389f36c2e0",
     "arithmetic": "9c2bcfe992e143e4f2396e32b0936af34ed7cad0aae33d80d8b376e6694b93a2",
     "gsm8k-style": "f7af4bc0213cfe9ce4a53d519ee5d6d6dd536f0d93b0f2e686f8e6bf8fe98702",
@@ -147,7 +147,7 @@ def _word_items(lines, n: int, rng: random.Random) -> list[dict]:
     items = []
     for p in rng.sample(range(1, len(lines)), 3 * n):
         words = lines[p][1].split(" ")
-        if len(words) < 4:
+        if len(words) < 4 or lines[p - 1][0] != lines[p][0] - 1:  # two consecutive lines of one speech
             continue
         k = rng.randrange(2, len(words))
         target = re.match(r"[A-Za-z']*", words[k]).group(0)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .generate import generate_batch
+from .generate import generate, generate_batch
 
 # --- log-likelihood of a continuation ---------------------------------------------------------------
 
@@ -74,10 +74,21 @@ def _rows(groups: list[tuple[tuple, list[tuple[int, list[int]]]]], block_size: i
             rows.append(dict(ids=ids, segments=segments, positions=positions, where=where))
         else:
             for i, cont in conts:
-                whole = (context + cont)[-(block_size + 1):][:-1]  # lm-eval's crop from the left
-                n = len(whole)
-                rows.append(dict(ids=whole, segments=None, positions=None,
-                                 where=[(i, list(range(n - len(cont), n)), cont)]))
+                rows += _plain_rows(i, context, cont, block_size)
+    return rows
+
+
+def _plain_rows(i: int, context: list[int], cont: list[int], block_size: int) -> list[dict]:
+    """One row for request ``i``, cropped on the left as lm-eval does (input ``(context +
+    cont)[-(block_size + 1):][:-1]``); a continuation longer than ``block_size`` is scored in
+    pieces of ``block_size`` tokens, each with as much context as fits (the chain rule), where
+    lm-eval would read logits that do not exist."""
+    seq, rows = context + cont, []
+    for a in range(len(context), len(seq), block_size):  # targets seq[a:b]
+        b = min(a + block_size, len(seq))
+        start = max(0, b - 1 - block_size)
+        rows.append(dict(ids=seq[start:b - 1], segments=None, positions=None,
+                         where=[(i, [t - 1 - start for t in range(a, b)], seq[a:b])]))
     return rows
 
 
@@ -107,9 +118,6 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
             raise ValueError(f"request {i} has an empty continuation: there is nothing to score")
         if len(context) == 0:
             raise ValueError(f"request {i} has an empty context: give at least one token of context")
-        if len(cont) > block_size:
-            raise ValueError(f"request {i}'s continuation has {len(cont)} tokens, more than the model's block_size "
-                             f"{block_size}: score it in pieces (the chain rule) or use a model with a longer context")
         key = tuple(context) if share_context else (i, tuple(context))
         by_context.setdefault(key, []).append((i, list(cont)))
     groups = [(k if share_context else k[1], v) for k, v in by_context.items()]
@@ -152,7 +160,10 @@ def _score_row(row: dict, logprobs: torch.Tensor, results: list) -> None:
         lp = logprobs[where]  # (len(cont), V)
         target = torch.tensor(cont)
         total = lp.gather(-1, target[:, None]).double().sum().item()
-        results[i] = (total, bool((lp.argmax(-1) == target).all()))
+        greedy = bool((lp.argmax(-1) == target).all())
+        if results[i] is not None:  # a long continuation's earlier pieces
+            total, greedy = results[i][0] + total, results[i][1] and greedy
+        results[i] = (total, greedy)
 
 
 def loglikelihood(model, tokenizer, requests: Sequence[tuple[str, str]], batch_size: int = 32,
@@ -287,7 +298,12 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
     outs = []
     for start in tqdm(range(0, len(encoded), batch_size), desc="generating", disable=not progress, leave=False):
         chunk = encoded[start:start + batch_size]
-        new = generate_batch(model, chunk, max_new_tokens, temperature=0, end_id=end_id, use_cache=use_cache)
+        if _accepts_mask(model):
+            new = generate_batch(model, chunk, max_new_tokens, temperature=0, end_id=end_id, use_cache=use_cache)
+        else:  # a model without padding masks (the bigram table): one prompt at a time
+            device = next(model.parameters()).device
+            new = [generate(model, torch.tensor([p], device=device), max_new_tokens, temperature=0)[0].tolist()
+                   for p in chunk]
         outs += [cut_at_stop(tokenizer.decode(n[len(p):]), stop) for p, n in zip(chunk, new)]
     return outs
 

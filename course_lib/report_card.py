@@ -21,10 +21,11 @@ from .evaluation import (bits_per_byte, bootstrap_interval, exact_match, few_sho
 HELDOUT_CHARS = 20_000  # bits per byte are measured on this much held-out text
 
 
-def heldout_text(chars: int = HELDOUT_CHARS) -> str:
-    """The first ``chars`` characters of tiny Shakespeare after :data:`HELDOUT_START`."""
+def heldout_text(chars: int | None = None) -> str:
+    """The first ``chars`` (default :data:`HELDOUT_CHARS`) characters of tiny Shakespeare after
+    :data:`HELDOUT_START`."""
     text = load_text()
-    return text[int(HELDOUT_START * len(text)):][:chars]
+    return text[int(HELDOUT_START * len(text)):][:chars or HELDOUT_CHARS]
 
 
 def first_word(text: str) -> str:
@@ -80,7 +81,7 @@ def evaluate_task(model, tokenizer, task: Task, limit: int | None = None, shots:
 
 
 def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: int = 0, name: str = "model",
-                heldout_chars: int = HELDOUT_CHARS, progress: bool = False) -> dict:
+                heldout_chars: int | None = None, progress: bool = False) -> dict:
     """Bits per byte on held-out text and every task's score. ``tasks``: names (a list or
     comma-separated); None means every task, skipping those the tokenizer cannot encode."""
     explicit = tasks is not None

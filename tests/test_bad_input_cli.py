@@ -137,6 +137,17 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("sample with temperature inf", [*sample, "--temperature", "inf"], 2, "temperature must be >= 0 .*finite"),
         ("sample with top-k 0", [*sample, "--top-k", "0"], 2, "top_k must be an integer >= 1"),
         ("sample an unknown character", [*sample, "--prompt", "\u00e9"], 2, "unknown character"),
+        # eval (chapter 16): every bad input fails before any model is scored
+        ("eval a missing checkpoint", ["eval", "--checkpoint", str(tmp / "nope.pt")], 2, "no checkpoint at"),
+        ("eval a truncated checkpoint", ["eval", "--checkpoint", str(tmp / "corrupt.pt")], 2, "truncated or corrupt"),
+        ("eval a checkpoint with NaN weights", ["eval", "--checkpoint", str(tmp / "nan.pt")], 2, "not finite"),
+        ("eval an encoder-decoder", ["eval", "--checkpoint", str(tmp / "dates" / "ckpt.pt")], 2,
+         "encoder-decoder .*decoder-only"),
+        ("eval an unknown task", ["eval", "--checkpoint", ckpt, "--tasks", "mmlu"], 2, "unknown task mmlu: choose"),
+        ("eval a task the tokenizer cannot encode", ["eval", "--checkpoint", ckpt, "--tasks", "arithmetic"], 2,
+         "cannot encode task arithmetic"),
+        ("eval --limit 0", ["eval", "--checkpoint", ckpt, "--limit", "0"], 2, "--limit must be at least 1"),
+        ("eval --shots -1", ["eval", "--checkpoint", ckpt, "--shots", "-1"], 2, "--shots must be 0 or more"),
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
     ] + ([] if torch.cuda.is_available() else
