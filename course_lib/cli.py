@@ -10,6 +10,7 @@
     python -m course_lib train-dates --out runs/dates             # chapter 11's encoder-decoder
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
     python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 --out runs/ft
+    python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word --limit 50 --json card.json
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -249,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser):
+    for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
+                add_eval_parser):
         add(sub)
     return parser
 
@@ -329,6 +331,27 @@ def add_params_parser(sub) -> None:
     p = sub.add_parser("params", help="print a preset's parameter breakdown and total")
     p.add_argument("--preset", required=True, help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=cmd_params)
+
+
+def cmd_eval(args) -> int:
+    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
+    from .report_card import evaluate_checkpoint
+    from .utils import check_device
+
+    evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
+                        shots=args.shots, device=check_device(args.device), progress=True)
+    return 0
+
+
+def add_eval_parser(sub) -> None:
+    p = sub.add_parser("eval", help="a checkpoint's report card: bits per byte and every task with its interval")
+    p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train` or `finetune`")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task the tokenizer can encode)")
+    p.add_argument("--limit", type=int, help="score only the first N items of each task")
+    p.add_argument("--shots", type=int, default=0, help="worked examples from each task's training items")
+    p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE")
+    p.add_argument("--device", choices=DEVICES)
+    p.set_defaults(func=cmd_eval)
 
 
 def settings_help() -> str:

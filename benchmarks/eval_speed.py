@@ -1,0 +1,118 @@
+"""Our evaluation harness against lm-evaluation-harness's HFLM: the same model, the same items,
+the same 2 threads, side by side in one process (chapter 16, README).
+
+    python benchmarks/eval_speed.py --json course_lib/records/eval_speed.json
+
+The model: a random GPT2LMHeadModel the size of the book's CPU GPT (4 layers, C=128, 128
+positions) over a character tokenizer built offline with the `tokenizers` library; lm-eval sees
+it through HFLM, we through course_lib.gpt2.from_pretrained (the same weights). The work:
+the 200 items of the next-line task as 800 log-likelihood requests, and greedy generation on 50
+items of next-word (stop at a newline, 12 tokens at most). Log-likelihoods are timed twice for
+us: on the very same Hugging Face forward passes (``hf_decoder``: the harnesses alone compared),
+and on our GPT holding the same weights (packing each item's context once where a row fits in
+the 128 positions). Generation runs on our GPT (its KV cache) against HF's ``generate``. Each side runs --repeats times,
+alternating; the medians are compared. The load average is recorded: on shared cores, both
+sides slow down together, so the ratio is what to read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def hf_decoder(hf):
+    """The Hugging Face model itself behind course_lib's model interface (``model(idx) -> (logits,
+    None)``, ``config.block_size``), so that both harnesses run the very same forward passes and
+    the timing compares the harnesses alone. It takes no attention mask, so our harness scores it
+    one row per request, as lm-eval does."""
+    import types
+
+    import torch
+
+    class HFDecoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf = hf
+            self.config = types.SimpleNamespace(block_size=hf.config.n_positions)
+
+        def forward(self, idx):
+            return self.hf(input_ids=idx).logits, None
+
+    return HFDecoder().eval()
+
+
+def main() -> None:
+    from course_lib.tools.numerics import wait_passively
+    wait_passively()
+    import torch
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from course_lib import evaluation as ev
+    from course_lib.eval_tasks import load_task
+    from course_lib.gpt2 import from_pretrained
+    from eval_helpers import char_hf_tokenizer, tiny_gpt2
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    hf_tok, tok = char_hf_tokenizer()
+    hf = tiny_gpt2(len(hf_tok), n_positions=128, n_embd=128, n_layer=4, n_head=4)
+    lm = HFLM(pretrained=hf, tokenizer=hf_tok, batch_size=args.batch_size, device="cpu", max_length=128)
+    ours = from_pretrained(hf)
+    mc = load_task("next-line").test
+    requests = [(i["context"], " " + c) for i in mc for c in i["choices"]]
+    gen = load_task("next-word").test[:50]
+    instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=0) for r in requests]
+    gen_instances = [Instance(request_type="generate_until", doc={}, idx=0,
+                              arguments=(i["prompt"], {"until": ["\n"], "max_gen_toks": 12, "do_sample": False}))
+                     for i in gen]
+    same_model = hf_decoder(hf)
+    times = {k: [] for k in ("lm_eval_loglikelihood", "ours_loglikelihood", "ours_loglikelihood_our_gpt",
+                             "lm_eval_generate", "ours_generate")}
+    for _ in range(args.repeats):
+        t = time.perf_counter(); theirs = lm.loglikelihood(instances, disable_tqdm=True)
+        times["lm_eval_loglikelihood"].append(time.perf_counter() - t)
+        t = time.perf_counter(); mine = ev.loglikelihood(same_model, tok, requests, batch_size=args.batch_size)
+        times["ours_loglikelihood"].append(time.perf_counter() - t)
+        t = time.perf_counter(); ev.loglikelihood(ours, tok, requests, batch_size=args.batch_size)
+        times["ours_loglikelihood_our_gpt"].append(time.perf_counter() - t)
+        t = time.perf_counter(); their_text = lm.generate_until(gen_instances, disable_tqdm=True)
+        times["lm_eval_generate"].append(time.perf_counter() - t)
+        t = time.perf_counter(); my_text = ev.greedy_generate(ours, tok, [i["prompt"] for i in gen], 12, ["\n"],
+                                                              batch_size=args.batch_size)
+        times["ours_generate"].append(time.perf_counter() - t)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "command": "python benchmarks/eval_speed.py" + (f" --json {args.json}" if args.json else ""),
+        "threads": args.threads, "batch_size": args.batch_size, "repeats": args.repeats,
+        "requests": len(requests), "generations": len(gen), "load_average": os.getloadavg(),
+        "cpu": os.uname().machine, "seconds": times, "median_seconds": median,
+        "speedup_loglikelihood": median["lm_eval_loglikelihood"] / median["ours_loglikelihood"],
+        "speedup_loglikelihood_our_gpt": median["lm_eval_loglikelihood"] / median["ours_loglikelihood_our_gpt"],
+        "speedup_generate": median["lm_eval_generate"] / median["ours_generate"],
+        "max_abs_loglikelihood_difference": max(abs(a[0] - b[0]) for a, b in zip(theirs, mine)),
+        "same_generations": their_text == my_text,
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "seconds"}, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The report cards of chapter 16: every model the book trains, evaluated on the same items.
+
+    python benchmarks/report_cards.py --json course_lib/records/report_cards.json
+
+Trains (CPU, one thread, the pinned numeric environment's seeds) and evaluates, in order:
+the counting bigram model of chapter 2 (instant), the shipped CPU GPT (course_lib/weights, no
+training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedrun model of
+chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
+the dates task (full, and LoRA rank 8). Each model gets `course_lib.report_card.report_card` with
+--limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
+model, so a long run that is stopped keeps what it finished. --models picks a subset.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
+from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
+from course_lib.data import load_text, train_val_split  # noqa: E402
+from course_lib.pretrained import pretrained_checkpoint  # noqa: E402
+from course_lib.report_card import report_card  # noqa: E402
+from course_lib.runs import start_run  # noqa: E402
+from course_lib.tokenizers import CharTokenizer  # noqa: E402
+
+MODELS = ("bigram", "cpu-gpt", "bpe-gpt", "speedrun", "finetune-full", "finetune-lora8")
+
+
+def bigram(work: Path):
+    text = load_text()
+    tok = CharTokenizer.from_text(text)
+    train, _ = train_val_split(torch.tensor(tok.encode(text)))
+    model = BigramLanguageModel.from_probs(bigram_probs(train, tok.vocab_size), block_size=8).eval()
+    return model, tok, "chapter 2's counting bigram (add-one smoothing)"
+
+
+def preset(name: str, description: str):
+    def build(work: Path):
+        run = start_run(name, device="cpu", progress=False, verbose=False)
+        run.trainer.train()
+        return run.trainer.model.eval(), run.tokenizer, description
+    return build
+
+
+def finetune(lora: bool):
+    def build(work: Path):
+        out = work / ("ft-lora8" if lora else "ft-full")
+        cmd = [sys.executable, "-m", "course_lib", "finetune", "--checkpoint", str(pretrained_checkpoint()),
+               "--task", "dates", "--out", str(out), "--device", "cpu", "--eval-examples", "50"]
+        subprocess.run(cmd + (["--lora-rank", "8"] if lora else []), check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
+        model, ckpt = load_model(out / "ckpt.pt")
+        return model, load_tokenizer(ckpt), f"chapter 15's {'LoRA rank 8' if lora else 'full'} fine-tune on dates"
+    return build
+
+
+def shipped(work: Path):
+    path = pretrained_checkpoint()
+    model, ckpt = load_model(path)
+    return model, load_tokenizer(ckpt), "the shipped CPU GPT (shakespeare-char-cpu, 2000 steps)"
+
+
+BUILDERS = {"bigram": bigram, "cpu-gpt": shipped,
+            "bpe-gpt": preset("shakespeare-bpe-cpu", "chapter 9's BPE GPT (512 tokens, 1000 steps)"),
+            "speedrun": preset("shakespeare-char-speedrun", "chapter 14's CPU speedrun model (1 layer, 550 steps)"),
+            "finetune-full": finetune(False), "finetune-lora8": finetune(True)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", default="course_lib/records/report_cards.json")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--limit", type=int, default=200)
+    p.add_argument("--work", default="runs/report_cards")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    out = Path(args.json)
+    result = json.loads(out.read_text()) if out.exists() else {"models": {}}
+    result.update(command="python benchmarks/report_cards.py --json " + args.json, limit=args.limit,
+                  threads=args.threads, machine=os.uname().machine)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    for name in args.models.split(","):
+        torch.manual_seed(1337)
+        t0 = time.time()
+        model, tok, description = BUILDERS[name](work)
+        built = time.time() - t0
+        card = report_card(model, tok, limit=args.limit, name=name, progress=False)
+        card.update(description=description, build_seconds=round(built, 1),
+                    eval_seconds=round(time.time() - t0 - built, 1), load_average=os.getloadavg()[0],
+                    parameters=sum(p.numel() for p in model.parameters()))
+        for row in card["tasks"]:
+            row.pop("outputs", None)
+        result["models"][name] = card
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{name}: bpb {card['bits_per_byte']}, built {built:.0f}s, evaluated {card['eval_seconds']:.0f}s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""course_lib.report_card: a task's score with its interval and chance, the report card (tasks a
+tokenizer cannot encode are skipped, or an error when named), its table and JSON, and
+`python -m course_lib eval` on every decoder kind the project writes."""
+import json
+
+import pytest
+import torch
+
+from course_lib.bigram import BigramLanguageModel
+from course_lib.checkpoint import save_checkpoint
+from course_lib.cli import main
+from course_lib.data import load_text
+from course_lib.eval_tasks import load_task
+from course_lib.model import GPT, GPTConfig
+from course_lib.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
+                                    heldout_text, report_card)
+from course_lib.tokenizers import CharTokenizer, train_tokenizer
+
+CHARS = CharTokenizer.from_text(load_text())
+
+
+def tiny(vocab_size: int = 65, **options) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16, dropout=0.0,
+                         **options)).eval()
+
+
+def test_a_choice_task_reports_acc_acc_norm_interval_and_chance():
+    row = evaluate_task(tiny(), CHARS, load_task("next-line"), limit=6, shots=1)
+    assert row["metric"] == "acc" and row["n"] == 6 and row["chance"] == 0.25 and row["shots"] == 1
+    assert row["score"] == sum(row["per_item"]) / 6 and row["interval"][0] <= row["score"] <= row["interval"][1]
+    assert len(row["per_item_norm"]) == 6 and row["acc_norm"] == sum(row["per_item_norm"]) / 6
+
+
+def test_a_generate_task_reports_exact_match():
+    row = evaluate_task(tiny(), CHARS, load_task("next-word"), limit=4, shots=2)
+    assert row["metric"] == "exact_match" and len(row["outputs"]) == 4 and set(row["per_item"]) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match="20 training items for few-shot examples, not 50"):
+        evaluate_task(tiny(), CHARS, load_task("next-word"), limit=1, shots=50)
+
+
+def test_first_word():
+    assert first_word("  thank you") == "thank" and first_word("stoop'd,") == "stoop'd" and first_word("!") == ""
+
+
+def test_tasks_the_tokenizer_cannot_encode_are_skipped_or_refused():
+    assert "unknown character" in cannot_encode(CHARS, load_task("arithmetic"))
+    assert cannot_encode(CHARS, load_task("next-line")) is None
+    card = report_card(tiny(), CHARS, limit=2, heldout_chars=500)
+    skipped = {r["task"] for r in card["tasks"] if "skipped" in r}
+    assert skipped == {"dates", "arithmetic", "gsm8k-style"}
+    table = format_card(card)
+    assert "skipped: cannot encode" in table and "0.250" in table and "bits per byte" in table
+    with pytest.raises(ValueError, match="cannot encode task dates"):
+        report_card(tiny(), CHARS, tasks="next-line,dates", limit=2, heldout_chars=500)
+
+
+def test_a_byte_level_bpe_model_encodes_every_task():
+    tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
+    card = report_card(tiny(tok.vocab_size), tok, tasks="next-line,gsm8k-style,dates", limit=1, heldout_chars=300)
+    assert not any("skipped" in r for r in card["tasks"]) and card["bits_per_byte"] > 0
+
+
+def test_heldout_text_is_after_the_training_split():
+    text = load_text()
+    assert text.index(heldout_text(1000)) > 0.9 * len(text)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eval")
+    torch.manual_seed(0)
+    save_checkpoint(folder / "gpt.pt", tiny(), tokenizer=CHARS)
+    save_checkpoint(folder / "rope.pt", tiny(norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_kv_head=1),
+                    tokenizer=CHARS)
+    save_checkpoint(folder / "bigram.pt", BigramLanguageModel(65, block_size=8), tokenizer=CHARS)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["gpt", "rope", "bigram"])
+def test_the_eval_command_prints_the_card_and_writes_json(checkpoints, name, tmp_path, capsys, monkeypatch):
+    import course_lib.report_card
+    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
+    out = tmp_path / "card.json"
+    argv = ["eval", "--checkpoint", str(checkpoints / f"{name}.pt"), "--tasks", "next-line,next-word",
+            "--limit", "3", "--json", str(out), "--device", "cpu"]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert "next-line" in printed.out and "exact_match" in printed.out and f"wrote {out}" in printed.out
+    assert "1,500 characters" in printed.out
+    card = json.loads(out.read_text())
+    assert [r["task"] for r in card["tasks"]] == ["next-line", "next-word"] and card["bits_per_byte"] > 0
+    assert all(len(r["per_item"]) == 3 and "interval" in r and "chance" in r for r in card["tasks"])
+
+
+def test_evaluate_checkpoint_checks_its_arguments_before_loading(tmp_path):
+    with pytest.raises(ValueError, match="unknown task nope"):
+        evaluate_checkpoint(tmp_path / "missing.pt", tasks="nope")
+    with pytest.raises(ValueError, match="--limit must be at least 1"):
+        evaluate_checkpoint(tmp_path / "missing.pt", limit=0)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        evaluate_checkpoint(tmp_path / "missing.pt")
