@@ -140,7 +140,7 @@ def table(box: Path) -> list:
         ("finetune: --lora-alpha inf", "cli", ["finetune", "--checkpoint", pre, "--lora-rank", "2", "--lora-alpha",
                                                "inf", "--out", new, *FT], "finite"),
         ("finetune: --lora-targets ''", "cli", ["finetune", "--checkpoint", pre, "--lora-rank", "2", "--lora-targets",
-                                                "", "--out", new, *FT], "LoRA targets"),
+                                                "", "--out", new, *FT], "--lora-targets names no layer"),
         ("finetune: --out a file", "cli", ["finetune", "--checkpoint", pre, "--out", str(box / "a-file"), *FT],
          "cannot write to"),
         ("finetune: a bad --set", "cli", ["finetune", "--checkpoint", pre, "--set", "learning_rate=-1", "--out", new,
