@@ -81,3 +81,24 @@ def pretrain_tiny_gpt(folder, max_iters: int = 20):
     config = TrainConfig(max_iters=max_iters, batch_size=8, eval_interval=max_iters, eval_iters=2)
     Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False, verbose=False).train()
     return folder / "ckpt.pt"
+
+
+def cli_train_resume_and_sample(tmp_path, capsys, settings: list[str], tokens: int = 20) -> dict:
+    """Through ``python -m course_lib``: train 6 steps with ``settings``; train 3, then resume to 6;
+    assert the two checkpoints equal bitwise (3 + 3 resumed steps are the 6 steps of one run) and
+    that ``sample`` continues a prompt from the first. Returns the first checkpoint, to be
+    inspected by the caller."""
+    from course_lib.checkpoint import load_checkpoint
+    from course_lib.cli import main
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(["train", "--out", str(whole), "--set", "max_iters=6", *settings]) == 0
+    assert main(["train", "--out", str(split), "--set", "max_iters=3", *settings]) == 0
+    assert main(["train", "--out", str(split), "--resume", "--set", "max_iters=6", *settings]) == 0
+    a, b = load_checkpoint(whole / "ckpt.pt"), load_checkpoint(split / "ckpt.pt")
+    assert_same_weights(a["model"], b["model"])
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", str(tokens)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + tokens // 2
+    return a

@@ -5,13 +5,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-from model_helpers import change_one_token, logits_of, logits_through_kv_cache
+from model_helpers import change_one_token, cli_train_resume_and_sample, logits_of, logits_through_kv_cache
 from hypothesis import given, strategies as st
 
 from course_lib import GPT, GPTConfig
 from course_lib.attention import repeat_kv
-from course_lib.cli import main
-from course_lib.checkpoint import load_checkpoint
 from course_lib.generate import generate, generate_batch
 from course_lib.llama import config_from_hf, weight_map
 from course_lib.norms import RMSNorm
@@ -206,20 +204,10 @@ LLAMA_SET = ["--set", "norm=rmsnorm", "--set", "rope_theta=10000", "--set", "n_k
 
 
 def test_cli_trains_resumes_and_samples_a_llama_style_model(tmp_path, capsys):
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main(["train", "--out", str(whole), "--set", "max_iters=6", *LLAMA_SET]) == 0
-    assert main(["train", "--out", str(split), "--set", "max_iters=3", *LLAMA_SET]) == 0
-    assert main(["train", "--out", str(split), "--resume", "--set", "max_iters=6", *LLAMA_SET]) == 0
-    a, b = load_checkpoint(whole / "ckpt.pt"), load_checkpoint(split / "ckpt.pt")
+    a = cli_train_resume_and_sample(tmp_path, capsys, LLAMA_SET)
     config = GPTConfig.from_dict(a["model_config"])
     assert (config.norm, config.rope_theta, config.n_kv_head, config.mlp) == ("rmsnorm", 10000.0, 2, "swiglu")
     assert "wpe.weight" not in a["model"]
-    for name, w in a["model"].items():  # 3 + 3 resumed steps are the 6 steps of one run, bitwise
-        assert torch.equal(w, b["model"][name]), name
-    capsys.readouterr()
-    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "20"]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 10
 
 
 def test_a_hub_name_goes_to_the_loader_of_the_model_type_it_holds(monkeypatch):

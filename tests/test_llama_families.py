@@ -7,13 +7,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-from model_helpers import change_one_token, logits_of, logits_through_kv_cache
+from model_helpers import change_one_token, cli_train_resume_and_sample, logits_of, logits_through_kv_cache
 from hypothesis import given, settings, strategies as st
 
 from course_lib import GPT, GPTConfig
 from course_lib.attention import KVCache, causal_mask, sliding_window_mask
-from course_lib.checkpoint import load_checkpoint
-from course_lib.cli import main
 from course_lib.generate import generate, generate_batch
 from course_lib.llama import config_from_hf, weight_map
 from course_lib.rope import rope_frequencies, scale_frequencies
@@ -261,21 +259,11 @@ NEW_SET = ["--set", "norm=rmsnorm", "--set", "rope_theta=10000", "--set", "n_kv_
 
 
 def test_cli_sets_saves_resumes_bitwise_and_samples_every_new_option(tmp_path, capsys):
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main(["train", "--out", str(whole), "--set", "max_iters=6", *NEW_SET]) == 0
-    assert main(["train", "--out", str(split), "--set", "max_iters=3", *NEW_SET]) == 0
-    assert main(["train", "--out", str(split), "--resume", "--set", "max_iters=6", *NEW_SET]) == 0
-    a, b = load_checkpoint(whole / "ckpt.pt"), load_checkpoint(split / "ckpt.pt")
+    a = cli_train_resume_and_sample(tmp_path, capsys, NEW_SET, tokens=40)
     config = GPTConfig.from_dict(a["model_config"])
     assert (config.qk_norm, config.head_dim, config.sliding_window, config.rope_scaling, config.rope_factor,
             config.rope_original_context) == (True, 12, 8, "llama3", 4.0, 8)
     assert "blocks.0.attn.q_norm.weight" in a["model"]
-    for name, w in a["model"].items():
-        assert torch.equal(w, b["model"][name]), name
-    capsys.readouterr()
-    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "40"]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 20
 
 
 def test_repr_shows_the_new_options_only_when_set():

@@ -4,12 +4,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from model_helpers import cli_train_resume_and_sample
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from course_lib import GPT, GPTConfig
-from course_lib.checkpoint import load_checkpoint
-from course_lib.cli import main
 from course_lib.moe import MoEFeedForward, expert_load, load_balancing_loss, route
 from course_lib.sizing import active_parameters, count_parameters, flops_per_token, parameter_breakdown
 
@@ -122,20 +121,10 @@ MOE_SET = ["--set", "norm=rmsnorm", "--set", "rope_theta=10000", "--set", "mlp=s
 
 
 def test_cli_trains_resumes_bitwise_and_samples_an_moe_model(tmp_path, capsys):
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main(["train", "--out", str(whole), "--set", "max_iters=6", *MOE_SET]) == 0
-    assert main(["train", "--out", str(split), "--set", "max_iters=3", *MOE_SET]) == 0
-    assert main(["train", "--out", str(split), "--resume", "--set", "max_iters=6", *MOE_SET]) == 0
-    a, b = load_checkpoint(whole / "ckpt.pt"), load_checkpoint(split / "ckpt.pt")
+    a = cli_train_resume_and_sample(tmp_path, capsys, MOE_SET)
     config = GPTConfig.from_dict(a["model_config"])
     assert (config.moe_experts, config.moe_top_k, config.moe_shared_expert) == (4, 2, True)
     assert "blocks.1.mlp.experts.3.c_gate.weight" in a["model"] and "blocks.0.mlp.router.weight" in a["model"]
-    for name, w in a["model"].items():  # 3 + 3 resumed steps are the 6 steps of one run, bitwise
-        assert torch.equal(w, b["model"][name]), name
-    capsys.readouterr()
-    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", "20"]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + 10
 
 
 def test_repr_shows_the_moe_options_only_when_set():  # earlier chapters print GPTConfig()
