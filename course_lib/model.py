@@ -273,9 +273,10 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
-                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
-                             f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
+        if torch.empty(0).device.type != "meta":  # built on the meta device, a GPT takes no memory
+            check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
+                                 f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
+                                 f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding
         self.wpe = None
         if config.rope_theta is None:

@@ -91,6 +91,10 @@ def table(box: Path) -> list:
          "made by `train-dates`"),
         ("train: --max-iters abc", "cli", ["train", "--max-iters", "abc"], "invalid int value"),
         # sample
+        ("eval: missing checkpoint", "cli", ["eval", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
+        ("eval: random bytes", "cli", ["eval", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),
+        ("eval: an unknown task", "cli", ["eval", "--checkpoint", pre, "--tasks", "nope"], "unknown task nope"),
+        ("eval: --limit 0", "cli", ["eval", "--checkpoint", pre, "--limit", "0"], "--limit must be at least 1"),
         ("sample: missing checkpoint", "cli", ["sample", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
         ("sample: random bytes", "cli", ["sample", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),
         ("sample: empty file", "cli", ["sample", "--checkpoint", str(box / "empty.pt")], "is empty"),

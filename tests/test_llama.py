@@ -174,7 +174,7 @@ def test_default_config_keeps_gpt2_block_and_new_options_change_only_their_part(
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(norm="batchnorm"), "norm must be one of"), (dict(norm_eps=0.0), "norm_eps must be a finite number > 0, got 0.0"),
-    (dict(rope_theta=-1.0), "rope_theta must be a finite number > 0, got -1.0"), (dict(n_embd=12, n_head=4, rope_theta=1e4), "must be even"),
+    (dict(rope_theta=-1.0), "rope_theta must be a finite number >= 1, got -1.0"), (dict(n_embd=12, n_head=4, rope_theta=1e4), "must be even"),
     (dict(mlp="geglu"), "mlp must be one of"), (dict(ffn_hidden=0), "ffn_hidden must be an integer >= 1, got 0"),
     (dict(n_head=4, n_kv_head=3), r"n_kv_head \(3\) must divide n_head \(4\).*\[1, 2, 4\]"),
 ])

@@ -611,6 +611,7 @@ def ch14_swiglu():
     label(ax, 8.35, 2.75, "element-wise product:\nthe gate decides how much\nof each hidden feature passes",
           fontsize=8, color="#444444")
     label(ax, 4.2, 0.25, "weights: 2 x 4C x C = 8C^2  vs  3 x (8C/3) x C = 8C^2", fontsize=8.5, color="#444444")
+    return fig
 
 
 @figure("ch15_lora_layer")
@@ -680,6 +681,7 @@ def prompt_mask():
     label(ax, x0 + (n_prompt + (len(text) - n_prompt) / 2) * cell, 3.38, "answer + end", fontsize=8.5, color=GREEN)
     label(ax, 5.2, 0.4, "targets 0 .. n_prompt - 2 lie inside the prompt: IGNORE_INDEX (-100), "
           "which F.cross_entropy skips", fontsize=8.5)
+    return fig
 
 
 @figure("ch20_moe_layer")
