@@ -6,7 +6,7 @@ the same 2 threads, side by side in one process (chapter 16, README).
 The model: a random GPT2LMHeadModel the size of the book's CPU GPT (4 layers, C=128, 128
 positions) over a character tokenizer built offline with the `tokenizers` library; lm-eval sees
 it through HFLM, we through course_lib.gpt2.from_pretrained (the same weights). The work:
-the 200 items of the next-line task as 800 log-likelihood requests, and greedy generation on 50
+the 200 items of the next-line task as 800 log-likelihood requests (--items N: the first N), and greedy generation on 50
 items of next-word (stop at a newline, 12 tokens at most). Log-likelihoods are timed twice for
 us: on the very same Hugging Face forward passes (``hf_decoder``: the harnesses alone compared),
 and on our GPT holding the same weights (packing each item's context once where a row fits in
@@ -68,13 +68,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--items", type=int, default=200, help="next-line items (4 requests each)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     hf_tok, tok = char_hf_tokenizer()
     hf = tiny_gpt2(len(hf_tok), n_positions=128, n_embd=128, n_layer=4, n_head=4)
     lm = HFLM(pretrained=hf, tokenizer=hf_tok, batch_size=args.batch_size, device="cpu", max_length=128)
     ours = from_pretrained(hf)
-    mc = load_task("next-line").test
+    mc = load_task("next-line").test[:args.items]
     requests = [(i["context"], " " + c) for i in mc for c in i["choices"]]
     gen = load_task("next-word").test[:50]
     instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=0) for r in requests]
@@ -98,7 +99,8 @@ def main() -> None:
         times["ours_generate"].append(time.perf_counter() - t)
     median = {k: statistics.median(v) for k, v in times.items()}
     result = {
-        "command": "python benchmarks/eval_speed.py" + (f" --json {args.json}" if args.json else ""),
+        "command": "python benchmarks/eval_speed.py" + (f" --items {args.items}" if args.items != 200 else "")
+                   + (f" --json {args.json}" if args.json else ""),
         "threads": args.threads, "batch_size": args.batch_size, "repeats": args.repeats,
         "requests": len(requests), "generations": len(gen), "load_average": os.getloadavg(),
         "cpu": os.uname().machine, "seconds": times, "median_seconds": median,
