@@ -78,6 +78,8 @@ def main() -> None:
     p.add_argument("--eval-batches", type=int, default=100)
     p.add_argument("--load-every", type=int, default=50)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: the fairest on a shared machine)")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                   help="the variants to train, each name quoted (default: all three)")
     p.add_argument("--out", type=Path, default=None, help="default: course_lib/records/moe_vs_dense_<iters>.json")
     p.add_argument("--merge", type=Path, nargs="+", help="merge these records' runs into --out and stop")
     args = p.parse_args()
@@ -90,8 +92,14 @@ def main() -> None:
         args.out.write_text(json.dumps(merged, indent=1) + "\n")
         return summarize(merged["runs"])
     args.out = args.out or RECORDS / f"moe_vs_dense_{args.iters}.json"
+    wanted = args.variants
+    unknown = sorted(set(wanted) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}: choose from {sorted(VARIANTS)}")
     command = "python benchmarks/moe_vs_dense.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "merge"))
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "merge", "variants"))
+    if wanted != list(VARIANTS):
+        command += " --variants " + " ".join(f"'{v}'" for v in wanted)
     torch.set_num_threads(args.threads)
     preset = get_preset("shakespeare-char-cpu")
     text = load_text(preset.corpus)
@@ -104,6 +112,8 @@ def main() -> None:
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for name, options in VARIANTS.items():
+            if name not in wanted:
+                continue
             seed_everything(seed)
             model = GPT(replace(base, **options))
             trainer = Trainer(model, train, val, replace(tc, seed=seed), progress=False, verbose=False)
@@ -135,6 +145,8 @@ def main() -> None:
 def summarize(runs: list[dict]) -> None:
     for name in VARIANTS:
         mine = [r for r in runs if r["variant"] == name]
+        if not mine:
+            continue
         losses = [r["val_loss"] for r in mine]
         spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
         print(f"{name:20s} val {statistics.mean(losses):.4f} ± {spread:.4f}  "
