@@ -34,7 +34,7 @@ SCALINGS = {
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--steps", type=int, default=150)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--long", type=int, default=256, help="the evaluation windows' length")
     p.add_argument("--eval-batches", type=int, default=25)
