@@ -194,6 +194,7 @@ def test_window_mask_not_done():
 
 @pytest.mark.parametrize("wrong, hint", [
     (lambda T, w: window_mask(T, w + 1), "window \\+ 1 positions"),
+    (lambda T, w: window_mask(T, w - 1), "window - 1 positions"),
     (lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w, "never looks ahead"),
     (lambda T, w: window_mask(T, w).T, "transposed"),
     (lambda T, w: window_mask(T, w).float(), "dtype"),

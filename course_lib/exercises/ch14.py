@@ -209,6 +209,9 @@ def check_window_mask(fn) -> None:
         if torch.equal(got, (s <= t) & (t - s <= window)):
             fail(f"{what}: each query sees window + 1 positions.",
                  "a window of W holds the query itself and the W - 1 positions before it: t - s < window.")
+        if torch.equal(got, (s <= t) & (t - s < window - 1)):
+            fail(f"{what}: each query sees window - 1 positions.",
+                 "the window counts the query itself: t - s runs from 0 to window - 1, so t - s < window.")
         if torch.equal(got, (t - s).abs() < window):
             fail(f"{what}: queries see keys after them.", "a decoder never looks ahead: also require s <= t.")
         if torch.equal(got, expected.T):
