@@ -1,6 +1,5 @@
 """course_lib.speed (chapter 12): precisions a device can train in, autocast, torch.compile with
 its fallback to eager mode, and the speed meter (tokens/s, MFU from the model's own FLOPs)."""
-import contextlib
 
 import pytest
 import torch
@@ -180,15 +179,11 @@ def test_the_trainer_scopes_tf32_to_its_training_run(monkeypatch):
 
     seen_devices, during = [], []
 
-    @contextlib.contextmanager
-    def fake_tf32(device):  # what tf32_matmuls does on a GPU, here on the CPU
+    real_tf32 = speed.tf32_matmuls
+
+    def fake_tf32(device):  # the real switch, as it behaves on a GPU, here on the CPU
         seen_devices.append(device)
-        previous = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("medium")
-        try:
-            yield
-        finally:
-            torch.set_float32_matmul_precision(previous)
+        return real_tf32(torch.device("cuda"))
 
     monkeypatch.setattr(train_module, "tf32_matmuls", fake_tf32)
     data = torch.randint(10, (200,))
@@ -200,9 +195,10 @@ def test_the_trainer_scopes_tf32_to_its_training_run(monkeypatch):
 
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
     before = torch.get_float32_matmul_precision()
+    assert before != "high"  # else "restored" below could not be told from "still switched on"
     trainer = Trainer(model, config=TrainConfig(max_iters=2, eval_iters=1, eval_interval=2, batch_size=2),
                       batch_fn=batches, device="cpu", progress=False, verbose=False)
     assert torch.get_float32_matmul_precision() == before  # building the Trainer switches nothing
     trainer.train()
-    assert seen_devices == [torch.device("cpu")] and set(during) == {"medium"}
-    assert torch.get_float32_matmul_precision() == before
+    assert seen_devices == [torch.device("cpu")] and set(during) == {"high"}  # on inside the run
+    assert torch.get_float32_matmul_precision() == before  # and off after it
