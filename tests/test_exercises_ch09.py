@@ -238,22 +238,16 @@ def test_decode_bytes_given_something_else_than_a_function():
 # --- review of issue 32: each classic wrong rule gets the hint that names it ---
 
 
-def _replay(ids, merges, first):
-    rank = {p: k for k, p in enumerate(merges)}
-    while True:
-        candidates = [p for p in zip(ids, ids[1:]) if p in rank]
-        if not candidates:
-            return ids
-        best = first(candidates, key=rank.get)
-        ids = merge(ids, best, 256 + rank[best])
+# The right merge replay is the library's own (ch09._by_priority with first=min): each wrong
+# answer below changes exactly one thing about it.
 
 
 def encode_latest_merge_first(text, merges):
-    return _replay(list(text.encode("utf-8")), merges, max)
+    return ch09._by_priority(list(text.encode("utf-8")), merges, first=max)  # wrong: highest rank first
 
 
 def encode_from_code_points(text, merges):
-    return _replay([ord(c) for c in text], merges, min)
+    return ch09._by_priority([ord(c) for c in text], merges)  # wrong: starts from code points, not bytes
 
 
 def encode_longest_match(text, merges):
@@ -284,15 +278,9 @@ def test_encode_with_merges_other_wrong_rules_get_their_own_hint(wrong, hint):
 
 def test_apply_merge_comparing_a_list_with_a_tuple_gets_the_nothing_merged_hint():
     def list_against_tuple(ids, pair, new_id):
-        out, i = [], 0
-        while i < len(ids):
-            if ids[i:i + 2] == pair:  # a list never equals a tuple: nothing is ever merged
-                out.append(new_id)
-                i += 2
-            else:
-                out.append(ids[i])
-                i += 1
-        return out
+        # the right merge, but its pair compared as a list (a slice ids[i:i + 2] is one):
+        # a list never equals a tuple, so nothing is ever merged
+        return merge(ids, list(pair), new_id)
     with pytest.raises(ExerciseError, match="nothing was merged") as error:
         ch09.check_apply_merge(list_against_tuple)
     assert "compare a tuple with a tuple" in str(error.value)
