@@ -52,14 +52,6 @@ def test_rope_not_done():
     assert_not_done(ch14.check_rope, not_done)
 
 
-@pytest.mark.parametrize("wrong, hint", [(rope_interleaved, "j \\+ hs/2"), (rope_backwards, "wrong way"),
-                                         (rope_wrong_exponent, "2j/hs"), (rope_from_zero, "KV cache"),
-                                         (lambda x, p, t: x, "differ")])
-def test_rope_wrong(wrong, hint):
-    with pytest.raises(ExerciseError, match=hint):
-        ch14.check_rope(wrong)
-
-
 # --- RMSNorm ---
 
 
@@ -77,18 +69,6 @@ def test_rms_norm_not_done():
     assert_not_done(ch14.check_rms_norm, not_done)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, None, eps), "LayerNorm"),
-    (lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w, "outside the square root"),
-    (lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), "gain"),
-    (lambda x, w, eps: x / x.std(-1, keepdim=True) * w, "standard deviation"),
-    (lambda x, w, eps: x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, "differ"),
-])
-def test_rms_norm_wrong(wrong, hint):
-    with pytest.raises(ExerciseError, match=hint):
-        ch14.check_rms_norm(wrong)
-
-
 # --- repeating the key/value heads ---
 
 
@@ -104,14 +84,6 @@ def test_repeat_kv_correct(capsys):
 
 def test_repeat_kv_not_done():
     assert_not_done(ch14.check_repeat_kv, not_done)
-
-
-@pytest.mark.parametrize("wrong, hint", [(lambda kv, n: kv.repeat(1, n, 1, 1), "tiled"),
-                                         (lambda kv, n: kv, "expected shape"),
-                                         (lambda kv, n: kv.flip(1).repeat_interleave(n, dim=1), "not those")])
-def test_repeat_kv_wrong(wrong, hint):
-    with pytest.raises(ExerciseError, match=hint):
-        ch14.check_repeat_kv(wrong)
 
 
 # --- spot the bug: RoPE on the values ---
@@ -137,16 +109,6 @@ def test_rope_attention_not_done():
     assert_not_done(ch14.check_rope_attention, not_done)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (attend_buggy, "values are rotated"),
-    (lambda q, k, v, p, t: F.scaled_dot_product_attention(q, k, v, is_causal=True), "differs"),
-    (lambda q, k, v, p, t: F.scaled_dot_product_attention(rope(q, p, t), rope(k, p, t), v), "differs"),
-])
-def test_rope_attention_wrong(wrong, hint):
-    with pytest.raises(ExerciseError, match=hint):
-        ch14.check_rope_attention(wrong)
-
-
 def test_rope_attention_names_an_unfinished_rope_of_exercise_1():
     """A correct attend whose rope (exercise 1) still raises: the message names rope, not attend."""
     namespace = {"F": F}
@@ -169,11 +131,6 @@ def test_rope_attention_names_a_wrong_rope_of_exercise_1():
         ch14.check_rope_attention(namespace["attend"])
 
 
-def test_rms_norm_without_keepdim_gets_the_keepdim_hint():
-    with pytest.raises(ExerciseError, match="keepdim=True"):
-        ch14.check_rms_norm(lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1) + eps) * w)
-
-
 # --- the sliding window's mask ---
 
 
@@ -192,14 +149,41 @@ def test_window_mask_not_done():
     assert_not_done(ch14.check_window_mask, not_done)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda T, w: window_mask(T, w + 1), "window \\+ 1 positions"),
-    (lambda T, w: window_mask(T, w - 1), "window - 1 positions"),
-    (lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w, "never looks ahead"),
-    (lambda T, w: window_mask(T, w).T, "transposed"),
-    (lambda T, w: window_mask(T, w).float(), "dtype"),
-    (lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)), "differs"),
-])
-def test_window_mask_wrong(wrong, hint):
-    with pytest.raises(ExerciseError, match=hint):
-        ch14.check_window_mask(wrong)
+# --- every classic wrong answer, one table: (check, wrong answer, what its message must match) ---
+
+WRONG_ANSWERS = [
+    (ch14.check_rope, rope_interleaved, "j \\+ hs/2"),
+    (ch14.check_rope, rope_backwards, "wrong way"),
+    (ch14.check_rope, rope_wrong_exponent, "2j/hs"),
+    (ch14.check_rope, rope_from_zero, "KV cache"),
+    (ch14.check_rope, lambda x, p, t: x, "differ"),
+    (ch14.check_rms_norm, lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, None, eps), "LayerNorm"),
+    (ch14.check_rms_norm, lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w,
+     "outside the square root"),
+    (ch14.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), "gain"),
+    (ch14.check_rms_norm, lambda x, w, eps: x / x.std(-1, keepdim=True) * w, "standard deviation"),
+    (ch14.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, "differ"),
+    (ch14.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1) + eps) * w, "keepdim=True"),
+    (ch14.check_repeat_kv, lambda kv, n: kv.repeat(1, n, 1, 1), "tiled"),
+    (ch14.check_repeat_kv, lambda kv, n: kv, "expected shape"),
+    (ch14.check_repeat_kv, lambda kv, n: kv.flip(1).repeat_interleave(n, dim=1), "not those"),
+    (ch14.check_rope_attention, attend_buggy, "values are rotated"),
+    (ch14.check_rope_attention, lambda q, k, v, p, t: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     "differs"),
+    (ch14.check_rope_attention,
+     lambda q, k, v, p, t: F.scaled_dot_product_attention(rope(q, p, t), rope(k, p, t), v), "differs"),
+    (ch14.check_window_mask, lambda T, w: window_mask(T, w + 1), "window \\+ 1 positions"),
+    (ch14.check_window_mask, lambda T, w: window_mask(T, w - 1), "window - 1 positions"),
+    (ch14.check_window_mask, lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w,
+     "never looks ahead"),
+    (ch14.check_window_mask, lambda T, w: window_mask(T, w).T, "transposed"),
+    (ch14.check_window_mask, lambda T, w: window_mask(T, w).float(), "dtype"),
+    (ch14.check_window_mask, lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)), "differs"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, message", WRONG_ANSWERS,
+                         ids=[f"{check.__name__}-{i}" for i, (check, _, _) in enumerate(WRONG_ANSWERS)])
+def test_wrong_answers_fail_with_their_hint(check, wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check(wrong)
