@@ -18,13 +18,6 @@ def expect_pass(check, fn, capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("check", [ch11.check_source_padding_mask, ch11.check_cross_attention,
-                                   ch11.check_label_smoothed_loss, ch11.check_beam_step, ch11.check_add_positions])
-def test_not_done(check):
-    with pytest.raises(ExerciseError, match="Not done yet"):
-        check(not_done)
-
-
 # --- padding mask ---
 
 
@@ -32,21 +25,11 @@ def test_mask_right(capsys):
     expect_pass(ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :], capsys)
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (lambda src, pad: (src == pad)[:, None, None, :], "inverted"),
-    (lambda src, pad: src != pad, "attention scores are"),
-    (lambda src, pad: (src != pad)[:, None, None, :].float(), "boolean"),
-    (lambda src, pad: (src != 0)[:, None, None, :], "wrong places"),
-])
-def test_mask_wrong(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        ch11.check_source_padding_mask(wrong)
-
-
 # --- cross-attention ---
 
 
-def cross_attention(x, memory, mask, layer, scale_by_c=False, use_mask=True):
+def cross_attention(x, memory, mask, layer, scale_by_c=False, use_mask=True, fill=float("-inf"), softmax_dim=-1):
+    """The right answer with its defaults; each keyword turns on one classic mistake."""
     B, T, C = x.shape
     hs = C // layer.n_head
     q = layer.q_proj(x).view(B, T, layer.n_head, hs).transpose(1, 2)
@@ -55,24 +38,13 @@ def cross_attention(x, memory, mask, layer, scale_by_c=False, use_mask=True):
     v = v.view(B, -1, layer.n_head, hs).transpose(1, 2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(C if scale_by_c else hs)
     if use_mask:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    y = F.softmax(scores, dim=-1) @ v
+        scores = scores.masked_fill(~mask, fill)
+    y = F.softmax(scores, dim=softmax_dim) @ v
     return layer.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
 def test_cross_attention_right(capsys):
     expect_pass(ch11.check_cross_attention, cross_attention, capsys)
-
-
-@pytest.mark.parametrize("wrong, message", [
-    (lambda *a: cross_attention(*a, use_mask=False), "padded source positions"),
-    (lambda *a: cross_attention(*a, scale_by_c=True), "sqrt\\(C\\)"),
-    (lambda x, memory, mask, layer: cross_attention(x, memory, mask, layer)[:, :, None], "expected shape"),
-    (lambda x, memory, mask, layer: x, "differ"),
-])
-def test_cross_attention_wrong(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        ch11.check_cross_attention(wrong)
 
 
 # --- label smoothing ---
@@ -94,16 +66,6 @@ def over_wrong_tokens(logits, targets, eps):
     V = logits.shape[-1]
     target = torch.full_like(logp, eps / (V - 1)).scatter(1, targets[:, None], 1 - eps)
     return -(target * logp).sum(-1).mean()
-
-
-@pytest.mark.parametrize("wrong, message", [
-    (over_wrong_tokens, "V - 1 WRONG"),
-    (lambda l, t, e: F.cross_entropy(l, t), "differ"),
-    (lambda l, t, e: F.cross_entropy(l, t, label_smoothing=e, reduction="none"), "one loss per position"),
-])
-def test_label_smoothing_wrong(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        ch11.check_label_smoothed_loss(wrong)
 
 
 # --- beam step ---
@@ -131,67 +93,22 @@ def swaps_beam_and_token(scores, logp, beam_size):
     return new_scores, idx % K, idx // K
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (ignores_scores, "ignore the hypotheses' own scores"),
-    (swaps_beam_and_token, "beams/tokens"),
-    (lambda s, l, k: l.max(-1).values[:k], "shape|expected a tuple"),
-])
-def test_beam_step_wrong(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        ch11.check_beam_step(wrong)
+def beam_step_true_division(scores, logp, beam_size):
+    # idx / V gives fractional beams; the check used to compare .long() and pass them (issue 22).
+    V = logp.shape[-1]
+    new_scores, flat = (scores[:, None] + logp).flatten().topk(beam_size)
+    return new_scores, flat / V, flat % V
 
 
 # --- positions ---
 
 
+def add_positions(x):
+    return x + sinusoidal_position_encoding(x.shape[1], x.shape[2])
+
+
 def test_positions_right(capsys):
-    expect_pass(ch11.check_add_positions, lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]), capsys)
-
-
-def test_positions_buggy_is_caught():
-    with pytest.raises(ExerciseError, match="same encoding"):
-        ch11.check_add_positions(ch11.add_positions_buggy)
-    with pytest.raises(ExerciseError, match="differ"):
-        ch11.check_add_positions(lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]).flip(0))
-
-
-# --- issue 22: wrong answers that used to pass or crash the check ---
-
-
-def test_beam_step_fractional_beam_indices_fail():
-    # idx / V gives fractional beams; the check used to compare .long() and pass them.
-    def beam_step_true_division(scores, logp, beam_size):
-        V = logp.shape[-1]
-        new_scores, flat = (scores[:, None] + logp).flatten().topk(beam_size)
-        return new_scores, flat / V, flat % V
-
-    with pytest.raises(ExerciseError, match="(?s)beams has dtype torch.float32.*Hint: idx / V divides"):
-        ch11.check_beam_step(beam_step_true_division)
-
-
-@pytest.mark.parametrize("wrong, message", [
-    # A forgotten `return` used to die with TypeError in float(got), an unreduced loss with ValueError.
-    (lambda logits, targets, eps: None, "(?s)returned None.*Hint: did you forget the `return`"),
-    (lambda logits, targets, eps: -(F.log_softmax(logits, -1)), "(?s)one loss per position and token.*Hint: "),
-    (lambda logits, targets, eps: "loss", "(?s)expected a number, got the str 'loss'.*Hint: "),
-])
-def test_label_smoothing_malformed_answers_fail_with_a_hint(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        ch11.check_label_smoothed_loss(wrong)
-
-
-def test_cross_attention_float64_output_fails_with_a_dtype_hint():
-    # It used to crash the check with RuntimeError (torch.allclose of float64 and float32).
-    with pytest.raises(ExerciseError, match="(?s)expected torch.float32, got dtype torch.float64.*Hint: "):
-        ch11.check_cross_attention(lambda x, memory, mask, layer: cross_attention(x, memory, mask, layer).double())
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
-def test_positions_right_values_in_another_dtype_fail_with_a_dtype_hint(dtype):
-    # e.g. a table built with NumPy (float64): right values, but no traceback and a hint on the dtype
-    with pytest.raises(ExerciseError, match="but your sum is") as error:
-        ch11.check_add_positions(lambda x: (x + sinusoidal_position_encoding(x.shape[1], x.shape[2])).to(dtype))
-    assert "torch.from_numpy(pe).to(x.dtype)" in str(error.value)
+    expect_pass(ch11.check_add_positions, add_positions, capsys)
 
 
 def test_positions_from_a_numpy_table_fail_with_a_dtype_hint():
@@ -208,33 +125,56 @@ def test_positions_from_a_numpy_table_fail_with_a_dtype_hint():
         ch11.check_add_positions(positions_numpy_table)
 
 
-def cross_attention_softmax_over_queries(x, memory, mask, layer):
-    B, T, C = x.shape
-    hs = C // layer.n_head
-    q = layer.q_proj(x).view(B, T, layer.n_head, hs).transpose(1, 2)
-    k, v = layer.kv_proj(memory).split(C, dim=-1)
-    k = k.view(B, -1, layer.n_head, hs).transpose(1, 2)
-    v = v.view(B, -1, layer.n_head, hs).transpose(1, 2)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf"))
-    return layer.c_proj((F.softmax(scores, dim=-2) @ v).transpose(1, 2).reshape(B, T, C))
+# --- every wrong answer, one table: (check, wrong answer, what its message must match, and a hint
+# the message must contain, or None). Issue 22's rows used to pass the check or crash it. ---
+
+WRONG_ANSWERS = [
+    *[(check, not_done, "Not done yet", None) for check in (
+        ch11.check_source_padding_mask, ch11.check_cross_attention, ch11.check_label_smoothed_loss,
+        ch11.check_beam_step, ch11.check_add_positions)],
+    (ch11.check_source_padding_mask, lambda src, pad: (src == pad)[:, None, None, :], "inverted", None),
+    (ch11.check_source_padding_mask, lambda src, pad: src != pad, "attention scores are", None),
+    (ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :].float(), "boolean", None),
+    (ch11.check_source_padding_mask, lambda src, pad: (src != 0)[:, None, None, :], "wrong places", None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, use_mask=False), "padded source positions", None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, scale_by_c=True), "sqrt\\(C\\)", None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a)[:, :, None], "expected shape", None),
+    (ch11.check_cross_attention, lambda x, memory, mask, layer: x, "differ", None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, softmax_dim=-2), "over the queries",
+     "softmax over the last axis"),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, fill=0.0), "filled with 0", "float('-inf')"),
+    # issue 22: a float64 output used to crash the check (torch.allclose of float64 and float32)
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a).double(),
+     "(?s)expected torch.float32, got dtype torch.float64.*Hint: ", None),
+    (ch11.check_label_smoothed_loss, over_wrong_tokens, "V - 1 WRONG", None),
+    (ch11.check_label_smoothed_loss, lambda l, t, e: F.cross_entropy(l, t), "differ", None),
+    (ch11.check_label_smoothed_loss, lambda l, t, e: F.cross_entropy(l, t, label_smoothing=e, reduction="none"),
+     "one loss per position", None),
+    # issue 22: a forgotten `return` used to die with TypeError in float(got), an unreduced loss with ValueError
+    (ch11.check_label_smoothed_loss, lambda logits, targets, eps: None,
+     "(?s)returned None.*Hint: did you forget the `return`", None),
+    (ch11.check_label_smoothed_loss, lambda logits, targets, eps: -(F.log_softmax(logits, -1)),
+     "(?s)one loss per position and token.*Hint: ", None),
+    (ch11.check_label_smoothed_loss, lambda logits, targets, eps: "loss",
+     "(?s)expected a number, got the str 'loss'.*Hint: ", None),
+    (ch11.check_beam_step, ignores_scores, "ignore the hypotheses' own scores", None),
+    (ch11.check_beam_step, swaps_beam_and_token, "beams/tokens", None),
+    (ch11.check_beam_step, lambda s, l, k: l.max(-1).values[:k], "shape|expected a tuple", None),
+    (ch11.check_beam_step, beam_step_true_division, "(?s)beams has dtype torch.float32.*Hint: idx / V divides",
+     None),
+    (ch11.check_add_positions, ch11.add_positions_buggy, "same encoding", None),
+    (ch11.check_add_positions, lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]).flip(0),
+     "differ", None),
+    # right values in another dtype (e.g. a table built with NumPy): no traceback, a hint on the dtype
+    *[(ch11.check_add_positions, lambda x, dtype=dtype: add_positions(x).to(dtype), "but your sum is",
+       "torch.from_numpy(pe).to(x.dtype)") for dtype in (torch.float64, torch.float16)],
+]
 
 
-def cross_attention_mask_filled_with_zero(x, memory, mask, layer):
-    B, T, C = x.shape
-    hs = C // layer.n_head
-    q = layer.q_proj(x).view(B, T, layer.n_head, hs).transpose(1, 2)
-    k, v = layer.kv_proj(memory).split(C, dim=-1)
-    k = k.view(B, -1, layer.n_head, hs).transpose(1, 2)
-    v = v.view(B, -1, layer.n_head, hs).transpose(1, 2)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, 0.0)
-    return layer.c_proj((F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
-
-
-@pytest.mark.parametrize("wrong, message, hint", [
-    (cross_attention_softmax_over_queries, "over the queries", "softmax over the last axis"),
-    (cross_attention_mask_filled_with_zero, "filled with 0", "float('-inf')"),
-])
-def test_cross_attention_classic_mistakes_get_their_own_hints(wrong, message, hint):
+@pytest.mark.parametrize("check, wrong, message, hint", WRONG_ANSWERS,
+                         ids=[f"{check.__name__}-{i}" for i, (check, *_) in enumerate(WRONG_ANSWERS)])
+def test_wrong_answers_fail_with_their_hint(check, wrong, message, hint):
     with pytest.raises(ExerciseError, match=message) as error:
-        ch11.check_cross_attention(wrong)
-    assert hint in str(error.value)
+        check(wrong)
+    if hint is not None:
+        assert hint in str(error.value)
