@@ -207,7 +207,9 @@ def unreadable(path: Path, error: Exception) -> str:
 
 
 def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
-    """A freshly initialised model of the checkpoint's kind and config (weights not loaded)."""
+    """A freshly initialised model of the checkpoint's kind and config (weights not loaded). The
+    sizes come from a file: a kind whose class has ``check_fits(config)`` (a GPT) is first checked
+    against this machine's memory, so a config too large is refused in one line before allocating."""
     kind = ckpt.get("model_kind")
     try:
         cls = lookup(kind)
@@ -215,7 +217,10 @@ def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
         raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this course_lib does not know "
                               f"(known: {', '.join(sorted(MODELS))})") from None
     try:
-        return cls(cls.config_class.from_dict(ckpt["model_config"]))
+        config = cls.config_class.from_dict(ckpt["model_config"])
+        if hasattr(cls, "check_fits"):
+            cls.check_fits(config)
+        return cls(config)
     except CheckpointError:  # a model that loads more files (a LoRA model's base) says what is wrong itself
         raise
     except TooLargeError as e:  # checked before allocating (see utils.check_fits_in_memory)

@@ -273,10 +273,6 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        if torch.empty(0).device.type != "meta":  # built on the meta device, a GPT takes no memory
-            check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
-                                 f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
-                                 f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding
         self.wpe = None
         if config.rope_theta is None:
@@ -299,6 +295,16 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def check_fits(config: GPTConfig) -> None:
+        """A TooLargeError, before allocating, when a GPT of ``config`` needs more than this machine's
+        memory. Called where sizes come from outside (a checkpoint's config: checkpoint.build_model;
+        a user's settings: course_lib.runs), not by GPT() itself, which may build models far larger
+        than the machine on the meta device (shapes without memory)."""
+        check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
+                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
+                             f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -13,7 +13,9 @@ MODELS: dict[str, type] = {}  # model kind -> model class (with a .config_class)
 
 def register_model(name: str, config_class: type):
     """Class decorator: models of this class are stored as ``model_kind = name``. The class is
-    built as ``cls(config_class.from_dict(d))`` and must keep its config in ``.config``."""
+    built as ``cls(config_class.from_dict(d))`` and must keep its config in ``.config``. A class
+    may add ``check_fits(config)``, which the checkpoint loader calls before building from a
+    file's config (a GPT refuses sizes larger than the machine's memory there)."""
     def register(cls):
         if name in MODELS and MODELS[name] is not cls:
             raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__name__}")

@@ -151,7 +151,9 @@ def _configs(preset: Preset, model_set: dict, train_set: dict, vocab_size: int |
     if vocab_size is not None:
         model_config = replace(model_config, vocab_size=vocab_size)
         forbidden = {"vocab_size": "it is the tokenizer's vocabulary size"}
-    return apply_overrides(model_config, model_set, forbidden), apply_overrides(preset.train, train_set)
+    model_config = apply_overrides(model_config, model_set, forbidden)
+    GPT.check_fits(model_config)  # the user's sizes: refused in one line before any allocation
+    return model_config, apply_overrides(preset.train, train_set)
 
 
 def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch.Tensor, settings: dict | None = None,
@@ -213,9 +215,9 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     train_config = apply_overrides(_stored_config(path, ckpt), train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
-    # the model built from the config decoded above: Trainer.resume does not decode the checkpoint again
+    # the model built here (its sizes checked against the memory): Trainer.resume does not build it again
     device = _training_device(device, train_config)
-    trainer = Trainer.resume(path, GPT(model_config), train_data, val_data, device=device, config=train_config,
+    trainer = Trainer.resume(path, build_model(ckpt, path), train_data, val_data, device=device, config=train_config,
                              tokenizer=tokenizer, progress=progress, verbose=verbose, checkpoint=ckpt)
     trainer.trained_on = trained_on
     return Run(trainer, text, train_data, val_data)

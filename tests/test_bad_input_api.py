@@ -14,6 +14,7 @@ from course_lib.checkpoint import load_checkpoint
 from course_lib.data import read_text_file
 from course_lib.generate import generate, generate_text
 from course_lib.model import GPT, GPTConfig
+from course_lib.runs import make_trainer
 from course_lib.seq2seq import Seq2SeqConfig
 from course_lib.tokenizers import CharTokenizer
 from course_lib.train import TrainConfig, Trainer, TrainingDiverged
@@ -256,13 +257,16 @@ def test_ok_ropetiny_a_rope_theta_below_1_is_refused():
 
 
 @pytest.mark.parametrize("build, phrase", [
-    (lambda: GPT(GPTConfig(vocab_size=10**12, n_embd=16, n_head=2, n_layer=1)),
+    (lambda: make_trainer("shakespeare-char-cpu", torch.zeros(64, dtype=torch.long), torch.zeros(64, dtype=torch.long),
+                          {"vocab_size": 10**12, "n_embd": 16, "n_head": 2, "n_layer": 1}),
      r"a GPT of vocab_size 1,000,000,000,000, n_embd 16 and n_layer 1 needs at least .* more than this "
      r"machine's memory .*: choose smaller sizes"),
     (lambda: __import__("course_lib.bigram").bigram.BigramLanguageModel(10**7),
      r"a bigram model of vocab_size 10,000,000 \(a V x V table\) needs at least 100,000,000,000,000 numbers"),
 ], ids=["api_cfg_hugevocab", "bigram_hugevocab"])
 def test_a_model_larger_than_the_machine_is_refused_before_allocating(build, phrase):
+    """A GPT's sizes are checked where they come from outside (a run's settings here, a checkpoint's
+    config in test_hx_hugecfg), not by GPT() itself (see test_model)."""
     from course_lib.utils import TooLargeError
 
     with pytest.raises(TooLargeError, match=phrase):

@@ -79,6 +79,8 @@ def table(box: Path) -> list:
          "learning_rate must be"),
         ("train: min_lr above learning_rate", "cli", ["train", "--text", text, "--set", "min_lr=0.5", "--out", new],
          "is above learning_rate"),
+        ("train: a model larger than the machine", "cli",
+         ["train", "--text", text, "--set", "n_embd=1200000", "--out", new], "needs at least"),
         ("train: rope_theta 1e-300", "cli", ["train", "--text", text, "--set", "rope_theta=1e-300", "--out", new],
          "rope_theta must be"),
         ("train: --max-iters 0", "cli", ["train", "--text", text, "--max-iters", "0", "--out", new], "max_iters"),

@@ -147,3 +147,19 @@ def test_padded_targets_are_left_out_of_the_loss():
 def test_bad_masks_and_positions_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _masked_model(torch.zeros(2, 4, dtype=torch.long), **kwargs)
+
+
+def test_a_gpt_larger_than_the_machine_builds_on_the_meta_device_and_check_fits_refuses_it():
+    """GPT() itself checks no memory (sizes are checked where they come from outside: a checkpoint's
+    config, a run's settings), so shapes of a model far larger than this machine can be inspected
+    on the meta device; GPT.check_fits says, in one line, that it would not fit."""
+    from course_lib.utils import TooLargeError
+
+    huge = GPTConfig(vocab_size=10**9, n_embd=1024, n_head=16, n_layer=1)  # 4 TB of embedding alone
+    with torch.device("meta"):
+        model = GPT(huge)
+    assert model.wte.weight.shape == (10**9, 1024) and model.wte.weight.is_meta
+    with pytest.raises(TooLargeError, match=r"^a GPT of vocab_size 1,000,000,000, n_embd 1,024 and n_layer 1 needs "
+                                            r"at least [^\n]*: choose smaller sizes$"):
+        GPT.check_fits(huge)
+    GPT.check_fits(GPTConfig(vocab_size=65, n_embd=64, n_head=4, n_layer=2))  # a small one passes
