@@ -212,8 +212,9 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
 
 
 def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 200, seed: int | None = None,
-                  device=None, **kwargs) -> str:
-    """Encode ``prompt``, sample, decode: the prompt followed by the continuation."""
+                  **kwargs) -> str:
+    """Encode ``prompt``, sample, decode: the prompt followed by the continuation. It runs where
+    the model is (the device of its parameters)."""
     if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
         raise TypeError(f"tokenizer must be a tokenizer with encode and decode methods (e.g. the one load_tokenizer "
                         f"returns for a checkpoint), got {type(tokenizer).__name__}")
@@ -221,7 +222,7 @@ def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 20
         raise TypeError(f"prompt must be a string (the text to continue), got {type(prompt).__name__}")
     if not prompt:
         raise ValueError("prompt is empty: give at least one character, e.g. '\\n'")
-    device = device or next(model.parameters()).device
+    device = next(model.parameters()).device
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
     generator = None
     if seed is not None:

@@ -24,12 +24,16 @@ def check_precision(device: torch.device, dtype: str) -> None:
                          "(with loss scaling) or 'fp32'")
 
 
-def prepare_precision(device: torch.device, dtype: str) -> torch.amp.GradScaler:
-    """Check that ``device`` can train in ``dtype`` and return the training step's gradient
-    scaler: on for fp16 alone, whose small gradients underflow (it multiplies the loss before
-    backward and divides the gradients before the step); off (a plain ``optimizer.step()``) for
-    fp32 and bf16. TF32 is switched on by :func:`tf32_matmuls`, for the training run only."""
-    check_precision(device, dtype)
+def grad_scaler(device: torch.device, dtype: str) -> torch.amp.GradScaler:
+    """The training step's gradient scaler: on for fp16 alone, whose small gradients underflow
+    (it multiplies the loss before backward and divides the gradients before the step); off (a
+    plain ``optimizer.step()``) for fp32 and bf16. TF32 is switched on by :func:`tf32_matmuls`,
+    for the training run only. The device and precision are checked once, where the run is built
+    (:func:`check_precision`, in :mod:`course_lib.runs`); this only refuses fp16 off a GPU, a
+    cheap test (no GPU query) for a Trainer built by hand, whose scaler would otherwise switch
+    itself off with a warning and leave float16 gradients unscaled."""
+    if dtype == "fp16" and device.type != "cuda":
+        check_precision(device, dtype)  # raises, naming what to use instead
     return torch.amp.GradScaler("cuda", enabled=dtype == "fp16")
 
 

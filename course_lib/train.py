@@ -32,7 +32,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_che
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
-from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, prepare_precision, tf32_matmuls
+from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, grad_scaler, tf32_matmuls
 from .config import Rule, check_fields, config_from_dict
 from .utils import DEFAULT_SEED
 
@@ -158,7 +158,7 @@ class Trainer:
         self.config = config or TrainConfig()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
-        self.scaler = prepare_precision(self.device, self.config.dtype)  # fp16's loss scaling
+        self.scaler = grad_scaler(self.device, self.config.dtype)  # fp16's loss scaling (precision checked by runs)
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")

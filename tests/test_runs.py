@@ -70,6 +70,21 @@ def test_make_trainer_builds_the_presets_model_on_your_tokens():
                              **QUIET).model.config.vocab_size == 9
 
 
+def test_the_precision_is_checked_once_where_the_run_is_built(monkeypatch):
+    """The run builder resolves the device and checks the precision once, before any work; the
+    Trainer it builds trusts it (it tests only fp16 off a GPU, without calling the full check)."""
+    from course_lib import speed
+
+    calls = []
+    real = speed.check_precision
+    for module in (runs, speed):
+        monkeypatch.setattr(module, "check_precision", lambda device, dtype: calls.append((device, dtype)) or
+                            real(device, dtype))
+    data = torch.randint(65, (400,))
+    runs.make_trainer("shakespeare-char-cpu", data, data, {"n_layer": 1, "max_iters": 2}, **QUIET)
+    assert calls == [(torch.device("cpu"), "fp32")]
+
+
 def test_a_preset_for_counting_only_is_refused():
     with pytest.raises(ValueError, match="counting parameters only"):
         runs.start_run("gpt2-small")

@@ -32,8 +32,8 @@ def test_fp16_on_cpu_from_the_command_line(capsys, tmp_path):
 
 def test_the_loss_scaler_is_on_for_fp16_alone():
     cpu = torch.device("cpu")
-    assert not speed.prepare_precision(cpu, "fp32").is_enabled()
-    assert not speed.prepare_precision(cpu, "bf16").is_enabled()
+    assert not speed.grad_scaler(cpu, "fp32").is_enabled()
+    assert not speed.grad_scaler(cpu, "bf16").is_enabled()
 
 
 def test_autocast_runs_matmuls_in_bf16_and_fp32_is_untouched():
