@@ -18,17 +18,13 @@ estimate) gave, vs the GPT-2 block: RMSNorm -0.0012, RoPE -0.1579, SwiGLU -0.179
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+from ch14_setup import parse_args, start_cpu_run, validation_batches, write_record  # noqa: E402  (no torch)
 
 VARIANTS = {
     "GPT-2 block": {},
@@ -41,65 +37,38 @@ VARIANTS = {
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=250)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--eval-batches", type=int, default=40)
-    p.add_argument("--json", help="write every per-batch loss to this JSON file")
-    p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
-    args = p.parse_args(argv)
-    if not args.host_env:
-        apply_reference_environment()  # before torch is imported
-    wait_passively()
-    from dataclasses import replace
-
+    args = parse_args(__doc__, argv, steps=250, eval_batches=40,
+                      add=lambda p: p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2]))
     import torch
     from tqdm import tqdm
 
-    from course_lib import GPT
-    from course_lib.data import get_batch, load_text, train_val_split
-    from course_lib.presets import get_preset
-    from course_lib.tokenizers import CharTokenizer
-    from course_lib.train import Trainer
-    from course_lib.utils import seed_everything
-
-    text = load_text("tinyshakespeare")
-    tok = CharTokenizer.from_text(text)
-    train_data, val_data = train_val_split(torch.tensor(tok.encode(text), dtype=torch.long))
-    preset = get_preset("shakespeare-char-cpu")
-    base = replace(preset.model, vocab_size=tok.vocab_size)
-    train_config = replace(preset.train, max_iters=args.steps, warmup_iters=max(1, args.steps // 10),
-                           eval_interval=args.steps, eval_iters=1)
-    generator = torch.Generator().manual_seed(2024)
-    val_batches = [get_batch(val_data, base.block_size, 32, generator) for _ in range(args.eval_batches)]
-    runs = {}
+    runs = {name: {"options": options, "seeds": {}} for name, options in VARIANTS.items()}
+    fields, val_batches = None, None
     bar = tqdm(total=len(VARIANTS) * len(args.seeds), desc="ablation runs")
-    for name, options in VARIANTS.items():
-        runs[name] = {"options": options, "seeds": {}}
-        for seed in args.seeds:
-            seed_everything(seed)
-            model = GPT(replace(base, **options))
+    for seed in args.seeds:  # seeds outside: a run stopped part-way keeps whole seeds
+        for name, options in VARIANTS.items():
+            run = start_cpu_run(args.steps, seed, options)
+            if val_batches is None:
+                val_batches = validation_batches(run.val_data, run.trainer.model.config.block_size, 32,
+                                                 args.eval_batches)
             start = time.perf_counter()
-            Trainer(model, train_data, val_data, replace(train_config, seed=seed), progress=False,
-                    verbose=False).train()
+            run.trainer.train()
             seconds = time.perf_counter() - start
-            model.eval()
+            model = run.trainer.model.eval()
             with torch.no_grad():
                 losses = [model(xb, yb)[1].item() for xb, yb in val_batches]
             runs[name]["params"] = model.num_parameters()
             runs[name]["seeds"][str(seed)] = {"val_losses": [round(x, 6) for x in losses], "train_s": round(seconds, 1)}
             bar.update()
             bar.write(f"{name:18s} seed {seed}: mean val loss {sum(losses) / len(losses):.4f} ({seconds:.1f} s)")
+            if fields is None:
+                train = run.trainer.config  # the first run is the GPT-2 block's: its model is the base
+                fields = {"steps": args.steps, "warmup_iters": train.warmup_iters, "seeds": args.seeds,
+                          "model": model.config.to_dict(),
+                          "batch_size": train.batch_size,
+                          "val_batches": {"count": args.eval_batches, "windows_each": 32, "generator_seed": 2024}}
+            write_record(args, "ablation_ch14.py", argv, {**fields, "runs": runs})  # after every run
     bar.close()
-    if args.json:
-        result = {"command": "python benchmarks/ablation_ch14.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "steps": args.steps, "warmup_iters": train_config.warmup_iters, "seeds": args.seeds,
-                  "model": base.to_dict(), "batch_size": train_config.batch_size,
-                  "val_batches": {"count": args.eval_batches, "windows_each": 32, "generator_seed": 2024},
-                  "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
-                  "load_average_at_end": os.getloadavg(), "runs": runs}
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.json}")
     return 0
 
 
