@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ch14_setup import parse_args, start_cpu_run, validation_batches, write_record  # noqa: E402  (no torch)
+from ch14_setup import PRESET, parse_args, start_cpu_run, validation_batches, write_record  # noqa: E402  (no torch)
 
 VARIANTS = {
     "GPT-2 block": {},
@@ -33,17 +33,30 @@ VARIANTS = {
 }
 
 
+def _options(p) -> None:
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="NAME",
+                   help="run only these variants (e.g. to share the runs out among processes, then merge)")
+
+
 def main(argv=None) -> int:
-    args = parse_args(__doc__, argv, steps=250, eval_batches=40,
-                      add=lambda p: p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2]))
+    args = parse_args(__doc__, argv, steps=250, eval_batches=40, add=_options)
+    unknown = [name for name in args.variants if name not in VARIANTS]
+    if unknown:
+        args.parser.error(f"--variants: unknown {unknown}; the variants are {list(VARIANTS)}")
+    from dataclasses import replace
+
     import torch
     from tqdm import tqdm
 
-    runs = {name: {"options": options, "seeds": {}} for name, options in VARIANTS.items()}
+    from course_lib.presets import get_preset
+
+    variants = {name: VARIANTS[name] for name in args.variants}
+    runs = {name: {"options": options, "seeds": {}} for name, options in variants.items()}
     fields, val_batches = None, None
-    bar = tqdm(total=len(VARIANTS) * len(args.seeds), desc="ablation runs")
+    bar = tqdm(total=len(variants) * len(args.seeds), desc="ablation runs")
     for seed in args.seeds:  # seeds outside: a run stopped part-way keeps whole seeds
-        for name, options in VARIANTS.items():
+        for name, options in variants.items():
             run = start_cpu_run(args.steps, seed, options)
             if val_batches is None:
                 val_batches = validation_batches(run.val_data, run.trainer.model.config.block_size, 32,
@@ -60,9 +73,9 @@ def main(argv=None) -> int:
             bar.update()
             bar.write(f"{name:18s} seed {seed}: mean val loss {sum(losses) / len(losses):.4f} ({seconds:.1f} s)")
             if fields is None:
-                train = run.trainer.config  # the first run is the GPT-2 block's: its model is the base
+                train = run.trainer.config
                 fields = {"steps": args.steps, "warmup_iters": train.warmup_iters, "seeds": args.seeds,
-                          "model": model.config.to_dict(),
+                          "model": replace(get_preset(PRESET).model, vocab_size=run.tokenizer.vocab_size).to_dict(),
                           "batch_size": train.batch_size,
                           "val_batches": {"count": args.eval_batches, "windows_each": 32, "generator_seed": 2024}}
             write_record(args, "ablation_ch14.py", argv, {**fields, "runs": runs})  # after every run
