@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def write_record(args, script: str, argv, fields: dict) -> None:
     as JSON to ``args.json`` (nothing when it is not given)."""
     if not args.json:
         return
-    command = f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = f"python benchmarks/{script} " + shlex.join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, **fields,
               "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_at_end": os.getloadavg()}
