@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     steps = get_preset("shakespeare-char-speedrun").train.max_iters
     every = ["--set", f"eval_interval={-(-steps // args.evals)}"]
     runs = {name: [] for name in VARIANTS}
-    loads = []
+    loads, load_before = [], os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="speedrun-rope-") as tmp:
         for seed in args.seeds:
             for name, extra in VARIANTS.items():
@@ -54,13 +55,17 @@ def main(argv=None) -> int:
                 runs[name].append(run)
                 print(f"seed {seed:5d} {name:32s} {run['wall_s']:6.1f} s, whole-split val loss {run['val_loss']:.4f}, "
                       f"load average {loads[-1]:.1f}", flush=True)
+                if args.json:  # after every run: a run stopped part-way keeps what it finished
+                    result = {"command": "python benchmarks/speedrun_rope.py "
+                                         + " ".join(argv if argv is not None else sys.argv[1:]),
+                              "preset": "shakespeare-char-speedrun", "steps": steps, "seeds": args.seeds,
+                              "curve_estimate": "the preset's eval_iters random validation batches at each evaluation",
+                              "final_estimate": "the whole validation split",
+                              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                              "load_average_before": load_before, "load_average_after_each_run": loads,
+                              "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
+                    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     if args.json:
-        result = {"command": "python benchmarks/speedrun_rope.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "preset": "shakespeare-char-speedrun", "steps": steps, "seeds": args.seeds,
-                  "curve_estimate": "the preset's eval_iters random validation batches at each evaluation",
-                  "final_estimate": "the whole validation split", "load_average_after_each_run": loads,
-                  "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

@@ -1,0 +1,93 @@
+"""RMSNorm against LayerNorm on this CPU (chapter 14): PyTorch's fused `F.layer_norm`, its fused
+`F.rms_norm`, the library's `RMSNorm` module and the same norm written out in six PyTorch operations,
+on one activation tensor of GPT-2 small's width, (B, T, C) = (16, 256, 768). The four are timed
+interleaved: each repeat runs every one of them once, in a rotating order, so a change of load hits
+all of them alike; the result is each one's median over the repeats and its ratio to `F.layer_norm`,
+with the load average before and after. Run it alone on the machine (the course's timing runs use
+`heavy --quiet`):
+
+    PYTHONPATH=$PWD python benchmarks/norm_speed.py --json course_lib/records/norm_speed.json
+
+Runs in the reference numeric environment (course_lib/tools/numerics.py: AVX2 kernels, 2 threads),
+forward pass only, no gradient.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=200, help="interleaved rounds (each times all four once)")
+    p.add_argument("--shape", type=int, nargs=3, default=[16, 256, 768], metavar=("B", "T", "C"))
+    p.add_argument("--json", help="write the timings to this JSON file")
+    p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or min(args.shape) < 1:
+        p.error("--repeats and every --shape size must be at least 1")
+    if not args.host_env:
+        apply_reference_environment()  # before torch is imported
+    wait_passively()
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    from course_lib.norms import RMSNorm
+
+    B, T, C = args.shape
+    x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(0))
+    w = torch.ones(C)
+    module = RMSNorm(C, eps=1e-5)
+
+    def written_out():  # six operations: pow, mean, +, rsqrt, two multiplications
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * w
+
+    fns = {"F.layer_norm": lambda: F.layer_norm(x, (C,), w, None, 1e-5),
+           "F.rms_norm": lambda: F.rms_norm(x, (C,), w, 1e-5),
+           "RMSNorm module": lambda: module(x),
+           "written out (6 operations)": written_out}
+    times = {name: [] for name in fns}
+    load_before = os.getloadavg()
+    names = list(fns)
+    with torch.no_grad():
+        for fn in fns.values():  # warm-up: allocator, kernels
+            for _ in range(3):
+                fn()
+        for r in tqdm(range(args.repeats), desc="interleaved rounds"):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+    load_after = os.getloadavg()
+    base = statistics.median(times["F.layer_norm"])
+    results = {name: {"median_ms": round(1e3 * statistics.median(t), 4),
+                      "min_ms": round(1e3 * min(t), 4),
+                      "ratio_to_layer_norm": round(statistics.median(t) / base, 3)} for name, t in times.items()}
+    for name, r in results.items():
+        print(f"{name:28s} median {r['median_ms']:8.3f} ms (min {r['min_ms']:.3f}), {r['ratio_to_layer_norm']:.2f}x F.layer_norm")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    if args.json:
+        result = {"command": "python benchmarks/norm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "shape_BTC": args.shape, "repeats": args.repeats, "interleaved": True, "statistic": "median",
+                  "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
+                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
+                  "load_average_before": load_before, "load_average_after": load_after, "results": results}
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
