@@ -42,3 +42,27 @@ def trl_dpo_trainer(model, ref_model, tmp_path, **config):
                      bf16=False, per_device_train_batch_size=2, **config)
     data = Dataset.from_dict({"prompt": ["ab", "cd"], "chosen": ["e", "f"], "rejected": ["g", "h"]})
     return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=data, processing_class=hf_tok)
+
+
+def trl_grpo_trainer(tmp_path, reward_funcs=None, seed: int = 0, **config):
+    """A TRL ``GRPOTrainer`` built offline around :func:`twin_models`' GPT2LMHeadModel of ``seed``,
+    saved to ``tmp_path`` first (with ``beta > 0`` TRL loads its reference model from that path).
+    The policy is put in eval mode: no dropout, and TRL then normalises as on one process with no
+    gradient accumulation. Returns ``(trainer, our_gpt)``; both hold the same float32 weights."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    folder = tmp_path / f"tiny-gpt2-{seed}"
+    if not folder.exists():
+        hf, _ = twin_models(seed, torch.float32)
+        hf.save_pretrained(folder)
+        char_hf_tokenizer()[0].save_pretrained(folder)
+    hf_tok, _ = char_hf_tokenizer()
+    args = GRPOConfig(output_dir=str(tmp_path / "trl-grpo"), report_to="none", use_cpu=True, save_strategy="no",
+                      bf16=False, **config)
+    rewards = reward_funcs or (lambda completions, **kw: [float(len(c)) for c in completions])
+    data = Dataset.from_dict({"prompt": ["ab", "cd"]})
+    trainer = GRPOTrainer(model=str(folder), reward_funcs=rewards, args=args, train_dataset=data,
+                          processing_class=hf_tok)
+    trainer.model.eval()
+    return trainer, from_pretrained(trainer.model).float().eval()
