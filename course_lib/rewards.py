@@ -125,27 +125,44 @@ def sample_group(model, tokenizer, prompt: str, group_size: int, max_new_tokens:
     """G answers to ``prompt``: its token ids and G completion token lists (:func:`cut_at_end`).
 
     All randomness comes from ``generator``: the same state gives the same answers, so a run
-    that saves ``generator.get_state()`` resumes exactly. The G rows share one prompt, hence one
-    length, and are sampled as one batch.
+    that saves ``generator.get_state()`` resumes exactly.
     """
-    prompt_ids = tokenizer.encode(prompt)
-    end_id = tokenizer.encode(END)[0]
-    device = next(model.parameters()).device
-    idx = torch.tensor([prompt_ids] * group_size, dtype=torch.long, device=device)  # (G, Tp)
-    out = generate(model, idx, max_new_tokens, temperature=temperature, generator=generator, use_cache=True)
-    return prompt_ids, [cut_at_end(row[len(prompt_ids):].tolist(), end_id) for row in out]
+    group = sample_groups(model, tokenizer, [prompt], group_size, max_new_tokens, generator, None, temperature)[0]
+    return group.prompt_ids, group.completion_ids
 
 
 def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new_tokens: int,
-                  generator: torch.Generator, reward=exact_answer_reward, temperature: float = 1.0) -> list[Group]:
-    """:func:`sample_group` for each prompt in turn (from the one ``generator``), rewarded by
-    ``reward(prompt, completion_text)``."""
+                  generator: torch.Generator, reward=exact_answer_reward, temperature: float = 1.0,
+                  max_rows: int = 512) -> list[Group]:
+    """G answers to each prompt, rewarded by ``reward(prompt, completion_text)`` (None: no rewards).
+
+    Prompts of the same token length are sampled together, G rows each, up to ``max_rows`` rows
+    per batch (two-digit sums all have one length: one batch), all from the one ``generator``.
+    """
+    if group_size < 1 or max_rows < group_size:
+        raise ValueError(f"group_size must be at least 1 and at most max_rows ({max_rows}), got {group_size}")
+    encoded = [tokenizer.encode(p) for p in prompts]
+    end_id = tokenizer.encode(END)[0]
+    device = next(model.parameters()).device
+    completions: dict[int, list[list[int]]] = {}
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(encoded):
+        by_length.setdefault(len(ids), []).append(i)
+    per_batch = max_rows // group_size
+    for length, members in by_length.items():
+        for start in range(0, len(members), per_batch):
+            chunk = members[start:start + per_batch]
+            idx = torch.tensor([encoded[i] for i in chunk for _ in range(group_size)], dtype=torch.long,
+                               device=device)  # (len(chunk) * G, Tp)
+            out = generate(model, idx, max_new_tokens, temperature=temperature, generator=generator,
+                           use_cache=True)[:, length:].tolist()
+            for j, i in enumerate(chunk):
+                completions[i] = [cut_at_end(row, end_id) for row in out[j * group_size:(j + 1) * group_size]]
     groups = []
-    for prompt in prompts:
-        prompt_ids, completion_ids = sample_group(model, tokenizer, prompt, group_size, max_new_tokens,
-                                                  generator, temperature)
-        texts = [tokenizer.decode(ids) for ids in completion_ids]
-        groups.append(Group(prompt, prompt_ids, completion_ids, texts, [float(reward(prompt, t)) for t in texts]))
+    for i, prompt in enumerate(prompts):
+        texts = [tokenizer.decode(ids) for ids in completions[i]]
+        rewards = [float(reward(prompt, t)) for t in texts] if reward is not None else []
+        groups.append(Group(prompt, encoded[i], completions[i], texts, rewards))
     return groups
 
 
@@ -166,6 +183,28 @@ def flatten(groups: list[Group]) -> tuple[list[list[int]], list[list[int]]]:
     :func:`course_lib.grpo.grpo_batch_loss`."""
     prompts = [g.prompt_ids for g in groups for _ in g.completion_ids]
     return prompts, [c for g in groups for c in g.completion_ids]
+
+
+def greedy_reward(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
+                  batch_size: int = 100) -> float:
+    """Mean ``reward`` of the greedy answers of ``model`` to ``items`` (``{"prompt", ...}``): with
+    the exact reward, the share answered right. Prompts of one length are answered as one batch."""
+    if not items:
+        raise ValueError("no items to answer")
+    device = next(model.parameters()).device
+    end_id = tokenizer.encode(END)[0]
+    total = 0.0
+    by_length: dict[int, list[str]] = {}
+    for item in items:
+        by_length.setdefault(len(tokenizer.encode(item["prompt"])), []).append(item["prompt"])
+    for prompts in by_length.values():
+        for i in range(0, len(prompts), batch_size):
+            chunk = prompts[i:i + batch_size]
+            idx = torch.tensor([tokenizer.encode(p) for p in chunk], dtype=torch.long, device=device)
+            out = generate(model, idx, max_new_tokens, temperature=0.0, use_cache=True)[:, idx.size(1):]
+            for prompt, row in zip(chunk, out.tolist()):
+                total += float(reward(prompt, tokenizer.decode(cut_at_end(row, end_id))))
+    return total / len(items)
 
 
 # --- preference pairs from the model's own samples ----------------------------------------------
