@@ -50,7 +50,7 @@ ALIGN_TRAIN = {
 ALIGN_METHOD = {"dpo": {}, "grpo": {"max_completion_length": 6}}  # an answer: up to 3 digits and END
 N_VAL = 200  # training items held back to validate on (chapter 16's test items are never trained on)
 EVAL_ITEMS = 100  # prompts of each split answered greedily at every evaluation
-PAIR_PROMPTS, PAIR_GROUP, PAIR_TOKENS = 512, 8, 6  # DPO's pairs: prompts sampled, answers each, longest answer
+PAIR_TOKENS = 6  # the longest answer sampled for DPO's pairs (3 digits and END, and room to spare)
 SHAPE_KEPT = {f.name: "DPO and GRPO keep the base model's shape; only training and method settings can be set"
               for f in fields(GPTConfig)}
 
@@ -202,14 +202,14 @@ class GRPOTrainer(_AlignTrainer):
 # --- building runs: course_lib.runs calls these ------------------------------------------------------
 
 
-def sample_pairs(base, tokenizer, items: dict, seed: int, reward=None) -> dict:
+def sample_pairs(base, tokenizer, items: dict, dpo: DPOConfig, seed: int, reward=None) -> dict:
     """DPO's pairs for each split, from the base's own answers (a seeded generator of their own):
     an answer ``reward`` scores above 0.5 (default: the right sum) is preferred to one it does not."""
     generator = torch.Generator().manual_seed(seed)
     pairs = {}
     for split in ("train", "val"):
-        prompts = [item["prompt"] for item in items[split][:PAIR_PROMPTS if split == "train" else EVAL_ITEMS]]
-        groups = sample_groups(base, tokenizer, prompts, PAIR_GROUP, PAIR_TOKENS, generator,
+        prompts = [item["prompt"] for item in items[split][:dpo.pair_prompts if split == "train" else EVAL_ITEMS]]
+        groups = sample_groups(base, tokenizer, prompts, dpo.pair_group_size, PAIR_TOKENS, generator,
                                reward or get_reward("exact"))
         pairs[split] = preference_pairs(groups)
         if not pairs[split]:
@@ -230,7 +230,8 @@ def start_align_run(method: str, base_checkpoint, settings: dict | None = None, 
                   "base_sha256": sha, "method": asdict(method_config)}
     options = dict(device=device, out_dir=out_dir, tokenizer=tokenizer, progress=progress)
     if method == "dpo":
-        trained_on["pairs"] = sample_pairs(base, tokenizer, items, config.seed, get_reward(reward))
+        trained_on["pairs"] = sample_pairs(base, tokenizer, items, method_config, config.seed,
+                                           get_reward(reward))
         trainer = DPOTrainer(policy, base, method_config, items, trained_on["pairs"], config, **options)
     else:
         trainer = GRPOTrainer(policy, base, method_config, items, reward, config, **options)

@@ -126,6 +126,9 @@ class DPOConfig:
     beta: float = 0.1  # how far from the reference the policy may move: the KL penalty's inverse weight
     loss_type: str = "sigmoid"  # "sigmoid" (DPO), "ipo" (Azar et al. 2023), "hinge" (SLiC), "robust" (rDPO)
     label_smoothing: float = 0.0  # "robust" only: the assumed share of flipped preference labels
+    # A DPO run's own pairs (course_lib.align): answers sampled from the base model, G per prompt
+    pair_prompts: int = 512  # training prompts whose answers make the pairs
+    pair_group_size: int = 8  # answers sampled per prompt
 
     def __post_init__(self):
         check_fields(self, DPO_CONFIG_RULES)  # label_smoothing < 0.5: at 0.5 a preference carries no signal
@@ -135,6 +138,8 @@ DPO_CONFIG_RULES = {
     "beta": Rule(float, 0, bounds="()"),
     "loss_type": Rule(str, choices=DPO_LOSS_TYPES),
     "label_smoothing": Rule(float, 0, 0.5, "[)"),
+    "pair_prompts": Rule(int, 1),
+    "pair_group_size": Rule(int, 2),
 }
 
 
