@@ -117,7 +117,8 @@ class _AlignTrainer(Trainer):
         return loss
 
     def postfix(self) -> dict[str, str]:
-        return {key.split("/")[-1]: f"{self.last[key]:.3f}" for key in self.METRICS if key in self.last}
+        shown = {key.split("/")[-1]: f"{self.last[key]:.3f}" for key in self.METRICS if key in self.last}
+        return {**shown, **super().postfix()}
 
     def evaluate(self) -> dict[str, float]:
         accuracy = {split: greedy_reward(self.model, self.tokenizer, self.items[split][:EVAL_ITEMS])

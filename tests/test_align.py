@@ -77,7 +77,7 @@ def test_grpo_keeps_reward_and_kl_per_step_and_shows_them(base, tmp_path):
     run.train()
     assert len(run.history["reward"]) == len(run.history["kl"]) == 4
     assert all(0 <= r <= 1 for r in run.history["reward"]) and run.history["kl"][-1] > 0  # it moved off the base
-    assert set(run.postfix()) == {"reward", "kl"}
+    assert {"reward", "kl"} <= set(run.postfix())
     assert run.history["eval_step"] == [0, 2, 4] and len(run.history["val_accuracy"]) == 3
     assert all(p.grad is None for p in run.reference.parameters())
 
@@ -92,7 +92,7 @@ def test_dpo_stores_its_pairs_and_logs_reward_accuracy(base, tmp_path):
     run.train()
     saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert saved["trained_on"]["pairs"] == pairs and len(run.history["rewards/accuracies"]) == 4
-    assert set(run.postfix()) == {"accuracies", "margins"}
+    assert {"accuracies", "margins"} <= set(run.postfix())
 
 
 def test_task_splits_never_hold_test_items():
