@@ -6,7 +6,8 @@ Both start from a GPT checkpoint (the *base*, e.g. a model fine-tuned on the tas
 addition (:mod:`course_lib.rewards`):
 
 - **DPO** samples G answers per prompt from the base once, at the start, keeps a right and a wrong
-  answer to the same prompt (right: rewarded, by the exact reward unless told otherwise) as a (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
+  answer to the same prompt (right: rewarded, by the exact reward unless told otherwise) as a
+  (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
   and trains on those pairs against the frozen base as its reference. The pairs are stored in the
   checkpoint, so a resumed run trains on the same ones.
 - **GRPO** samples a group of G answers per prompt from the *current* policy at every step, from the
@@ -251,7 +252,8 @@ def resume_align_run(method: str, path, ckpt: dict, settings: dict | None = None
     config, method_config = align_configs(method, settings, stored, METHODS[method](**saved["method"]))
     base_path = Path(base_checkpoint or saved["base_checkpoint"])
     if not base_path.is_file() or file_sha256(base_path) != saved["base_sha256"]:
-        raise ValueError(f"{path} was trained from {saved['base_checkpoint']} (SHA-256 {saved['base_sha256'][:12]}...), "
+        raise ValueError(f"{path} was trained from {saved['base_checkpoint']} "
+                         f"(SHA-256 {saved['base_sha256'][:12]}...), "
                          f"and {base_path} is {'another file' if base_path.is_file() else 'missing'}: give that base "
                          "model (or a copy of it) as --checkpoint")
     base, tokenizer, base_path, _ = load_base(base_path, device, getattr(method_config, "max_completion_length", 0))

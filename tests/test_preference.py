@@ -247,7 +247,8 @@ def test_dpo_loss_equals_trls_per_example(trl_twins, tmp_path, loss_type, option
             ids, mask = pack_pairs([(p, c, r)], pad_id=0)
             ours_loss, metrics = dpo_batch_loss(ours, ref, ids, mask, config)
             assert abs(ours_loss.item() - theirs.item()) < 1e-6
-        logged = {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("rewards/")}
+        mode = "train" if trainer.model.training else "eval"  # TRL files its metrics by the model's mode
+        logged = {k: v[-1] for k, v in trainer._metrics[mode].items() if k.startswith("rewards/")}
         assert len(logged) == 4  # chosen, rejected, accuracies, margins
         for key, value in logged.items():
             assert metrics[key] == pytest.approx(value, abs=1e-6), key
