@@ -143,10 +143,11 @@ def test_a_resume_needs_its_own_base(base, tmp_path):
         resume_dpo_run(tmp_path / "run" / "ckpt.pt", device="cpu", progress=False)
 
 
-def _cli(out: Path, base: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "course_lib", "grpo", "--checkpoint", str(base), "--reward", "format",
-            "--set", "group_size=4", "--set", "batch_size=2", "--set", "eval_interval=3", "--max-iters", "6",
-            "--out", str(out), "--device", "cpu", *extra]
+def _cli(method: str, out: Path, base: Path, *extra: str) -> list[str]:
+    own = ["--set", "group_size=4", "--set", "batch_size=2"] if method == "grpo" else \
+        ["--set", "pair_prompts=16", "--set", "batch_size=4"]
+    return [sys.executable, "-m", "course_lib", method, "--checkpoint", str(base), "--reward", "format", *own,
+            "--set", "eval_interval=3", "--max-iters", "6", "--out", str(out), "--device", "cpu", *extra]
 
 
 def _env() -> dict:
@@ -154,11 +155,12 @@ def _env() -> dict:
 
 
 @pytest.mark.slow  # three processes that import torch
-def test_ctrl_c_stops_a_grpo_run_between_steps_and_it_resumes_bitwise(base, tmp_path):
-    whole = subprocess.run(_cli(tmp_path / "whole", base), capture_output=True, text=True, env=_env(), timeout=600)
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(base, tmp_path, method):
+    whole = subprocess.run(_cli(method, tmp_path / "whole", base), capture_output=True, text=True, env=_env(), timeout=600)
     assert whole.returncode == 0, whole.stderr
     assert "held-out sums" in whole.stdout
-    proc = subprocess.Popen(_cli(tmp_path / "cut", base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(_cli(method, tmp_path / "cut", base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(_env(), COURSE_LIB_TEST_PAUSE_AT="step:4"),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
@@ -170,7 +172,7 @@ def test_ctrl_c_stops_a_grpo_run_between_steps_and_it_resumes_bitwise(base, tmp_
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert "SIGINT: stopped at step 4 " in "".join(seen) + stdout  # "step:4" lands before step 4, which completes
-    resumed = subprocess.run(_cli(tmp_path / "cut", base, "--resume"), capture_output=True, text=True, env=_env(),
+    resumed = subprocess.run(_cli(method, tmp_path / "cut", base, "--resume"), capture_output=True, text=True, env=_env(),
                              timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
