@@ -143,6 +143,13 @@ def test_a_resume_needs_its_own_base(base, tmp_path):
         resume_dpo_run(tmp_path / "run" / "ckpt.pt", device="cpu", progress=False)
 
 
+def test_dpo_and_grpo_refuse_torchrun(base, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ValueError, match="runs in one process"):
+        start_grpo_run(base, GRPO_SET, device="cpu", out_dir=tmp_path, progress=False)
+
+
 def _cli(method: str, out: Path, base: Path, *extra: str) -> list[str]:
     own = ["--set", "group_size=4", "--set", "batch_size=2"] if method == "grpo" else \
         ["--set", "pair_prompts=16", "--set", "batch_size=4"]
