@@ -1,4 +1,5 @@
-"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune``.
+"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval
+/ dpo / grpo``.
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -11,6 +12,8 @@
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
     python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 --out runs/ft
     python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word --limit 50 --json card.json
+    python -m course_lib dpo --checkpoint runs/sft/ckpt.pt --set beta=0.1 --out runs/dpo       # chapter 18
+    python -m course_lib grpo --checkpoint runs/sft/ckpt.pt --reward exact --set group_size=8 --out runs/grpo
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -43,8 +46,9 @@ from .lora_gpt import LoRAGPT
 from .model import GPT, GPTConfig
 from .presets import PRESETS, get_preset
 from .run_folder import open_run
-from .runs import (DEFAULT_PRESET, resume_dates_run, resume_finetune_run, resume_run, start_dates_run,
-                   start_finetune_run, start_run)
+from .rewards import REWARDS, arithmetic_items, greedy_reward
+from .runs import (DEFAULT_PRESET, resume_dates_run, resume_dpo_run, resume_finetune_run, resume_grpo_run, resume_run,
+                   start_dates_run, start_dpo_run, start_finetune_run, start_grpo_run, start_run)
 from .seq2seq import Seq2Seq
 from .sizing import count_parameters, flops_per_token, parameter_breakdown
 from .train import TrainConfig
@@ -243,6 +247,56 @@ def report_finetune(trainer, n_examples: int) -> int:
     return 0
 
 
+# --- dpo and grpo: chapter 18 ------------------------------------------------------------------------
+
+ALIGN_RUNS = {"dpo": (start_dpo_run, resume_dpo_run), "grpo": (start_grpo_run, resume_grpo_run)}
+
+
+def cmd_align(args) -> int:
+    """``dpo`` and ``grpo``: the same checks, crash safety and ``--resume`` as ``train``; then the
+    share of chapter 16's held-out sums answered right."""
+    method, (start, resume) = args.command, ALIGN_RUNS[args.command]
+    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
+    with open_run(args.out or f"runs/{method}", args.resume, method) as folder:
+        if folder.checkpoint is not None:
+            trainer = resume(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint, device=args.device,
+                             checkpoint=folder.checkpoint)
+            if args.reward and args.reward != trainer.trained_on["reward"]:
+                raise ValueError(f"--reward {args.reward}: {folder.checkpoint_path} was trained with the "
+                                 f"{trainer.trained_on['reward']!r} reward; leave --reward out to continue it")
+        elif not args.checkpoint:
+            raise ValueError(f"--checkpoint is needed to start a {method} run: the GPT to improve, e.g. a model "
+                             "fine-tuned on the arithmetic task")
+        else:
+            trainer = start(args.checkpoint, settings, reward=args.reward or "exact", device=args.device,
+                            out_dir=folder.path)
+        report_resume(trainer, folder, args.resume)
+        print(f"{method} from {trainer.trained_on['base_checkpoint']} (reward {trainer.trained_on['reward']}) on "
+              f"{trainer.device}; {trainer.config.max_iters} iterations, checkpoints in {folder.path}")
+        run_trainer(args, trainer)
+    items = arithmetic_items("test")
+    print(f"done: answered right (greedy) {greedy_reward(trainer.model, trainer.tokenizer, items):.1%} of "
+          f"{len(items)} held-out sums; saved {trainer.checkpoint_path}")
+    return 0
+
+
+def add_align_parsers(sub) -> None:
+    for method, what in (("dpo", "DPO on pairs of its own right and wrong answers"),
+                         ("grpo", "GRPO on groups of its own answers, rewarded by code")):
+        p = sub.add_parser(method, help=f"improve a GPT at two-digit addition by {what}, writing DIR/ckpt.pt")
+        p.add_argument("--checkpoint", help="the GPT to start from (its tokenizer must write digits, + and =); "
+                       "with --resume only needed when that file has moved (checked by its SHA-256)")
+        p.add_argument("--reward", choices=list(REWARDS), help="exact (the right sum, the default) or format "
+                       "(any number: a reward that can be hacked)")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"a training or {method} setting (e.g. beta=0.1); repeat for more")
+        p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
+        p.add_argument("--out", help=f"output folder (default runs/{method})")
+        p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
+        p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+        p.set_defaults(func=cmd_align)
+
+
 # --- the parsers ---------------------------------------------------------------------------------------
 
 
@@ -251,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser):
+                add_eval_parser, add_align_parsers):
         add(sub)
     return parser
 

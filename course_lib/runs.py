@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from . import distributed
+from . import align, distributed
 from .checkpoint import CheckpointError, build_model, load_checkpoint, load_model, load_tokenizer
 from .config import apply_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
@@ -374,3 +374,53 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)  # a LoRA model checks its base here
     return _finetune_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,
                              progress=progress)
+
+
+# --- chapter 18's preference and reward runs: python -m course_lib dpo / grpo ------------------------
+
+
+def start_dpo_run(base_checkpoint: str | Path, settings: dict | None = None, *, reward: str = "exact",
+                  device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
+    """A new DPO run from the GPT in ``base_checkpoint`` (:mod:`course_lib.align`): pairs of its own
+    answers that ``reward`` scores 1 and 0, the base as the reference; ``settings`` may hold
+    ``beta``, ``loss_type``... as well as training settings."""
+    return align.start_align_run("dpo", base_checkpoint, settings, reward=reward, device=_one_process("dpo", device),
+                                 out_dir=out_dir, progress=progress)
+
+
+def resume_dpo_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None, device: str | None = None,
+                   progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The DPO run saved in ``path``, continued bit for bit."""
+    return _resume_align("dpo", path, settings, base_checkpoint, device, progress, checkpoint)
+
+
+def start_grpo_run(base_checkpoint: str | Path, settings: dict | None = None, *, reward: str = "exact",
+                   device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
+    """A new GRPO run from the GPT in ``base_checkpoint`` with ``reward`` ("exact", or the hackable
+    "format"); ``settings`` may hold ``group_size``, ``beta``, ``loss_type``, ``scale_rewards``..."""
+    return align.start_align_run("grpo", base_checkpoint, settings, reward=reward, device=_one_process("grpo", device),
+                                 out_dir=out_dir, progress=progress)
+
+
+def resume_grpo_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None, device: str | None = None,
+                    progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The GRPO run saved in ``path``, continued bit for bit (its sampling generator is in the checkpoint)."""
+    return _resume_align("grpo", path, settings, base_checkpoint, device, progress, checkpoint)
+
+
+def _one_process(method: str, device: str | None) -> str:
+    """The device a DPO or GRPO run trains on: one process (its rollouts and pairs are not shared
+    out among torchrun's processes)."""
+    if distributed.launched_world_size() > 1:
+        raise ValueError(f"{method} runs in one process: start it with `python -m course_lib {method}`, not torchrun")
+    return check_device(device)
+
+
+def _resume_align(method: str, path, settings, base_checkpoint, device, progress, checkpoint) -> Trainer:
+    device = _one_process(method, device)
+    path = Path(path)
+    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
+    check_made_by(ckpt, path, method)
+    _stored_config(path, ckpt)  # a checkpoint with no training run is refused here, by name
+    return align.resume_align_run(method, path, ckpt, settings, base_checkpoint=base_checkpoint, device=device,
+                                  progress=progress)

@@ -263,6 +263,10 @@ class Trainer:
         self.history["lr"].append(lr)
         return loss
 
+    def postfix(self) -> dict[str, str]:
+        """What the progress bar shows after the loss (a DPO or GRPO run adds its reward and KL)."""
+        return self.speed.postfix()
+
     def _stop_compiling(self, error: Exception) -> None:
         if distributed.is_main():
             print(compile_failed(error))
@@ -311,7 +315,7 @@ class Trainer:
                     pause_point("step")
                     loss = self.train_step()
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", **self.speed.postfix(), refresh=False)
+                    bar.set_postfix(loss=f"{loss:.3f}", **self.postfix(), refresh=False)
                 stopped = stopping()
                 if not stopped:  # the last evaluation and checkpoint, still safe from a Ctrl-C
                     if self._eval_due():

@@ -1,5 +1,5 @@
 """The promise, swept over every command: each command of ``python -m course_lib`` (train, sample,
-train-dates, translate, finetune, params) and of ``python -m course_lib.tools`` (book, assignments,
+train-dates, translate, finetune, params, eval, dpo, grpo) and of ``python -m course_lib.tools`` (book, assignments,
 pretrained, gpu-lane) is given bad inputs, the reliability review's (issue 31) and more, and each
 must end with a non-zero exit status and one line on stderr, no traceback, no file or folder left
 behind and no checkpoint changed (the whole sandbox, and the shipped model, compared byte for byte).
@@ -163,6 +163,28 @@ def table(box: Path) -> list:
         # every model kind is registered by a bare `import course_lib` (issue 30), in-process and in a fresh one
         pytest.param("finetune: a bigram base (ft_bigram)", "cli",
                      ["finetune", "--checkpoint", str(box / "bigram.pt"), "--out", new, *FT], "holds a 'bigram' model"),
+        # dpo and grpo (chapter 18)
+        ("dpo: missing base", "cli", ["dpo", "--checkpoint", str(box / "nope.pt"), "--out", new, "--device", "cpu"],
+         "no checkpoint at"),
+        ("dpo: a base that cannot write digits", "cli", ["dpo", "--checkpoint", gpt, "--out", new, "--device", "cpu"],
+         "cannot write the arithmetic task's characters"),
+        ("dpo: a bigram base", "cli", ["dpo", "--checkpoint", str(box / "bigram.pt"), "--out", new, "--device", "cpu"],
+         "holds a 'bigram' model"),
+        ("dpo: no --checkpoint", "cli", ["dpo", "--out", new, "--device", "cpu"], "--checkpoint is needed"),
+        ("dpo: beta 0", "cli", ["dpo", "--checkpoint", gpt, "--set", "beta=0", "--out", new], "beta must be"),
+        ("dpo: --out a file", "cli", ["dpo", "--checkpoint", gpt, "--out", str(box / "a-file")], "cannot write to"),
+        ("grpo: random bytes", "cli", ["grpo", "--checkpoint", str(box / "random.pt"), "--out", new, "--device", "cpu"],
+         "is not a checkpoint"),
+        ("grpo: unknown setting", "cli", ["grpo", "--checkpoint", gpt, "--set", "betta=1", "--out", new],
+         "unknown setting"),
+        ("grpo: group_size 1", "cli", ["grpo", "--checkpoint", gpt, "--set", "group_size=1", "--out", new],
+         "group_size must be"),
+        ("grpo: a model setting", "cli", ["grpo", "--checkpoint", gpt, "--set", "n_layer=2", "--out", new],
+         "keep the base model's shape"),
+        ("grpo: --reward length", "cli", ["grpo", "--checkpoint", gpt, "--reward", "length", "--out", new],
+         "invalid choice"),
+        ("grpo: --resume a train run", "cli", ["grpo", "--out", str(box / "gpt"), "--resume", "--device", "cpu"],
+         "made by `train`"),
         # params
         ("params: unknown preset", "cli", ["params", "--preset", "gpt5"], "unknown preset"),
         ("params: no --preset", "cli", ["params"], "required: --preset"),
@@ -237,7 +259,8 @@ def test_the_table_covers_every_command():
 
 # One case per command, as real processes: the exit status and stderr the shell sees.
 REAL = ["train: --text /dev/zero", "sample: random bytes", "sample: --seed 10**23", "train-dates: --max-iters 0",
-        "translate: --beam 100000", "finetune: --lora-rank 10**9", "params: unknown preset",
+        "translate: --beam 100000", "finetune: --lora-rank 10**9", "params: unknown preset", "dpo: beta 0",
+        "grpo: random bytes",
         "tools assignments: --out a file", "tools pretrained: --out a folder", "tools gpu-lane: --chapters x"]
 
 

@@ -1,0 +1,273 @@
+"""DPO and GRPO runs (chapter 18): the :class:`~course_lib.train.Trainer`, with a preference loss
+or a reward loss in place of next-token prediction, so that a run keeps everything a run has:
+atomic checkpoints, Ctrl-C between two steps, a bit-for-bit resume, a progress bar.
+
+Both start from a GPT checkpoint (the *base*, e.g. a model fine-tuned on the task) and learn two-digit
+addition (:mod:`course_lib.rewards`):
+
+- **DPO** samples G answers per prompt from the base once, at the start, keeps a right and a wrong
+  answer to the same prompt (right: rewarded, by the exact reward unless told otherwise) as a
+  (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
+  and trains on those pairs against the frozen base as its reference. The pairs are stored in the
+  checkpoint, so a resumed run trains on the same ones.
+- **GRPO** samples a group of G answers per prompt from the *current* policy at every step, from the
+  run's batch generator (saved in every checkpoint: a resumed run samples the same answers), rewards
+  them by code and takes one step on the clipped objective (:mod:`course_lib.grpo`). The KL to the
+  base is always measured (and penalised when ``beta > 0``).
+
+At each evaluation both print the share of held-out prompts answered right (greedy decoding). The
+runs are built by :mod:`course_lib.runs` (``start_dpo_run``, ``resume_grpo_run``...).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+
+from ._signals import pause_point
+from .checkpoint import CheckpointError, build_model, load_model, load_tokenizer
+from .config import apply_overrides
+from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
+from .lora_gpt import file_sha256
+from .model import GPT, GPTConfig
+from .preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
+from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, preference_pairs, sample_groups,
+                      score_groups)
+from .speed import autocast
+from .train import TrainConfig, Trainer
+
+METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
+TASK_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
+# Starting points for a small character GPT on two-digit addition (chapter 18's benchmark tunes them):
+# a small learning rate, as preference tuning moves a trained model only a little.
+ALIGN_TRAIN = {
+    "dpo": dict(max_iters=200, batch_size=16, learning_rate=5e-5, min_lr=5e-6, warmup_iters=10, weight_decay=0.0,
+                grad_clip=1.0, eval_interval=50, eval_iters=1),
+    "grpo": dict(max_iters=100, batch_size=8, learning_rate=2e-5, min_lr=2e-6, warmup_iters=5, weight_decay=0.0,
+                 grad_clip=1.0, eval_interval=25, eval_iters=1),
+}
+ALIGN_METHOD = {"dpo": {}, "grpo": {"max_completion_length": 6}}  # an answer: up to 3 digits and END
+N_VAL = 200  # training items held back to validate on (chapter 16's test items are never trained on)
+EVAL_ITEMS = 100  # prompts of each split answered greedily at every evaluation
+PAIR_TOKENS = 6  # the longest answer sampled for DPO's pairs (3 digits and END, and room to spare)
+SHAPE_KEPT = {f.name: "DPO and GRPO keep the base model's shape; only training and method settings can be set"
+              for f in fields(GPTConfig)}
+
+
+def task_splits(seed: int = 0) -> dict[str, list[dict]]:
+    """The arithmetic training items, split into "train" and "val" (the last ``N_VAL``)."""
+    items = arithmetic_items("train", seed)
+    return {"train": items[:-N_VAL], "val": items[-N_VAL:]}
+
+
+def align_configs(method: str, settings: dict | None, stored_train: TrainConfig | None = None,
+                  stored_method=None):
+    """``(TrainConfig, DPOConfig or GRPOConfig)`` from ``--set`` settings: a key of the method's
+    config goes there, any other to the training settings (the model's shape may not be set)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
+    names = {f.name for f in fields(METHODS[method])}
+    settings = settings or {}
+    method_set = {k: v for k, v in settings.items() if k in names}
+    train_set = {k: v for k, v in settings.items() if k not in names}
+    train = apply_overrides(stored_train or TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
+    return train, apply_overrides(stored_method or METHODS[method](**ALIGN_METHOD[method]), method_set)
+
+
+def load_base(base_checkpoint, device: str, max_answer: int = PAIR_TOKENS):
+    """The base GPT (frozen: it is the reference), its checkpoint's tokenizer, path and SHA-256;
+    refused unless it is a GPT whose tokenizer can write the task's answers."""
+    path = Path(base_checkpoint).resolve()
+    base, ckpt = load_model(path, device)
+    if type(base) is not GPT:
+        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: DPO and GRPO start from a GPT "
+                         "checkpoint (written by `python -m course_lib train` or a full `finetune`)")
+    tokenizer = load_tokenizer(ckpt, path) if ckpt.get("tokenizer") else None
+    try:
+        assert tokenizer is not None and tokenizer.decode(tokenizer.encode(TASK_CHARS)) == TASK_CHARS
+    except (AssertionError, ValueError, KeyError):
+        raise ValueError(f"{base_checkpoint}'s tokenizer cannot write the arithmetic task's characters "
+                         f"{TASK_CHARS!r}: start from a model trained on text with digits, '+' and '=' "
+                         "(e.g. fine-tuned on the task)") from None
+    longest = len(tokenizer.encode("99+99=")) + max(PAIR_TOKENS, max_answer)
+    if longest > base.config.block_size:
+        raise ValueError(f"{base_checkpoint} has block_size {base.config.block_size}, shorter than a prompt and its "
+                         f"longest answer ({longest} tokens): lower max_completion_length or use a longer-context base")
+    base.requires_grad_(False)
+    return base, tokenizer, path, file_sha256(path)
+
+
+class _AlignTrainer(Trainer):
+    """What DPO and GRPO runs share: greedy accuracy at each evaluation, per-step metrics kept in
+    ``history`` and shown on the progress bar."""
+    METRICS: tuple[str, ...] = ()
+
+    def __init__(self, model, reference, method_config, items: dict, config: TrainConfig, **options):
+        self.reference, self.method, self.items, self.last = reference, method_config, items, {}
+        super().__init__(model, config=config, batch_fn=self.draw, **options)
+        self.pad_id = self.tokenizer.encode(END)[0]  # pads follow everything scored: any id would do
+        for key in self.METRICS + ("train_accuracy", "val_accuracy"):
+            self.history[key] = []
+
+    def train_step(self) -> float:
+        loss = super().train_step()
+        for key in self.METRICS:
+            self.history[key].append(self.last[key])
+        return loss
+
+    def postfix(self) -> dict[str, str]:
+        shown = {key.split("/")[-1]: f"{self.last[key]:.3f}" for key in self.METRICS if key in self.last}
+        return {**shown, **super().postfix()}
+
+    def evaluate(self) -> dict[str, float]:
+        accuracy = {split: greedy_reward(self.model, self.tokenizer, self.items[split][:EVAL_ITEMS])
+                    for split in ("train", "val")}
+        self.history["eval_step"].append(self.step)
+        for split, value in accuracy.items():
+            self.history[f"{split}_accuracy"].append(value)
+        return accuracy
+
+    def _evaluate(self, bar) -> None:
+        pause_point("evaluate")
+        accuracy = self.evaluate()
+        if self.verbose:
+            bar.write(f"step {self.step:5d}: answered right (greedy) train {accuracy['train']:.3f}, "
+                      f"val {accuracy['val']:.3f}")
+
+
+class DPOTrainer(_AlignTrainer):
+    """Trains a GPT with the DPO loss on fixed preference pairs, ``pairs[split]`` lists of
+    (prompt_ids, chosen_ids, rejected_ids); ``batch_size`` pairs a step."""
+    METRICS = ("rewards/accuracies", "rewards/margins")
+
+    def __init__(self, model, reference, dpo: DPOConfig, items: dict, pairs: dict, config: TrainConfig, **options):
+        self.pairs = pairs
+        super().__init__(model, reference, dpo, items, config, **options)
+
+    def draw(self, split: str, generator: torch.Generator):
+        picks = torch.randint(len(self.pairs[split]), (self.config.batch_size,), generator=generator).tolist()
+        return pack_pairs([self.pairs[split][i] for i in picks], self.pad_id, self.device)  # (2B, T) each
+
+    def forward_backward(self, batches) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for input_ids, completion_mask in batches:
+            with autocast(self.device, self.config.dtype):
+                loss, self.last = dpo_batch_loss(self.train_model, self.reference, input_ids, completion_mask,
+                                                 self.method)
+            self.scaler.scale(loss / len(batches)).backward()
+            total += loss.item() / len(batches)
+        return total
+
+
+class GRPOTrainer(_AlignTrainer):
+    """Trains a GPT with GRPO: each step samples ``batch_size`` prompts' groups of G answers from
+    the current policy (with the run's batch generator), rewards them with ``reward`` and takes
+    one step (the ratio to the sampling policy is 1 at that step: TRL's default, num_iterations=1)."""
+    METRICS = ("reward", "kl")
+
+    def __init__(self, model, reference, grpo: GRPOConfig, items: dict, reward: str, config: TrainConfig, **options):
+        self.reward_name, self.reward = reward, get_reward(reward)
+        super().__init__(model, reference, grpo, items, config, **options)
+
+    def draw(self, split: str, generator: torch.Generator):
+        """A rollout: ``(input_ids (N, T), (prompts, completions, rewards (N,), advantages (N,)))``."""
+        picks = torch.randint(len(self.items[split]), (self.config.batch_size,), generator=generator).tolist()
+        groups = sample_groups(self.model, self.tokenizer, [self.items[split][i]["prompt"] for i in picks],
+                               self.method.group_size, self.method.max_completion_length, generator, self.reward,
+                               self.method.temperature)
+        rewards, advantages = score_groups(groups, self.method.scale_rewards)
+        prompts, completions = flatten(groups)
+        input_ids, _ = pack_completions(prompts, completions, self.pad_id)
+        return input_ids, (prompts, completions, rewards, advantages.to(self.device))
+
+    def forward_backward(self, batches) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for _, (prompts, completions, rewards, advantages) in batches:
+            with autocast(self.device, self.config.dtype):
+                logps, mask = completion_logprobs(self.train_model, prompts, completions, self.pad_id,
+                                                  self.method.temperature)
+                with torch.no_grad():
+                    ref_logps, _ = completion_logprobs(self.reference, prompts, completions, self.pad_id,
+                                                       self.method.temperature)
+                loss, _ = grpo_loss(logps, logps.detach(), advantages, mask, self.method, ref_logps)
+            self.scaler.scale(loss / len(batches)).backward()
+            total += loss.item() / len(batches)
+            kl = masked_mean(kl_k3(logps.detach(), ref_logps), mask.to(logps.dtype)).item()
+            self.last = {"reward": rewards.mean().item(), "kl": kl}
+        return total
+
+
+# --- building runs: course_lib.runs calls these ------------------------------------------------------
+
+
+def sample_pairs(base, tokenizer, items: dict, dpo: DPOConfig, seed: int, reward=None) -> dict:
+    """DPO's pairs for each split, from the base's own answers (a seeded generator of their own):
+    an answer ``reward`` scores above 0.5 (default: the right sum) is preferred to one it does not."""
+    generator = torch.Generator().manual_seed(seed)
+    pairs = {}
+    for split in ("train", "val"):
+        prompts = [item["prompt"] for item in items[split][:dpo.pair_prompts if split == "train" else EVAL_ITEMS]]
+        groups = sample_groups(base, tokenizer, prompts, dpo.pair_group_size, PAIR_TOKENS, generator,
+                               reward or get_reward("exact"))
+        pairs[split] = preference_pairs(groups)
+        if not pairs[split]:
+            raise ValueError(f"the base model's answers to every sampled {split} prompt were all rewarded or all "
+                             "not, so there is no pair to prefer: DPO needs a model that is right only sometimes")
+    return pairs
+
+
+def start_align_run(method: str, base_checkpoint, settings: dict | None = None, *, reward: str = "exact",
+                    device: str = "cpu", out_dir=None, progress: bool = True) -> Trainer:
+    """A new DPO or GRPO run from ``base_checkpoint`` (see the module's docstring)."""
+    config, method_config = align_configs(method, settings)
+    get_reward(reward)  # refuse an unknown reward before any work
+    base, tokenizer, path, sha = load_base(base_checkpoint, device, getattr(method_config, "max_completion_length", 0))
+    policy = copy.deepcopy(base).requires_grad_(True)  # the policy starts as the base; the base stays frozen
+    items = task_splits(config.seed)
+    trained_on = {"command": method, "task": "arithmetic", "reward": reward, "base_checkpoint": str(path),
+                  "base_sha256": sha, "method": asdict(method_config)}
+    options = dict(device=device, out_dir=out_dir, tokenizer=tokenizer, progress=progress)
+    if method == "dpo":
+        trained_on["pairs"] = sample_pairs(base, tokenizer, items, method_config, config.seed,
+                                           get_reward(reward))
+        trainer = DPOTrainer(policy, base, method_config, items, trained_on["pairs"], config, **options)
+    else:
+        trainer = GRPOTrainer(policy, base, method_config, items, reward, config, **options)
+    trainer.trained_on = trained_on
+    return trainer
+
+
+def resume_align_run(method: str, path, ckpt: dict, settings: dict | None = None, *, base_checkpoint=None,
+                     device: str = "cpu", progress: bool = True) -> Trainer:
+    """The DPO or GRPO run saved in ``path`` (already read as ``ckpt``), continued; its base is the
+    recorded file, or ``base_checkpoint`` when it holds the same bytes (a moved base)."""
+    saved = ckpt.get("trained_on") or {}
+    if "method" not in saved or "base_sha256" not in saved:
+        raise CheckpointError(f"{path} does not record its {method} settings and base model, so it cannot be resumed")
+    stored = TrainConfig.from_dict(ckpt["train_config"])
+    config, method_config = align_configs(method, settings, stored, METHODS[method](**saved["method"]))
+    base_path = Path(base_checkpoint or saved["base_checkpoint"])
+    if not base_path.is_file() or file_sha256(base_path) != saved["base_sha256"]:
+        raise ValueError(f"{path} was trained from {saved['base_checkpoint']} "
+                         f"(SHA-256 {saved['base_sha256'][:12]}...), "
+                         f"and {base_path} is {'another file' if base_path.is_file() else 'missing'}: give that base "
+                         "model (or a copy of it) as --checkpoint")
+    base, tokenizer, base_path, _ = load_base(base_path, device, getattr(method_config, "max_completion_length", 0))
+    trained_on = {**saved, "base_checkpoint": str(base_path), "method": asdict(method_config)}
+    items = task_splits(config.seed)
+    options = dict(device=device, out_dir=Path(path).parent, tokenizer=tokenizer, progress=progress)
+    model = build_model(ckpt, path)
+    if method == "dpo":
+        trainer = DPOTrainer(model, base, method_config, items, saved["pairs"], config, **options)
+    else:
+        trainer = GRPOTrainer(model, base, method_config, items, saved["reward"], config, **options)
+    trainer.load_state(ckpt, path)
+    if trainer.step > config.max_iters:
+        raise ValueError(f"{path} is at step {trainer.step}, past max_iters {config.max_iters}: give "
+                         f"--set max_iters={trainer.step} or more, or leave it out")
+    trainer.trained_on = trained_on
+    return trainer

@@ -1,0 +1,189 @@
+"""course_lib.align and the dpo/grpo runs of course_lib.runs: a run resumes bit for bit (DPO's pairs
+and GRPO's sampling generator are in the checkpoint), keeps its reward and KL in ``history`` and on
+the progress bar, refuses bad bases and settings by name, and stops on Ctrl-C between two steps."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib import align
+from course_lib.align import align_configs, task_splits
+from course_lib.checkpoint import save_checkpoint
+from course_lib.model import GPT, GPTConfig
+from course_lib.rewards import arithmetic_items
+from course_lib.runs import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
+from course_lib.tokenizers import CharTokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER = CharTokenizer("0123456789+=\n ")
+DPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 4, "pair_prompts": 16}
+GRPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 2, "group_size": 4}
+
+
+def make_base(path: Path, block_size: int = 16, seed: int = 0) -> Path:
+    """A random GPT over the task's characters: it writes a number then END often enough for the
+    format reward (right sums are too rare for tests to rely on)."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32))
+    save_checkpoint(path, model, tokenizer=TOKENIZER)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def few_eval_items(monkeypatch):
+    """Evaluate on 8 prompts per split, not 100 (and DPO's validation pairs from 8): fast tests."""
+    monkeypatch.setattr(align, "EVAL_ITEMS", 8)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return make_base(tmp_path_factory.mktemp("align") / "base.pt")
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
+    start, resume, settings = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET),
+                               "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}[method]
+    full = start(base, settings, reward="format", device="cpu", out_dir=tmp_path / "full", progress=False)
+    full.verbose = False
+    full.train()
+    half = start(base, settings, reward="format", device="cpu", out_dir=tmp_path / "half", progress=False)
+    half.verbose = False
+    half.train(until=2)
+    half.save()
+    del half
+    resumed = resume(tmp_path / "half" / "ckpt.pt", device="cpu", progress=False)
+    resumed.verbose = False
+    assert resumed.step == 2
+    resumed.train()
+    assert _same(full, resumed) and resumed.history == full.history
+    assert resumed.trained_on["command"] == method and resumed.trained_on["reward"] == "format"
+
+
+def test_grpo_keeps_reward_and_kl_per_step_and_shows_them(base, tmp_path):
+    run = start_grpo_run(base, {**GRPO_SET, "learning_rate": 1e-2}, reward="format", device="cpu",
+                         out_dir=tmp_path, progress=False)
+    run.verbose = False
+    run.train()
+    assert len(run.history["reward"]) == len(run.history["kl"]) == 4
+    assert all(0 <= r <= 1 for r in run.history["reward"]) and run.history["kl"][-1] > 0  # it moved off the base
+    assert {"reward", "kl"} <= set(run.postfix())
+    assert run.history["eval_step"] == [0, 2, 4] and len(run.history["val_accuracy"]) == 3
+    assert all(p.grad is None for p in run.reference.parameters())
+
+
+def test_dpo_stores_its_pairs_and_logs_reward_accuracy(base, tmp_path):
+    run = start_dpo_run(base, DPO_SET, reward="format", device="cpu", out_dir=tmp_path, progress=False)
+    pairs = run.trained_on["pairs"]
+    assert pairs["train"] and pairs["val"]
+    prompts = {tuple(TOKENIZER.encode(i["prompt"])) for i in task_splits(run.config.seed)["train"][:16]}
+    assert all(tuple(p) in prompts for p, _, _ in pairs["train"])
+    run.verbose = False
+    run.train()
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert saved["trained_on"]["pairs"] == pairs and len(run.history["rewards/accuracies"]) == 4
+    assert {"accuracies", "margins"} <= set(run.postfix())
+
+
+def test_task_splits_never_hold_test_items():
+    splits = task_splits(0)
+    test = {i["prompt"] for i in arithmetic_items("test")}
+    assert not test & {i["prompt"] for s in splits.values() for i in s}
+    assert len(splits["val"]) == 200 and not {i["prompt"] for i in splits["val"]} & {i["prompt"] for i in splits["train"]}
+
+
+def test_settings_go_to_the_method_or_the_training():
+    train, grpo = align_configs("grpo", {"beta": "0.04", "learning_rate": "1e-4", "group_size": "4"})
+    assert grpo.beta == 0.04 and grpo.group_size == 4 and train.learning_rate == 1e-4
+    assert grpo.max_completion_length == 6  # the task's default: three digits and END
+    with pytest.raises(ValueError, match="keep the base model's shape"):
+        align_configs("dpo", {"n_layer": "2"})
+    with pytest.raises(ValueError, match="unknown setting"):
+        align_configs("dpo", {"betta": "0.1"})
+    with pytest.raises(ValueError, match="unknown method"):
+        align_configs("ppo", {})
+
+
+def test_bad_bases_are_refused_by_name(tmp_path):
+    shakespeare = tmp_path / "chars.pt"
+    save_checkpoint(shakespeare, GPT(GPTConfig(vocab_size=3, block_size=16, n_layer=1, n_head=2, n_embd=16)),
+                    tokenizer=CharTokenizer("abc"))
+    with pytest.raises(ValueError, match="cannot write the arithmetic task's characters"):
+        start_grpo_run(shakespeare, GRPO_SET, device="cpu", out_dir=tmp_path / "a", progress=False)
+    short = make_base(tmp_path / "short.pt", block_size=8)
+    with pytest.raises(ValueError, match="block_size 8"):
+        start_grpo_run(short, GRPO_SET, device="cpu", out_dir=tmp_path / "b", progress=False)
+    with pytest.raises(ValueError, match="unknown reward"):
+        start_grpo_run(short, GRPO_SET, reward="length", device="cpu", out_dir=tmp_path / "c", progress=False)
+
+
+def test_a_resume_needs_its_own_base(base, tmp_path):
+    run = start_grpo_run(base, GRPO_SET, reward="format", device="cpu", out_dir=tmp_path / "run", progress=False)
+    run.verbose = False
+    run.train(until=1)
+    run.save()
+    other = make_base(tmp_path / "other.pt", seed=1)
+    with pytest.raises(ValueError, match="give that base model"):
+        resume_grpo_run(tmp_path / "run" / "ckpt.pt", base_checkpoint=other, device="cpu", progress=False)
+    moved = tmp_path / "moved.pt"
+    moved.write_bytes(Path(base).read_bytes())
+    again = resume_grpo_run(tmp_path / "run" / "ckpt.pt", base_checkpoint=moved, device="cpu", progress=False)
+    assert again.trained_on["base_checkpoint"] == str(moved.resolve())
+    with pytest.raises(ValueError, match="made by `grpo`"):
+        resume_dpo_run(tmp_path / "run" / "ckpt.pt", device="cpu", progress=False)
+
+
+def test_dpo_and_grpo_refuse_torchrun(base, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ValueError, match="runs in one process"):
+        start_grpo_run(base, GRPO_SET, device="cpu", out_dir=tmp_path, progress=False)
+
+
+def _cli(method: str, out: Path, base: Path, *extra: str) -> list[str]:
+    own = ["--set", "group_size=4", "--set", "batch_size=2"] if method == "grpo" else \
+        ["--set", "pair_prompts=16", "--set", "batch_size=4"]
+    return [sys.executable, "-m", "course_lib", method, "--checkpoint", str(base), "--reward", "format", *own,
+            "--set", "eval_interval=3", "--max-iters", "6", "--out", str(out), "--device", "cpu", *extra]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.mark.slow  # three processes that import torch
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(base, tmp_path, method):
+    whole = subprocess.run(_cli(method, tmp_path / "whole", base), capture_output=True, text=True, env=_env(), timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    assert "held-out sums" in whole.stdout
+    proc = subprocess.Popen(_cli(method, tmp_path / "cut", base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(_env(), COURSE_LIB_TEST_PAUSE_AT="step:4"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "paused at step:4" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "SIGINT: stopped at step 4 " in "".join(seen) + stdout  # "step:4" lands before step 4, which completes
+    resumed = subprocess.run(_cli(method, tmp_path / "cut", base, "--resume"), capture_output=True, text=True, env=_env(),
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    a = torch.load(tmp_path / "whole" / "ckpt.pt", weights_only=True)
+    b = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
+    assert a["step"] == b["step"] == 6 and a["history"] == b["history"]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
