@@ -177,25 +177,29 @@ def normalize(messages) -> list[dict]:
 def render(tokenizer: ChatTokenizer, messages) -> tuple[list[int], list[bool]]:
     """``(ids, trained)``, two lists of length T: the conversation's token ids, and for each
     token whether fine-tuning learns to write it (the rule in the module's docstring)."""
-    sp = tokenizer.special_ids
     ids, trained = [], []
-
-    def add(new_ids, learn: bool):
-        ids.extend(new_ids)
-        trained.extend([learn] * len(new_ids))
-
     for m in check_conversation(messages):
-        by_assistant = m["role"] == "assistant"
-        add([sp[ROLE_TOKENS[m["role"]]]], False)
-        for part in _parts(m):
-            if part["type"] == "text":
-                add(tokenizer.encode(part["text"]), by_assistant)
-            else:
-                opener, closer = PART_TOKENS[part["type"]]
-                learn = part["type"] == "tool"  # the assistant writes the call; the calculator the result
-                add([sp[opener]] + tokenizer.encode(part["text"]) + [sp[closer]], learn)
-        add([sp[END]], by_assistant)
+        m_ids, m_trained = render_message(tokenizer, m)
+        ids += m_ids
+        trained += m_trained
     return ids, trained
+
+
+def render_message(tokenizer: ChatTokenizer, message: dict) -> tuple[list[int], list[bool]]:
+    """One message of a checked conversation: its role token, content and ``<|end|>``, with the mask."""
+    sp = tokenizer.special_ids
+    by_assistant = message["role"] == "assistant"
+    ids, trained = [sp[ROLE_TOKENS[message["role"]]]], [False]
+    for part in _parts(message):
+        if part["type"] == "text":
+            new, learn = tokenizer.encode(part["text"]), by_assistant
+        else:
+            opener, closer = PART_TOKENS[part["type"]]
+            new = [sp[opener]] + tokenizer.encode(part["text"]) + [sp[closer]]
+            learn = part["type"] == "tool"  # the assistant writes the call; the calculator the result
+        ids += new
+        trained += [learn] * len(new)
+    return ids + [sp[END]], trained + [by_assistant]
 
 
 def render_prompt(tokenizer: ChatTokenizer, messages) -> list[int]:
@@ -271,22 +275,30 @@ def fit_to_context(tokenizer: ChatTokenizer, messages, max_tokens: int, policy: 
     exchanges were dropped. ``policy="drop-oldest"`` drops the oldest exchanges (never the system
     message, never part of a turn); ``"refuse"`` drops nothing. Either raises
     :class:`ConversationTooLong` when what is left still does not fit."""
+    system, turns = exchanges(messages)
+    lengths = [sum(len(render_message(tokenizer, m)[0]) for m in ex) for ex in turns]
+    dropped = exchanges_to_drop(len(render(tokenizer, system)[0]) if system else 0, lengths, max_tokens, policy,
+                                reserve)
+    return system + [m for ex in turns[dropped:] for m in ex], dropped
+
+
+def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int, policy: str = "drop-oldest",
+                      reserve: int = 0) -> int:
+    """How many of the oldest exchanges (of ``lengths`` tokens each, after a system message of
+    ``system_length``) :func:`fit_to_context`'s rule drops; the chat engine applies the same rule
+    to the tokens it holds."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    system, turns = exchanges(messages)
-    budget = max_tokens - reserve
-    dropped = 0
-    while True:
-        kept = system + [m for ex in turns for m in ex]
-        n = len(render(tokenizer, kept)[0])
-        if n <= budget:
-            return kept, dropped
-        if policy == "refuse" or len(turns) <= 1:
+    budget, dropped = max_tokens - reserve, 0
+    while system_length + sum(lengths[dropped:]) > budget:
+        if policy == "refuse" or dropped >= len(lengths) - 1:
+            n = system_length + sum(lengths[dropped:])
             what = "the conversation" if policy == "refuse" else "its newest exchange alone"
             raise ConversationTooLong(f"{what} takes {n} tokens{f' plus {reserve} kept free' if reserve else ''}, "
                                       f"more than the context's {max_tokens}: write a shorter message "
                                       "(or start a new conversation)")
-        turns, dropped = turns[1:], dropped + 1
+        dropped += 1
+    return dropped
 
 
 # --- training examples --------------------------------------------------------------------------------
