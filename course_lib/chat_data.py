@@ -37,11 +37,14 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from .calculator import calculate
-from .chat_template import chat_tokenizer, render
+from .chat_template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
 from .data import load_text
 from .dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
 from .tokenizers import CharTokenizer
+from .train import TrainConfig
 
 CHAT_PATH = Path(__file__).parent / "tasks" / "chat.json"
 # The SHA-256 of CHAT_PATH (python -c "from course_lib.chat_data import write_conversations; print(write_conversations())")
@@ -259,3 +262,51 @@ def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH, s
         row = json.loads(line)
         out[row.pop("split")].append(row)
     return out if split is None else out[split]
+
+
+# --- fine-tuning on them: batches, and the run's settings ---------------------------------------------
+
+# The chat fine-tune's training settings (course_lib.runs builds the run): chapter 15's recipe for
+# full fine-tuning, on conversations instead of dates.
+CHAT_SFT_TRAIN = dict(max_iters=1000, batch_size=32, learning_rate=1e-3, min_lr=1e-4, warmup_iters=20,
+                      weight_decay=0.0, grad_clip=1.0, eval_interval=100, eval_iters=4)
+
+
+def chat_sft_config(**overrides) -> TrainConfig:
+    return TrainConfig(**{**CHAT_SFT_TRAIN, **overrides})
+
+
+def rendered_pairs(tokenizer, conversations: list[dict], block_size: int) -> tuple[list, int]:
+    """``(pairs, left_out)``: each conversation as a training pair (inputs, targets with the
+    assistant-only mask), and how many were left out because they do not fit ``block_size``
+    (the template's rule with ``policy="refuse"``: a conversation is never cut for training)."""
+    pairs, left_out = [], 0
+    for c in conversations:
+        try:
+            fit_to_context(tokenizer, c["messages"], block_size + 1, policy="refuse")
+        except ConversationTooLong:
+            left_out += 1
+            continue
+        pairs.append(training_pair(*render(tokenizer, c["messages"])))
+    return pairs, left_out
+
+
+def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", data: dict | None = None):
+    """A ``Trainer`` batch_fn: ``batch_size`` conversations drawn (with the Trainer's generator,
+    so a resumed run draws the same) from the shipped ``train`` or ``val`` split, as x (B, T)
+    and y (B, T), T the longest in the batch. The conversations are rendered once, here."""
+    data = data if data is not None else load_conversations()
+    pairs = {}
+    for split in ("train", "val"):
+        pairs[split], left_out = rendered_pairs(tokenizer, data[split], block_size)
+        if not pairs[split]:
+            raise ValueError(f"no {split} conversation fits the model's block_size {block_size} ({left_out} are "
+                             "longer): fine-tune a model with a longer context")
+    pad = tokenizer.special_ids[END]
+
+    def batch_fn(split: str, generator: torch.Generator):
+        rows = torch.randint(len(pairs[split]), (batch_size,), generator=generator).tolist()
+        x, y = collate([pairs[split][i] for i in rows], pad)
+        return x.to(device), y.to(device)
+
+    return batch_fn

@@ -1,4 +1,5 @@
-"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune``.
+"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval /
+chat-sft / chat``.
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -11,6 +12,8 @@
     python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
     python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 --out runs/ft
     python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word --limit 50 --json card.json
+    python -m course_lib chat-sft --out runs/chat                 # chapter 17: the shipped model into a chat model
+    python -m course_lib chat --checkpoint runs/chat/ckpt.pt      # talk to it (--web: in the browser)
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -43,8 +46,9 @@ from .lora_gpt import LoRAGPT
 from .model import GPT, GPTConfig
 from .presets import PRESETS, get_preset
 from .run_folder import open_run
-from .runs import (DEFAULT_PRESET, resume_dates_run, resume_finetune_run, resume_run, start_dates_run,
-                   start_finetune_run, start_run)
+from .pretrained import pretrained_checkpoint
+from .runs import (DEFAULT_PRESET, resume_chat_sft_run, resume_dates_run, resume_finetune_run, resume_run,
+                   start_chat_sft_run, start_dates_run, start_finetune_run, start_run)
 from .seq2seq import Seq2Seq
 from .sizing import count_parameters, flops_per_token, parameter_breakdown
 from .train import TrainConfig
@@ -243,6 +247,27 @@ def report_finetune(trainer, n_examples: int) -> int:
     return 0
 
 
+def cmd_chat_sft(args) -> int:
+    """Chapter 17's chat fine-tune: the same crash safety and ``--resume`` as every run."""
+    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
+    with open_run(args.out, args.resume, "chat-sft") as folder:
+        if folder.checkpoint is not None:
+            trainer = resume_chat_sft_run(folder.checkpoint_path, settings, device=args.device,
+                                          checkpoint=folder.checkpoint)
+        else:
+            base = args.checkpoint or pretrained_checkpoint()
+            trainer = start_chat_sft_run(base, settings, from_scratch=args.from_scratch, device=args.device,
+                                         out_dir=folder.path)
+        report_resume(trainer, folder, args.resume)
+        what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
+        print(f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on {trainer.device}; "
+              f"{trainer.config.max_iters} iterations, checkpoints in {folder.path}")
+        run_trainer(args, trainer)
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat with "
+          f"`python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
+    return 0
+
+
 # --- the parsers ---------------------------------------------------------------------------------------
 
 
@@ -251,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser):
+                add_eval_parser, add_chat_sft_parser):
         add(sub)
     return parser
 
@@ -352,6 +377,20 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE")
     p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_eval)
+
+
+def add_chat_sft_parser(sub) -> None:
+    p = sub.add_parser("chat-sft", help="fine-tune a pretrained GPT into a chat model on the shipped conversations, "
+                       "writing DIR/ckpt.pt")
+    p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships)")
+    p.add_argument("--from-scratch", action="store_true", help="the control: a fresh GPT of the same shape")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one training setting; repeat for more")
+    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
+    p.add_argument("--out", default="runs/chat", help="output folder (default runs/chat)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+    p.set_defaults(func=cmd_chat_sft)
 
 
 def settings_help() -> str:

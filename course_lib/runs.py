@@ -8,6 +8,7 @@ tests and the chapters build their runs here::
     run = resume_run("runs/mine/ckpt.pt", settings={"max_iters": 4000})  # continues bit for bit
     trainer = start_dates_run("runs/dates")                              # chapter 11's encoder-decoder
     trainer = start_finetune_run("runs/mine/ckpt.pt", lora_rank=8, out_dir="runs/ft")  # chapter 15
+    trainer = start_chat_sft_run("runs/mine/ckpt.pt", out_dir="runs/chat")            # chapter 17
 
 ``settings`` are the command line's ``--set KEY=VALUE`` as a dict: model and training fields
 together, values as text (parsed like ``--set`` parses them) or as Python values, checked by
@@ -29,12 +30,14 @@ import torch
 
 from . import distributed
 from .checkpoint import CheckpointError, build_model, load_checkpoint, load_model, load_tokenizer
+from .chat_data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
+from .chat_template import chat_tokenizer
 from .config import apply_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
 from .dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
 from .finetune import TASKS, answer_batch_fn, finetune_config, task_tokenizer
 from .lora import DEFAULT_TARGETS
-from .lora_gpt import fine_tune_model, file_sha256
+from .lora_gpt import extend_vocabulary, fine_tune_model, file_sha256
 from .model import GPT, GPTConfig
 from .presets import Preset, get_preset
 from .run_folder import check_made_by
@@ -372,3 +375,56 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)  # a LoRA model checks its base here
     return _finetune_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,
                              progress=progress)
+
+
+# --- chapter 17's chat fine-tune: python -m course_lib chat-sft ---------------------------------------
+
+
+def _chat_trainer(model, tokenizer, config: TrainConfig, device: str, trained_on: dict, **options) -> Trainer:
+    batch_fn = chat_batch_fn(tokenizer, config.batch_size, model.config.block_size, device)
+    if options.get("resume_from") is not None:
+        trainer = Trainer.resume(options.pop("resume_from"), model, batch_fn=batch_fn, device=device, config=config,
+                                 tokenizer=tokenizer, **options)
+    else:
+        trainer = Trainer(model, config=config, batch_fn=batch_fn, device=device, tokenizer=tokenizer, **options)
+    trainer.trained_on = trained_on
+    return trainer
+
+
+def start_chat_sft_run(base_checkpoint: str | Path, settings: dict | None = None, *, from_scratch: bool = False,
+                       device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
+    """A new chat fine-tune of the GPT in ``base_checkpoint`` on the shipped conversations: its
+    tokenizer gets the conversations' characters and the chat template's special tokens, its
+    model as many new rows (``extend_vocabulary``), and every weight trains, on the assistant's
+    tokens only. ``from_scratch``: the control, a fresh GPT of the same shape and vocabulary."""
+    config = apply_overrides(chat_sft_config(), settings or {}, SHAPE_KEPT)
+    device = _training_device(check_device(device), config)
+    base, ckpt = load_model(base_checkpoint)
+    if type(base) is not GPT:
+        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: fine-tune a GPT checkpoint "
+                         "written by `python -m course_lib train`")
+    tokenizer = chat_tokenizer(load_tokenizer(ckpt, base_checkpoint), EXTRA_CHARS)
+    seed_everything(config.seed)  # a fresh model's weights (the control): the run's first random numbers
+    n_new = tokenizer.vocab_size - base.config.vocab_size
+    model = GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch else extend_vocabulary(base, n_new)
+    path = Path(base_checkpoint).resolve()
+    trained_on = {"command": "chat-sft", "base_checkpoint": str(path), "base_sha256": file_sha256(path),
+                  "from_scratch": from_scratch, "data_sha256": CHAT_SHA256}
+    return _chat_trainer(model, tokenizer, config, device, trained_on, out_dir=out_dir, progress=progress)
+
+
+def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, device: str | None = None,
+                        progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The chat fine-tune saved in ``path``, continued on the same conversations."""
+    path = Path(path)
+    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
+    check_made_by(ckpt, path, "chat-sft")
+    trained_on = ckpt["trained_on"] or {}
+    if trained_on.get("data_sha256") != CHAT_SHA256:
+        raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
+                         f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
+    config = apply_overrides(_stored_config(path, ckpt), settings or {}, SHAPE_KEPT)
+    device = _training_device(check_device(device), config)
+    model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
+    return _chat_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,
+                         progress=progress)

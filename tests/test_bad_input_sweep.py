@@ -27,6 +27,7 @@ from course_lib.tools.__main__ import main as tools_main
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
         "--set", "batch_size=4", "--set", "eval_iters=1", "--device", "cpu"]
+CS = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--device", "cpu"]
 FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--eval-examples", "2", "--device", "cpu"]
 
 
@@ -161,6 +162,21 @@ def table(box: Path) -> list:
         # every model kind is registered by a bare `import course_lib` (issue 30), in-process and in a fresh one
         pytest.param("finetune: a bigram base (ft_bigram)", "cli",
                      ["finetune", "--checkpoint", str(box / "bigram.pt"), "--out", new, *FT], "holds a 'bigram' model"),
+        # chat-sft
+        ("chat-sft: missing base", "cli", ["chat-sft", "--checkpoint", str(box / "nope.pt"), "--out", new, *CS],
+         "no checkpoint at"),
+        ("chat-sft: random bytes", "cli", ["chat-sft", "--checkpoint", str(box / "random.pt"), "--out", new, *CS],
+         "is not a checkpoint"),
+        ("chat-sft: an encoder-decoder base", "cli", ["chat-sft", "--checkpoint", dates, "--out", new, *CS],
+         "holds a 'seq2seq' model"),
+        ("chat-sft: a bad --set", "cli", ["chat-sft", "--set", "learning_rate=-1", "--out", new, *CS],
+         "learning_rate must be"),
+        ("chat-sft: a model setting", "cli", ["chat-sft", "--set", "n_layer=2", "--out", new, *CS],
+         "keeps the pretrained model's shape"),
+        ("chat-sft: --out a file", "cli", ["chat-sft", "--out", str(box / "a-file"), *CS],
+         "a-file"),
+        ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"), "--resume", "--device",
+                                                      "cpu"], "not `chat-sft`"),
         # params
         ("params: unknown preset", "cli", ["params", "--preset", "gpt5"], "unknown preset"),
         ("params: no --preset", "cli", ["params"], "required: --preset"),
@@ -236,6 +252,7 @@ def test_the_table_covers_every_command():
 # One case per command, as real processes: the exit status and stderr the shell sees.
 REAL = ["train: --text /dev/zero", "sample: random bytes", "sample: --seed 10**23", "train-dates: --max-iters 0",
         "translate: --beam 100000", "finetune: --lora-rank 10**9", "params: unknown preset",
+        "chat-sft: a model setting",
         "tools assignments: --out a file", "tools pretrained: --out a folder", "tools gpu-lane: --chapters x"]
 
 

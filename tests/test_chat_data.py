@@ -125,3 +125,27 @@ def test_the_splits_share_no_day_word_line_or_pair_of_numbers():
 def test_conversations_bytes_is_one_conversation_per_line():
     small = build_conversations(0, {"train": 7, "val": 7, "test": 7})
     assert conversations_bytes(small).count(b"\n") == 21
+
+
+# --- batches for the chat fine-tune --------------------------------------------------------------------------
+
+def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
+    import torch
+
+    from course_lib.chat_data import chat_batch_fn, rendered_pairs
+    from course_lib.utils import IGNORE_INDEX
+
+    tokenizer = char_chat_tokenizer()
+    small = {"train": DATA["train"][:50], "val": DATA["val"][:20]}
+    batch_fn = chat_batch_fn(tokenizer, 8, 64, data=small)
+    x, y = batch_fn("train", torch.Generator().manual_seed(0))
+    x2, y2 = batch_fn("train", torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2) and torch.equal(y, y2) and x.shape == y.shape and x.shape[0] == 8 and x.shape[1] <= 64
+    pairs, left_out = rendered_pairs(tokenizer, small["train"], 64)
+    assert left_out == 0 and len(pairs) == 50
+    for row in range(8):  # each row is one conversation's pair, padded with IGNORE_INDEX targets
+        match = [p for p in pairs if torch.equal(p[0], x[row, :len(p[0])]) and torch.equal(p[1], y[row, :len(p[1])])]
+        assert match and (y[row, len(match[0][1]):] == IGNORE_INDEX).all()
+    assert rendered_pairs(tokenizer, small["train"], 20)[1] > 0  # too long for 20 tokens: left out, never cut
+    with pytest.raises(ValueError, match="no train conversation fits"):
+        chat_batch_fn(tokenizer, 8, 5, data=small)
