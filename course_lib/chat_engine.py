@@ -114,11 +114,19 @@ class ChatEngine:
         """The reply's text to the user's ``text`` (streamed pieces collected)."""
         return "".join(p.text for p in self.stream(text) if p.kind == "text")
 
+    def check_message(self, text) -> None:
+        """Raise the ValueError :meth:`stream` would raise for the user's ``text`` (empty, a
+        character the model cannot read, too long even alone), changing nothing."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("a message is a non-empty text")
+        user_ids = render_message(self.tokenizer, {"role": "user", "content": text})[0]
+        system = len(self.turn_ids[0]) if self.system is not None else 0
+        exchanges_to_drop(system, [len(user_ids)], self.block_size, reserve=1 + self.min_reply_room)
+
     def stream(self, text: str) -> Iterator[Piece]:
         """Yield the reply to the user's ``text`` piece by piece (see the module's docstring).
         Closing the generator early (a client gone, Ctrl-C) keeps the reply written so far."""
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("a message is a non-empty text")
+        self.check_message(text)
         user = {"role": "user", "content": text}
         user_ids = render_message(self.tokenizer, user)[0]  # an unknown character is refused here
         dropped = self._make_room(user_ids)

@@ -1,5 +1,4 @@
-"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval /
-chat-sft / chat``.
+"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval / chat``.
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -36,6 +35,9 @@ from pathlib import Path
 
 from . import distributed
 from ._signals import INTERRUPTED, TrainingInterrupted, pause_point
+from .chat_engine import ChatEngine, load_chat_model
+from .chat_terminal import run_terminal
+from .chat_web import serve
 from .checkpoint import load_model, load_tokenizer
 from .config import settings_from_pairs
 from .dates import date_test_set, dates_train_config
@@ -47,6 +49,7 @@ from .model import GPT, GPTConfig
 from .presets import PRESETS, get_preset
 from .run_folder import open_run
 from .pretrained import pretrained_checkpoint
+from .report_card import evaluate_checkpoint
 from .runs import (DEFAULT_PRESET, resume_chat_sft_run, resume_dates_run, resume_finetune_run, resume_run,
                    start_chat_sft_run, start_dates_run, start_finetune_run, start_run)
 from .seq2seq import Seq2Seq
@@ -268,6 +271,15 @@ def cmd_chat_sft(args) -> int:
     return 0
 
 
+def cmd_chat(args) -> int:
+    """Chapter 17: talk to a chat model in the terminal, or (``--web``) in a browser."""
+    model, tokenizer = load_chat_model(args.checkpoint, check_device(args.device))
+    engine = ChatEngine(model, tokenizer, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        seed=args.seed, max_reply_tokens=args.max_tokens)
+    args.on_interrupt = "the server stopped" if args.web else "the chat ended"
+    return serve(engine, args.host, args.port) if args.web else run_terminal(engine, args.checkpoint or "the model")
+
+
 # --- the parsers ---------------------------------------------------------------------------------------
 
 
@@ -276,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser, add_chat_sft_parser):
+                add_eval_parser, add_chat_sft_parser, add_chat_parser):
         add(sub)
     return parser
 
@@ -304,12 +316,17 @@ def add_sample_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`, `finetune` or the Trainer")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy; < 1 sharper, > 1 flatter")
+    add_sampling_options(p, temperature=1.0)
+    p.set_defaults(func=cmd_sample)
+
+
+def add_sampling_options(p, temperature: float) -> None:  # sample's and chat's
+    p.add_argument("--temperature", type=float, default=temperature, help="0 = greedy; < 1 sharper, > 1 flatter "
+                   f"(default {temperature:g})")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="sample from the nucleus of probability p")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--device", choices=DEVICES)
-    p.set_defaults(func=cmd_sample)
 
 
 def add_dates_parsers(sub) -> None:
@@ -341,15 +358,19 @@ def add_finetune_parser(sub) -> None:
     p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
     p.add_argument("--lora-targets", metavar="NAMES", help="comma-separated linear layers to adapt (default: the "
                    f"attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are mlp.c_fc,mlp.c_proj)")
+    add_run_options(p, "runs/ft")
+    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact match "
+                   f"(1 to {MAX_EVAL_EXAMPLES:,})")
+    p.set_defaults(func=cmd_finetune)
+
+
+def add_run_options(p, out: str) -> None:  # finetune's and chat-sft's
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one training setting; repeat for more")
     p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-    p.add_argument("--out", default="runs/ft", help="output folder (default runs/ft)")
+    p.add_argument("--out", default=out, help=f"output folder (default {out})")
     p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact match "
-                   f"(1 to {MAX_EVAL_EXAMPLES:,})")
     p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
-    p.set_defaults(func=cmd_finetune)
 
 
 def add_params_parser(sub) -> None:
@@ -360,9 +381,6 @@ def add_params_parser(sub) -> None:
 
 def cmd_eval(args) -> int:
     """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
-    from .report_card import evaluate_checkpoint
-    from .utils import check_device
-
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0
@@ -384,13 +402,19 @@ def add_chat_sft_parser(sub) -> None:
                        "writing DIR/ckpt.pt")
     p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships)")
     p.add_argument("--from-scratch", action="store_true", help="the control: a fresh GPT of the same shape")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one training setting; repeat for more")
-    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-    p.add_argument("--out", default="runs/chat", help="output folder (default runs/chat)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+    add_run_options(p, "runs/chat")
     p.set_defaults(func=cmd_chat_sft)
+
+
+def add_chat_parser(sub) -> None:
+    p = sub.add_parser("chat", help="talk to a chat model in the terminal (/reset, /quit) or, with --web, in a browser")
+    p.add_argument("--checkpoint", help="a chat model written by `chat-sft` (default: the one course_lib ships)")
+    p.add_argument("--web", action="store_true", help="serve a chat page instead of chatting in the terminal")
+    p.add_argument("--host", default="127.0.0.1", help="the page's address (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="the page's port (default 8000)")
+    p.add_argument("--max-tokens", type=int, default=200, help="the most tokens in one reply (default 200)")
+    add_sampling_options(p, temperature=0.0)
+    p.set_defaults(func=cmd_chat)
 
 
 def settings_help() -> str:
