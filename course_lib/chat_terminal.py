@@ -15,10 +15,10 @@ from .chat_engine import ChatEngine, format_piece
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
 
 
-def run_terminal(engine: ChatEngine, name: str = "the model", read=input, out=None) -> int:
+def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=None) -> int:
     """Chat with ``engine`` until /quit or the end of input; ``read`` asks for a line (``input``),
     ``out`` is where the chat is written (standard output)."""
-    out = out or sys.stdout
+    out, read = out or sys.stdout, read or input
     print(f"chatting with {name} ({engine.block_size}-token context). {HELP}", file=out)
     while True:
         try:

@@ -22,7 +22,6 @@ The routes:
 A client that disconnects mid-reply stops the generation (after the token under way); the
 conversation keeps what was written, as in the terminal.
 """
-from __future__ import annotations
 
 import json
 import socket
