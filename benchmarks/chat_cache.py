@@ -1,7 +1,7 @@
 """The chat engine's KV cache kept across turns against re-reading the whole conversation for
-every token (chapter 17): reply tokens per second (calculator results included) over one multi-turn conversation, both ways
-on the same model, messages and seed, alternately, the fastest of ``--repeats`` runs of each
-counting; both must write the same tokens.
+every token (chapter 17): reply tokens per second (calculator results included) over one
+multi-turn conversation, both ways on the same model, messages and seed, alternately, the
+fastest of ``--repeats`` runs of each counting; both must write the same tokens.
 
 The model is untrained (the speed does not depend on the weights): a GPT of the ``--preset``'s
 architecture with the character chat tokenizer's vocabulary. At the shipped model's block_size
