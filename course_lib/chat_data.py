@@ -47,7 +47,7 @@ from .tokenizers import CharTokenizer
 from .train import TrainConfig
 
 CHAT_PATH = Path(__file__).parent / "tasks" / "chat.json"
-# The SHA-256 of CHAT_PATH (python -c "from course_lib.chat_data import write_conversations; print(write_conversations())")
+# The SHA-256 of CHAT_PATH: python -c "from course_lib import chat_data; print(chat_data.write_conversations())"
 CHAT_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
 SPLITS = ("train", "val", "test")
 SIZES = {"train": 4000, "val": 400, "test": 400}  # conversations per split

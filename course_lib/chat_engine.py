@@ -18,9 +18,10 @@ the format), after ``max_reply_tokens`` sampled tokens, or when the context is f
 **When the conversation outgrows the context** (the model's ``block_size``): before a reply,
 the oldest exchanges are dropped (the rule of :func:`course_lib.chat_template.fit_to_context`:
 whole exchanges, the system message kept) until the conversation and ``min_reply_room`` tokens
-for the reply fit (default 16, a quarter of a context under 64); a notice says how many, and the cache is filled again from what is left. A
-reply that fills the context is cut there, with a notice. A message too long to fit even alone
-is refused (``ConversationTooLong``), and the conversation stays as it was.
+for the reply fit (default 16, a quarter of a context under 64); a notice says how many, and
+the cache is filled again from what is left. A reply that fills the context is cut there, with
+a notice. A message too long to fit even alone is refused (``ConversationTooLong``), and the
+conversation stays as it was.
 
 Sampling is :func:`course_lib.generate.sample_next`'s (temperature, top-k, top-p; temperature 0
 is greedy), drawn from the engine's own generator (``seed``).
@@ -68,11 +69,12 @@ class ChatEngine:
             raise ValueError(f"a chat needs a ChatTokenizer (the chat template's special tokens), got "
                              f"{type(tokenizer).__name__}: fine-tune the model into a chat model first (chat-sft)")
         if tokenizer.vocab_size != model.config.vocab_size:
-            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens and the model {model.config.vocab_size}: "
-                             "they do not belong together (load both from one checkpoint)")
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens and the model "
+                             f"{model.config.vocab_size}: they do not belong together (load both from one checkpoint)")
         check_sampling_args(temperature, top_k, top_p, max_reply_tokens)
         if max_reply_tokens < 1:
-            raise ValueError(f"max_reply_tokens must be at least 1 (the most tokens in one reply), got {max_reply_tokens}")
+            raise ValueError(f"max_reply_tokens must be at least 1 (the most tokens in one reply), "
+                             f"got {max_reply_tokens}")
         if min_reply_room is None:  # room for a short answer: 16 tokens, or a quarter of a small context
             min_reply_room = min(16, max(1, model.config.block_size // 4))
         if not isinstance(min_reply_room, int) or not 1 <= min_reply_room < model.config.block_size:

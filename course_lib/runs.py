@@ -406,7 +406,8 @@ def start_chat_sft_run(base_checkpoint: str | Path, settings: dict | None = None
     tokenizer = chat_tokenizer(load_tokenizer(ckpt, base_checkpoint), EXTRA_CHARS)
     seed_everything(config.seed)  # a fresh model's weights (the control): the run's first random numbers
     n_new = tokenizer.vocab_size - base.config.vocab_size
-    model = GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch else extend_vocabulary(base, n_new)
+    model = (GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch
+             else extend_vocabulary(base, n_new))
     path = Path(base_checkpoint).resolve()
     trained_on = {"command": "chat-sft", "base_checkpoint": str(path), "base_sha256": file_sha256(path),
                   "from_scratch": from_scratch, "data_sha256": CHAT_SHA256}
