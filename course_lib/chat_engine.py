@@ -18,10 +18,11 @@ the format), after ``max_reply_tokens`` sampled tokens, or when the context is f
 **When the conversation outgrows the context** (the model's ``block_size``): before a reply,
 the oldest exchanges are dropped (the rule of :func:`course_lib.chat_template.fit_to_context`:
 whole exchanges, the system message kept) until the conversation and ``min_reply_room`` tokens
-for the reply fit (default 16, a quarter of a context under 64); a notice says how many, and
-the cache is filled again from what is left. A reply that fills the context is cut there, with
-a notice. A message too long to fit even alone is refused (``ConversationTooLong``), and the
-conversation stays as it was.
+for the reply fit (default 8, an eighth of a context under 64); a reply that needs more room
+drops the oldest exchanges as it goes (never the message it answers). Each drop is said in a
+notice, and the cache is filled again from what is left. A reply that fills the context with
+nothing left to drop is cut there, with a notice. A message too long to fit even alone is
+refused (``ConversationTooLong``), and the conversation stays as it was.
 
 Sampling is :func:`course_lib.generate.sample_next`'s (temperature, top-k, top-p; temperature 0
 is greedy), drawn from the engine's own generator (``seed``).
@@ -75,8 +76,8 @@ class ChatEngine:
         if max_reply_tokens < 1:
             raise ValueError(f"max_reply_tokens must be at least 1 (the most tokens in one reply), "
                              f"got {max_reply_tokens}")
-        if min_reply_room is None:  # room for a short answer: 16 tokens, or a quarter of a small context
-            min_reply_room = min(16, max(1, model.config.block_size // 4))
+        if min_reply_room is None:  # room for a short answer; a longer one makes more room as it goes
+            min_reply_room = min(8, max(1, model.config.block_size // 8))
         if not isinstance(min_reply_room, int) or not 1 <= min_reply_room < model.config.block_size:
             raise ValueError(f"min_reply_room must be an integer in [1, block_size {model.config.block_size}), "
                              f"got {min_reply_room!r}")
@@ -162,6 +163,16 @@ class ChatEngine:
             self._empty_cache()
         return dropped
 
+    def drop_oldest_exchange(self) -> bool:
+        """During a reply that needs more room: drop the oldest exchange before the user's message
+        being answered, if there is one (the cache is refilled then)."""
+        system = 1 if self.system is not None else 0
+        if len(self.turn_ids) - system < 3:  # only the message being answered is left
+            return False
+        del self.messages[system:system + 2], self.turn_ids[system:system + 2]
+        self._empty_cache()
+        return True
+
     @torch.no_grad()
     def next_logits(self, ids: list[int]) -> torch.Tensor:
         """(V,) logits of the token after ``ids`` (the conversation so far, at most block_size).
@@ -191,6 +202,10 @@ class Reply:
         prefix = e.ids + [sp[ASSISTANT]]
         sampled = calls = 0
         while True:
+            while len(prefix) + len(self.ids) >= e.block_size and e.drop_oldest_exchange():
+                prefix = e.ids + [sp[ASSISTANT]]
+                yield Piece("notice", f"(the reply outgrew the model's {e.block_size}-token context: the oldest "
+                                      "exchange dropped)")
             if len(prefix) + len(self.ids) >= e.block_size:
                 yield from self._flush()
                 yield Piece("notice", f"(reply cut: the {e.block_size}-token context is full)")

@@ -228,3 +228,19 @@ def test_the_notebook_chat_prints_as_it_streams():
     assert printed == ["[calc 2*3", " = 6]", "6", "\n"]
     chat.reset()
     assert chat.messages == []
+
+
+def test_a_long_reply_drops_the_oldest_exchanges_as_it_goes_never_the_message_it_answers():
+    model = tiny_gpt(block_size=48)
+    engine = ChatEngine(model, TOK, temperature=1.0, seed=0, max_reply_tokens=12, min_reply_room=4)
+    list(engine.stream("Hail."))
+    list(engine.stream("And?"))
+    engine.max_reply_tokens = 40  # a long reply now: it must make room
+    pieces = list(engine.stream("Go on."))
+    notices = [p.text for p in pieces if p.kind == "notice"]
+    assert any("the reply outgrew" in n for n in notices)
+    assert engine.messages[0] == {"role": "user", "content": "Go on."}  # both earlier exchanges went
+    assert len(engine.ids) <= 48 + 1  # the context, and the <|end|> closing the reply
+    ids = engine.ids[:-1]
+    with torch.no_grad():  # the cache refilled after the drops still equals reading the rest again
+        assert torch.allclose(engine.next_logits(ids[:-1]), model(torch.tensor([ids[:-1]]))[0][0, -1], atol=1e-5)
