@@ -27,6 +27,9 @@ One small module per idea, each introduced by a chapter:
   tokens and the ``gpt-lora`` model kind; ``finetune``: the fine-tuning task on dates (ch. 15)
 - ``moe``: a mixture-of-experts feed-forward, its router and balancing loss; ``hf_moe``: Mixtral and
   Qwen3-MoE in our GPT (ch. 20)
+- ``chat_template``, ``calculator``, ``chat_data``, ``chat_engine``: the chat template, its loss mask and
+  ``ChatTokenizer``; a safe calculator; the conversations; the chat engine with its KV cache across
+  turns and tool loop (ch. 17)
 - ``classify``: a classification head on a GPT (ch. 15); ``pretrained``: the model the package ships
 - ``config``: what every config class shares (``Rule`` tables, ``to_dict``/``from_dict``, ``--set``)
 - ``plots``, ``exercises``, ``presets``, ``utils``; the CLI is ``python -m course_lib`` (``cli``).
@@ -47,6 +50,7 @@ from . import gpt2, llama, hf_moe  # noqa: E402,F401  register GPT.from_pretrain
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer  # registers the "bpe" tokenizer type
+from .chat_template import ChatTokenizer  # registers the "chat" tokenizer type (ch. 17)
 from .bpe_train import train_bpe
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text

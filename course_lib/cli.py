@@ -1,5 +1,6 @@
 """Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval
-/ dpo / grpo``.
+/ chat-sft / chat / dpo / grpo`` (chapter 17's two in :mod:`course_lib.cli_chat`, chapter 18's in
+:mod:`course_lib.cli_align`; what they all share in :mod:`course_lib.cli_common`).
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -14,6 +15,8 @@
     python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word --limit 50 --json card.json
     python -m course_lib dpo --checkpoint runs/sft/ckpt.pt --set beta=0.1 --out runs/dpo       # chapter 18
     python -m course_lib grpo --checkpoint runs/sft/ckpt.pt --reward exact --set group_size=8 --out runs/grpo
+    python -m course_lib chat-sft --out runs/chat                 # chapter 17: the shipped model into a chat model
+    python -m course_lib chat --checkpoint runs/chat/ckpt.pt      # talk to it (--web: in the browser)
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -25,8 +28,6 @@ command or with other data is refused. Maintainer and instructor tools live in
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import signal
 import sys
 import threading
@@ -37,6 +38,10 @@ from pathlib import Path
 from . import distributed
 from ._signals import INTERRUPTED, TrainingInterrupted, pause_point
 from .checkpoint import load_model, load_tokenizer
+from .cli_align import add_align_parsers
+from .cli_chat import add_chat_parsers
+from .cli_common import (DEVICES, add_run_options, add_sampling_options, main_process, report_resume, run_settings,
+                         run_trainer)
 from .config import settings_from_pairs
 from .dates import date_test_set, dates_train_config
 from .finetune import TASKS, answer_prompts, exact_match
@@ -45,17 +50,16 @@ from .lora import DEFAULT_TARGETS
 from .lora_gpt import LoRAGPT
 from .model import GPT, GPTConfig
 from .presets import PRESETS, get_preset
+from .report_card import evaluate_checkpoint
 from .run_folder import open_run
-from .rewards import REWARDS, arithmetic_items, greedy_reward
-from .runs import (DEFAULT_PRESET, resume_dates_run, resume_dpo_run, resume_finetune_run, resume_grpo_run, resume_run,
-                   start_dates_run, start_dpo_run, start_finetune_run, start_grpo_run, start_run)
+from .runs import (DEFAULT_PRESET, resume_dates_run, resume_finetune_run, resume_run, start_dates_run,
+                   start_finetune_run, start_run)
 from .seq2seq import Seq2Seq
 from .sizing import count_parameters, flops_per_token, parameter_breakdown
 from .train import TrainConfig
 from .translate import translate
-from .utils import DEFAULT_SEED, check_device
+from .utils import check_device
 
-DEVICES = ["cpu", "cuda", "mps"]
 MAX_EVAL_EXAMPLES = 100_000  # finetune's final exact match: more held-out dates than this only takes longer
 
 
@@ -70,38 +74,6 @@ def cmd_params(args) -> int:
     print(f"  {'total':<{width}}  {total:>15,}")
     print(f"training FLOPs per token (6N + 12LTC): {flops_per_token(config):,}")
     return 0
-
-
-# --- what every training command shares ----------------------------------------------------------
-
-
-def main_process() -> bool:
-    """Rank 0 under torchrun (read before the process group exists), or the only process."""
-    return int(os.environ.get("RANK", 0)) == 0
-
-
-def resume_command(argv: list[str]) -> str:
-    """The command that continues the run ``argv`` started: the same arguments plus ``--resume``."""
-    args = [a for a in argv if a != "--resume"] + ["--resume"]
-    return "python -m course_lib " + " ".join(shlex.quote(a) for a in args)
-
-
-def report_resume(trainer, folder, resume: bool) -> None:
-    """Say whether this run continues a checkpoint or, asked to resume an empty --out, starts."""
-    if not main_process():
-        return
-    if folder.checkpoint is not None:
-        print(f"resuming {folder.checkpoint_path} at step {trainer.step} of {trainer.config.max_iters}")
-    elif resume:
-        print(f"no checkpoint in {folder.path} yet: starting a new run")
-
-
-def run_trainer(args, trainer) -> None:
-    """Train (Ctrl-C: the Trainer saves, says how to resume and raises TrainingInterrupted), and
-    from then on a Ctrl-C says that the run is saved."""
-    trainer.resume_hint = resume_command(args.argv)
-    trainer.train()
-    args.on_interrupt = f"the run is complete and saved in {trainer.checkpoint_path} (step {trainer.step})"
 
 
 # --- train: GPT pretraining --------------------------------------------------------------------------
@@ -217,7 +189,7 @@ def cmd_finetune(args) -> int:
         raise ValueError(f"--eval-examples must be an integer in [1, {MAX_EVAL_EXAMPLES:,}] (held-out dates for "
                          f"the final exact match), got {args.eval_examples}")
     options = dict(task=args.task, device=args.device, **lora_options(args))
-    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
+    settings = run_settings(args)
     with open_run(args.out, args.resume, "finetune") as folder:
         if folder.checkpoint is not None:
             trainer = resume_finetune_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
@@ -247,56 +219,6 @@ def report_finetune(trainer, n_examples: int) -> int:
     return 0
 
 
-# --- dpo and grpo: chapter 18 ------------------------------------------------------------------------
-
-ALIGN_RUNS = {"dpo": (start_dpo_run, resume_dpo_run), "grpo": (start_grpo_run, resume_grpo_run)}
-
-
-def cmd_align(args) -> int:
-    """``dpo`` and ``grpo``: the same checks, crash safety and ``--resume`` as ``train``; then the
-    share of chapter 16's held-out sums answered right."""
-    method, (start, resume) = args.command, ALIGN_RUNS[args.command]
-    settings = settings_from_pairs(args.set) | ({} if args.max_iters is None else {"max_iters": str(args.max_iters)})
-    with open_run(args.out or f"runs/{method}", args.resume, method) as folder:
-        if folder.checkpoint is not None:
-            trainer = resume(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint, device=args.device,
-                             checkpoint=folder.checkpoint)
-            if args.reward and args.reward != trainer.trained_on["reward"]:
-                raise ValueError(f"--reward {args.reward}: {folder.checkpoint_path} was trained with the "
-                                 f"{trainer.trained_on['reward']!r} reward; leave --reward out to continue it")
-        elif not args.checkpoint:
-            raise ValueError(f"--checkpoint is needed to start a {method} run: the GPT to improve, e.g. a model "
-                             "fine-tuned on the arithmetic task")
-        else:
-            trainer = start(args.checkpoint, settings, reward=args.reward or "exact", device=args.device,
-                            out_dir=folder.path)
-        report_resume(trainer, folder, args.resume)
-        print(f"{method} from {trainer.trained_on['base_checkpoint']} (reward {trainer.trained_on['reward']}) on "
-              f"{trainer.device}; {trainer.config.max_iters} iterations, checkpoints in {folder.path}")
-        run_trainer(args, trainer)
-    items = arithmetic_items("test")
-    print(f"done: answered right (greedy) {greedy_reward(trainer.model, trainer.tokenizer, items):.1%} of "
-          f"{len(items)} held-out sums; saved {trainer.checkpoint_path}")
-    return 0
-
-
-def add_align_parsers(sub) -> None:
-    for method, what in (("dpo", "DPO on pairs of its own right and wrong answers"),
-                         ("grpo", "GRPO on groups of its own answers, rewarded by code")):
-        p = sub.add_parser(method, help=f"improve a GPT at two-digit addition by {what}, writing DIR/ckpt.pt")
-        p.add_argument("--checkpoint", help="the GPT to start from (its tokenizer must write digits, + and =); "
-                       "with --resume only needed when that file has moved (checked by its SHA-256)")
-        p.add_argument("--reward", choices=list(REWARDS), help="exact (the right sum, the default) or format "
-                       "(any number: a reward that can be hacked)")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help=f"a training or {method} setting (e.g. beta=0.1); repeat for more")
-        p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-        p.add_argument("--out", help=f"output folder (default runs/{method})")
-        p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-        p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
-        p.set_defaults(func=cmd_align)
-
-
 # --- the parsers ---------------------------------------------------------------------------------------
 
 
@@ -305,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser, add_align_parsers):
+                add_eval_parser, add_chat_parsers, add_align_parsers):
         add(sub)
     return parser
 
@@ -333,11 +255,7 @@ def add_sample_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`, `finetune` or the Trainer")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy; < 1 sharper, > 1 flatter")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=None, help="sample from the nucleus of probability p")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    p.add_argument("--device", choices=DEVICES)
+    add_sampling_options(p, temperature=1.0)
     p.set_defaults(func=cmd_sample)
 
 
@@ -370,14 +288,9 @@ def add_finetune_parser(sub) -> None:
     p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
     p.add_argument("--lora-targets", metavar="NAMES", help="comma-separated linear layers to adapt (default: the "
                    f"attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are mlp.c_fc,mlp.c_proj)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one training setting; repeat for more")
-    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-    p.add_argument("--out", default="runs/ft", help="output folder (default runs/ft)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
+    add_run_options(p, "runs/ft")
     p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact match "
                    f"(1 to {MAX_EVAL_EXAMPLES:,})")
-    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
     p.set_defaults(func=cmd_finetune)
 
 
@@ -389,9 +302,6 @@ def add_params_parser(sub) -> None:
 
 def cmd_eval(args) -> int:
     """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
-    from .report_card import evaluate_checkpoint
-    from .utils import check_device
-
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0

@@ -8,6 +8,7 @@ tests and the chapters build their runs here::
     run = resume_run("runs/mine/ckpt.pt", settings={"max_iters": 4000})  # continues bit for bit
     trainer = start_dates_run("runs/dates")                              # chapter 11's encoder-decoder
     trainer = start_finetune_run("runs/mine/ckpt.pt", lora_rank=8, out_dir="runs/ft")  # chapter 15
+    trainer = start_chat_sft_run("runs/mine/ckpt.pt", out_dir="runs/chat")            # chapter 17
 
 ``settings`` are the command line's ``--set KEY=VALUE`` as a dict: model and training fields
 together, values as text (parsed like ``--set`` parses them) or as Python values, checked by
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from . import align, distributed
+from . import distributed
 from .checkpoint import CheckpointError, build_model, load_checkpoint, load_model, load_tokenizer
 from .config import apply_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
@@ -63,7 +64,7 @@ class Run:
 # --- what every kind of run shares ----------------------------------------------------------------
 
 
-def _training_device(device: str, config: TrainConfig) -> str:
+def training_device(device: str, config: TrainConfig) -> str:
     """The device this process trains on (``device`` already resolved), once it is known that the
     run can train there: the precision, and under torchrun the micro-batches shared out among the
     processes, whose process group this then joins (gloo on CPU, nccl on GPUs)."""
@@ -72,7 +73,7 @@ def _training_device(device: str, config: TrainConfig) -> str:
     return distributed.setup(device)
 
 
-def _stored_config(path: Path, ckpt: dict) -> TrainConfig:
+def stored_config(path: Path, ckpt: dict) -> TrainConfig:
     """The training settings a checkpoint stores; a stored value this course_lib refuses is named
     as the checkpoint's, not the command's."""
     if not ckpt.get("train_config"):
@@ -165,7 +166,7 @@ def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch
     preset = trainable_preset(preset) if isinstance(preset, str) else preset
     model_set, train_set = split_settings(settings or {}, preset.model, preset.train)
     model_config, train_config = _configs(preset, model_set, train_set, tokenizer and tokenizer.vocab_size)
-    device = _training_device(check_device(device), train_config)
+    device = training_device(check_device(device), train_config)
     seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
     return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
                    out_dir=out_dir, progress=progress, verbose=verbose)
@@ -183,7 +184,7 @@ def start_run(preset: str | None = None, text_file: str | None = None, settings:
     tokenizer = train_tokenizer(chosen.tokenizer, text)
     model_config, train_config = _configs(chosen, model_set, train_set, tokenizer.vocab_size)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
-    device = _training_device(device, train_config)
+    device = training_device(device, train_config)
     seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
     trainer = Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
                       out_dir=out_dir, progress=progress, verbose=verbose)
@@ -212,11 +213,11 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     if changed:
         raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({path}); "
                          "start a new run in another --out to change it")
-    train_config = apply_overrides(_stored_config(path, ckpt), train_set)
+    train_config = apply_overrides(stored_config(path, ckpt), train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
     # the model built here (its sizes checked against the memory): Trainer.resume does not build it again
-    device = _training_device(device, train_config)
+    device = training_device(device, train_config)
     trainer = Trainer.resume(path, build_model(ckpt, path), train_data, val_data, device=device, config=train_config,
                              tokenizer=tokenizer, progress=progress, verbose=verbose, checkpoint=ckpt)
     trainer.trained_on = trained_on
@@ -233,7 +234,7 @@ def start_dates_run(out_dir, max_iters: int | None = None, *, device: str | None
     """Chapter 11's date normaliser, new: its model and training settings (``max_iters`` steps,
     default the chapter's), writing ``out_dir/ckpt.pt`` (tokenizer included)."""
     config = dates_train_config() if max_iters is None else dates_train_config(max_iters)
-    device = _training_device(check_device(device), config)
+    device = training_device(check_device(device), config)
     tokenizer = date_tokenizer()
     seed_everything(config.seed)
     trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, device=device, out_dir=out_dir,
@@ -249,8 +250,8 @@ def resume_dates_run(path: str | Path, max_iters: int | None = None, *, device: 
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "train-dates")
-    config = apply_overrides(_stored_config(path, ckpt), {} if max_iters is None else {"max_iters": max_iters})
-    device = _training_device(check_device(device), config)
+    config = apply_overrides(stored_config(path, ckpt), {} if max_iters is None else {"max_iters": max_iters})
+    device = training_device(check_device(device), config)
     tokenizer = date_tokenizer()
     trainer = Trainer.resume(path, batch_fn=date_batch_fn(tokenizer, config.batch_size, device=device), device=device,
                              config=config, progress=progress, checkpoint=ckpt)
@@ -310,7 +311,7 @@ def start_finetune_run(base_checkpoint: str | Path, settings: dict | None = None
     vocabulary grow by the task's characters."""
     check_lora_options(lora_rank, lora_alpha, lora_targets)
     config = _finetune_config(task, settings, lora_rank is not None)
-    device = _training_device(check_device(device), config)
+    device = training_device(check_device(device), config)
     base, ckpt = load_model(base_checkpoint)
     if type(base) is not GPT:
         raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: fine-tune a GPT "
@@ -362,8 +363,8 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "finetune")
-    config = _finetune_config(task, settings, ckpt["model_kind"] == "gpt-lora", _stored_config(path, ckpt))
-    device = _training_device(check_device(device), config)
+    config = _finetune_config(task, settings, ckpt["model_kind"] == "gpt-lora", stored_config(path, ckpt))
+    device = training_device(check_device(device), config)
     check_lora_options(ckpt["model_config"].get("rank") if ckpt["model_kind"] == "gpt-lora" else lora_rank,
                        lora_alpha, lora_targets)
     _check_same_lora(path, ckpt, lora_rank, lora_alpha, lora_targets)
@@ -374,53 +375,3 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)  # a LoRA model checks its base here
     return _finetune_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,
                              progress=progress)
-
-
-# --- chapter 18's preference and reward runs: python -m course_lib dpo / grpo ------------------------
-
-
-def start_dpo_run(base_checkpoint: str | Path, settings: dict | None = None, *, reward: str = "exact",
-                  device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
-    """A new DPO run from the GPT in ``base_checkpoint`` (:mod:`course_lib.align`): pairs of its own
-    answers that ``reward`` scores 1 and 0, the base as the reference; ``settings`` may hold
-    ``beta``, ``loss_type``... as well as training settings."""
-    return align.start_align_run("dpo", base_checkpoint, settings, reward=reward, device=_one_process("dpo", device),
-                                 out_dir=out_dir, progress=progress)
-
-
-def resume_dpo_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None, device: str | None = None,
-                   progress: bool = True, checkpoint: dict | None = None) -> Trainer:
-    """The DPO run saved in ``path``, continued bit for bit."""
-    return _resume_align("dpo", path, settings, base_checkpoint, device, progress, checkpoint)
-
-
-def start_grpo_run(base_checkpoint: str | Path, settings: dict | None = None, *, reward: str = "exact",
-                   device: str | None = None, out_dir=None, progress: bool = True) -> Trainer:
-    """A new GRPO run from the GPT in ``base_checkpoint`` with ``reward`` ("exact", or the hackable
-    "format"); ``settings`` may hold ``group_size``, ``beta``, ``loss_type``, ``scale_rewards``..."""
-    return align.start_align_run("grpo", base_checkpoint, settings, reward=reward, device=_one_process("grpo", device),
-                                 out_dir=out_dir, progress=progress)
-
-
-def resume_grpo_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None, device: str | None = None,
-                    progress: bool = True, checkpoint: dict | None = None) -> Trainer:
-    """The GRPO run saved in ``path``, continued bit for bit (its sampling generator is in the checkpoint)."""
-    return _resume_align("grpo", path, settings, base_checkpoint, device, progress, checkpoint)
-
-
-def _one_process(method: str, device: str | None) -> str:
-    """The device a DPO or GRPO run trains on: one process (its rollouts and pairs are not shared
-    out among torchrun's processes)."""
-    if distributed.launched_world_size() > 1:
-        raise ValueError(f"{method} runs in one process: start it with `python -m course_lib {method}`, not torchrun")
-    return check_device(device)
-
-
-def _resume_align(method: str, path, settings, base_checkpoint, device, progress, checkpoint) -> Trainer:
-    device = _one_process(method, device)
-    path = Path(path)
-    ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
-    check_made_by(ckpt, path, method)
-    _stored_config(path, ckpt)  # a checkpoint with no training run is refused here, by name
-    return align.resume_align_run(method, path, ckpt, settings, base_checkpoint=base_checkpoint, device=device,
-                                  progress=progress)

@@ -1,4 +1,4 @@
-"""course_lib.align and the dpo/grpo runs of course_lib.runs: a run resumes bit for bit (DPO's pairs
+"""course_lib.align and the dpo/grpo runs of course_lib.runs_assistant: a run resumes bit for bit (DPO's pairs
 and GRPO's sampling generator are in the checkpoint), keeps its reward and KL in ``history`` and on
 the progress bar, refuses bad bases and settings by name, and stops on Ctrl-C between two steps."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from course_lib.align import align_configs, task_splits
 from course_lib.checkpoint import save_checkpoint
 from course_lib.model import GPT, GPTConfig
 from course_lib.rewards import arithmetic_items
-from course_lib.runs import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
+from course_lib.runs_assistant import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
 from course_lib.tokenizers import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

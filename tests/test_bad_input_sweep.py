@@ -1,5 +1,6 @@
 """The promise, swept over every command: each command of ``python -m course_lib`` (train, sample,
 train-dates, translate, finetune, params, eval, dpo, grpo) and of ``python -m course_lib.tools`` (book, assignments,
+train-dates, translate, finetune, eval, chat-sft, chat, params) and of ``python -m course_lib.tools`` (book, assignments,
 pretrained, gpu-lane) is given bad inputs, the reliability review's (issue 31) and more, and each
 must end with a non-zero exit status and one line on stderr, no traceback, no file or folder left
 behind and no checkpoint changed (the whole sandbox, and the shipped model, compared byte for byte).
@@ -27,6 +28,7 @@ from course_lib.tools.__main__ import main as tools_main
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
         "--set", "batch_size=4", "--set", "eval_iters=1", "--device", "cpu"]
+CS = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--device", "cpu"]
 FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--eval-examples", "2", "--device", "cpu"]
 
 
@@ -34,6 +36,8 @@ FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--e
 def sandbox(tmp_path_factory) -> Path:
     """Texts, a GPT run, a train-dates run, a bigram checkpoint and damaged files, made once."""
     from course_lib.bigram import BigramLanguageModel
+    from course_lib.chat_template import ChatTokenizer
+    from course_lib.model import GPT, GPTConfig
     from course_lib.dates import date_batch_fn, date_tokenizer
     from course_lib.seq2seq import Seq2Seq, Seq2SeqConfig
     from course_lib.tokenizers import CharTokenizer
@@ -56,6 +60,9 @@ def sandbox(tmp_path_factory) -> Path:
     dates.trained_on = {"command": "train-dates", "preset": None, "text": None, "text_sha256": None}
     dates.train()
     save_checkpoint(box / "bigram.pt", BigramLanguageModel(5), tokenizer=CharTokenizer("abcde"))
+    chat_tokenizer = ChatTokenizer(CharTokenizer("abcde"))  # a chat model, untrained
+    save_checkpoint(box / "chat.pt", GPT(GPTConfig(vocab_size=chat_tokenizer.vocab_size, block_size=16, n_layer=1,
+                                                   n_head=1, n_embd=8)), tokenizer=chat_tokenizer)
     good = torch.load(box / "gpt" / "ckpt.pt", weights_only=True)
     torch.save({**good, "tokenizer": {**good["tokenizer"], "chars": 5}}, box / "badtok.pt")
     torch.save({**good, "model": {**good["model"], "wte.weight": torch.zeros(3, 16)}}, box / "shape.pt")
@@ -185,6 +192,32 @@ def table(box: Path) -> list:
          "invalid choice"),
         ("grpo: --resume a train run", "cli", ["grpo", "--out", str(box / "gpt"), "--resume", "--device", "cpu"],
          "made by `train`"),
+        # chat-sft
+        ("chat-sft: missing base", "cli", ["chat-sft", "--checkpoint", str(box / "nope.pt"), "--out", new, *CS],
+         "no checkpoint at"),
+        ("chat-sft: random bytes", "cli", ["chat-sft", "--checkpoint", str(box / "random.pt"), "--out", new, *CS],
+         "is not a checkpoint"),
+        ("chat-sft: an encoder-decoder base", "cli", ["chat-sft", "--checkpoint", dates, "--out", new, *CS],
+         "holds a 'seq2seq' model"),
+        ("chat-sft: a bad --set", "cli", ["chat-sft", "--set", "learning_rate=-1", "--out", new, *CS],
+         "learning_rate must be"),
+        ("chat-sft: a model setting", "cli", ["chat-sft", "--set", "n_layer=2", "--out", new, *CS],
+         "keeps the pretrained model's shape"),
+        ("chat-sft: --out a file", "cli", ["chat-sft", "--out", str(box / "a-file"), *CS],
+         "a-file"),
+        ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"), "--resume", "--device",
+                                                      "cpu"], "not `chat-sft`"),
+        # chat
+        ("chat: no chat model shipped yet", "cli", ["chat"], "chat-sft --out runs/chat"),
+        ("chat: missing checkpoint", "cli", ["chat", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
+        ("chat: random bytes", "cli", ["chat", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),
+        ("chat: not a chat model", "cli", ["chat", "--checkpoint", pre], "not a chat model"),
+        ("chat: --temperature -1", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--temperature", "-1"],
+         "temperature must be"),
+        ("chat: --max-tokens 0", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--max-tokens", "0"],
+         "must be at least 1"),
+        ("chat: --web --port 0", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--web", "--port", "0"],
+         "--port must be in [1, 65535]"),
         # params
         ("params: unknown preset", "cli", ["params", "--preset", "gpt5"], "unknown preset"),
         ("params: no --preset", "cli", ["params"], "required: --preset"),
@@ -261,6 +294,8 @@ def test_the_table_covers_every_command():
 REAL = ["train: --text /dev/zero", "sample: random bytes", "sample: --seed 10**23", "train-dates: --max-iters 0",
         "translate: --beam 100000", "finetune: --lora-rank 10**9", "params: unknown preset", "dpo: beta 0",
         "grpo: random bytes",
+        "translate: --beam 100000", "finetune: --lora-rank 10**9", "params: unknown preset",
+        "chat-sft: a model setting", "chat: not a chat model",
         "tools assignments: --out a file", "tools pretrained: --out a folder", "tools gpu-lane: --chapters x"]
 
 

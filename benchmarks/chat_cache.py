@@ -1,0 +1,86 @@
+"""The chat engine's KV cache kept across turns against re-reading the whole conversation for
+every token (chapter 17): reply tokens per second (calculator results included) over one
+multi-turn conversation, both ways on the same model, messages and seed, alternately, the
+fastest of ``--repeats`` runs of each counting; both must write the same tokens.
+
+The model is untrained (the speed does not depend on the weights): a GPT of the ``--preset``'s
+architecture with the character chat tokenizer's vocabulary. At the shipped model's block_size
+of 64 the conversation is short and the saving small; at the GPU preset's 256 it is what a
+longer chat gains. Usage:
+
+    python benchmarks/chat_cache.py [--preset shakespeare-char-gpu] [--turns 6] [--repeats 3]
+
+Writes course_lib/records/chat_cache_speed.json after each preset (with the load average,
+since the machine may be shared).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from course_lib.chat_data import char_chat_tokenizer, load_conversations
+from course_lib.chat_engine import ChatEngine
+from course_lib.model import GPT
+from course_lib.presets import get_preset
+
+RECORD = Path(__file__).resolve().parents[1] / "course_lib" / "records" / "chat_cache_speed.json"
+
+
+def conversation_messages(turns: int) -> list[str]:
+    """The first ``turns`` user messages of the test split's follow-up conversations."""
+    messages = [m["content"] for c in load_conversations("test") if c["task"] == "follow-up"
+                for m in c["messages"] if m["role"] == "user"]
+    return messages[:turns]
+
+
+def run(model, tokenizer, messages, use_cache: bool, reply_tokens: int) -> tuple[float, int, list[int]]:
+    """Seconds and reply tokens of one conversation; the ids it ended with."""
+    engine = ChatEngine(model, tokenizer, max_reply_tokens=reply_tokens, use_cache=use_cache, seed=0)
+    start, written = time.perf_counter(), 0
+    for text in messages:
+        list(engine.stream(text))
+        written += len(engine.turn_ids[-1]) - 2  # the reply, without <|assistant|> and <|end|>
+    return time.perf_counter() - start, written, engine.ids
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", action="append", help="whose architecture (repeat; default: both CPU and GPU)")
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--reply-tokens", type=int, default=24, help="tokens per reply (an untrained model never stops)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(RECORD), help="where the results go (JSON)")
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    torch.set_num_threads(args.threads)
+    tokenizer, results = char_chat_tokenizer(), {}
+    messages = conversation_messages(args.turns)
+    for name in args.preset or ["shakespeare-char-cpu", "shakespeare-char-gpu"]:
+        torch.manual_seed(0)
+        config = replace(get_preset(name).model, vocab_size=tokenizer.vocab_size, dropout=0.0)
+        model = GPT(config).eval()
+        best, ids = {True: float("inf"), False: float("inf")}, {}
+        for _ in range(args.repeats):
+            for use_cache in (False, True):
+                seconds, written, ids[use_cache] = run(model, tokenizer, messages, use_cache, args.reply_tokens)
+                best[use_cache] = min(best[use_cache], seconds)
+        results[name] = {"block_size": config.block_size, "turns": len(messages), "reply_tokens": written,
+                         "reread_tokens_per_s": written / best[False], "cached_tokens_per_s": written / best[True],
+                         "speedup": best[False] / best[True], "same_tokens": ids[True] == ids[False]}
+        print(name, json.dumps(results[name]))
+        record = {"command": "python benchmarks/chat_cache.py " + " ".join(argv), "threads": args.threads,
+                  "load_average": os.getloadavg()[0], "results": results}
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""``python -m course_lib chat-sft`` and ``chat``: chapter 17's chat fine-tune and the chat itself,
+in the terminal or (``--web``) in a browser.
+"""
+from __future__ import annotations
+
+from .chat_engine import ChatEngine, load_chat_model
+from .chat_terminal import run_terminal
+from .chat_web import serve
+from .cli_common import add_run_options, add_sampling_options, report_resume, run_settings, run_trainer
+from .pretrained import pretrained_checkpoint
+from .run_folder import open_run
+from .runs_assistant import resume_chat_sft_run, start_chat_sft_run
+from .utils import check_device
+
+
+def cmd_chat_sft(args) -> int:
+    """Chapter 17's chat fine-tune: the same crash safety and ``--resume`` as every run."""
+    settings = run_settings(args)
+    with open_run(args.out, args.resume, "chat-sft") as folder:
+        if folder.checkpoint is not None:
+            trainer = resume_chat_sft_run(folder.checkpoint_path, settings, device=args.device,
+                                          checkpoint=folder.checkpoint)
+        else:
+            base = args.checkpoint or pretrained_checkpoint()
+            trainer = start_chat_sft_run(base, settings, from_scratch=args.from_scratch, device=args.device,
+                                         out_dir=folder.path)
+        report_resume(trainer, folder, args.resume)
+        what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
+        print(f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on {trainer.device}; "
+              f"{trainer.config.max_iters} iterations, checkpoints in {folder.path}")
+        run_trainer(args, trainer)
+    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat with "
+          f"`python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
+    return 0
+
+
+def cmd_chat(args) -> int:
+    """Chapter 17: talk to a chat model in the terminal, or (``--web``) in a browser."""
+    model, tokenizer = load_chat_model(args.checkpoint, check_device(args.device))
+    engine = ChatEngine(model, tokenizer, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        seed=args.seed, max_reply_tokens=args.max_tokens)
+    args.on_interrupt = "the server stopped" if args.web else "the chat ended"
+    return serve(engine, args.host, args.port) if args.web else run_terminal(engine, args.checkpoint or "the model")
+
+
+def add_chat_sft_parser(sub) -> None:
+    p = sub.add_parser("chat-sft", help="fine-tune a pretrained GPT into a chat model on the shipped conversations, "
+                       "writing DIR/ckpt.pt")
+    p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships)")
+    p.add_argument("--from-scratch", action="store_true", help="the control: a fresh GPT of the same shape")
+    add_run_options(p, "runs/chat")
+    p.set_defaults(func=cmd_chat_sft)
+
+
+def add_chat_parser(sub) -> None:
+    p = sub.add_parser("chat", help="talk to a chat model in the terminal (/reset, /quit) or, with --web, in a browser")
+    p.add_argument("--checkpoint", help="a chat model written by `chat-sft` (default: the one course_lib ships)")
+    p.add_argument("--web", action="store_true", help="serve a chat page instead of chatting in the terminal")
+    p.add_argument("--host", default="127.0.0.1", help="the page's address (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="the page's port (default 8000)")
+    p.add_argument("--max-tokens", type=int, default=200, help="the most tokens in one reply (default 200)")
+    add_sampling_options(p, temperature=0.0)
+    p.set_defaults(func=cmd_chat)
+
+
+def add_chat_parsers(sub) -> None:
+    add_chat_sft_parser(sub)
+    add_chat_parser(sub)

@@ -1,0 +1,40 @@
+"""Stand-in models for the chat's tests: they write a script, whatever they read."""
+import time
+
+import torch
+import torch.nn as nn
+
+from course_lib.chat_template import chat_tokenizer
+from course_lib.data import load_text
+from course_lib.model import GPTConfig
+from course_lib.tokenizers import CharTokenizer
+
+TOK = chat_tokenizer(CharTokenizer.from_text(load_text("tinyshakespeare")), "0123456789+-*/()=")
+
+
+def ids_of(*items, tok=TOK):
+    out = []
+    for item in items:
+        out += [tok.special_ids[item]] if item in tok.special_ids else tok.encode(item)
+    return out
+
+
+class Cycling(nn.Module):
+    """Writes ``script`` over and over, one token per call (a reply that ends with <|end|> is one
+    whole turn of it); ``delay`` seconds per token makes the streaming visible; ``interrupt_at``:
+    the call that raises KeyboardInterrupt (Ctrl-C in the middle of a reply)."""
+
+    def __init__(self, script, block_size=64, delay=0.0, interrupt_at=None):
+        super().__init__()
+        self.config = GPTConfig(vocab_size=TOK.vocab_size, block_size=block_size, n_layer=1, n_head=1, n_embd=8)
+        self.script, self.calls, self.delay, self.interrupt_at = list(script), 0, delay, interrupt_at
+        self.weight = nn.Parameter(torch.zeros(1))
+
+    def forward(self, idx, cache=None):
+        self.calls += 1
+        if self.calls == self.interrupt_at:
+            raise KeyboardInterrupt
+        time.sleep(self.delay)
+        logits = torch.full((1, idx.shape[1], self.config.vocab_size), -1e9)
+        logits[0, -1, self.script[(self.calls - 1) % len(self.script)]] = 0.0
+        return logits, None

@@ -1,0 +1,59 @@
+"""The chat fine-tune as a kind of run (course_lib.runs_assistant): built from the shipped pretrained
+model, resumed bit for bit, refused when resumed by another command, and the command line's
+``chat-sft``."""
+import pytest
+import torch
+
+from course_lib import runs, runs_assistant
+from course_lib.chat_template import ChatTokenizer
+from course_lib.checkpoint import load_checkpoint
+from course_lib.cli import main
+from course_lib.pretrained import pretrained_checkpoint
+
+SETTINGS = {"batch_size": "4", "eval_interval": "2", "eval_iters": "1"}
+QUIET = dict(device="cpu", progress=False)
+
+
+def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
+    base = pretrained_checkpoint()
+    straight = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"}, out_dir=tmp_path / "straight", **QUIET)
+    straight.train()
+    first = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"}, out_dir=tmp_path / "split", **QUIET)
+    first.train()
+    resumed = runs_assistant.resume_chat_sft_run(tmp_path / "split" / "ckpt.pt", {"max_iters": "3"}, **QUIET)
+    assert resumed.step == 2
+    resumed.train()
+    assert resumed.history["loss"] == straight.history["loss"]
+    assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
+                                                 resumed.model.state_dict().values()))
+    ckpt = load_checkpoint(tmp_path / "split" / "ckpt.pt")
+    assert ckpt["trained_on"]["command"] == "chat-sft" and ckpt["trained_on"]["from_scratch"] is False
+    assert ckpt["tokenizer"]["type"] == "chat"
+    with pytest.raises(ValueError, match="made by `chat-sft`, not `finetune`"):
+        runs.resume_finetune_run(tmp_path / "split" / "ckpt.pt", **QUIET)
+    with pytest.raises(ValueError, match="made by `train`, not `chat-sft`"):
+        runs_assistant.resume_chat_sft_run(base, **QUIET)
+
+
+def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_scratch(tmp_path):
+    base = pretrained_checkpoint()
+    tuned = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, **QUIET)
+    control = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True, **QUIET)
+    assert isinstance(tuned.tokenizer, ChatTokenizer) and tuned.model.config == control.model.config
+    pretrained = load_checkpoint(base)["model"]["blocks.0.attn.c_attn.weight"].float()
+    assert torch.equal(tuned.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
+    assert not torch.equal(control.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
+    assert control.trained_on["from_scratch"] is True
+    with pytest.raises(ValueError, match="keeps the pretrained model's shape"):
+        runs_assistant.start_chat_sft_run(base, {"n_layer": "2"}, **QUIET)
+
+
+def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
+    out = tmp_path / "chat"
+    args = ["chat-sft", "--out", str(out), "--device", "cpu", *sum((["--set", f"{k}={v}"] for k, v in
+                                                                    SETTINGS.items()), [])]
+    assert main(args + ["--max-iters", "2"]) == 0
+    assert "saved" in capsys.readouterr().out
+    assert main(args + ["--max-iters", "3", "--resume"]) == 0
+    assert "resuming" in capsys.readouterr().out and load_checkpoint(out / "ckpt.pt")["step"] == 3
+    assert main(args + ["--max-iters", "3"]) == 2  # a folder with a run in it, without --resume
