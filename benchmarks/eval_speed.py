@@ -9,8 +9,10 @@ it through HFLM, we through course_lib.gpt2.from_pretrained (the same weights). 
 the 200 items of the next-line task as 800 log-likelihood requests (--items N: the first N), and greedy generation on 50
 items of next-word (stop at a newline, 12 tokens at most). Log-likelihoods are timed twice for
 us: on the very same Hugging Face forward passes (``hf_decoder``: the harnesses alone compared),
-and on our GPT holding the same weights (packing each item's context once where a row fits in
-the 128 positions). Generation runs on our GPT (its KV cache) against HF's ``generate``. Each side runs --repeats times,
+and on our GPT holding the same weights (its own forward pass; the shared context is packed once
+only where a whole item fits in a row, and no next-line item fits in 128 positions, so this times
+the forward passes, not the packing). Generation runs on our GPT (its KV cache) against HF's
+``generate``. Each side runs --repeats times,
 interleaved (every other repeat in reverse order); the medians are compared, and the JSON is
 rewritten after every repeat. The load average is recorded: on shared cores, both
 sides slow down together, so the ratio is what to read.
@@ -52,7 +54,7 @@ def hf_decoder(hf):
     return HFDecoder().eval()
 
 
-def summary(args, times, loads, requests, gen, theirs, mine, their_text, my_text) -> dict:
+def summary(args, times, loads, requests, gen, theirs, mine, mine_gpt, their_text, my_text) -> dict:
     """The record of the repeats finished so far: every time, the medians and their ratios."""
     median = {k: statistics.median(v) for k, v in times.items()}
     return {
@@ -67,6 +69,7 @@ def summary(args, times, loads, requests, gen, theirs, mine, their_text, my_text
         "speedup_loglikelihood_our_gpt": median["lm_eval_loglikelihood"] / median["ours_loglikelihood_our_gpt"],
         "speedup_generate": median["lm_eval_generate"] / median["ours_generate"],
         "max_abs_loglikelihood_difference": max(abs(a[0] - b[0]) for a, b in zip(theirs, mine)),
+        "max_abs_loglikelihood_difference_our_gpt": max(abs(a[0] - b[0]) for a, b in zip(theirs, mine_gpt)),
         "same_generations": their_text == my_text,
     }
 
@@ -124,9 +127,10 @@ def main() -> None:
         for name, work in (jobs if repeat % 2 == 0 else jobs[::-1]):
             timed(name, work)
         theirs, mine = out["lm_eval_loglikelihood"], out["ours_loglikelihood"]
+        mine_gpt = out["ours_loglikelihood_our_gpt"]
         their_text, my_text = out["lm_eval_generate"], out["ours_generate"]
         loads.append(os.getloadavg()[0])
-        result = summary(args, times, loads, requests, gen, theirs, mine, their_text, my_text)
+        result = summary(args, times, loads, requests, gen, theirs, mine, mine_gpt, their_text, my_text)
         print(f"repeat {len(loads)} of {args.repeats}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items())
               + f", load {loads[-1]:.1f}", flush=True)
         if args.json:  # after every repeat: a run that is stopped keeps what it finished
