@@ -181,6 +181,18 @@ def test_paired_comparison_sees_a_consistent_small_gain():
     assert same["diff"] == 0 and same["p_value"] == 1.0
     with pytest.raises(ValueError, match="same items"):
         ev.paired_comparison(a, b[:3])
+    # 10 items to none: a fair coin gives 10 of 10 or 0 of 10 with probability 2 / 2**10
+    assert out["mcnemar_p"] == pytest.approx(2 / 2 ** 10)
+    assert out["interval"] == pytest.approx(ev.bootstrap_interval([x - y for x, y in zip(a, b)]))
+    assert "mcnemar_p" not in ev.paired_comparison([0.5, 1.0], [0.0, 1.0])  # not 0/1 scores
+
+
+@pytest.mark.parametrize("a_wins, b_wins", [(49, 29), (3, 12), (0, 0), (7, 7), (1, 0)])
+def test_mcnemar_p_is_the_exact_two_sided_binomial_test(a_wins, b_wins):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    expected = scipy_stats.binomtest(a_wins, a_wins + b_wins, 0.5).pvalue if a_wins + b_wins else 1.0
+    assert ev.mcnemar_p(a_wins, b_wins) == pytest.approx(expected, rel=1e-12)
+    assert ev.mcnemar_p(a_wins, b_wins) == ev.mcnemar_p(b_wins, a_wins)
 
 
 def test_contamination():
