@@ -247,6 +247,32 @@ def test_loglikelihoods_equal_lm_eval(reference):
 
 
 @pytest.mark.slow
+def test_packed_shared_context_equals_lm_eval(reference):
+    """Items short enough to pack (one context, then the four choices under a block mask, with
+    positions restarting after the context) give lm-eval's one-row-per-request numbers: the
+    packed path itself, checked against the reference (one forward row per item, not per request)."""
+    from lm_eval.api.instance import Instance
+
+    from course_lib.eval_tasks import load_task
+    block = reference["ours"].config.block_size
+    items = [i for i in load_task("next-speaker").test
+             if len(i["context"]) + sum(len(c) for c in i["choices"]) <= block - 4][:8]
+    assert len(items) == 8
+    reqs = [(i["context"], c) for i in items for c in i["choices"]]
+    instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=0) for r in reqs]
+    theirs = reference["lm"].loglikelihood(instances)
+    rows = []
+    hook = reference["ours"].register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    try:
+        ours = ev.loglikelihood(reference["ours"], reference["tok"], reqs, batch_size=1)
+    finally:
+        hook.remove()
+    assert sum(rows) == len(items)  # packed: one row per item
+    assert max(abs(a[0] - b[0]) / max(1.0, abs(a[0])) for a, b in zip(theirs, ours)) < 1e-5
+    assert [a[1] for a in theirs] == [b[1] for b in ours]
+
+
+@pytest.mark.slow
 def test_acc_and_acc_norm_equal_lm_evals_own_task(reference, tmp_path):
     """lm-eval's whole pipeline (a YAML task over a local JSON file, its metrics) against ours."""
     import json
