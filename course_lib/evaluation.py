@@ -309,14 +309,18 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
 
 
 def parse_number(text: str) -> str | None:
-    """The answer of a GSM8K-style solution: the number after ``####`` if there is one, else the
-    last number in the text; commas and a trailing ``.0`` removed. None when there is no number."""
+    """The answer of a GSM8K-style solution: the number after ``####`` if there is one (lm-eval's
+    ``strict-match``), else the last number in the text (its ``flexible-extract``), written in one
+    canonical form: commas gone, trailing zeros of a decimal gone ("1,200.00" -> "1200", "18.50"
+    -> "18.5"). None when there is no number."""
     found = re.search(r"####\s*(-?[\d,]*\.?\d+)", text)
     numbers = [found.group(1)] if found else re.findall(r"-?[\d,]*\.?\d+", text)
     if not numbers:
         return None
     answer = numbers[-1].replace(",", "")
-    return answer[:-2] if answer.endswith(".0") else answer
+    if "." in answer:
+        answer = answer.rstrip("0").rstrip(".")
+    return answer if answer not in ("", "-") else "0"
 
 
 def exact_match(predictions: Sequence[str], references: Sequence[str],

@@ -140,7 +140,9 @@ def test_greedy_generate_stops_and_cuts():
 
 
 @pytest.mark.parametrize("text, answer", [("18 cups #### 18", "18"), ("3 * 6 = 18", "18"), ("#### 1,200", "1200"),
-                                          ("it is 12.0", "12"), ("no number", None), ("-4 and 5 #### -4", "-4")])
+                                          ("it is 12.0", "12"), ("no number", None), ("-4 and 5 #### -4", "-4"),
+                                          ("costs $1,200.00", "1200"), ("#### 18.50", "18.5"), ("#### 0.0", "0"),
+                                          ("#### 100", "100")])
 def test_parse_number(text, answer):
     assert ev.parse_number(text) == answer
 
