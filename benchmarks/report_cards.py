@@ -8,7 +8,9 @@ training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedr
 chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
 the dates task (full, and LoRA rank 8). Each model gets `course_lib.report_card.report_card` with
 --limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
-model, so a long run that is stopped keeps what it finished. --models picks a subset.
+model, so a long run that is stopped keeps what it finished. --models picks a subset; each model's
+entry records the command that made it, when, and its loss per token and bytes per token on the
+held-out text (what bits per byte are made of).
 """
 from __future__ import annotations
 
@@ -28,8 +30,10 @@ sys.path.insert(0, str(ROOT))
 from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
 from course_lib.data import load_text, train_val_split  # noqa: E402
+from course_lib.evaluation import text_nll  # noqa: E402
+from course_lib.finetune import finetune_config  # noqa: E402
 from course_lib.pretrained import pretrained_checkpoint  # noqa: E402
-from course_lib.report_card import report_card  # noqa: E402
+from course_lib.report_card import heldout_text, report_card  # noqa: E402
 from course_lib.runs import start_run  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
 
@@ -60,7 +64,10 @@ def finetune(lora: bool):
         subprocess.run(cmd + (["--lora-rank", "8"] if lora else []), check=True, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
         model, ckpt = load_model(out / "ckpt.pt")
-        return model, load_tokenizer(ckpt), f"chapter 15's {'LoRA rank 8' if lora else 'full'} fine-tune on dates"
+        steps = finetune_config(lora).max_iters
+        lr = finetune_config(lora).learning_rate
+        return model, load_tokenizer(ckpt), (f"chapter 15's {'LoRA rank 8' if lora else 'full'} fine-tune on dates "
+                                             f"(the finetune command's defaults: {steps} steps, lr {lr:g})")
     return build
 
 
@@ -87,6 +94,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.json)
     result = json.loads(out.read_text()) if out.exists() else {"models": {}}
+    command = "python " + " ".join(sys.argv)
     result.update(command="python benchmarks/report_cards.py --json " + args.json, limit=args.limit,
                   threads=args.threads, machine=os.uname().machine)
     work = Path(args.work)
@@ -99,7 +107,12 @@ def main() -> None:
         card = report_card(model, tok, limit=args.limit, name=name, progress=False)
         card.update(description=description, build_seconds=round(built, 1),
                     eval_seconds=round(time.time() - t0 - built, 1), load_average=os.getloadavg()[0],
-                    parameters=sum(p.numel() for p in model.parameters()))
+                    parameters=sum(p.numel() for p in model.parameters()), command=command,
+                    finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), limit=args.limit)
+        ids = tok.encode(heldout_text())
+        nats, n_tokens = text_nll(model, ids)
+        card.update(loss_per_token=nats / n_tokens, heldout_tokens=len(ids),
+                    bytes_per_token=len(heldout_text().encode("utf-8")) / len(ids))
         for row in card["tasks"]:
             row.pop("outputs", None)
         result["models"][name] = card

@@ -66,11 +66,23 @@ class Task:
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
-    def texts(self) -> list[str]:
-        """Every text an evaluation feeds the model (for the encodability check)."""
+    def texts(self, shots: int = 0) -> list[str]:
+        """Every text an evaluation with ``shots`` worked examples feeds the model (for the
+        encodability check), joined as ``report_card.evaluate_task`` joins them: the test items,
+        the first ``shots`` training items with their worked solutions, the stop sequences."""
+        items = self.test + self.train[:shots]
         if self.kind == "choice":
-            return [i["context"] + " " + " ".join(i["choices"]) for i in self.test + self.train]
-        return [i["prompt"] + i["answer"] for i in self.test + self.train]
+            return [i["context"] + self.delimiter + c + self.separator for i in items for c in i["choices"]]
+        shots_text = [s["prompt"] + s.get("solution", s["answer"]) + self.separator for s in self.train[:shots]]
+        return [i["prompt"] + i["answer"] for i in self.test] + shots_text + self.stop
+
+
+def _enough(items: list[dict], n: int, what: str) -> list[dict]:
+    """The first ``n`` items; a rebuild from another text that yields fewer says so instead of
+    shipping a smaller task."""
+    if len(items) < n:
+        raise ValueError(f"{what}: only {len(items)} candidates passed the filters, {n} are needed")
+    return items[:n]
 
 
 def _majority(answers: list[str]) -> float:
@@ -106,8 +118,8 @@ def _next_line_items(lines, n: int, rng: random.Random) -> list[dict]:
 
 def build_next_line(seed: int = 0) -> Task:
     rng = random.Random(seed)
-    test = _next_line_items(_lines(HELDOUT_START, 1.0), 3 * N_TEST, rng)[:N_TEST]
-    train = _next_line_items(_lines(0.0, TRAIN_END), 3 * N_TRAIN, rng)[:N_TRAIN]
+    test = _enough(_next_line_items(_lines(HELDOUT_START, 1.0), 3 * N_TEST, rng), N_TEST, "next-line test")
+    train = _enough(_next_line_items(_lines(0.0, TRAIN_END), 3 * N_TRAIN, rng), N_TRAIN, "next-line train")
     return Task("next-line", "choice", "the true next line of a held-out speech among 4 (3 lines from far away)",
                 0.25, test, train)
 
@@ -137,8 +149,8 @@ def _speaker_items(speeches, n: int, rng: random.Random) -> list[dict]:
 
 def build_next_speaker(seed: int = 1) -> Task:
     rng = random.Random(seed)
-    test = _speaker_items(_speeches(HELDOUT_START, 1.0), 2 * N_TEST, rng)[:N_TEST]
-    train = _speaker_items(_speeches(0.0, TRAIN_END), 2 * N_TRAIN, rng)[:N_TRAIN]
+    test = _enough(_speaker_items(_speeches(HELDOUT_START, 1.0), 2 * N_TEST, rng), N_TEST, "next-speaker test")
+    train = _enough(_speaker_items(_speeches(0.0, TRAIN_END), 2 * N_TRAIN, rng), N_TRAIN, "next-speaker train")
     return Task("next-speaker", "choice", "who speaks next after a held-out speech, among 4 speakers of the "
                 "same scene", 0.25, test, train, delimiter="")  # the name starts a line: no space before it
 
@@ -158,8 +170,8 @@ def _word_items(lines, n: int, rng: random.Random) -> list[dict]:
 
 def build_next_word(seed: int = 2) -> Task:
     rng = random.Random(seed)
-    test = _word_items(_lines(HELDOUT_START, 1.0), N_TEST, rng)
-    train = _word_items(_lines(0.0, TRAIN_END), N_TRAIN, rng)
+    test = _enough(_word_items(_lines(HELDOUT_START, 1.0), N_TEST, rng), N_TEST, "next-word test")
+    train = _enough(_word_items(_lines(0.0, TRAIN_END), N_TRAIN, rng), N_TRAIN, "next-word train")
     return Task("next-word", "generate", "the next word of a held-out line (first word of the output)",
                 _majority([i["answer"] for i in test]), test, train, stop=["\n"], parser="first-word",
                 max_new_tokens=12, separator="\n\n")
@@ -187,7 +199,7 @@ def build_arithmetic(seed: int = 3) -> Task:
 
 
 # GSM8K's format (Cobbe et al. 2021): a word problem, a worked solution, the answer after "####".
-# Ten items written for this book (the first two are the few-shot examples).
+# Twelve items written for this book: the first two are the few-shot examples, the other ten the test.
 GSM8K_STYLE = [
     ("Romeo has 12 roses and gives 5 to Juliet. How many roses does he keep?", "12 - 5 = 7. #### 7"),
     ("A play has 5 acts of 4 scenes each. How many scenes is that?", "5 * 4 = 20. #### 20"),

@@ -243,7 +243,7 @@ def text_nll(model, ids: Sequence[int], stride: int | None = None, batch_size: i
             x = torch.stack([ids[s:s + length] for s, _ in same]).to(device)  # (B, T)
             y = torch.stack([ids[s + 1:s + 1 + length] for s, _ in same]).to(device)
             logits, _ = model(x)
-            nll = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, T)
+            nll = F.cross_entropy(_at_least_float32(logits).transpose(1, 2), y, reduction="none")  # (B, T)
             for row, (_, first) in enumerate(same):
                 total += float(nll[row, first:].double().sum())
                 count += length - first
@@ -309,14 +309,18 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
 
 
 def parse_number(text: str) -> str | None:
-    """The answer of a GSM8K-style solution: the number after ``####`` if there is one, else the
-    last number in the text; commas and a trailing ``.0`` removed. None when there is no number."""
+    """The answer of a GSM8K-style solution: the number after ``####`` if there is one (lm-eval's
+    ``strict-match``), else the last number in the text (its ``flexible-extract``), written in one
+    canonical form: commas gone, trailing zeros of a decimal gone ("1,200.00" -> "1200", "18.50"
+    -> "18.5"). None when there is no number."""
     found = re.search(r"####\s*(-?[\d,]*\.?\d+)", text)
     numbers = [found.group(1)] if found else re.findall(r"-?[\d,]*\.?\d+", text)
     if not numbers:
         return None
     answer = numbers[-1].replace(",", "")
-    return answer[:-2] if answer.endswith(".0") else answer
+    if "." in answer:
+        answer = answer.rstrip("0").rstrip(".")
+    return answer if answer not in ("", "-") else "0"
 
 
 def exact_match(predictions: Sequence[str], references: Sequence[str],
@@ -365,19 +369,34 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], iters: int = 2000,
     """Compare two models scored on the same items: the mean difference ``a - b``, its paired
     standard error and bootstrap interval (resampling items, not models), the items each one
     wins, and a two-sided p-value of the paired bootstrap (how often the resampled difference
-    falls on the other side of zero, doubled). Pairing removes the items' own difficulty from
-    the noise, so it detects smaller differences than two separate intervals."""
+    falls on the other side of zero, doubled: a percentile approximation, not a resampling under
+    the null). For 0/1 scores also McNemar's exact test (``mcnemar_p``): under the null each item
+    that the two disagree on is a fair coin. Pairing removes the items' own difficulty from the
+    noise, so it detects smaller differences than two separate intervals."""
     if len(a) != len(b):
         raise ValueError(f"paired scores need the same items: {len(a)} and {len(b)} scores")
     d = [x - y for x, y in zip(a, b)]
-    lo, hi = bootstrap_interval(d, iters, seed=seed)
     x = torch.as_tensor(d, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # the resamples of bootstrap_interval(d, iters, seed=seed)
     means = x[torch.randint(len(x), (iters, len(x)), generator=g)].mean(dim=1)
+    lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     mean = float(x.mean())
     other_side = float((means <= 0).double().mean()) if mean > 0 else float((means >= 0).double().mean())
-    return {"diff": mean, "stderr": mean_stderr(d), "interval": (lo, hi), "a_wins": sum(v > 0 for v in d),
-            "b_wins": sum(v < 0 for v in d), "p_value": min(1.0, 2 * other_side)}
+    a_wins, b_wins = sum(v > 0 for v in d), sum(v < 0 for v in d)
+    out = {"diff": mean, "stderr": mean_stderr(d), "interval": (lo, hi), "a_wins": a_wins, "b_wins": b_wins,
+           "p_value": min(1.0, 2 * other_side)}
+    if set(a) | set(b) <= {0.0, 1.0}:
+        out["mcnemar_p"] = mcnemar_p(a_wins, b_wins)
+    return out
+
+
+def mcnemar_p(a_wins: int, b_wins: int) -> float:
+    """McNemar's exact two-sided p-value (a sign test on the discordant items): the chance that
+    a fair coin over ``a_wins + b_wins`` items splits at least as unevenly."""
+    n, k = a_wins + b_wins, min(a_wins, b_wins)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
 # --- contamination -----------------------------------------------------------------------------------

@@ -37,9 +37,10 @@ def first_word(text: str) -> str:
 PARSERS = {None: None, "first-word": first_word, "number": parse_number}
 
 
-def cannot_encode(tokenizer, task: Task) -> str | None:
-    """Why ``tokenizer`` cannot encode ``task``'s texts (one line), or None when it can."""
-    alphabet = "".join(sorted(set("".join(task.texts()))))
+def cannot_encode(tokenizer, task: Task, shots: int = 0) -> str | None:
+    """Why ``tokenizer`` cannot encode ``task``'s texts with ``shots`` worked examples (one line),
+    or None when it can."""
+    alphabet = "".join(sorted(set("".join(task.texts(shots)))))
     try:
         tokenizer.encode(alphabet)
     except (ValueError, KeyError) as e:
@@ -86,7 +87,7 @@ def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: i
     comma-separated); None means every task, skipping those the tokenizer cannot encode."""
     explicit = tasks is not None
     loaded = [load_task(n) for n in (check_task_names(tasks) if explicit else TASK_NAMES)]
-    reasons = {task.name: cannot_encode(tokenizer, task) for task in loaded}
+    reasons = {task.name: cannot_encode(tokenizer, task, shots) for task in loaded}
     for task in loaded:  # a task asked for by name that cannot run fails before any work
         if explicit and reasons[task.name]:
             raise ValueError(f"this model's tokenizer cannot encode task {task.name} ({reasons[task.name][:120]}); "

@@ -140,7 +140,9 @@ def test_greedy_generate_stops_and_cuts():
 
 
 @pytest.mark.parametrize("text, answer", [("18 cups #### 18", "18"), ("3 * 6 = 18", "18"), ("#### 1,200", "1200"),
-                                          ("it is 12.0", "12"), ("no number", None), ("-4 and 5 #### -4", "-4")])
+                                          ("it is 12.0", "12"), ("no number", None), ("-4 and 5 #### -4", "-4"),
+                                          ("costs $1,200.00", "1200"), ("#### 18.50", "18.5"), ("#### 0.0", "0"),
+                                          ("#### 100", "100")])
 def test_parse_number(text, answer):
     assert ev.parse_number(text) == answer
 
@@ -181,6 +183,18 @@ def test_paired_comparison_sees_a_consistent_small_gain():
     assert same["diff"] == 0 and same["p_value"] == 1.0
     with pytest.raises(ValueError, match="same items"):
         ev.paired_comparison(a, b[:3])
+    # 10 items to none: a fair coin gives 10 of 10 or 0 of 10 with probability 2 / 2**10
+    assert out["mcnemar_p"] == pytest.approx(2 / 2 ** 10)
+    assert out["interval"] == pytest.approx(ev.bootstrap_interval([x - y for x, y in zip(a, b)]))
+    assert "mcnemar_p" not in ev.paired_comparison([0.5, 1.0], [0.0, 1.0])  # not 0/1 scores
+
+
+@pytest.mark.parametrize("a_wins, b_wins", [(49, 29), (3, 12), (0, 0), (7, 7), (1, 0)])
+def test_mcnemar_p_is_the_exact_two_sided_binomial_test(a_wins, b_wins):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    expected = scipy_stats.binomtest(a_wins, a_wins + b_wins, 0.5).pvalue if a_wins + b_wins else 1.0
+    assert ev.mcnemar_p(a_wins, b_wins) == pytest.approx(expected, rel=1e-12)
+    assert ev.mcnemar_p(a_wins, b_wins) == ev.mcnemar_p(b_wins, a_wins)
 
 
 def test_contamination():
@@ -232,6 +246,32 @@ def test_loglikelihoods_equal_lm_eval(reference):
     ours = ev.loglikelihood(reference["ours"].double(), reference["tok"], reqs)
     reference["ours"].float()
     assert max(abs(a[0] - b[0]) for a, b in zip(theirs, ours)) < 1e-9
+
+
+@pytest.mark.slow
+def test_packed_shared_context_equals_lm_eval(reference):
+    """Items short enough to pack (one context, then the four choices under a block mask, with
+    positions restarting after the context) give lm-eval's one-row-per-request numbers: the
+    packed path itself, checked against the reference (one forward row per item, not per request)."""
+    from lm_eval.api.instance import Instance
+
+    from course_lib.eval_tasks import load_task
+    block = reference["ours"].config.block_size
+    items = [i for i in load_task("next-speaker").test
+             if len(i["context"]) + sum(len(c) for c in i["choices"]) <= block - 4][:8]
+    assert len(items) == 8
+    reqs = [(i["context"], c) for i in items for c in i["choices"]]
+    instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=0) for r in reqs]
+    theirs = reference["lm"].loglikelihood(instances)
+    rows = []
+    hook = reference["ours"].register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    try:
+        ours = ev.loglikelihood(reference["ours"], reference["tok"], reqs, batch_size=1)
+    finally:
+        hook.remove()
+    assert sum(rows) == len(items)  # packed: one row per item
+    assert max(abs(a[0] - b[0]) / max(1.0, abs(a[0])) for a, b in zip(theirs, ours)) < 1e-5
+    assert [a[1] for a in theirs] == [b[1] for b in ours]
 
 
 @pytest.mark.slow

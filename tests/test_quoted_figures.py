@@ -79,3 +79,22 @@ def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate()
     start = extend_vocabulary(model, tok.vocab_size - tok0.vocab_size)
     estimate = text_loss(start, tok, text[int(0.9 * len(text)):])
     assert f"20 random batches of 32 windows: {estimate:.3f})" in _readme_row("finetune_dates.py")
+
+
+def test_the_readme_quotes_the_eval_speed_record():
+    """README's eval_speed.py row: the figures of course_lib/records/eval_speed.json, as stored."""
+    import statistics
+    rec = json.loads((RECORDS / "eval_speed.json").read_text())
+    row = _readme_row("eval_speed.py")
+    med = {k: statistics.median(v) for k, v in rec["seconds"].items()}
+    best = {k: min(v) for k, v in rec["seconds"].items()}
+    ll = "lm_eval_loglikelihood"
+    assert f"{rec['requests']} next-line log-likelihood requests, medians of {rec['repeats']}" in row, row
+    assert f"(**{med[ll] / med['ours_loglikelihood_our_gpt']:.2f}x faster**)" in row
+    assert f"({med[ll] / med['ours_loglikelihood']:.2f}x)" in row
+    assert f"{best[ll] / best['ours_loglikelihood_our_gpt']:.2f}x and {best[ll] / best['ours_loglikelihood']:.2f}x" in row
+    assert f"{med['lm_eval_generate'] / med['ours_generate']:.2f}x" in row
+    loads = rec["load_average_after_each_repeat"]
+    assert f"load average {min(loads):.1f}-{max(loads):.1f}" in row
+    # what the benchmark computed itself agrees with the medians quoted
+    assert rec["speedup_loglikelihood"] == med[ll] / med["ours_loglikelihood"]

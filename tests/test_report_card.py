@@ -55,6 +55,18 @@ def test_tasks_the_tokenizer_cannot_encode_are_skipped_or_refused():
         report_card(tiny(), CHARS, tasks="next-line,dates", limit=2, heldout_chars=500)
 
 
+def test_the_encodability_check_covers_the_few_shot_solutions():
+    # chapter 15's fine-tunes know the digits, not '#' or '*': gsm8k-style runs with no shots, and
+    # with shots its worked solutions ("12 - 5 = 7. #### 7") are refused up front, before any work
+    from course_lib.finetune import TASK_CHARS, extend_tokenizer
+    tok = extend_tokenizer(CHARS, TASK_CHARS)
+    task = load_task("gsm8k-style")
+    assert cannot_encode(tok, task) is None
+    assert "unknown character" in cannot_encode(tok, task, shots=2)
+    card = report_card(tiny(tok.vocab_size), tok, limit=1, shots=2, heldout_chars=300)
+    assert "skipped" in {r["task"]: r for r in card["tasks"]}["gsm8k-style"]
+
+
 def test_a_byte_level_bpe_model_encodes_every_task():
     tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
     card = report_card(tiny(tok.vocab_size), tok, tasks="next-line,gsm8k-style,dates", limit=1, heldout_chars=300)
