@@ -13,20 +13,21 @@ from a random initialisation) with chapter 15's recipe (``finetune.finetune_conf
 - trained parameters, seconds and the load average (the machine is shared: seconds are not
   comparable across runs).
 
-The runs (``RUNS``; ``--only NAME`` picks some, ``--list`` shows them) cover the dates task
-(full, masked and unmasked, the from-scratch control, LoRA of rank 1, 4, 8 on the attention,
-on the MLP and on all linear layers, the new token rows alone, replay of 25% Shakespeare rows,
-LoRA on an NF4-quantised base) and the unscrambling task, where pretraining should matter
-(``course_lib.unscramble``). Results go to ``course_lib/records/finetune_runs.json``, one entry
-per run and seed, written after each run (a file lock lets two processes share it); a run
-already recorded is skipped, so an interrupted sweep continues where it stopped. Usage:
+The runs (``RUNS``; ``--only NAME`` picks some, ``--list`` shows them): the unscrambling task
+(``course_lib.unscramble``), where pretraining helps, pretrained against the from-scratch control;
+the dates task, where it does not, with its control; and the chapter's sweeps on unscrambling: full
+fine-tuning unmasked, LoRA of rank 1, 4, 8 on the attention, on the MLP and on all linear layers,
+the new token row alone, replay of 25% Shakespeare rows (full and LoRA), and LoRA on an
+NF4-quantised base. Results go to ``course_lib/records/finetune_runs.json``, one entry per run and
+seed, written after each run (a file lock lets two processes share it); a run already recorded is
+skipped, so an interrupted sweep continues where it stopped. Usage:
 
     python benchmarks/finetune_dates.py            # every run, seeds 0 1 2: what chapter 15 prints
     python benchmarks/finetune_dates.py --only "dates full" --seeds 0 --steps 20 --out /tmp/x.json
 
 Defaults are the chapter's: 200 steps and 100 held-out dates for the dates runs, 300 steps and
-200 held-out words for the unscrambling runs. On a shared 2-core machine a run takes 5 to 10
-minutes; the sweep as stored was cut short (the chapter marks the runs it lacks "not run").
+200 held-out words for the unscrambling runs. One run takes about a minute of one core (one
+thread) on an idle machine; each record stores its seconds and the load average beside them.
 """
 from __future__ import annotations
 
