@@ -13,20 +13,21 @@ from a random initialisation) with chapter 15's recipe (``finetune.finetune_conf
 - trained parameters, seconds and the load average (the machine is shared: seconds are not
   comparable across runs).
 
-The runs (``RUNS``; ``--only NAME`` picks some, ``--list`` shows them) cover the dates task
-(full, masked and unmasked, the from-scratch control, LoRA of rank 1, 4, 8 on the attention,
-on the MLP and on all linear layers, the new token rows alone, replay of 25% Shakespeare rows,
-LoRA on an NF4-quantised base) and the unscrambling task, where pretraining should matter
-(``course_lib.unscramble``). Results go to ``course_lib/records/finetune_runs.json``, one entry
-per run and seed, written after each run (a file lock lets two processes share it); a run
-already recorded is skipped, so an interrupted sweep continues where it stopped. Usage:
+The runs (``RUNS``; ``--only NAME`` picks some, ``--list`` shows them): the unscrambling task
+(``course_lib.unscramble``), where pretraining helps, pretrained against the from-scratch control;
+the dates task, where it does not, with its control; and the chapter's sweeps on unscrambling: full
+fine-tuning unmasked, LoRA of rank 1, 4, 8 on the attention, on the MLP and on all linear layers,
+the new token row alone, replay of 25% Shakespeare rows (full and LoRA), and LoRA on an
+NF4-quantised base. Results go to ``course_lib/records/finetune_runs.json``, one entry per run and
+seed, written after each run (a file lock lets two processes share it); a run already recorded is
+skipped, so an interrupted sweep continues where it stopped. Usage:
 
     python benchmarks/finetune_dates.py            # every run, seeds 0 1 2: what chapter 15 prints
     python benchmarks/finetune_dates.py --only "dates full" --seeds 0 --steps 20 --out /tmp/x.json
 
 Defaults are the chapter's: 200 steps and 100 held-out dates for the dates runs, 300 steps and
-200 held-out words for the unscrambling runs. On a shared 2-core machine a run takes 5 to 10
-minutes; the sweep as stored was cut short (the chapter marks the runs it lacks "not run").
+200 held-out words for the unscrambling runs. One run takes about a minute of one core (one
+thread) on an idle machine; each record stores its seconds and the load average beside them.
 """
 from __future__ import annotations
 
@@ -67,21 +68,25 @@ def spec(task="dates", init="pretrained", method="full", rank=None, targets=ATTN
 
 
 RUNS = {  # in order of importance: a sweep cut short has the chapter's main comparisons first
-    "dates full": spec(),
-    "dates scratch": spec(init="scratch"),
+    # the main task (unscrambling, where pretraining helps) and its control
     "words full": spec(task="words"),
     "words scratch": spec(task="words", init="scratch"),
-    "dates full unmasked": spec(masked=False),
-    "dates lora r=1": spec(method="lora", rank=1),
-    "dates lora r=4": spec(method="lora", rank=4),
-    "dates lora r=8": spec(method="lora", rank=8),
-    "dates new rows only": spec(method="rows"),
-    "dates full replay 25%": spec(replay=0.25),
-    "dates lora r=8 replay 25%": spec(method="lora", rank=8, replay=0.25),
-    "dates lora r=8 mlp": spec(method="lora", rank=8, targets=MLP),
-    "dates lora r=8 all": spec(method="lora", rank=8, targets=ATTN + MLP),
-    "dates qlora r=8": spec(method="qlora", rank=8),
+    # dates, where it does not, with its control
+    "dates full": spec(),
+    "dates scratch": spec(init="scratch"),
+    # the sweeps, on the main task
+    "words full unmasked": spec(task="words", masked=False),
+    "words lora r=1": spec(task="words", method="lora", rank=1),
+    "words lora r=4": spec(task="words", method="lora", rank=4),
     "words lora r=8": spec(task="words", method="lora", rank=8),
+    "words lora r=8 mlp": spec(task="words", method="lora", rank=8, targets=MLP),
+    "words lora r=8 all": spec(task="words", method="lora", rank=8, targets=ATTN + MLP),
+    "words qlora r=8": spec(task="words", method="qlora", rank=8),
+    "words full replay 25%": spec(task="words", replay=0.25),
+    "words lora r=8 replay 25%": spec(task="words", method="lora", rank=8, replay=0.25),
+    "words new rows only": spec(task="words", method="rows"),
+    # dates with LoRA (one seed stored; the chapter's live runs are on dates)
+    "dates lora r=8": spec(method="lora", rank=8),
 }
 
 

@@ -15,6 +15,7 @@ Only one new character ("=") enters the vocabulary ("\\n" is already Shakespeare
 """
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import Counter
@@ -72,3 +73,29 @@ def unscramble_test_pairs(n: int = 200, seed: int = 0) -> list[tuple[str, str]]:
     words = word_split(seed)["val"][:n]
     rng = random.Random(seed + 1)
     return [(scramble(w, rng), w) for w in words]
+
+
+def arrangements(letters: str) -> int:
+    """How many distinct strings the letters of ``letters`` spell: n! / (c_1! c_2! ...), c the
+    count of each letter ("ee" has 1, "abc" 6)."""
+    count = math.factorial(len(letters))
+    for c in Counter(letters).values():
+        count //= math.factorial(c)
+    return count
+
+
+def guessing_baseline(pairs: list[tuple[str, str]]) -> dict[str, float]:
+    """The exact match of two guessers that know the task's rules but no English, computed
+    exactly (an expectation over their random choices, not a sample), on (scrambled, word) pairs:
+
+    - ``random_order``: first and last letters kept, the inner letters in a uniformly random
+      distinct order: right with probability 1 / M, M = ``arrangements(inner letters)``;
+    - ``other_order``: the same, but never the order it was given (``scramble`` always changes the
+      word when it can): 1 / (M - 1), or 1 when M = 1 (the word could not be scrambled).
+    """
+    random_order = other_order = 0.0
+    for scrambled, word in pairs:
+        m = arrangements(scrambled[1:-1])
+        random_order += 1 / m
+        other_order += 1.0 if m == 1 else 1 / (m - 1)
+    return {"random_order": random_order / len(pairs), "other_order": other_order / len(pairs)}

@@ -1,4 +1,6 @@
 """course_lib.unscramble: held-out words never reach training, scrambles keep the letters, batches mask the prompt."""
+import itertools
+import math
 import random
 
 import torch
@@ -7,7 +9,7 @@ from hypothesis import strategies as st
 
 from course_lib.finetune import SEP, END, extend_tokenizer
 from course_lib.pretrained import load_pretrained
-from course_lib.unscramble import (N_TEST_WORDS, scramble, scrambled_pairs, unscramble_batch_fn,
+from course_lib.unscramble import (N_TEST_WORDS, arrangements, guessing_baseline, scramble, scrambled_pairs, unscramble_batch_fn,
                                    unscramble_test_pairs, word_split)
 from course_lib.utils import IGNORE_INDEX
 
@@ -41,3 +43,26 @@ def test_batches_mask_the_prompt():
     for row_x, row_y in zip(x, y):
         sep = row_x.tolist().index(tok.encode(SEP)[0])
         assert (row_y[:sep] == IGNORE_INDEX).all() and row_y[sep] != IGNORE_INDEX
+
+
+@given(st.text("aabbc", min_size=0, max_size=6))
+def test_arrangements_counts_distinct_orders(letters):
+    assert arrangements(letters) == len(set(itertools.permutations(letters)))
+
+
+def test_guessing_baseline_is_the_exact_expectation():
+    pairs = [("hlelo", "hello"), ("abcd", "acbd"), ("gooot", "gooot")]  # M = 3, 2, 1
+    got = guessing_baseline(pairs)
+    assert math.isclose(got["random_order"], (1 / 3 + 1 / 2 + 1) / 3)
+    assert math.isclose(got["other_order"], (1 / 2 + 1 + 1) / 3)
+    # a sampled guesser agrees with the expectation on the real test words
+    test = unscramble_test_pairs(100)
+    rng = random.Random(0)
+    hits = 0
+    for _ in range(20):
+        for s, w in test:
+            inner = list(s[1:-1])
+            rng.shuffle(inner)
+            hits += s[0] + "".join(inner) + s[-1] == w
+    exact = guessing_baseline(test)["random_order"]
+    assert abs(hits / 2000 - exact) < 4 * math.sqrt(exact * (1 - exact) / 2000)
