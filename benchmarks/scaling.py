@@ -85,8 +85,13 @@ def save(record: dict, path: Path) -> None:
     tmp.replace(path)  # atomic: a stopped sweep leaves the last whole record
 
 
+MAX_EPOCHS = 4.0  # Muennighoff et al. 2023: up to about 4 passes, repeated tokens are worth nearly fresh ones
+
+
 def predict(record: dict, train_tokens: int, vocab_size: int, factor: float) -> dict:
-    """The held-out budget's compute-optimal shape and loss by the parametric law, and approach 2's N_opt."""
+    """The held-out budget's compute-optimal shape and loss by the parametric law (among the shapes
+    that make at most MAX_EPOCHS passes over the text: the law was fitted to runs that repeat little
+    and knows nothing of repetition), and approach 2's N_opt."""
     runs = record["runs"]
     law = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
     frontier = isoflop_frontier(runs)
@@ -94,9 +99,11 @@ def predict(record: dict, train_tokens: int, vocab_size: int, factor: float) -> 
     plans = [plan_run(shape, budget, vocab_size, train_tokens) for shape in LADDER]
     for plan in plans:
         plan["predicted_loss"] = float(law(plan["N"], plan["D"]))
-    best = min(plans, key=lambda p: p["predicted_loss"])
+    best = min((p for p in plans if p["epochs"] <= MAX_EPOCHS), key=lambda p: p["predicted_loss"])
+    unconstrained = min(plans, key=lambda p: p["predicted_loss"])
     return dict(made_at=stamp(), budget=budget, law=law.as_dict(), shape=best["shape"], N=best["N"], D=best["D"],
-                predicted_loss=round(best["predicted_loss"], 4),
+                epochs=best["epochs"], predicted_loss=round(best["predicted_loss"], 4), max_epochs=MAX_EPOCHS,
+                best_without_epoch_limit=unconstrained["shape"],
                 approach2_N_opt=frontier["k_N"] * best["flops"] ** frontier["a"],
                 candidates={p["shape"]: round(p["predicted_loss"], 4) for p in plans})
 
