@@ -184,17 +184,38 @@ def fit_loss_law(N, D, loss, delta: float = HUBER_DELTA, refine: int = REFINED_S
 # --- uncertainty ------------------------------------------------------------------------------
 
 
-def bootstrap(runs: list[dict], statistic, n: int = 200, seed: int = 0) -> tuple[np.ndarray, int]:
-    """``statistic(resample)`` (a dict of numbers) over ``n`` resamples of ``runs`` drawn with
-    replacement (a seeded NumPy generator): an array (kept, len(keys)) of the values, in key order of
-    the first, and how many resamples were dropped because the fit refused them (a budget left with
-    fewer than 3 sizes, or sizes that no longer bracket a minimum)."""
+def resample_runs(runs: list[dict], rng: np.random.Generator) -> list[dict]:
+    """A case resample: len(runs) runs drawn with replacement."""
+    return [runs[i] for i in rng.integers(0, len(runs), len(runs))]
+
+
+def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]:
+    """A residual resample of IsoFLOP profiles: each budget keeps its sizes; its losses become the
+    parabola's fitted values (in ln N) plus that budget's residuals drawn with replacement, scaled by
+    sqrt(n / (n - 3)) because a 3-parameter fit to n points leaves residuals smaller than the noise.
+    (A case resample would often leave a budget fewer than 3 sizes, and no parabola.)"""
+    out = []
+    for budget in sorted({r["budget"] for r in runs}):
+        mine = [r for r in runs if r["budget"] == budget]
+        x = np.log([r["N"] for r in mine])
+        y = np.array([r["loss"] for r in mine])
+        fitted = np.polyval(fit_parabola(x, y), x)
+        residuals = (y - fitted) * math.sqrt(len(y) / max(1, len(y) - 3))
+        noise = residuals[rng.integers(0, len(y), len(y))]
+        out += [dict(r, loss=float(f + e)) for r, f, e in zip(mine, fitted, noise)]
+    return out
+
+
+def bootstrap(runs: list[dict], statistic, n: int = 200, seed: int = 0, resample=resample_runs) -> tuple[np.ndarray, int]:
+    """``statistic(sample)`` (a dict of numbers) over ``n`` resamples of ``runs`` (``resample(runs,
+    rng)``: cases by default, or :func:`resample_residuals`; rng a NumPy generator seeded with
+    ``seed``): an array (kept, len(keys)) of the values, in key order of the first, and how many
+    resamples were dropped because the fit refused them (e.g. a parabola that no longer has a minimum)."""
     rng = np.random.default_rng(seed)
     values, dropped = [], 0
     for _ in range(n):
-        sample = [runs[i] for i in rng.integers(0, len(runs), len(runs))]
         try:
-            values.append(statistic(sample))
+            values.append(statistic(resample(runs, rng)))
         except ValueError:
             dropped += 1
     if not values:

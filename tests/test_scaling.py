@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from course_lib.scaling import (LossLaw, bootstrap, fit_loss_law, fit_parabola, fit_power_law, huber, interval,
-                                isoflop_frontier, isoflop_minimum, parabola_minimum)
+                                isoflop_frontier, isoflop_minimum, parabola_minimum, resample_residuals)
 
 LAW = LossLaw(E=1.4, A=60.0, B=400.0, alpha=0.45, beta=0.38)
 
@@ -128,3 +128,17 @@ def test_bootstrap_is_seeded_and_counts_refusals():
     assert low <= LAW.a <= high
     with pytest.raises(ValueError, match="every resample was refused"):
         bootstrap(runs[:2], stat, n=5)
+
+
+def test_residual_bootstrap_keeps_every_size_and_brackets_the_exponent():
+    rng = np.random.default_rng(0)
+    runs = [dict(r, loss=r["loss"] + 0.01 * rng.standard_normal()) for r in synthetic_sweep(LAW, [1e12, 1e13, 1e14])]
+    sample = resample_residuals(runs, np.random.default_rng(1))
+    assert [(r["budget"], r["N"]) for r in sample] == [(r["budget"], r["N"]) for r in runs]
+    assert [r["loss"] for r in sample] != [r["loss"] for r in runs]
+    values, dropped = bootstrap(runs, lambda s: {"a": isoflop_frontier(s)["a"]}, n=200, seed=0,
+                                resample=resample_residuals)
+    assert dropped == 0
+    low, high = interval(values[:, 0])
+    # the parabola's own bias (up to 0.01, above) comes on top of the noise's spread
+    assert low - 0.01 <= LAW.a <= high + 0.01 and 0 < high - low < 0.2
