@@ -66,6 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-predict", action="store_true", help="the sweep only")
     p.add_argument("--resume", action="store_true", help="keep the record's finished runs, train the others")
     p.add_argument("--out", type=Path, default=RECORD)
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="records of parts of the sweep run apart (e.g. --budgets 8e11 --no-predict --out a.json): "
+                        "start from their runs; if a part is missing or unfinished, say so and stop")
     args = p.parse_args(argv)
     unknown = [b for b in args.budgets if b not in SIZES]
     if unknown:
@@ -114,7 +117,7 @@ def main(argv=None) -> None:
     tok = CharTokenizer.train(text)
     train, val = split_tokens(tok, text, 64)
     command = "python benchmarks/scaling.py" + (" --budgets " + " ".join(f"{b:g}" for b in args.budgets)
-                                                if args.budgets != BUDGETS else "")
+                                                if args.budgets != BUDGETS else "") + (" --no-predict" if args.no_predict else "")
     record = dict(command=command, made_at=stamp(), threads=torch.get_num_threads(), environment=ENV, cpu_count=os.cpu_count(),
                   torch=torch.__version__, train=TRAIN, ladder=LADDER, budgets=args.budgets,
                   sizes={f"{b:g}": SIZES[b] for b in args.budgets}, train_tokens=len(train), val_tokens=len(val),
@@ -124,6 +127,15 @@ def main(argv=None) -> None:
     if args.resume and args.out.exists():
         old = json.loads(args.out.read_text())
         record.update(runs=old["runs"], prediction=old.get("prediction"), held_out=old.get("held_out"))
+    if args.merge:
+        parts = [json.loads(path.read_text()) for path in args.merge if path.exists()]
+        record["runs"] += [r for part in parts for r in part["runs"]]
+        have = {(r["budget"], r["shape"]) for r in record["runs"]}
+        missing = [(b, s) for b in args.budgets for s in SIZES[b] if (b, s) not in have]
+        if missing:
+            print(f"not merged: {len(missing)} run(s) not finished yet, e.g. {missing[0]}")
+            return
+        record["merged_from"] = [part["command"] + " --out " + path.name for part, path in zip(parts, args.merge)]
     done = {(r["budget"], r["shape"]) for r in record["runs"]}
     todo = [(b, s) for b in args.budgets for s in SIZES[b] if (b, s) not in done]
     bar = tqdm(todo, desc="IsoFLOP runs", file=sys.stdout)
