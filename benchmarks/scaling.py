@@ -50,13 +50,18 @@ from course_lib.scaling import fit_loss_law, isoflop_frontier  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "scaling_sweep.json"
-BUDGETS = [1e11, 2e11, 4e11, 8e11]
-# Five shapes per budget, a window of the ladder that slides up with the budget, chosen (from a first
-# guess of D ~ 20 N) to put the minimum inside the window; each spans 5x to 8x in N.
-SIZES = {1e11: ["L1-C16", "L1-C32", "L1-C48", "L2-C48", "L2-C64"],
+BUDGETS = [1.25e10, 2.5e10, 5e10, 1e11]
+# Five shapes per budget, a window of the ladder that slides down the budgets with the minimum, each
+# spanning about 10x in N. The first windows, chosen from a guess of D ~ 20 N, sat at larger models:
+# at 2e11 and 4e11 FLOPs the loss only rose with N (the minimum lay below the smallest shape that
+# stays within 4 passes over the text). They are kept, with their runs in
+# course_lib/records/scaling_first_windows.json (``--budgets 2e11 4e11 --no-predict --out ...``).
+SIZES = {1.25e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C24", "L1-C32"],
+         2.5e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C32", "L2-C32"],
+         5e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C32", "L2-C32"],
+         1e11: ["L1-C16", "L2-C16", "L1-C32", "L2-C32", "L1-C48"],
          2e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"],
-         4e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"],
-         8e11: ["L1-C48", "L2-C48", "L2-C64", "L3-C64", "L3-C80"]}
+         4e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"]}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -29,10 +29,11 @@ from .runs import make_trainer
 from .sizing import flops_per_token, parameter_breakdown
 
 BASE_PRESET = "shakespeare-char-cpu"  # the book's GPT-2-style block: LayerNorm, GELU MLP of 4C, untied head
-HEAD_SIZE = 16  # n_head = n_embd / 16 for every shape
-# The family of shapes, small to large: (n_layer, n_embd). Depth grows with width, as in the
-# families of Kaplan et al. and Hoffmann et al.; the head size is fixed.
-LADDER = {"L1-C16": (1, 16), "L1-C32": (1, 32), "L1-C48": (1, 48), "L2-C48": (2, 48), "L2-C64": (2, 64), "L3-C64": (3, 64),
+HEAD_SIZE = 16  # n_head = n_embd / 16 (one head of all the channels below 32)
+# The family of shapes, small to large in N: (n_layer, n_embd). Depth grows with width, as in the
+# families of Kaplan et al. and Hoffmann et al.
+LADDER = {"L1-C8": (1, 8), "L1-C16": (1, 16), "L2-C16": (2, 16), "L1-C24": (1, 24), "L1-C32": (1, 32),
+          "L2-C24": (2, 24), "L2-C32": (2, 32), "L1-C48": (1, 48), "L2-C48": (2, 48), "L2-C64": (2, 64), "L3-C64": (3, 64),
           "L3-C80": (3, 80), "L3-C96": (3, 96), "L4-C96": (4, 96), "L4-C112": (4, 112), "L4-C128": (4, 128),
           "L5-C128": (5, 128), "L5-C144": (5, 144), "L6-C160": (6, 160)}
 # Training settings shared by every run (the base preset's otherwise): batch 32 of T = 64
@@ -48,7 +49,7 @@ def shape_config(shape: str, vocab_size: int) -> GPTConfig:
         raise ValueError(f"unknown shape {shape!r}: choose one of {', '.join(LADDER)}")
     n_layer, n_embd = LADDER[shape]
     return replace(get_preset(BASE_PRESET).model, vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd,
-                   n_head=n_embd // HEAD_SIZE)
+                   n_head=max(1, n_embd // HEAD_SIZE))
 
 
 def matmul_parameters(config: GPTConfig) -> int:
