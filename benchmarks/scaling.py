@@ -44,22 +44,22 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from course_lib.data import load_text  # noqa: E402
-from course_lib.isoflop import LADDER, TRAIN, plan_run, train_planned  # noqa: E402
+from course_lib.isoflop import FAMILY, LADDER, TRAIN, plan_run, train_planned  # noqa: E402
 from course_lib.runs import split_tokens  # noqa: E402
 from course_lib.scaling import fit_loss_law, isoflop_frontier  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "scaling_sweep.json"
 BUDGETS = [1.25e10, 2.5e10, 5e10, 1e11]
-# Five shapes per budget, a window of the ladder that slides down the budgets with the minimum, each
-# spanning about 10x in N. The first windows, chosen from a guess of D ~ 20 N, sat at larger models:
-# at 2e11 and 4e11 FLOPs the loss only rose with N (the minimum lay below the smallest shape that
-# stays within 4 passes over the text). They are kept, with their runs in
-# course_lib/records/scaling_first_windows.json (``--budgets 2e11 4e11 --no-predict --out ...``).
-SIZES = {1.25e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C24", "L1-C32"],
-         2.5e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C32", "L2-C32"],
-         5e10: ["L1-C8", "L1-C16", "L2-C16", "L1-C32", "L2-C32"],
-         1e11: ["L1-C16", "L2-C16", "L1-C32", "L2-C32", "L1-C48"],
+# Five widths of the one-block family per budget, a window that slides with the minimum. Two earlier
+# designs missed, and their runs are kept in course_lib/records/scaling_first_windows.json: windows at
+# 2e11 and 4e11 FLOPs centred on D ~ 20 N, where the loss only rose with N (``--budgets 2e11 4e11
+# --no-predict``: the minimum lay below the smallest shape within 4 passes over the text), and windows
+# that mixed one- and two-block shapes, where the two-block ones fell off the curve.
+SIZES = {1.25e10: ["L1-C4", "L1-C8", "L1-C16", "L1-C24", "L1-C32"],
+         2.5e10: ["L1-C8", "L1-C16", "L1-C24", "L1-C32", "L1-C48"],
+         5e10: ["L1-C8", "L1-C16", "L1-C24", "L1-C32", "L1-C48"],
+         1e11: ["L1-C16", "L1-C24", "L1-C32", "L1-C48", "L1-C64"],
          2e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"],
          4e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"]}
 
@@ -97,14 +97,14 @@ MAX_EPOCHS = 4.0  # Muennighoff et al. 2023: up to about 4 passes, repeated toke
 
 
 def predict(record: dict, train_tokens: int, vocab_size: int, factor: float) -> dict:
-    """The held-out budget's compute-optimal shape and loss by the parametric law (among the shapes
-    that make at most MAX_EPOCHS passes over the text: the law was fitted to runs that repeat little
+    """The held-out budget's compute-optimal shape and loss by the parametric law (among the family's
+    shapes that make at most MAX_EPOCHS passes over the text: the law was fitted to runs that repeat little
     and knows nothing of repetition), and approach 2's N_opt."""
     runs = record["runs"]
     law = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
     frontier = isoflop_frontier(runs)
     budget = factor * max(r["budget"] for r in runs)
-    plans = [plan_run(shape, budget, vocab_size, train_tokens) for shape in LADDER]
+    plans = [plan_run(shape, budget, vocab_size, train_tokens) for shape in FAMILY]
     for plan in plans:
         plan["predicted_loss"] = float(law(plan["N"], plan["D"]))
     best = min((p for p in plans if p["epochs"] <= MAX_EPOCHS), key=lambda p: p["predicted_loss"])

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from course_lib.isoflop import (LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters, plan_run, shape_config,
+from course_lib.isoflop import (FAMILY, LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters, plan_run, shape_config,
                                 train_planned)
 from course_lib.model import GPT
 from course_lib.sizing import flops_per_token
@@ -22,8 +22,9 @@ def test_n_is_the_n_of_the_flop_count(shape):
     assert config.n_embd // config.n_head == 16 or config.n_head == 1
 
 
-def test_ladder_grows():
-    sizes = [matmul_parameters(shape_config(s, 65)) for s in LADDER]
+def test_the_family_is_one_block_and_grows():
+    assert all(LADDER[s][0] == 1 for s in FAMILY) and len(FAMILY) >= 5
+    sizes = [matmul_parameters(shape_config(s, 65)) for s in FAMILY]
     assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
 
 
