@@ -5,7 +5,7 @@ scaling laws fitted to it, and a prediction for a larger budget written down bef
     PYTHONPATH=$PWD python benchmarks/scaling.py --resume     # skip the runs the record already holds
 
 1. The sweep: every budget of ``--budgets`` (training FLOPs, counted exactly by course_lib.sizing:
-   6N + 12 L T C per token, times the tokens) trains the shapes ``SIZES`` names for it (5 each), each
+   6N + 12 L T C per token, times the tokens) trains the widths ``SIZES`` names for it (5 each), each
    for the whole steps of 32 x 64 characters its budget buys, with a cosine schedule that ends at its
    last step (course_lib.isoflop). Every run is scored on the whole validation split (the last 10% of
    the text, 111,540 characters, every token once). The record is written after every run, so a stopped
@@ -19,7 +19,8 @@ scaling laws fitted to it, and a prediction for a larger budget written down bef
 Writes course_lib/records/scaling_sweep.json, which chapter 19 reads. It runs in the reference numeric
 environment (course_lib/tools/numerics.py) with one thread (``ENV``): on the project's shared 2-core
 machine each heavy job gets one core, and the chapter's live re-run of the smallest budget, also on
-one thread, reproduces the recorded losses bit for bit on any x86-64 CPU with AVX2.
+one thread, reproduces the recorded losses (bit for bit where the reference environment holds: any x86-64
+CPU with AVX2, see numerics.py).
 """
 from __future__ import annotations
 
