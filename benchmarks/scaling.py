@@ -21,6 +21,12 @@ environment (course_lib/tools/numerics.py) with one thread (``ENV``): on the pro
 machine each heavy job gets one core, and the chapter's live re-run of the smallest budget, also on
 one thread, reproduces the recorded losses (bit for bit where the reference environment holds: any x86-64
 CPU with AVX2, see numerics.py).
+
+Measured on 2026-11-26 (the project's shared 2-core machine, one thread, load average 3.8 to 9.7): IsoFLOP
+minima N_opt from about 1,700 to 7,500 parameters over 1.25e10 to 1e11 FLOPs, N_opt ~ C^0.76 and D_opt ~
+C^0.35 (approach 2); L = 1.25 + 4.73/N^0.247 + 58.8/D^0.335 (approach 3). Predicted for 3e11 FLOPs,
+before the run: one block of C = 32 (N = 14,464) on 2,693,120 tokens, validation loss 2.109; measured
+2.033, an error of -0.077 nats (the goal, 0.05, was not met).
 """
 from __future__ import annotations
 
