@@ -128,8 +128,7 @@ def main(argv=None) -> None:
     text = load_text()
     tok = CharTokenizer.train(text)
     train, val = split_tokens(tok, text, 64)
-    command = "python benchmarks/scaling.py" + (" --budgets " + " ".join(f"{b:g}" for b in args.budgets)
-                                                if args.budgets != BUDGETS else "") + (" --no-predict" if args.no_predict else "")
+    command = " ".join(["python benchmarks/scaling.py"] + (argv if argv is not None else sys.argv[1:]))  # every flag
     record = dict(command=command, made_at=stamp(), threads=torch.get_num_threads(), environment=ENV, cpu_count=os.cpu_count(),
                   torch=torch.__version__, train=TRAIN, ladder=LADDER, budgets=args.budgets,
                   sizes={f"{b:g}": SIZES[b] for b in args.budgets}, train_tokens=len(train), val_tokens=len(val),
@@ -138,7 +137,8 @@ def main(argv=None) -> None:
                   runs=[], prediction=None, held_out=None)
     if args.resume and args.out.exists():
         old = json.loads(args.out.read_text())
-        record.update(runs=old["runs"], prediction=old.get("prediction"), held_out=old.get("held_out"))
+        record.update(runs=old["runs"], prediction=old.get("prediction"), held_out=old.get("held_out"),
+                      predictions=old.get("predictions", []))
     if args.merge:
         parts = [json.loads(path.read_text()) for path in args.merge if path.exists()]
         record["runs"] += [r for part in parts for r in part["runs"]]
@@ -156,6 +156,7 @@ def main(argv=None) -> None:
         load = os.getloadavg()[0]
         run = train_planned(plan, train, val, tok)
         run["loadavg"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+        run["finished_at"] = stamp()
         record["runs"].append(run)
         save(record, args.out)  # after every run
         bar.write(f"C={budget:.0e} {shape:8s} N={run['N']:>7,} D={run['D']:>9,} ({run['epochs']:.2f} epochs) "
@@ -165,6 +166,7 @@ def main(argv=None) -> None:
         return
     if record["prediction"] is None:
         record["prediction"] = predict(record, len(train), tok.vocab_size, args.predict_factor)
+        record.setdefault("predictions", []).append(record["prediction"])  # every prediction ever made, kept
         save(record, args.out)  # the prediction is on disk before its run starts
     pred = record["prediction"]
     print(f"predicted at C={pred['budget']:.2e} ({pred['made_at']}): {pred['shape']} N={pred['N']:,} "

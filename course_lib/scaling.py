@@ -73,15 +73,17 @@ def fit_power_law(x, y) -> tuple[float, float]:
 
 def isoflop_frontier(runs: list[dict]) -> dict:
     """Approach 2 on ``runs`` (dicts with ``budget``, ``N``, ``D``, ``flops``, ``loss``; runs of a
-    budget share its nominal ``budget`` key): each budget's minimum in N and in D, then the power
-    laws N_opt(C) = k_N C^a and D_opt(C) = k_D C^b through them (C: the budget's mean actual FLOPs)."""
+    budget share its nominal ``budget`` key): each budget's minimum in N and in D (``inside``: whether
+    the vertex lies within the sizes trained, not extrapolated beyond them), then the power laws
+    N_opt(C) = k_N C^a and D_opt(C) = k_D C^b through them (C: the budget's mean actual FLOPs)."""
     minima = []
     for budget in sorted({r["budget"] for r in runs}):
         mine = [r for r in runs if r["budget"] == budget]
         n_opt, loss_opt = isoflop_minimum([r["N"] for r in mine], [r["loss"] for r in mine])
         d_opt, _ = isoflop_minimum([r["D"] for r in mine], [r["loss"] for r in mine])
+        sizes = [r["N"] for r in mine]
         minima.append(dict(budget=budget, C=float(np.mean([r["flops"] for r in mine])), N_opt=n_opt, D_opt=d_opt,
-                           loss_opt=loss_opt))
+                           loss_opt=loss_opt, inside=min(sizes) <= n_opt <= max(sizes)))  # False: extrapolated
     if len(minima) < 2:
         raise ValueError("the frontier needs at least 2 budgets")
     C = [m["C"] for m in minima]

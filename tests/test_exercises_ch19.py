@@ -31,6 +31,14 @@ def forward_only(config, tokens):
     return run_flops(config, tokens) / 3
 
 
+def no_head(config, tokens):
+    return run_flops(config, tokens) - 6 * config.vocab_size * config.n_embd * tokens
+
+
+def with_positions(config, tokens):
+    return run_flops(config, tokens) + 6 * config.block_size * config.n_embd * tokens
+
+
 @pytest.mark.parametrize("right", [run_flops])
 def test_run_flops_correct(right, capsys):
     ch19.check_run_flops(right)
@@ -39,7 +47,8 @@ def test_run_flops_correct(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [(all_parameters, "lookups"), (six_nd, "that is 6ND"),
-                                            (forward_only, "forward pass only")])
+                                            (forward_only, "forward pass only"), (no_head, "LM head is missing"),
+                                            (with_positions, "position table")])
 def test_run_flops_wrong(wrong, message):
     assert_not_done(ch19.check_run_flops, not_done)
     with pytest.raises(ExerciseError, match=message):

@@ -91,7 +91,20 @@ def test_isoflop_frontier_recovers_the_law_s_exponents():
     assert frontier["b"] == pytest.approx(1 - LAW.a, abs=0.01)
     assert frontier["a"] + frontier["b"] == pytest.approx(1.0, abs=1e-9)  # N_opt D_opt = C / 6 at every budget
     for m in frontier["minima"]:
-        assert m["N_opt"] == pytest.approx(LAW.optimal_N(m["C"]), rel=0.05)
+        assert m["N_opt"] == pytest.approx(LAW.optimal_N(m["C"]), rel=0.05) and m["inside"]
+
+
+
+def test_a_vertex_beyond_the_sizes_trained_is_flagged():
+    runs = synthetic_sweep(LAW, [1e13, 1e14])
+    left_arm = []  # at 1e13, only models smaller than the optimum: the vertex lies beyond the largest
+    for C in (1e13,):
+        for N in LAW.optimal_N(C) * np.geomspace(0.05, 0.6, 5):
+            left_arm.append(dict(budget=C, N=N, D=C / (6 * N), flops=C, loss=float(LAW(N, C / (6 * N)))))
+    runs = left_arm + [r for r in runs if r["budget"] == 1e14]
+    first, second = isoflop_frontier(runs)["minima"]
+    assert not first["inside"] and first["N_opt"] > max(r["N"] for r in left_arm)
+    assert second["inside"]
 
 
 def test_isoflop_frontier_needs_two_budgets():

@@ -58,3 +58,23 @@ def test_merge_of_unfinished_parts_writes_nothing(bench, tmp_path, capsys):
     out = tmp_path / "out.json"
     bench.main(["--merge", str(part), str(tmp_path / "missing.json"), "--out", str(out)])
     assert "not merged" in capsys.readouterr().out and not out.exists()
+
+
+def test_the_prediction_is_on_disk_before_the_held_out_run_starts(bench, tmp_path, monkeypatch):
+    out = tmp_path / "sweep.json"
+    law = LossLaw(E=1.3, A=5.0, B=60.0, alpha=0.25, beta=0.33)
+    seen = []
+
+    def fake_train(plan, *args, **kwargs):  # no training: a loss from a known law
+        if plan["budget"] > max(bench.BUDGETS):  # the held-out run: what is on disk now?
+            seen.append(json.loads(out.read_text()))
+        return dict(plan, seed=1337, loss=round(float(law(plan["N"], plan["D"])), 5), train_s=0.0, curve=[])
+
+    monkeypatch.setattr(bench, "train_planned", fake_train)
+    bench.main(["--out", str(out)])
+    record = json.loads(out.read_text())
+    assert len(seen) == 1 and seen[0]["prediction"] is not None and seen[0]["held_out"] is None
+    assert all(r["finished_at"] <= seen[0]["prediction"]["made_at"] for r in seen[0]["runs"])
+    assert record["held_out"]["started_after_prediction"] == record["prediction"]["made_at"]
+    assert record["predictions"] == [record["prediction"]]
+    assert record["command"] == f"python benchmarks/scaling.py --out {out}"

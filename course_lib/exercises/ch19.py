@@ -30,6 +30,13 @@ def check_run_flops(fn) -> None:
         if math.isclose(got, 6 * N * tokens, rel_tol=1e-6):
             fail("that is 6ND: the attention scores and the weighted sum of values are missing.",
                  "add 12 L T C per token (4 L T C forward, x3 with backward)")
+        head = config.vocab_size * config.n_embd
+        if math.isclose(got, expected - 6 * head * tokens, rel_tol=1e-6):
+            fail("the LM head is missing: it is a C x V matrix product every token pays for (untied here).",
+                 "add V * C to N")
+        if math.isclose(got, expected + 6 * config.block_size * config.n_embd * tokens, rel_tol=1e-6):
+            fail("you counted the position table: it is a lookup (a row is read), not a matrix product.",
+                 "leave T * C out of N")
         if math.isclose(got, expected / 3, rel_tol=1e-6):
             fail("that is the forward pass only: training runs backward too, about twice the forward.",
                  "multiply the forward FLOPs per token by 3")
