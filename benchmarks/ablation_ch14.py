@@ -36,7 +36,7 @@ VARIANTS = {
 def _options(p) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="NAME",
-                   help="run only these variants (e.g. to share the runs out among processes, then merge)")
+                   help="run only these variants")
 
 
 def main(argv=None) -> int:

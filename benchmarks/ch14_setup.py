@@ -8,10 +8,12 @@ Not a script: the two benchmarks import it (``sys.path`` holds ``benchmarks/`` o
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,14 +68,32 @@ def validation_batches(val_data, block_size: int, batch_size: int, count: int) -
     return [get_batch(val_data, block_size, batch_size, generator) for _ in range(count)]
 
 
+@functools.cache
+def _commit() -> str | None:
+    """The git commit the benchmark ran from, with "+changes" when its code (course_lib, benchmarks;
+    the records it writes aside) differs from that commit; None outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib", "benchmarks",
+                      ":!course_lib/records")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changed else "")
+
+
 def write_record(args, script: str, argv, fields: dict) -> None:
     """``fields`` with the command that made them, the environment, the machine and the load average,
     as JSON to ``args.json`` (nothing when it is not given)."""
     if not args.json:
         return
     command = f"python benchmarks/{script} " + shlex.join(argv if argv is not None else sys.argv[1:])
-    result = {"command": command, **fields,
+    result = {"command": command, "commit": _commit(), **fields,
               "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_at_end": os.getloadavg()}
-    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    path = Path(args.json)
+    partial = path.with_name(path.name + ".partial")  # then renamed: a stopped run never leaves half a file
+    partial.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(partial, path)
     print(f"wrote {args.json}")

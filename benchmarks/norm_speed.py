@@ -1,10 +1,12 @@
-"""RMSNorm against LayerNorm on this CPU (chapter 14): PyTorch's fused `F.layer_norm`, its fused
-`F.rms_norm`, the library's `RMSNorm` module and the same norm written out in six PyTorch operations,
-on one activation tensor of GPT-2 small's width, (B, T, C) = (16, 256, 768). The four are timed
-interleaved: each repeat runs every one of them once, in a rotating order, so a change of load hits
-all of them alike; the result is each one's median over the repeats and its ratio to `F.layer_norm`,
-with the load average before and after. Run it alone on the machine (the course's timing runs use
-`heavy --quiet`):
+"""RMSNorm against LayerNorm on this CPU (chapter 14): PyTorch's `F.layer_norm` (one kernel,
+`aten::native_layer_norm`), its `F.rms_norm` (on the CPU `aten::_fused_rms_norm`, which despite its name
+runs pow, mean, add, rsqrt and mul one after another), the library's `RMSNorm` module and the same norm
+written out in six PyTorch operations, on one activation tensor of GPT-2 small's width,
+(B, T, C) = (16, 256, 768). The four are timed interleaved: each repeat runs every one of them once, in
+a rotating order, so a change of load hits all of them alike; the result is each one's median and best
+time, the median over the rounds of its time over `F.layer_norm`'s in the same round, the load average
+before and after, and the profiler's trace of each (the aten operations it runs). Run it alone on the
+machine (the course's timing runs use `heavy --quiet`):
 
     PYTHONPATH=$PWD python benchmarks/norm_speed.py --json course_lib/records/norm_speed.json
 
@@ -26,6 +28,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+
+
+def aten_trace(fn) -> list[str]:
+    """What the profiler sees ``fn()`` run: the top-level aten operations; where there is only one,
+    the chain of single calls under it and then the operations the last one calls (allocations,
+    views and dtype checks left out)."""
+    import torch
+
+    with torch.profiler.profile() as prof:
+        fn()
+    skip = {"aten::empty", "aten::empty_strided", "aten::view", "aten::result_type"}
+    roots = [e for e in prof.events() if e.cpu_parent is None and e.name not in skip]
+    if len(roots) != 1:
+        return [e.name for e in roots]
+    event, chain = roots[0], [roots[0].name]
+    while len(calls := [c for c in event.cpu_children if c.name not in skip]) == 1:
+        event = calls[0]
+        chain.append(event.name)
+    return [" > ".join(chain + ([f"({', '.join(c.name for c in calls)})"] if calls else []))]
 
 
 def main(argv=None) -> int:
@@ -74,16 +95,25 @@ def main(argv=None) -> int:
     base = statistics.median(times["F.layer_norm"])
     results = {name: {"median_ms": round(1e3 * statistics.median(t), 4),
                       "min_ms": round(1e3 * min(t), 4),
-                      "ratio_to_layer_norm": round(statistics.median(t) / base, 3)} for name, t in times.items()}
+                      "ratio_to_layer_norm": round(statistics.median(t) / base, 3),
+                      # paired by round: both timed within the same round, so under the same load
+                      "median_round_ratio": round(statistics.median(
+                          a / b for a, b in zip(t, times["F.layer_norm"])), 3)} for name, t in times.items()}
     for name, r in results.items():
-        print(f"{name:28s} median {r['median_ms']:8.3f} ms (min {r['min_ms']:.3f}), {r['ratio_to_layer_norm']:.2f}x F.layer_norm")
+        print(f"{name:28s} median {r['median_ms']:8.3f} ms (min {r['min_ms']:.3f}), "
+              f"{r['median_round_ratio']:.2f}x F.layer_norm (median of the rounds' ratios)")
+    with torch.no_grad():
+        ops = {name: aten_trace(fn) for name, fn in fns.items()}
+    for name, trace in ops.items():
+        print(f"{name}: {' | '.join(trace)}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     if args.json:
         result = {"command": "python benchmarks/norm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "shape_BTC": args.shape, "repeats": args.repeats, "interleaved": True, "statistic": "median",
                   "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
                   "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
-                  "load_average_before": load_before, "load_average_after": load_after, "results": results}
+                  "load_average_before": load_before, "load_average_after": load_after, "results": results,
+                  "profiler_ops": ops}
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0

@@ -64,7 +64,9 @@ def main(argv=None) -> int:
                               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                               "load_average_before": load_before, "load_average_after_each_run": loads,
                               "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
-                    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+                    partial = Path(args.json + ".partial")  # then renamed: never half a file
+                    partial.write_text(json.dumps(result, indent=1) + "\n")
+                    os.replace(partial, args.json)
     if args.json:
         print(f"wrote {args.json}")
     return 0

@@ -2,6 +2,7 @@
 by course_lib.runs. It must train exactly what the benchmarks built inline before it (the stored
 records were made that way), and its fixed validation batches must not depend on the run."""
 import importlib.util
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -65,3 +66,27 @@ def test_validation_batches_are_fixed_by_their_own_generator():
     for (x1, y1), (x2, y2), (x3, y3) in zip(first, second, expected):
         assert x1.shape == (4, 16) and torch.equal(x1, x2) and torch.equal(x1, x3)
         assert torch.equal(y1, y2) and torch.equal(y1, y3) and torch.equal(x1[:, 1:], y1[:, :-1])
+
+
+def test_write_record_is_atomic_and_names_its_command_and_commit(tmp_path):
+    setup = load_setup()
+    out = tmp_path / "record.json"
+    args = setup.argparse.Namespace(json=str(out), host_env=False)
+    setup.write_record(args, "ablation_ch14.py", ["--seeds", "0", "--json", "x.json"], {"runs": {}})
+    record = json.loads(out.read_text())
+    assert record["command"] == "python benchmarks/ablation_ch14.py --seeds 0 --json x.json"
+    assert record["runs"] == {} and "load_average_at_end" in record
+    assert record["commit"] is None or len(record["commit"].split("+")[0]) >= 7
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]  # no partial file left
+
+
+def test_norm_speed_traces_what_each_norm_runs():
+    spec = importlib.util.spec_from_file_location("norm_speed", ROOT / "benchmarks" / "norm_speed.py")
+    norm_speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(norm_speed)
+    x, w = torch.randn(2, 4, 8), torch.ones(8)
+    with torch.no_grad():
+        layer_norm = norm_speed.aten_trace(lambda: torch.nn.functional.layer_norm(x, (8,), w, None, 1e-5))
+        written_out = norm_speed.aten_trace(lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w)
+    assert layer_norm == ["aten::layer_norm > aten::native_layer_norm"]
+    assert written_out == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
