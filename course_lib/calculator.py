@@ -22,10 +22,12 @@ too long, a character that is not arithmetic, an incomplete expression...).
 from __future__ import annotations
 
 import math
+import operator
 
 MAX_LENGTH = 64  # characters of one expression
 MAX_DEPTH = 16  # nested parentheses and signs
 MAX_MAGNITUDE = 1e12  # the largest number, given or computed
+ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 SIGNIFICANT_DIGITS = 10  # of a result that is not a whole number
 ALLOWED = set("0123456789.+-*/() ")
 
@@ -91,23 +93,21 @@ class _Parser:
         return self.text[self.pos] if self.pos < len(self.text) else ""
 
     def expression(self, depth: int) -> int | float:
-        value = self.term(depth)
-        while self.peek() in ("+", "-") and self.peek():
-            op = self.text[self.pos]
-            self.pos += 1
-            right = self.term(depth)
-            value = _checked(value + right if op == "+" else value - right)
-        return value
+        return self.operations(depth, ("+", "-"), self.term)
 
     def term(self, depth: int) -> int | float:
-        value = self.factor(depth)
-        while self.peek() in ("*", "/") and self.peek():
+        return self.operations(depth, ("*", "/"), self.factor)
+
+    def operations(self, depth: int, ops: tuple[str, str], operand) -> int | float:
+        """``operand (op operand)*``, left to right: one loop for both precedence levels."""
+        value = operand(depth)
+        while self.peek() in ops:
             op = self.text[self.pos]
             self.pos += 1
-            right = self.factor(depth)
+            right = operand(depth)
             if op == "/" and right == 0:
                 raise CalculatorError("division by zero")
-            value = _checked(value * right if op == "*" else value / right)
+            value = _checked(ARITHMETIC[op](value, right))
         return value
 
     def factor(self, depth: int) -> int | float:
