@@ -47,7 +47,7 @@ from .generate import check_sampling_args, sample_next
 from .utils import check_seed
 
 CHAT_MODEL_PATH = Path(__file__).parent / "weights" / "chat-char-cpu.pt"
-CHAT_MODEL_SHA256 = None  # set when the chat model ships (python -m course_lib chat-sft, then copy it here)
+CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
 
 
