@@ -208,7 +208,6 @@ def table(box: Path) -> list:
         ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"), "--resume", "--device",
                                                       "cpu"], "not `chat-sft`"),
         # chat
-        ("chat: no chat model shipped yet", "cli", ["chat"], "chat-sft --out runs/chat"),
         ("chat: missing checkpoint", "cli", ["chat", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
         ("chat: random bytes", "cli", ["chat", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),
         ("chat: not a chat model", "cli", ["chat", "--checkpoint", pre], "not a chat model"),

@@ -208,9 +208,22 @@ def test_reset_forgets_all_but_the_system_message():
     assert engine.messages == [{"role": "system", "content": "Be brief."}] and engine.fed == []
 
 
-def test_load_chat_model_says_how_to_get_one(tmp_path):
+def test_the_shipped_chat_model_loads_and_is_checked(tmp_path, monkeypatch):
+    import course_lib.chat_engine as chat_engine
+
+    model, tokenizer = load_chat_model()  # the shipped one, its SHA-256 checked
+    assert tokenizer.vocab_size == model.config.vocab_size and END in tokenizer.special_ids
+    changed = tmp_path / "chat-char-cpu.pt"
+    changed.write_bytes(chat_engine.CHAT_MODEL_PATH.read_bytes() + b"\0")
+    monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", changed)
+    with pytest.raises(ValueError, match="reinstall course_lib"):
+        load_chat_model()
+    monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", tmp_path / "missing.pt")
     with pytest.raises(FileNotFoundError, match="chat-sft --out runs/chat"):
         load_chat_model()
+
+
+def test_load_chat_model_refuses_a_plain_gpt(tmp_path):
     path = save_checkpoint(tmp_path / "plain.pt", GPT(GPTConfig(vocab_size=65, block_size=8, n_layer=1, n_head=1,
                                                                  n_embd=8)), tokenizer=TOK.base)
     with pytest.raises(ValueError, match="not a chat model"):

@@ -75,7 +75,23 @@ def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkp
     assert capsys.readouterr().err == "interrupted (Ctrl-C): the chat ended\n"
 
 
-def test_without_a_shipped_chat_model_one_line_names_the_fix(capsys):
+def test_a_missing_or_changed_shipped_chat_model_is_one_line(capsys, monkeypatch, tmp_path):
+    import course_lib.chat_engine as chat_engine
+
+    monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", tmp_path / "missing.pt")
     assert main(["chat"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "python -m course_lib chat-sft --out runs/chat" in err
+    changed = tmp_path / "changed.pt"
+    changed.write_bytes(b"not the shipped model")
+    monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", changed)
+    assert main(["chat"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reinstall course_lib" in err
+
+
+def test_the_shipped_chat_model_answers_in_the_terminal(capsys, monkeypatch):
+    lines = iter(["How much is 1+69?", "/quit"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(lines))
+    assert main(["chat"]) == 0
+    assert "70" in capsys.readouterr().out
