@@ -98,3 +98,25 @@ def test_the_readme_quotes_the_eval_speed_record():
     assert f"load average {min(loads):.1f}-{max(loads):.1f}" in row
     # what the benchmark computed itself agrees with the medians quoted
     assert rec["speedup_loglikelihood"] == med[ll] / med["ours_loglikelihood"]
+
+
+def test_the_readme_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
+    """README's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
+    chat model is the run the record names (its final validation loss is the one stored in it)."""
+    from course_lib.chat_engine import CHAT_MODEL_PATH
+    from course_lib.checkpoint import load_checkpoint
+
+    rec = json.loads((RECORDS / "chat_sft_runs.json").read_text())
+    row = _readme_row("chat_sft.py")
+    for iters, start in [(1000, "pretrained"), (1000, "scratch"), (3000, "pretrained"), (3000, "scratch")]:
+        losses = [r["final_val_loss"] for r in rec["runs"] if r["iters"] == iters and r["start"] == start]
+        assert len(losses) == 3
+    ranges = {(i, s): sorted(r["final_val_loss"] for r in rec["runs"] if r["iters"] == i and r["start"] == s)
+              for i in (1000, 3000) for s in ("pretrained", "scratch")}
+    fmt = {1000: "{:.3f}", 3000: "{:.2f}"}
+    for (i, s), v in ranges.items():
+        assert f"{fmt[i].format(v[0])}-{fmt[i].format(v[-1])}" in row, (i, s, row)
+    shipped = rec["chosen"]["shipped"].split()[0]
+    run = next(r for r in rec["runs"] if r["name"] == shipped)
+    ckpt = load_checkpoint(CHAT_MODEL_PATH)
+    assert ckpt["step"] == run["iters"] and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"]
