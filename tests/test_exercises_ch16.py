@@ -57,11 +57,12 @@ def test_bits_per_byte_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-def bootstrap(scores, iters, seed):
+def bootstrap(scores, iters, seed, level=0.95):
     x = torch.tensor(scores, dtype=torch.float64)
     g = torch.Generator().manual_seed(seed)
     means = x[torch.randint(len(x), (iters, len(x)), generator=g)].mean(1)
-    return torch.quantile(means, 0.025).item(), torch.quantile(means, 0.975).item()
+    tail = (1 - level) / 2
+    return torch.quantile(means, tail).item(), torch.quantile(means, 1 - tail).item()
 
 
 def bootstrap_without_replacement(scores, iters, seed):
@@ -77,10 +78,7 @@ def bootstrap_of_the_scores(scores, iters, seed):
 
 
 def bootstrap_90(scores, iters, seed):
-    x = torch.tensor(scores, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)
-    means = x[torch.randint(len(x), (iters, len(x)), generator=g)].mean(1)
-    return torch.quantile(means, 0.05).item(), torch.quantile(means, 0.95).item()
+    return bootstrap(scores, iters, seed, level=0.90)
 
 
 def normal_approximation(scores, iters, seed):
