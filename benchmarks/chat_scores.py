@@ -79,7 +79,9 @@ def main(argv=None) -> int:
         print(f"error: {args.models_dir} lacks {', '.join(missing)} (model.pt of each): train them with "
               "benchmarks/chat_sft.py first", file=sys.stderr)
         return 2
-    record = {"command": "python benchmarks/chat_scores.py " + " ".join(argv), "split": "test",
+    command = " ".join("DIR" if a == str(args.models_dir) else a for a in argv)  # no local path in the record
+    record = {"command": "python benchmarks/chat_scores.py " + command,
+              "models_dir": "DIR: the run folders of benchmarks/chat_sft.py (its --out-dir)", "split": "test",
               "conversations": len(test), "threads": args.threads, "torch": torch.__version__, "models": {}}
     if not args.no_base:
         names = ["base"] + names
