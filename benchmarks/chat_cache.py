@@ -4,7 +4,10 @@ multi-turn conversation, both ways on the same model, messages and seed, alterna
 fastest of ``--repeats`` runs of each counting; both must write the same tokens.
 
 The model is untrained (the speed does not depend on the weights): a GPT of the ``--preset``'s
-architecture with the character chat tokenizer's vocabulary. At the shipped model's block_size
+architecture with the character chat tokenizer's vocabulary, its special tokens ruled out
+(:class:`NoSpecials`), so that every reply has ``--reply-tokens`` tokens and no calculator call:
+an untrained model may otherwise pick the end-of-turn token first, and a reply of no tokens
+times nothing. At the shipped model's block_size
 of 64 the conversation is short and the saving small; at the GPU preset's 256 it is what a
 longer chat gains. Usage:
 
@@ -40,6 +43,19 @@ def conversation_messages(turns: int) -> list[str]:
     return messages[:turns]
 
 
+class NoSpecials(torch.nn.Module):
+    """``model`` with the chat's special tokens ruled out of its logits (B, T, V)."""
+
+    def __init__(self, model, banned):
+        super().__init__()
+        self.model, self.config, self.banned = model, model.config, sorted(banned)
+
+    def forward(self, idx, cache=None):
+        logits, loss = self.model(idx, cache=cache)
+        logits[..., self.banned] = float("-inf")
+        return logits, loss
+
+
 def run(model, tokenizer, messages, use_cache: bool, reply_tokens: int) -> tuple[float, int, list[int]]:
     """Seconds and reply tokens of one conversation; the ids it ended with."""
     engine = ChatEngine(model, tokenizer, max_reply_tokens=reply_tokens, use_cache=use_cache, seed=0)
@@ -54,7 +70,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", action="append", help="whose architecture (repeat; default: both CPU and GPU)")
     parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--reply-tokens", type=int, default=24, help="tokens per reply (an untrained model never stops)")
+    parser.add_argument("--reply-tokens", type=int, default=24, help="tokens per reply (every reply has this many)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RECORD), help="where the results go (JSON)")
@@ -66,7 +82,7 @@ def main(argv=None) -> int:
     for name in args.preset or ["shakespeare-char-cpu", "shakespeare-char-gpu"]:
         torch.manual_seed(0)
         config = replace(get_preset(name).model, vocab_size=tokenizer.vocab_size, dropout=0.0)
-        model = GPT(config).eval()
+        model = NoSpecials(GPT(config).eval(), tokenizer.special_ids.values())
         best, ids = {True: float("inf"), False: float("inf")}, {}
         for _ in range(args.repeats):
             for use_cache in (False, True):

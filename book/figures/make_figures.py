@@ -715,6 +715,41 @@ def moe_layer():
     return fig
 
 
+@figure("ch17_chat_turns")
+def chat_turns():
+    """One exchange as the chat model reads it: role tokens, the calculator call and its result,
+    the end-of-turn token, and which tokens fine-tuning trains (the assistant-only mask)."""
+    fig, ax = canvas(11.0, 4.6)
+    label(ax, 5.5, 4.25, "A conversation is one sequence of tokens: the roles marked, the assistant's tokens trained",
+          fontsize=10.5, color=INK)
+    pieces = [("<|user|>", PURPLE, False), ("What is 12+7?", GREY, False), ("<|end|>", PURPLE, False),
+              ("<|assistant|>", PURPLE, False), ("<|calc|>", ORANGE, True), ("12+7", GREEN, True),
+              ("<|/calc|>", ORANGE, True), ("<|result|>", TEAL, False), ("19", TEAL, False),
+              ("<|/result|>", TEAL, False), ("19", GREEN, True), ("<|end|>", GREEN, True)]
+    widths = [0.8, 1.35, 0.68, 1.05, 0.72, 0.55, 0.78, 0.86, 0.4, 0.92, 0.4, 0.68]
+    x = 0.35
+    centres = []
+    for (text, color, trained), w in zip(pieces, widths):
+        box(ax, x + w / 2, 2.9, w - 0.06, 0.55, text, color, fontsize=8.5, bold=trained)
+        box(ax, x + w / 2, 2.05, w - 0.06, 0.38, "yes" if trained else "no", GREEN if trained else GREY,
+            fontsize=7.5)
+        centres.append(x + w / 2)
+        x += w
+    label(ax, 0.3, 2.48, "trained (the loss mask)?", fontsize=8.5, ha="left")
+    label(ax, (centres[0] + centres[2]) / 2, 3.45, "the user writes", fontsize=8.5, color=PURPLE)
+    label(ax, (centres[4] + centres[6]) / 2, 3.45, "the model writes a call", fontsize=8.5, color=ORANGE)
+    label(ax, (centres[7] + centres[9]) / 2, 3.45, "the calculator answers", fontsize=8.5, color=TEAL)
+    label(ax, (centres[10] + centres[11]) / 2, 3.45, "the model answers", fontsize=8.5, color=GREEN)
+    box(ax, (centres[6] + centres[7]) / 2, 0.8, 2.3, 0.6, "calculator (no eval)\n12+7 -> 19", TEAL, fontsize=8.5)
+    arrow(ax, centres[6], 2.6, (centres[6] + centres[7]) / 2 - 0.5, 1.12, color=ORANGE, rad=0.2)
+    arrow(ax, (centres[6] + centres[7]) / 2 + 0.5, 1.12, centres[8], 2.6, color=TEAL, rad=0.2)
+    label(ax, 0.35, 1.25, "the engine writes <|assistant|> itself and stops\nat <|end|>: the model learns to stop, "
+          "not to start", fontsize=8.5, ha="left")
+    label(ax, 10.7, 1.25, "the result is read, never trained:\nthe tool writes it, not the model", fontsize=8.5,
+          ha="right")
+    return fig
+
+
 def main(out_dir: Path = HERE) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,135 @@
+"""Per-task scores of a chat model: conversations played turn by turn with the model's own replies,
+each task's rule (exact match; the calculator on and off; speak-as's known words in one finished
+line), chapter 16's intervals, the spread across seeds, and the shipped record replayed."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from chat_helpers import TOK, Cycling, ids_of
+from course_lib import chat_eval
+from course_lib.chat_engine import ChatEngine
+from course_lib.chat_template import CALC, CALC_END, END
+from course_lib.evaluation import bootstrap_interval, mean_stderr
+
+RECORD = Path(chat_eval.__file__).parent / "records" / "chat_scores.json"
+
+
+def conversation(task, *turns):
+    """turns: user text, assistant content, user text, ..."""
+    roles = ["user", "assistant"] * len(turns)
+    return {"task": task, "messages": [{"role": r, "content": c} for r, c in zip(roles, turns)]}
+
+
+def calc_answer(expression, value):
+    return [{"type": "tool", "text": expression}, {"type": "result", "text": value}, {"type": "text", "text": value}]
+
+
+def test_play_answers_each_user_message_in_order_with_the_models_own_replies_kept():
+    model = Cycling(ids_of("c-a-t", END))
+    engine = ChatEngine(model, TOK)
+    replies = chat_eval.play(engine, conversation("follow-up", "Spell cat.", "c-a-t", "Its length?", "3"))
+    assert [chat_eval.reply_text(r) for r in replies] == ["c-a-t", "c-a-t"]
+    assert engine.messages[1]["content"] == "c-a-t" and engine.messages[2]["content"] == "Its length?"
+    replies = chat_eval.play(engine, conversation("spelling", "Spell dog.", "d-o-g"))  # a fresh start
+    assert len(engine.messages) == 2 and len(replies) == 1
+
+
+def test_exact_match_tasks_score_the_final_reply_against_the_last_assistant_message():
+    items = [conversation("letters", "How many t in cat?", "1"), conversation("letters", "How many a in cab?", "1"),
+             conversation("letters", "How many z in cat?", "0")]
+    row = chat_eval.score_task(Cycling(ids_of("1", END)), TOK, items, "letters")
+    assert row["per_item"] == [1.0, 1.0, 0.0] and row["outputs"] == ["1", "1", "1"]
+    assert row["score"] == pytest.approx(2 / 3) and row["n"] == 3 and row["metric"] == "exact_match"
+    assert row["interval"] == list(bootstrap_interval([1.0, 1.0, 0.0])) and row["stderr"] == mean_stderr([1.0, 1.0, 0.0])
+
+
+def test_arithmetic_with_and_without_the_calculator():
+    items = [conversation("arithmetic", "What is 2+3?", calc_answer("2+3", "5")),
+             conversation("arithmetic", "What is 4+4?", calc_answer("4+4", "8"))]
+    copies = Cycling(ids_of(CALC, "4+4", CALC_END, "8", END))  # calls the tool, then writes 8
+    with_tool = chat_eval.score_task(copies, TOK, items, "arithmetic")
+    assert with_tool["per_item"] == [0.0, 1.0] and with_tool["calculator"] is True
+    # without the calculator the result comes back empty: the number written after it is the model's own
+    engine = ChatEngine(Cycling(ids_of(CALC, "4+4", CALC_END, "8", END)), TOK, calculator=chat_eval.no_calculator)
+    pieces = chat_eval.play(engine, items[1])[-1]
+    assert [(p.kind, p.text) for p in pieces] == [("tool", "4+4"), ("result", ""), ("text", "8")]
+    without = chat_eval.score_task(Cycling(ids_of(CALC, "4+4", CALC_END, "8", END)), TOK, items, "arithmetic",
+                                   calculator=False)
+    assert without["per_item"] == [0.0, 1.0] and without["calculator"] is False
+
+
+def test_speak_as_scores_known_words_in_one_finished_line():
+    items = [conversation("speak-as", "Speak as ROMEO.", "O, she doth teach the torches to burn bright!")]
+    words = chat_eval.shakespeare_words()
+    known = chat_eval.score_task(Cycling(ids_of("And the king", END)), TOK, items, "speak-as", words=words)
+    assert known["per_item"] == [1.0] and known["metric"] == "known_words" and known["verbatim"] == 0
+    half = chat_eval.score_task(Cycling(ids_of("the qzxv", END)), TOK, items, "speak-as", words=words)
+    assert half["per_item"] == [0.5]
+    rambling = chat_eval.score_task(Cycling(ids_of("the king ")), TOK, items, "speak-as", words=words,
+                                    max_reply_tokens=20)  # never ends its turn: cut, so 0
+    assert rambling["per_item"] == [0.0]
+    two_lines = chat_eval.score_task(Cycling(ids_of("the king\nthe king", END)), TOK, items, "speak-as", words=words)
+    assert two_lines["per_item"] == [0.0]
+
+
+def test_a_real_line_of_the_speaker_counts_as_verbatim():
+    lines = chat_eval.shakespeare_lines()
+    line = sorted(lines["ROMEO"])[0]
+    items = [conversation("speak-as", "Speak as ROMEO.", "Anything.")]
+    row = chat_eval.score_task(Cycling(ids_of(line, END)), TOK, items, "speak-as", lines=lines)
+    assert row["verbatim"] == 1
+    assert "Is the day so young?" in lines["ROMEO"] and "ROMEO" not in lines["JULIET"]
+
+
+@pytest.mark.parametrize("text, share", [("the king", 1.0), ("", 0.0), ("zzqx the", 0.5), ("12 + 3", 0.0)])
+def test_known_word_share(text, share):
+    assert chat_eval.known_word_share(text, {"the", "king"}) == share
+
+
+def test_reference_and_speaker():
+    assert chat_eval.reference(conversation("arithmetic", "What is 2+3?", calc_answer("2+3", "5"))) == "5"
+    assert chat_eval.reference(conversation("dates", "x?", "2001-02-03")) == "2001-02-03"
+    assert chat_eval.speaker_of(conversation("speak-as", "Say a line as LADY CAPULET.", "x")) == "LADY CAPULET"
+
+
+def test_across_seeds_and_bad_input():
+    s = chat_eval.across_seeds([0.5, 0.7, 0.6])
+    assert s["mean"] == pytest.approx(0.6) and s["std"] == pytest.approx(0.1) and (s["min"], s["max"]) == (0.5, 0.7)
+    assert math.isnan(chat_eval.across_seeds([0.5])["std"])
+    with pytest.raises(ValueError, match="no scores"):
+        chat_eval.across_seeds([])
+    with pytest.raises(ValueError, match="unknown task"):
+        chat_eval.score_task(Cycling(ids_of(END)), TOK, [], "poetry")
+    with pytest.raises(ValueError, match="no dates conversation"):
+        chat_eval.score_task(Cycling(ids_of(END)), TOK, [conversation("letters", "a?", "1")], "dates")
+
+
+def test_before_fine_tuning_keeps_the_pretrained_logits_over_the_old_tokens():
+    from course_lib.pretrained import load_pretrained
+    base, base_tok = load_pretrained()
+    model, tok = chat_eval.before_fine_tuning(base, base_tok)
+    assert model.config.vocab_size == tok.vocab_size > base.config.vocab_size
+    x = torch.tensor([base_tok.encode("ROMEO:\nO")])
+    with torch.no_grad():
+        assert torch.allclose(model(x)[0][..., :base.config.vocab_size], base(x)[0], atol=1e-5)
+
+
+def test_the_record_replays():
+    """The shipped model's first replies in the record are what it answers today, greedy."""
+    from course_lib.chat_data import load_conversations
+    from course_lib.chat_engine import load_chat_model
+    record = json.loads(RECORD.read_text())
+    shipped = record["models"]["pretrained-it1000-lr0.001-s0"]["rows"]
+    model, tok = load_chat_model()
+    test = load_conversations("test")
+    for task in ("dates", "arithmetic"):
+        items = [c for c in test if c["task"] == task][:3]
+        row = chat_eval.score_task(model.float(), tok, items, task)
+        assert row["outputs"] == shipped[task]["outputs"][:3]
+        assert row["per_item"] == shipped[task]["per_item"][:3]
+    for start in ("pretrained", "scratch"):
+        spread = record["across_seeds"][start]["identity"]
+        assert spread["runs"] == 3 and spread["min"] <= spread["mean"] <= spread["max"]
