@@ -61,7 +61,7 @@ from course_lib.runs_assistant import start_dpo_run, start_grpo_run  # noqa: E40
 from course_lib.train import TrainConfig  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "align_compare.json"
-LEARNING_RATES = {"sft": [3e-4, 1e-3, 3e-3], "dpo": [3e-5, 1e-4, 3e-4], "grpo": [1e-4, 3e-4, 1e-3]}
+LEARNING_RATES = {"sft": [3e-4, 1e-3, 3e-3], "dpo": [1e-5, 3e-5, 1e-4, 3e-4], "grpo": [3e-5, 1e-4, 3e-4, 1e-3]}
 BATCH = {"sft": 64, "dpo": 32, "grpo": 8}  # sums, pairs, prompts (of G answers) per step
 GROUP, PAIR_PROMPTS, PAIR_GROUP = 8, 512, 8
 HACK_START_STEPS = 5  # SFT steps of the hacking runs' start: a model that writes a number then END only sometimes
@@ -132,9 +132,8 @@ def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: 
            "token_passes": setup_cost(method) + steps * step_cost(method, batch), "seconds": round(seconds, 2),
            "eval_step": h["eval_step"], "val_accuracy": h["val_accuracy"], "train_accuracy": h["train_accuracy"],
            "loss": [round(x, 5) for x in h["loss"]]}
-    for key in ("reward", "kl", "rewards/accuracies", "rewards/margins"):
-        if key in h:
-            out[key] = [round(x, 5) for x in h[key]]
+    out["curves"] = {key: [round(x, 5) for x in h[key]] for key in ("reward", "kl", "rewards/accuracies",
+                                                                     "rewards/margins") if key in h}
     if method == "dpo":
         out["pairs"] = len(trainer.trained_on["pairs"]["train"])
     out["val"] = score(trainer.model, trainer.tokenizer, trainer.items["val"])
