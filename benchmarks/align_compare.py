@@ -1,7 +1,7 @@
 """Chapter 18's comparison: more SFT, DPO and GRPO from the same starting model, at equal compute,
 on two-digit addition without a calculator, and GRPO on a reward that can be hacked.
 
-    python benchmarks/align_compare.py                        # the record (about 10 minutes on 1 core)
+    python benchmarks/align_compare.py                        # the record (about 5 minutes on 1 core)
     python benchmarks/align_compare.py --tiny --out-dir /tmp/a --record /tmp/a/record.json   # a smoke test
 
 **The start** (``start.pt`` in ``--out-dir``): the shipped chat model (chapter 17), which answers
