@@ -10,6 +10,9 @@ addition (:mod:`course_lib.rewards`):
   (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
   and trains on those pairs against the frozen base as its reference. The pairs are stored in the
   checkpoint, so a resumed run trains on the same ones.
+- **SFT**, the control (:class:`SFTTrainer`): next-token training on the *right* answers to the
+  training prompts, the prompt masked, as chapter 15 fine-tunes; it also makes chapter 18's
+  starting model (:func:`sft_start`: the chat model, shown a few hundred sums in this format).
 - **GRPO** samples a group of G answers per prompt from the *current* policy at every step, from the
   run's batch generator (saved in every checkpoint: a resumed run samples the same answers), rewards
   them by code and takes one step on the clipped objective (:mod:`course_lib.grpo`). The KL to the
@@ -36,6 +39,7 @@ from .preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_com
 from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, preference_pairs, sample_groups,
                       score_groups)
 from .speed import autocast
+from .finetune import encode_examples
 from .train import TrainConfig, Trainer
 
 METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
@@ -199,6 +203,35 @@ class GRPOTrainer(_AlignTrainer):
             kl = masked_mean(kl_k3(logps.detach(), ref_logps), mask.to(logps.dtype)).item()
             self.last = {"reward": rewards.mean().item(), "kl": kl}
         return total
+
+
+class SFTTrainer(_AlignTrainer):
+    """The control: supervised fine-tuning on the right answers (``"a+b="`` then the sum and END,
+    the prompt's tokens masked), ``batch_size`` training sums a step; the loss is the Trainer's."""
+
+    def __init__(self, model, items: dict, config: TrainConfig, **options):
+        super().__init__(model, None, None, items, config, **options)
+
+    def draw(self, split: str, generator: torch.Generator):
+        picks = torch.randint(len(self.items[split]), (self.config.batch_size,), generator=generator).tolist()
+        pairs = [(self.items[split][i]["prompt"][:-1], self.items[split][i]["answer"]) for i in picks]
+        return encode_examples(self.tokenizer, pairs, device=self.device)  # x, y (B, T): "a+b" SEP "=" answer END
+
+
+# Chapter 18's starting model: the shipped chat model never saw a bare "a+b=" (it calls its calculator
+# inside a chat), so a short SFT in this format makes a model that writes sums and is often wrong.
+START_SFT = dict(max_iters=300, batch_size=32, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, weight_decay=0.0,
+                 grad_clip=1.0, eval_interval=150, eval_iters=1, seed=0)
+
+
+def sft_start(model, tokenizer, settings: dict | None = None, device: str = "cpu", progress: bool = False):
+    """``model`` (e.g. :func:`course_lib.chat_engine.load_chat_model`'s) after ``START_SFT`` (or
+    ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched."""
+    config = apply_overrides(TrainConfig(**START_SFT), settings or {}, SHAPE_KEPT)
+    trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config, device=device,
+                         tokenizer=tokenizer, progress=progress, verbose=False)
+    trainer.train()
+    return trainer.model
 
 
 # --- building runs: course_lib.runs calls these ------------------------------------------------------

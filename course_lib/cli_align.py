@@ -3,7 +3,7 @@ addition from its own answers (pairs of a right and a wrong one; groups rewarded
 """
 from __future__ import annotations
 
-from .cli_common import DEVICES, report_resume, run_settings, run_trainer
+from .cli_common import add_run_options, report_resume, run_settings, run_trainer
 from .rewards import REWARDS, arithmetic_items, greedy_reward
 from .run_folder import open_run
 from .runs_assistant import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
@@ -17,7 +17,7 @@ def cmd_align(args) -> int:
     share of chapter 16's held-out sums answered right."""
     method, (start, resume) = args.command, ALIGN_RUNS[args.command]
     settings = run_settings(args)
-    with open_run(args.out or f"runs/{method}", args.resume, method) as folder:
+    with open_run(args.out, args.resume, method) as folder:
         if folder.checkpoint is not None:
             trainer = resume(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint, device=args.device,
                              checkpoint=folder.checkpoint)
@@ -48,10 +48,5 @@ def add_align_parsers(sub) -> None:
                        "with --resume only needed when that file has moved (checked by its SHA-256)")
         p.add_argument("--reward", choices=list(REWARDS), help="exact (the right sum, the default) or format "
                        "(any number: a reward that can be hacked)")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help=f"a training or {method} setting (e.g. beta=0.1); repeat for more")
-        p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-        p.add_argument("--out", help=f"output folder (default runs/{method})")
-        p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-        p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+        add_run_options(p, f"runs/{method}")
         p.set_defaults(func=cmd_align)

@@ -57,7 +57,7 @@ def add_sampling_options(p, temperature: float) -> None:  # sample's and chat's
     p.add_argument("--device", choices=DEVICES)
 
 
-def add_run_options(p, out: str) -> None:  # finetune's and chat-sft's
+def add_run_options(p, out: str) -> None:  # finetune's, chat-sft's, dpo's and grpo's
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one training setting; repeat for more")
     p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")

@@ -185,26 +185,42 @@ def flatten(groups: list[Group]) -> tuple[list[list[int]], list[list[int]]]:
     return prompts, [c for g in groups for c in g.completion_ids]
 
 
-def greedy_reward(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
-                  batch_size: int = 100) -> float:
-    """Mean ``reward`` of the greedy answers of ``model`` to ``items`` (``{"prompt", ...}``): with
-    the exact reward, the share answered right. Prompts of one length are answered as one batch."""
+def greedy_answers(model, tokenizer, items: list[dict], max_new_tokens: int = 6, batch_size: int = 100) -> list[str]:
+    """The greedy completion of ``model`` to each item's ``"prompt"`` (up to and including its
+    first END, or cut at ``max_new_tokens``), in the items' order. Prompts of one length are
+    answered as one batch."""
     if not items:
         raise ValueError("no items to answer")
     device = next(model.parameters()).device
     end_id = tokenizer.encode(END)[0]
-    total = 0.0
-    by_length: dict[int, list[str]] = {}
-    for item in items:
-        by_length.setdefault(len(tokenizer.encode(item["prompt"])), []).append(item["prompt"])
-    for prompts in by_length.values():
-        for i in range(0, len(prompts), batch_size):
-            chunk = prompts[i:i + batch_size]
-            idx = torch.tensor([tokenizer.encode(p) for p in chunk], dtype=torch.long, device=device)
+    answers: dict[int, str] = {}
+    by_length: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        by_length.setdefault(len(tokenizer.encode(item["prompt"])), []).append(i)
+    for members in by_length.values():
+        for start in range(0, len(members), batch_size):
+            chunk = members[start:start + batch_size]
+            idx = torch.tensor([tokenizer.encode(items[i]["prompt"]) for i in chunk], dtype=torch.long, device=device)
             out = generate(model, idx, max_new_tokens, temperature=0.0, use_cache=True)[:, idx.size(1):]
-            for prompt, row in zip(chunk, out.tolist()):
-                total += float(reward(prompt, tokenizer.decode(cut_at_end(row, end_id))))
-    return total / len(items)
+            for i, row in zip(chunk, out.tolist()):
+                answers[i] = tokenizer.decode(cut_at_end(row, end_id))
+    return [answers[i] for i in range(len(items))]
+
+
+def greedy_scores(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
+                  batch_size: int = 100) -> list[float]:
+    """``reward`` of the greedy answer to each item (one value per item: chapter 16's intervals
+    are computed from these)."""
+    answers = greedy_answers(model, tokenizer, items, max_new_tokens, batch_size)
+    return [float(reward(item["prompt"], answer)) for item, answer in zip(items, answers)]
+
+
+def greedy_reward(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
+                  batch_size: int = 100) -> float:
+    """Mean ``reward`` of the greedy answers of ``model`` to ``items`` (``{"prompt", ...}``): with
+    the exact reward, the share answered right."""
+    scores = greedy_scores(model, tokenizer, items, reward, max_new_tokens, batch_size)
+    return sum(scores) / len(scores)
 
 
 # --- preference pairs from the model's own samples ----------------------------------------------

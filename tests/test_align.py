@@ -187,3 +187,29 @@ def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(ba
     b = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
     assert a["step"] == b["step"] == 6 and a["history"] == b["history"]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_sft_trains_on_the_answer_only_and_sft_start_leaves_its_model_alone(base):
+    from course_lib.align import SFTTrainer, sft_start
+    from course_lib.checkpoint import load_model
+    from course_lib.train import TrainConfig
+    from course_lib.utils import IGNORE_INDEX
+
+    model, _ = load_model(base)
+    items = task_splits(0)
+    run = SFTTrainer(model, items, TrainConfig(max_iters=3, batch_size=4, eval_interval=3, eval_iters=1),
+                     tokenizer=TOKENIZER, progress=False, verbose=False)
+    x, y = run.draw("train", torch.Generator().manual_seed(0))
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        prompt = TOKENIZER.decode(row_x).split("=")[0] + "="
+        kept = [t for t in row_y if t != IGNORE_INDEX]
+        answer = TOKENIZER.decode(kept)
+        assert answer.endswith("\n") and answer[:-1] == str(eval(prompt[:-1]))  # the sum and END, nothing else
+    run.train()
+    assert run.history["eval_step"] == [0, 3] and len(run.history["val_accuracy"]) == 2
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = {"max_iters": 2, "batch_size": 4, "eval_interval": 2, "warmup_iters": 1}
+    one, two = (sft_start(model, TOKENIZER, settings) for _ in range(2))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # a copy was trained
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), two.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), model.state_dict().values()))

@@ -120,3 +120,26 @@ def test_the_readme_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run(
     run = next(r for r in rec["runs"] if r["name"] == shipped)
     ckpt = load_checkpoint(CHAT_MODEL_PATH)
     assert ckpt["step"] == run["iters"] and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"]
+
+
+def test_the_readme_quotes_the_align_records():
+    """README's align_speed.py and align_compare.py rows: the figures of their records, as stored."""
+    speed = json.loads((RECORDS / "align_speed.json").read_text())
+    row = _readme_row("align_speed.py")
+    for name in ("dpo", "grpo"):
+        s = speed["steps"][name]
+        assert s["ratio_median"] == s["median_s"]["trl"] / s["median_s"]["ours"]
+        assert f"{1e3 * s['median_s']['ours']:.1f} ms against {1e3 * s['median_s']['trl']:.1f} ms " \
+               f"(**{s['ratio_median']:.2f}x faster**" in row, (name, row)
+        assert f"{s['ratio_fastest']:.2f}x" in row
+    assert f"medians of {speed['repeats']}; load average {speed['load_average'][0]:.1f}" in row
+    compare = json.loads((RECORDS / "align_compare.json").read_text())
+    row = _readme_row("align_compare.py")
+    for name, label in (("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO")):
+        s = compare["summary"][name]
+        runs = [r for r in compare["runs"].values() if r["method"] == name and r["reward"] == "exact"
+                and r["learning_rate"] == compare["chosen_learning_rate"][name]]
+        assert sorted(r["seed"] for r in runs) == s["seeds"] == [0, 1, 2]
+        assert abs(s["mean"] - sum(r["test"]["accuracy"] for r in runs) / len(runs)) < 1e-12
+        assert f"{label} {s['mean']:.3f} +- {s['std']:.3f}" in row, (name, row)
+    assert f"{compare['start']['test']['accuracy']:.3f} of chapter 16's 200 test sums right" in row

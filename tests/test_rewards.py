@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from course_lib.eval_tasks import load_task
 from course_lib.model import GPT, GPTConfig
 from course_lib.rewards import (Group, answer_text, arithmetic_items, cut_at_end, exact_answer_reward,
-                                expected_answer, flatten, format_reward, get_reward, preference_pairs,
+                                expected_answer, flatten, format_reward, get_reward, greedy_answers,
+                                greedy_reward, greedy_scores, preference_pairs,
                                 sample_group, sample_groups, score_groups)
 from course_lib.tokenizers import CharTokenizer
 
@@ -136,3 +137,16 @@ def test_pairs_from_sampled_groups_feed_dpo():
     ids, mask = pack_pairs(pairs, pad_id=0)
     loss, _ = dpo_batch_loss(model, model, ids, mask, DPOConfig())
     assert abs(loss.item() - 0.6931471805599453) < 1e-6
+
+
+def test_greedy_answers_keep_the_items_order_and_scores_are_per_item():
+    model, tokenizer = tiny_model(), TOKENIZER
+    items = [{"prompt": p} for p in ("64+91=", "5+5=", "10+20=", "7+8=", "99+99=")]  # two prompt lengths
+    answers = greedy_answers(model, tokenizer, items)
+    one_by_one = [greedy_answers(model, tokenizer, [item])[0] for item in items]
+    assert answers == one_by_one and len(answers) == 5
+    scores = greedy_scores(model, tokenizer, items, format_reward)
+    assert scores == [format_reward(i["prompt"], a) for i, a in zip(items, answers)]
+    assert greedy_reward(model, tokenizer, items, format_reward) == sum(scores) / len(scores)
+    with pytest.raises(ValueError, match="no items"):
+        greedy_answers(model, tokenizer, [])

@@ -684,6 +684,39 @@ def prompt_mask():
     return fig
 
 
+@figure("ch18_dpo_grpo")
+def dpo_grpo():
+    """Where DPO and GRPO get their signal: DPO from pairs sampled once from the base model, GRPO from
+    groups sampled from the current policy at every step, both rewarded by code."""
+    fig, ax = canvas(10.6, 5.4)
+    label(ax, 5.3, 5.05, "Learning from the model's own answers: DPO (pairs, sampled once) and GRPO "
+          "(groups, sampled every step)", fontsize=10.5, color=INK)
+    # DPO: top row
+    label(ax, 0.55, 3.75, "DPO", fontsize=11, color=BLUE, fontweight="bold")
+    box(ax, 1.75, 3.75, 1.5, 0.75, "prompt\n\"64+91=\"", GREY, fontsize=9)
+    box(ax, 3.65, 3.75, 1.75, 0.95, "base model\nsamples G answers\n(once, at the start)", BLUE, fontsize=8.5)
+    box(ax, 5.65, 3.75, 1.6, 0.95, "reward by code\n155 right: 1\n145 wrong: 0", ORANGE, fontsize=8.5)
+    box(ax, 7.45, 3.75, 1.45, 0.95, "pair\nchosen 155\nrejected 145", GREEN, fontsize=8.5)
+    box(ax, 9.35, 3.75, 1.85, 0.95, "-log sigmoid(beta x\nmargin of log-ratios\nto the reference)", PURPLE,
+        fontsize=8.5)
+    for x0, x1 in ((2.5, 2.77), (4.52, 4.85), (6.45, 6.72), (8.18, 8.42)):
+        arrow(ax, x0, 3.75, x1, 3.75)
+    label(ax, 9.35, 3.0, "policy and frozen reference\nscore both answers", fontsize=8)
+    # GRPO: bottom row
+    label(ax, 0.55, 1.55, "GRPO", fontsize=11, color=RED, fontweight="bold")
+    box(ax, 1.75, 1.55, 1.5, 0.75, "prompt\n\"64+91=\"", GREY, fontsize=9)
+    box(ax, 3.65, 1.55, 1.75, 0.95, "current policy\nsamples G answers\n(every step)", RED, fontsize=8.5)
+    box(ax, 5.65, 1.55, 1.6, 0.95, "rewards by code\nr = 1 0 0 1 0 0 0 0", ORANGE, fontsize=8.5)
+    box(ax, 7.45, 1.55, 1.45, 0.95, "advantages\n(r - mean)\n/ std of the group", GREEN, fontsize=8.5)
+    box(ax, 9.35, 1.55, 1.85, 0.95, "clipped ratio\nobjective\n(+ beta KL to ref.)", PURPLE, fontsize=8.5)
+    for x0, x1 in ((2.5, 2.77), (4.52, 4.85), (6.45, 6.72), (8.18, 8.42)):
+        arrow(ax, x0, 1.55, x1, 1.55)
+    arrow(ax, 9.35, 1.06, 3.65, 1.06, color=RED, rad=-0.12)
+    label(ax, 6.5, 0.42, "one step, then the updated policy samples the next groups: the group is its own "
+          "baseline (no value network)", fontsize=8.5, color=RED)
+    return fig
+
+
 @figure("ch20_moe_layer")
 def moe_layer():
     """One token through a mixture-of-experts layer with E = 8 experts and top-2 routing: the router

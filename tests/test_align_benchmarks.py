@@ -1,0 +1,51 @@
+"""benchmarks/align_compare.py's accounting of equal compute, and its record: every method spends
+the same budget of token passes (to within one of its steps), and the stored runs are what the
+script's rule gives."""
+import importlib.util
+import json
+
+import pytest
+
+from course_lib.tools.chapters import ROOT
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("align_compare", ROOT / "benchmarks" / "align_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("budget_steps", [2, 60, 200])
+def test_every_method_spends_the_budget(bench, budget_steps):
+    budget = budget_steps * bench.step_cost("grpo", bench.BATCH["grpo"])
+    for method, batch in bench.BATCH.items():
+        steps = bench.steps_for(method, budget, batch)
+        spent = bench.setup_cost(method) + steps * bench.step_cost(method, batch)
+        assert spent <= budget or steps == 1
+        assert budget - spent < bench.step_cost(method, batch)  # one more step would overspend
+    assert bench.steps_for("grpo", budget, bench.BATCH["grpo"]) == budget_steps
+
+
+def test_step_costs_count_trained_tokens_three_times(bench):
+    # 12-token rows (prompt 6, answer 6); a trained token costs 3 passes, a read one 1
+    assert bench.step_cost("grpo", 8, 8) == 64 * (12 + 3 * 12)
+    assert bench.step_cost("dpo", 32) == 64 * 12 * 4
+    assert bench.step_cost("sft", 64) == 3 * 64 * 10
+    assert bench.setup_cost("dpo") == 512 * 8 * 12 and bench.setup_cost("grpo") == 0
+
+
+def test_the_record_follows_the_rule(bench):
+    rec = json.loads((ROOT / "course_lib" / "records" / "align_compare.json").read_text())
+    budget = rec["budget_token_passes"]
+    assert budget == rec["budget_grpo_steps"] * bench.step_cost("grpo", bench.BATCH["grpo"])
+    for name, run in rec["runs"].items():
+        assert run["steps"] == bench.steps_for(run["method"], budget, run["batch"]), name
+        assert run["token_passes"] == bench.setup_cost(run["method"]) + run["steps"] * bench.step_cost(
+            run["method"], run["batch"]), name
+    for method, lr in rec["chosen_learning_rate"].items():  # chosen on seed 0's validation accuracy
+        tried = {r["learning_rate"]: r["val"]["accuracy"] for r in rec["runs"].values()
+                 if r["method"] == method and r["reward"] == "exact" and r["seed"] == 0}
+        assert set(tried) == set(rec["learning_rates"][method])
+        assert tried[lr] == max(tried.values())
