@@ -1,32 +1,38 @@
-"""Chapter 19's measurement: an IsoFLOP sweep of small GPTs on tiny Shakespeare (characters), the
-scaling laws fitted to it, and a prediction for a larger budget written down before that run trains.
+"""Chapter 19's measurement: an IsoFLOP sweep of small GPTs on tiny Shakespeare (characters), at several
+seeds, the scaling laws fitted to it, and a prediction for a larger budget written down before its runs train.
 
-    PYTHONPATH=$PWD python benchmarks/scaling.py              # the sweep, the fit, the prediction, the run
+    PYTHONPATH=$PWD python benchmarks/scaling.py              # the sweep, the fit, the prediction, the runs
     PYTHONPATH=$PWD python benchmarks/scaling.py --resume     # skip the runs the record already holds
+    # two processes side by side (one core each), then joined:
+    PYTHONPATH=$PWD python benchmarks/scaling.py --resume --part 1/2 --out a.json   # (a.json: a copy of the record)
+    PYTHONPATH=$PWD python benchmarks/scaling.py --resume --part 2/2 --out b.json
+    PYTHONPATH=$PWD python benchmarks/scaling.py --resume --merge a.json b.json [--no-held-out]
 
 1. The sweep: every budget of ``--budgets`` (training FLOPs, counted exactly by course_lib.sizing:
-   6N + 12 L T C per token, times the tokens) trains the widths ``SIZES`` names for it (5 each), each
-   for the whole steps of 32 x 64 characters its budget buys, with a cosine schedule that ends at its
-   last step (course_lib.isoflop). Every run is scored on the whole validation split (the last 10% of
-   the text, 111,540 characters, every token once). The record is written after every run, so a stopped
-   sweep keeps what it finished, and ``--resume`` skips those runs.
+   6N + 12 L T C per token, times the tokens) trains the widths ``SIZES`` names for it (5 each) at every
+   seed of ``--seeds`` (1337, 1, 2), each for the whole steps of 32 x 64 characters its budget buys, with
+   a cosine schedule that ends at its last step (course_lib.isoflop). Every run is scored on the whole
+   validation split (the last 10% of the text, 111,540 characters, every token once). The record is
+   written after every run, so a stopped sweep keeps what it finished, and ``--resume`` skips those runs.
 2. The fits (course_lib.scaling): IsoFLOP parabolas and the power laws N_opt(C), D_opt(C)
-   (Chinchilla's approach 2); the parametric law L(N, D) = E + A/N^alpha + B/D^beta (approach 3).
-3. The prediction: the shape of the ladder that the law says is best at ``--predict-factor`` times the
-   largest budget, its predicted loss, and approach 2's N_opt there, written to the record with a
-   timestamp BEFORE that run starts; then the run, its loss and the error.
+   (Chinchilla's approach 2); the parametric law L(N, D) = E + A/N^alpha + B/D^beta (approach 3), fitted
+   to every run of the one-block family trained so far (the sweep's, and the first windows' that the
+   sweep does not repeat).
+3. The prediction: at ``--predict-factor`` (3) times the largest budget at which anything was trained
+   (the first windows' 4e11 included), the width the law says is best within 4 passes over the text,
+   its predicted loss and every other width's, written to the record with a timestamp BEFORE any run at
+   that budget starts; then the chosen width and its two neighbours at every seed, and their errors. A
+   prediction whose fit no longer matches the record's runs is kept under ``superseded`` and a new one
+   is made; every prediction ever made stays in ``predictions``.
 
-Writes course_lib/records/scaling_sweep.json, which chapter 19 reads. It runs in the reference numeric
-environment (course_lib/tools/numerics.py) with one thread (``ENV``): on the project's shared 2-core
-machine each heavy job gets one core, and the chapter's live re-run of the smallest budget, also on
-one thread, reproduces the recorded losses (bit for bit where the reference environment holds: any x86-64
-CPU with AVX2, see numerics.py).
+Writes course_lib/records/scaling_sweep.json, which chapter 19 reads (``--first-windows`` rewrites
+scaling_first_windows.json, the first design's windows). It runs in the reference numeric environment
+(course_lib/tools/numerics.py) with one thread (``ENV``): on the project's shared 2-core machine each
+heavy job gets one core, and the chapter's live re-run of the smallest budget, also on one thread,
+reproduces the recorded losses (bit for bit where the reference environment holds: any x86-64 CPU with
+AVX2, see numerics.py).
 
-Measured on 2026-11-26 (the project's shared 2-core machine, one thread, load average 3.8 to 9.7): IsoFLOP
-minima N_opt from about 1,700 to 7,500 parameters over 1.25e10 to 1e11 FLOPs, N_opt ~ C^0.76 and D_opt ~
-C^0.35 (approach 2); L = 1.25 + 4.73/N^0.247 + 58.8/D^0.335 (approach 3). Predicted for 3e11 FLOPs,
-before the run: one block of C = 32 (N = 14,464) on 2,693,120 tokens, validation loss 2.109; measured
-2.033, an error of -0.077 nats (the goal, 0.05, was not met).
+MEASURED
 """
 from __future__ import annotations
 
