@@ -231,3 +231,45 @@ def interval(values, level: float = 0.95) -> tuple[float, float]:
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(np.asarray(values, dtype=float), [tail, 100 - tail])
     return float(low), float(high)
+
+
+# --- seeds and held-out budgets ------------------------------------------------------------------
+
+
+def seed_spread(runs: list[dict]) -> dict:
+    """The runs grouped by (budget, shape) over their seeds: {(budget, shape): (mean loss, sample s.d.,
+    number of seeds)}, and under the key ``"pooled"`` the pooled s.d. of one run's loss (the root of the
+    groups' variances averaged with n - 1 weights): the noise of a single run at a fixed N and D."""
+    groups: dict = {}
+    for r in runs:
+        groups.setdefault((r["budget"], r["shape"]), []).append(r["loss"])
+    out, ss, dof = {}, 0.0, 0
+    for k, losses in groups.items():
+        x = np.asarray(losses, dtype=float)
+        out[k] = (float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x))
+        ss, dof = ss + float(((x - x.mean()) ** 2).sum()), dof + len(x) - 1
+    if dof == 0:
+        raise ValueError("every (budget, shape) has one seed: train some at more seeds to measure the spread")
+    out["pooled"] = math.sqrt(ss / dof)
+    return out
+
+
+def leave_one_budget_out(runs: list[dict]) -> list[dict]:
+    """Each budget predicted by approach 3 fitted to the OTHER budgets' runs: per budget, the law's
+    ``error`` (measured - predicted, nats) on each of its shapes (the mean over its seeds), their mean, and
+    approach 2's exponent ``a`` without that budget (None where fewer than 2 budgets remain)."""
+    budgets = sorted({r["budget"] for r in runs})
+    if len(budgets) < 3:
+        raise ValueError("leave-one-budget-out needs at least 3 budgets")
+    out = []
+    for left in budgets:
+        rest = [r for r in runs if r["budget"] != left]
+        law = fit_loss_law([r["N"] for r in rest], [r["D"] for r in rest], [r["loss"] for r in rest])
+        mine = [r for r in runs if r["budget"] == left]
+        errors = {}
+        for shape in dict.fromkeys(r["shape"] for r in mine):
+            same = [r for r in mine if r["shape"] == shape]
+            errors[shape] = float(np.mean([r["loss"] for r in same]) - law(same[0]["N"], same[0]["D"]))
+        out.append(dict(budget=left, law=law, errors=errors, mean_error=float(np.mean(list(errors.values()))),
+                        a=isoflop_frontier(rest)["a"]))
+    return out

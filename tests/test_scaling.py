@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from course_lib.scaling import (LossLaw, bootstrap, fit_loss_law, fit_parabola, fit_power_law, huber, interval,
-                                isoflop_frontier, isoflop_minimum, parabola_minimum, resample_residuals)
+                                isoflop_frontier, isoflop_minimum, leave_one_budget_out, parabola_minimum,
+                                resample_residuals, seed_spread)
 
 LAW = LossLaw(E=1.4, A=60.0, B=400.0, alpha=0.45, beta=0.38)
 
@@ -155,3 +156,39 @@ def test_residual_bootstrap_keeps_every_size_and_brackets_the_exponent():
     low, high = interval(values[:, 0])
     # the parabola's own bias (up to 0.01, above) comes on top of the noise's spread
     assert low - 0.01 <= LAW.a <= high + 0.01 and 0 < high - low < 0.2
+
+
+def _law_runs(law=LAW, budgets=(1e10, 2e10, 4e10, 8e10), seeds=(0, 1, 2), noise=0.01):
+    """Runs whose loss is ``law`` at (N, D = C / 6N) plus a seed's noise: 5 sizes around each optimum."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for C in budgets:
+        for k, N in enumerate(law.optimal_N(C) * np.geomspace(1 / 4, 4, 5)):
+            for seed in seeds:
+                D = C / (6 * N)
+                runs.append(dict(budget=C, shape=f"s{k}", N=N, D=D, flops=C, seed=seed,
+                                 loss=float(law(N, D)) + noise * rng.standard_normal()))
+    return runs
+
+
+def test_seed_spread_measures_the_noise_it_was_given():
+    runs = _law_runs(noise=0.02)
+    spread = seed_spread(runs)
+    assert spread["pooled"] == pytest.approx(0.02, rel=0.25)  # 40 degrees of freedom
+    mean, sd, n = spread[(1e10, "s0")]
+    assert n == 3 and mean == pytest.approx(np.mean([r["loss"] for r in runs[:3]]))
+    with pytest.raises(ValueError, match="one seed"):
+        seed_spread(_law_runs(seeds=(0,)))
+
+
+@pytest.mark.slow  # 8 fits of the law from the whole grid of starts
+def test_leave_one_budget_out_finds_the_budget_that_breaks_the_law():
+    clean = leave_one_budget_out(_law_runs(noise=0.0))
+    assert [b["budget"] for b in clean] == [1e10, 2e10, 4e10, 8e10]
+    assert all(abs(e) < 2e-3 for b in clean for e in b["errors"].values())  # the law predicts what it made
+    assert all(b["a"] == pytest.approx(LAW.a, abs=0.05) for b in clean)
+    shifted = [dict(r, loss=r["loss"] + (0.1 if r["budget"] == 8e10 else 0.0)) for r in _law_runs(noise=0.0)]
+    last = leave_one_budget_out(shifted)[-1]
+    assert last["mean_error"] == pytest.approx(0.1, abs=0.01)  # a budget off the law is seen when left out
+    with pytest.raises(ValueError, match="at least 3 budgets"):
+        leave_one_budget_out(_law_runs(budgets=(1e10, 2e10)))

@@ -22,7 +22,9 @@ def bench():
 
 
 @pytest.mark.parametrize("argv, message", [(["--budgets", "3e11"], "no shapes are chosen for budget"),
-                                           (["--predict-factor", "2"], "at least 3x the largest")])
+                                           (["--predict-factor", "2"], "at least 3x the largest"),
+                                           (["--part", "3/2"], "1 <= K <= N"), (["--part", "x"], "write K/N"),
+                                           (["--seeds", "1", "1"], "a seed is repeated")])
 def test_bad_arguments_are_refused(bench, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(argv)
@@ -43,8 +45,10 @@ def test_prediction_keeps_to_the_family_and_four_epochs(bench):
         for shape in bench.SIZES[budget]:
             plan = plan_run(shape, budget, 65, 1_003_854)
             runs.append(dict(plan, loss=float(law(plan["N"], plan["D"])) + 0.002 * np.sin(plan["N"])))
-    pred = bench.predict({"runs": runs}, 1_003_854, 65, 3.0)
-    assert pred["budget"] == 3 * max(bench.BUDGETS) and pred["shape"] in FAMILY
+    pred = bench.predict(runs, 1_003_854, 65, 3.0, bench.BUDGETS + [4e11])
+    assert pred["budget"] == 3 * 4e11 and pred["shape"] in FAMILY  # 3x every budget trained, not only the sweep's
+    i = FAMILY.index(pred["shape"])
+    assert pred["train"] == FAMILY[i - 1:i + 2]  # the choice and its two neighbours in width
     assert pred["epochs"] <= bench.MAX_EPOCHS
     assert set(pred["candidates"]) == set(FAMILY)
     assert pred["predicted_loss"] == pytest.approx(min(
@@ -60,21 +64,87 @@ def test_merge_of_unfinished_parts_writes_nothing(bench, tmp_path, capsys):
     assert "not merged" in capsys.readouterr().out and not out.exists()
 
 
-def test_the_prediction_is_on_disk_before_the_held_out_run_starts(bench, tmp_path, monkeypatch):
-    out = tmp_path / "sweep.json"
-    law = LossLaw(E=1.3, A=5.0, B=60.0, alpha=0.25, beta=0.33)
+def fake_training(bench, monkeypatch, tmp_path, law=LossLaw(E=1.3, A=5.0, B=60.0, alpha=0.25, beta=0.33), watch=None):
+    """No training: each run's loss from a known law plus a small seed term; ``watch`` (a path) is read
+    whenever a held-out run starts, and what is on disk then is kept in the list returned."""
     seen = []
 
-    def fake_train(plan, *args, **kwargs):  # no training: a loss from a known law
-        if plan["budget"] > max(bench.BUDGETS):  # the held-out run: what is on disk now?
-            seen.append(json.loads(out.read_text()))
-        return dict(plan, seed=1337, loss=round(float(law(plan["N"], plan["D"])), 5), train_s=0.0, curve=[])
+    def fake_train(plan, *args, seed=1337, **kwargs):
+        if watch is not None and plan["budget"] > max(bench.BUDGETS):  # a held-out run: what is on disk now?
+            seen.append(json.loads(watch.read_text()))
+        loss = float(law(plan["N"], plan["D"])) + 0.001 * (seed % 7)
+        return dict(plan, seed=seed, loss=round(loss, 5), train_s=0.0, curve=[])
 
     monkeypatch.setattr(bench, "train_planned", fake_train)
+    monkeypatch.setattr(bench, "FIRST_WINDOWS", tmp_path / "no_first_windows.json")
+    return seen
+
+
+def test_the_prediction_is_on_disk_before_any_held_out_run_starts(bench, tmp_path, monkeypatch):
+    out = tmp_path / "sweep.json"
+    seen = fake_training(bench, monkeypatch, tmp_path, watch=out)
     bench.main(["--out", str(out)])
     record = json.loads(out.read_text())
-    assert len(seen) == 1 and seen[0]["prediction"] is not None and seen[0]["held_out"] is None
-    assert all(r["finished_at"] <= seen[0]["prediction"]["made_at"] for r in seen[0]["runs"])
-    assert record["held_out"]["started_after_prediction"] == record["prediction"]["made_at"]
-    assert record["predictions"] == [record["prediction"]]
+    pred = record["prediction"]
+    assert len(record["runs"]) == sum(len(v) for v in bench.SIZES.values()) * len(bench.SEEDS)
+    assert len(seen) == len(record["held_out"]) == 3 * len(bench.SEEDS)
+    assert all(s["prediction"] == pred for s in seen) and seen[0]["held_out"] is None
+    assert all(r["finished_at"] <= pred["made_at"] for r in record["runs"])
+    assert all(r["started_after_prediction"] == pred["made_at"] <= r["finished_at"] for r in record["held_out"])
+    assert {(r["shape"], r["seed"]) for r in record["held_out"]} == {(s, k) for s in pred["train"] for k in bench.SEEDS}
+    assert pred["budget"] == 3 * max(bench.BUDGETS)
+    assert record["predictions"] == [pred]
     assert record["command"] == f"python benchmarks/scaling.py --out {out}"
+
+
+def test_parts_side_by_side_merge_into_the_record_one_process_makes(bench, tmp_path, monkeypatch):
+    fake_training(bench, monkeypatch, tmp_path)
+    whole, a, b = tmp_path / "whole.json", tmp_path / "a.json", tmp_path / "b.json"
+    bench.main(["--out", str(whole), "--seeds", "1", "2"])
+    for k, part in ((1, a), (2, b)):  # the sweep in two parts
+        bench.main(["--part", f"{k}/2", "--out", str(part), "--seeds", "1", "2"])
+    merged = tmp_path / "merged.json"
+    bench.main(["--merge", str(a), str(b), "--out", str(merged), "--seeds", "1", "2", "--no-held-out"])
+    for part in (a, b):  # the held-out runs in two parts, each from a copy of the record with its prediction
+        part.write_text(merged.read_text())
+        bench.main(["--resume", "--part", f"{1 + (part == b)}/2", "--out", str(part), "--seeds", "1", "2"])
+    assert 0 < len(json.loads(a.read_text())["held_out"]) < 6
+    bench.main(["--resume", "--merge", str(a), str(b), "--out", str(merged), "--seeds", "1", "2"])
+    one, two = json.loads(whole.read_text()), json.loads(merged.read_text())
+    strip = lambda runs: sorted((r["budget"], r["shape"], r["seed"], r["loss"]) for r in runs)  # noqa: E731
+    assert strip(one["runs"]) == strip(two["runs"]) and strip(one["held_out"]) == strip(two["held_out"])
+    assert one["prediction"]["law"] == pytest.approx(two["prediction"]["law"])
+    assert [m["file"] for m in two["merged_from"]] == ["a.json", "b.json", "a.json", "b.json"]
+
+
+def test_a_part_never_predicts(bench, tmp_path, monkeypatch, capsys):
+    fake_training(bench, monkeypatch, tmp_path)
+    out = tmp_path / "a.json"
+    bench.main(["--part", "1/2", "--out", str(out), "--budgets", "1.25e10"])
+    assert json.loads(out.read_text())["prediction"] is None and "join the parts" in capsys.readouterr().out
+
+
+def test_a_changed_sweep_supersedes_the_prediction_and_keeps_it(bench, tmp_path, monkeypatch):
+    fake_training(bench, monkeypatch, tmp_path)
+    out = tmp_path / "sweep.json"
+    bench.main(["--out", str(out), "--seeds", "1", "--budgets", "1.25e10", "2.5e10", "5e10", "1e11"])
+    first = json.loads(out.read_text())
+    assert first["prediction"]["budget"] == 3e11
+    bench.main(["--out", str(out), "--seeds", "1", "--resume", "--no-held-out"])  # the sweep grows by 2e11
+    record = json.loads(out.read_text())
+    assert record["prediction"]["budget"] == 6e11 and record["held_out"] is None
+    assert record["superseded"] == [dict(prediction=first["prediction"], held_out=first["held_out"])]
+    assert record["predictions"] == [first["prediction"], record["prediction"]]
+
+
+def test_the_first_windows_count_as_trained(bench, tmp_path, monkeypatch):
+    fake_training(bench, monkeypatch, tmp_path)
+    first = tmp_path / "no_first_windows.json"
+    bench.main(["--first-windows", "--out", str(first)])
+    assert {r["budget"] for r in json.loads(first.read_text())["runs"]} == {2e11, 4e11}
+    out = tmp_path / "sweep.json"
+    bench.main(["--out", str(out), "--seeds", "1", "--no-held-out"])
+    pred = json.loads(out.read_text())["prediction"]
+    assert pred["budget"] == 3 * 4e11
+    assert ["4e+11"] == sorted({f"{b:g}" for b, s, k in pred["fitted_to"]} - {f"{b:g}" for b in bench.BUDGETS})
+    assert all(s in FAMILY for b, s, k in pred["fitted_to"])  # only the one-block family is fitted
