@@ -143,3 +143,34 @@ def test_the_readme_quotes_the_align_records():
         assert abs(s["mean"] - sum(r["test"]["accuracy"] for r in runs) / len(runs)) < 1e-12
         assert f"{label} {s['mean']:.3f} +- {s['std']:.3f}" in row, (name, row)
     assert f"{compare['start']['test']['accuracy']:.3f} of chapter 16's 200 test sums right" in row
+
+
+def _finetune_benchmark():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("finetune_dates", ROOT / "benchmarks" / "finetune_dates.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_finetune_record_holds_the_benchmarks_runs_and_the_readme_quotes_it():
+    """Every record of benchmarks/finetune_dates.py is one of its RUNS, keyed and configured as the
+    benchmark keys and configures it today (records merged from several branches must not drift);
+    README's finetune_dates.py row quotes each stored run's held-out exact match (mean ± sd over the
+    seeds, n=3 unless stated) and its Shakespeare loss over the old characters, as stored."""
+    import statistics
+    bench = _finetune_benchmark()
+    records = json.loads(bench.RECORDS.read_text())
+    by_name = {}
+    for key, r in records.items():
+        assert r["name"] in bench.RUNS, key
+        assert key == f"{r['name']} | seed {r['seed']} | {r['steps']} steps"
+        assert {k: r[k] for k in bench.RUNS[r["name"]]} == bench.RUNS[r["name"]], key
+        if r["steps"] == bench.DEFAULT_STEPS[r["task"]] and r["n_eval"] == bench.DEFAULT_EVAL[r["task"]]:
+            by_name.setdefault(r["name"], []).append(r)
+    row = _readme_row("finetune_dates.py")
+    for name, runs in by_name.items():
+        em = [100 * r["exact_match"] for r in runs]
+        old = statistics.mean(r["old_vocab_loss"] for r in runs)
+        sd = (f" ± {statistics.stdev(em):.1f}" if len(em) > 1 else "") + (f" (n={len(em)})" if len(em) != 3 else "")
+        assert f"`{name}` {statistics.mean(em):.1f}%{sd}, {old:.2f}" in row, (name, row)
