@@ -2,13 +2,14 @@
 what a reader on a GPU runtime meets and a CPU never exercises. Every command here leaves
 ``--device`` out, so it runs on the CLI's default device, the GPU. bf16 and fp16 (with its loss
 scaling), torch.compile, the GPU speedrun preset, sampling from every kind of checkpoint, the
-KV cache of grouped-query attention on CUDA's kernels, and TF32 scoped to the training run."""
+KV cache of grouped-query attention on CUDA's kernels, TF32 scoped to the training run, and Part
+III's runs (chat fine-tune, chat, DPO, GRPO) trained and resumed there."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib.checkpoint import save_checkpoint
+from course_lib.checkpoint import load_checkpoint, save_checkpoint
 from course_lib.cli import main
 from course_lib.generate import generate
 from course_lib.model import GPT, GPTConfig
@@ -128,3 +129,42 @@ def test_sampling_a_bigram_checkpoint_on_the_gpu(tmp_path, capsys):
 def test_a_checkpoint_trained_on_the_gpu_samples_on_the_cpu(tmp_path, capsys):
     ckpt = _gpt(tmp_path, capsys)
     assert main(["sample", "--checkpoint", ckpt, "--tokens", "10", "--device", "cpu"]) == 0
+
+
+# --- Part III's kinds of run on the GPU (chapters 17 and 18) ----------------------------------------
+
+
+def test_a_chat_fine_tune_trains_resumes_and_chats_on_the_gpu(tmp_path, capsys):
+    from course_lib.chat_engine import ChatEngine, load_chat_model
+
+    out = tmp_path / "chat"
+    args = ["chat-sft", "--out", str(out), "--set", "batch_size=4", "--set", "eval_interval=2", "--set", "eval_iters=1"]
+    assert main(args + ["--max-iters", "2"]) == 0
+    assert "on cuda" in capsys.readouterr().out
+    assert main(args + ["--max-iters", "3", "--resume"]) == 0
+    model, tokenizer = load_chat_model(out / "ckpt.pt", "cuda")
+    engine = ChatEngine(model, tokenizer, max_reply_tokens=8)
+    assert isinstance(engine.send("How much is 1+69?"), str) and len(engine.turn_ids) == 2
+
+
+def test_the_shipped_chat_model_uses_its_calculator_on_the_gpu():
+    from course_lib.chat_engine import ChatEngine, load_chat_model
+
+    model, tokenizer = load_chat_model(device="cuda")
+    assert next(model.parameters()).device.type == "cuda"
+    pieces = list(ChatEngine(model, tokenizer, max_reply_tokens=20).stream("How much is 1+69?"))
+    assert [p.text for p in pieces if p.kind == "result"] == ["70"]
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_dpo_and_grpo_train_and_resume_on_the_gpu(tmp_path, capsys, method):
+    from test_align import make_base  # the random base over the sums' characters
+
+    base = make_base(tmp_path / "base.pt")
+    out = tmp_path / method
+    extra = ["--set", "pair_prompts=16"] if method == "dpo" else ["--set", "group_size=4"]
+    args = [method, "--checkpoint", str(base), "--reward", "format", "--out", str(out), "--set", "batch_size=2",
+            "--set", "eval_interval=2", *extra]
+    assert main(args + ["--max-iters", "2"]) == 0
+    assert main(args + ["--max-iters", "3", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 3
