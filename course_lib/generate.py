@@ -72,6 +72,10 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if top_p is not None and top_p < 1.0:
         logits = top_p_filter(logits, top_p)
     probs = F.softmax(logits, dim=-1)
+    if generator is not None and generator.device != probs.device:
+        # A CPU generator (a run's sampling stream, stored in its checkpoint) draws on the CPU for a model on
+        # a GPU: the same draws on any device, and a resumed run continues them bit for bit.
+        return sample_next(logits.cpu(), 1.0, None, None, generator).to(probs.device)
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator)
     except RuntimeError:  # NaN or inf among the probabilities: say why, not where torch noticed

@@ -168,3 +168,14 @@ def test_dpo_and_grpo_train_and_resume_on_the_gpu(tmp_path, capsys, method):
     assert main(args + ["--max-iters", "2"]) == 0
     assert main(args + ["--max-iters", "3", "--resume"]) == 0
     assert load_checkpoint(out / "ckpt.pt")["step"] == 3
+
+
+def test_a_cpu_generator_samples_a_gpu_models_tokens_as_on_the_cpu():
+    """A run's sampling stream is a CPU generator (stored in its checkpoint): on a GPU model it draws
+    on the CPU, so the draws are the CPU's, token for token."""
+    from course_lib.generate import sample_next
+
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    on_cpu = sample_next(logits, 0.9, top_k=20, generator=torch.Generator().manual_seed(1))
+    on_gpu = sample_next(logits.cuda(), 0.9, top_k=20, generator=torch.Generator().manual_seed(1))
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
