@@ -102,7 +102,7 @@ def test_sampling_a_gpt_checkpoint_on_the_gpu(tmp_path, capsys, settings):
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_sampling_a_fine_tune_on_the_gpu(tmp_path, capsys, lora):
-    base = _gpt(tmp_path, capsys)
+    base = _gpt(tmp_path, capsys, "--set", "block_size=48")  # the task's longest example is 39 tokens
     out = tmp_path / "ft"
     extra = ["--lora-rank", "2"] if lora else []
     assert main(["finetune", "--checkpoint", base, "--max-iters", "2", "--set", "batch_size=2", "--set", "eval_iters=1",
