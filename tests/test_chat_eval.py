@@ -177,3 +177,7 @@ def test_the_record_replays():
     for start in ("pretrained", "scratch"):
         spread = record["across_seeds"][start]["identity"]
         assert spread["runs"] == 3 and spread["min"] <= spread["mean"] <= spread["max"]
+        assert record["across_seeds"][start]["speak-as (right speaker)"]["runs"] == 3
+    speak = [c for c in test if c["task"] == "speak-as"]
+    row = chat_eval.speaker_preference(model.float(), tok, speak)  # the shipped model's right-speaker score
+    assert row["per_item"] == pytest.approx(shipped["speak-as (right speaker)"]["per_item"])
