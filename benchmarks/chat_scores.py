@@ -38,7 +38,7 @@ SHIPPED = "pretrained-it1000-lr0.001-s0"
 
 
 def row_key(row: dict) -> str:
-    return row["task"] + ("" if row["calculator"] else " (no calculator)")
+    return row.get("key") or row["task"] + ("" if row["calculator"] else " (no calculator)")
 
 
 def summarize(models: dict, starts=("pretrained", "scratch")) -> tuple[dict, dict]:

@@ -24,6 +24,13 @@ against the conversation's last assistant message by one rule per task:
   What a fine-tune can learn is to answer in the corpus's language rather than in invented
   words, and this measures that. The row also says how many replies are verbatim a line the
   speaker says somewhere in tiny Shakespeare (``verbatim``), which is memorisation, kept apart.
+  This rule checks the vocabulary and the stop only: a constant real line ("What then?") scores
+  1.00 on it, so it cannot say whether the reply is in the *speaker's* voice.
+- :func:`speaker_preference` (the row ``speak-as (right speaker)``): a discriminative score that no
+  constant answer can max out. For each held-out line, its log-likelihood (teacher-forced, the
+  line and its ``<|end|>``) after the request naming the right speaker is compared with that after
+  the same request naming each other speaker of the split: the share of the others it beats
+  (a tie counts one half). A model that ignores the name scores 0.5, chance.
 
 Each task's score comes with chapter 16's standard error (:func:`~course_lib.evaluation.mean_stderr`)
 and 95% percentile bootstrap interval (:func:`~course_lib.evaluation.bootstrap_interval`) over the
@@ -36,9 +43,9 @@ import statistics
 
 from .chat_data import EXTRA_CHARS, TASKS
 from .chat_engine import ChatEngine, Piece
-from .chat_template import chat_tokenizer
+from .chat_template import END, chat_tokenizer, render_prompt
 from .data import load_text
-from .evaluation import bootstrap_interval, exact_match, mean_stderr
+from .evaluation import bootstrap_interval, exact_match, loglikelihood_tokens, mean_stderr
 
 TOOL_TASKS = ("arithmetic", "follow-up")  # the tasks scored with and without the calculator
 MAX_REPLY_TOKENS = 48  # the longest reply in the data has 41 characters
@@ -132,12 +139,43 @@ def score_task(model, tokenizer, conversations: list[dict], task: str, calculato
     return {**row, **summarize(per_item), "per_item": per_item, "outputs": outputs}
 
 
+def speaker_preference(model, tokenizer, conversations: list[dict], progress: bool = False) -> dict:
+    """The ``speak-as (right speaker)`` row: per speak-as conversation, the share of the split's other
+    speakers whose request makes the held-out line less likely than the right speaker's request
+    (ties count 0.5; chance 0.5). The line is scored teacher-forced (chapter 16's
+    :func:`~course_lib.evaluation.loglikelihood_tokens`): its tokens and the ``<|end|>`` after it."""
+    items = [c for c in conversations if c["task"] == "speak-as"]
+    if not items:
+        raise ValueError("no speak-as conversation to score")
+    speakers = sorted({speaker_of(c) for c in items})
+    if len(speakers) < 2:
+        raise ValueError("speaker preference needs at least two speakers in the conversations")
+    requests, spans = [], []
+    for c in items:
+        right, ask = speaker_of(c), c["messages"][0]["content"]
+        line = tokenizer.encode(reference(c)) + [tokenizer.special_ids[END]]
+        asks = [ask] + [ask[:-len(right) - 1] + other + "." for other in speakers if other != right]
+        spans.append((len(requests), len(asks)))
+        requests += [(render_prompt(tokenizer, [{"role": "user", "content": a}]), line) for a in asks]
+    lls = [ll for ll, _ in loglikelihood_tokens(model, requests, share_context=False, progress=progress)]
+    per_item = []
+    for start, n in spans:
+        right, others = lls[start], lls[start + 1:start + n]
+        per_item.append(sum(1.0 if right > o else 0.5 if right == o else 0.0 for o in others) / len(others))
+    return {"task": "speak-as", "calculator": True, "key": "speak-as (right speaker)",
+            "metric": "right_speaker_preferred", "speakers": len(speakers), **summarize(per_item),
+            "per_item": per_item}
+
+
 def score_model(model, tokenizer, conversations: list[dict], tasks=TASKS, without_calculator=TOOL_TASKS,
                 progress: bool = False) -> list[dict]:
-    """Every task's row with the calculator, then the ``without_calculator`` tasks' rows without it."""
+    """Every task's row with the calculator (speak-as also :func:`speaker_preference`'s row), then the
+    ``without_calculator`` tasks' rows without it."""
     lines, words = shakespeare_lines(), shakespeare_words()
     rows = [score_task(model, tokenizer, conversations, t, True, progress=progress, lines=lines, words=words)
             for t in tasks]
+    if "speak-as" in tasks:
+        rows.append(speaker_preference(model, tokenizer, conversations, progress=progress))
     return rows + [score_task(model, tokenizer, conversations, t, False, progress=progress) for t in without_calculator]
 
 

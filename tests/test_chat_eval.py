@@ -1,6 +1,6 @@
 """Per-task scores of a chat model: conversations played turn by turn with the model's own replies,
 each task's rule (exact match; the calculator on and off; speak-as's known words in one finished
-line), chapter 16's intervals, the spread across seeds, and the shipped record replayed."""
+line, and the right speaker preferred), chapter 16's intervals, the spread across seeds, and the shipped record replayed."""
 import json
 import math
 from pathlib import Path
@@ -84,6 +84,50 @@ def test_a_real_line_of_the_speaker_counts_as_verbatim():
     assert "Is the day so young?" in lines["ROMEO"] and "ROMEO" not in lines["JULIET"]
 
 
+def speak_as_items():
+    return [conversation("speak-as", "Speak as ROMEO.", "a rose"), conversation("speak-as", "Be ANNE.", "no more"),
+            conversation("speak-as", "Say a line as LADY CAPULET.", "the night")]
+
+
+def test_speaker_preference_ranks_the_right_speaker_against_every_other(monkeypatch):
+    items = speak_as_items()
+    seen = []
+
+    def knows_the_speaker(model, requests, **options):  # prefers the line after its own speaker's request
+        seen.extend(requests)
+        owner = {TOK.encode("a rose")[0]: "ROMEO", TOK.encode("no more")[0]: "ANNE",
+                 TOK.encode("the night")[0]: "LADY CAPULET"}
+        return [(0.0 if TOK.decode(context, skip_special=True).endswith(owner[line[0]] + ".") else -1.0, False)
+                for context, line in requests]
+
+    monkeypatch.setattr(chat_eval, "loglikelihood_tokens", knows_the_speaker)
+    row = chat_eval.speaker_preference(None, TOK, items)
+    assert row["per_item"] == [1.0, 1.0, 1.0] and row["speakers"] == 3 and row["key"] == "speak-as (right speaker)"
+    assert len(seen) == 3 * 3  # each line after its own request and after the 2 others'
+    first = [TOK.decode(context, skip_special=True) for context, _ in seen[:3]]
+    assert first == ["Speak as ROMEO.", "Speak as ANNE.", "Speak as LADY CAPULET."]  # the same phrasing, the name swapped
+    assert all(line[-1] == TOK.special_ids[END] for _, line in seen)  # the line and its <|end|> are scored
+
+    monkeypatch.setattr(chat_eval, "loglikelihood_tokens", lambda model, requests, **o: [(-1.0, False)] * len(requests))
+    assert chat_eval.speaker_preference(None, TOK, items)["score"] == 0.5  # ignoring the name: chance
+    with pytest.raises(ValueError, match="two speakers"):
+        chat_eval.speaker_preference(None, TOK, items[:1])
+
+
+def test_a_constant_real_line_maxes_out_known_words_but_not_speaker_preference():
+    """Why the speaker row exists: "What then?" for every request scores 1.00 on known words."""
+    row = chat_eval.score_task(Cycling(ids_of("What then?", END)), TOK, speak_as_items(), "speak-as",
+                               words={"what", "then"}, lines={})
+    assert row["score"] == 1.0
+
+
+def test_speaker_preference_of_a_real_model_is_a_share():
+    from course_lib.model import GPT, GPTConfig
+    model = GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=64, n_layer=1, n_head=1, n_embd=8)).eval()
+    row = chat_eval.speaker_preference(model, TOK, speak_as_items())
+    assert all(0.0 <= v <= 1.0 for v in row["per_item"]) and row["n"] == 3
+
+
 @pytest.mark.parametrize("text, share", [("the king", 1.0), ("", 0.0), ("zzqx the", 0.5), ("12 + 3", 0.0)])
 def test_known_word_share(text, share):
     assert chat_eval.known_word_share(text, {"the", "king"}) == share
@@ -133,3 +177,7 @@ def test_the_record_replays():
     for start in ("pretrained", "scratch"):
         spread = record["across_seeds"][start]["identity"]
         assert spread["runs"] == 3 and spread["min"] <= spread["mean"] <= spread["max"]
+        assert record["across_seeds"][start]["speak-as (right speaker)"]["runs"] == 3
+    speak = [c for c in test if c["task"] == "speak-as"]
+    row = chat_eval.speaker_preference(model.float(), tok, speak)  # the shipped model's right-speaker score
+    assert row["per_item"] == pytest.approx(shipped["speak-as (right speaker)"]["per_item"])

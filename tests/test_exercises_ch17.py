@@ -187,12 +187,24 @@ def calculate_left_to_right(text):  # no precedence: every operator at one level
         return "error: division by zero"
 
 
+def calculate_with_filtered_eval(text):
+    """eval behind a character filter that rejects ** (the answers are right; the source is not)."""
+    if "**" in text or any(c not in "0123456789+-*/(). " for c in text):
+        return "error: not arithmetic"
+    try:
+        value = eval(text)  # noqa: S307 (the classic mistake this test catches)
+    except (SyntaxError, ZeroDivisionError) as e:
+        return f"error: {e}"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 def test_calculator_correct(capsys):
     ch17.check_calculator(calculate)
     assert "Correct!" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (calculate_with_eval, "eval"),
+                                            (calculate_with_filtered_eval, "calls eval"),
                                             (calculate_left_to_right, "bind tighter"),
                                             (lambda text: 19, "not a string"), (lambda text: "19", "expected '14'")])
 def test_calculator_wrong(wrong, message):

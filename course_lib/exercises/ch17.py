@@ -1,7 +1,10 @@
 """Checks for chapter 17, A chat model: ``from course_lib.exercises import ch17``."""
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 
 from ..calculator import calculate
 from ..chat_template import END, chat_tokenizer, render
@@ -112,10 +115,28 @@ def check_assistant_mask(fn) -> None:
     passed("fine-tuning trains what the assistant writes, in every turn, and nothing else.")
 
 
+def _calls_to_eval(fn) -> str | None:
+    """The name of the first call to ``eval``, ``exec`` or ``compile`` in ``fn``'s source (None when there
+    is none, or when the source cannot be read, e.g. a built-in): a filter in front of ``eval`` hides it
+    from the answers, not from the source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec", "compile"):
+            return node.func.id
+    return None
+
+
 def check_calculator(fn) -> None:
     """``fn(text) -> str``: the value of an arithmetic expression (numbers, + - * /, parentheses,
     the usual precedence, left to right) as text, or a text starting with ``"error"`` for
     anything else: no ``eval``."""
+    called = _calls_to_eval(fn)
+    if called:
+        fail(f"your calculate calls {called}(): that is Python's {called}, which runs any code a model writes, "
+             "filtered or not.", "read the text character by character: only digits, + - * / ( ) and spaces are allowed")
     cases = ["2+3*4", "(2+3)*4", "10-4-3", "7/2", "8/2", "2*(3+4)-5", "100/8/5", " 12 + 7 ", "-3+5"]
     bad = ["2**3", "1/0", "2*(3", "abs(-2)", "3+", "", "1 2", "x+1"]
     for text in cases:
