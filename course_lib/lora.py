@@ -8,7 +8,10 @@ low rank and writes it as a product of two thin matrices, trained while W stays 
 - B starts at zero, so the adapted model starts *exactly* equal to the pretrained one;
 - A starts random (Kaiming-uniform with a = sqrt(5), nn.Linear's own initialisation, as in
   the ``peft`` library), so that B's gradient, which is (alpha / r) * dy^T (x A^T), is not zero;
-- ``alpha / r`` keeps the size of the update roughly the same when you change the rank.
+- ``alpha / r``: Hu et al. chose it to spare re-tuning the learning rate when r changes, but it
+  does not keep the update's size fixed: at initialisation one Adam step on B moves W like
+  sqrt(r) at alpha = r, and like 1 / sqrt(r) at a fixed alpha; only rsLoRA's alpha / sqrt(r)
+  keeps it constant (chapter 15 measures it).
 
 A wrapped layer trains ``r * (in + out)`` numbers instead of ``in * out``; after training,
 :func:`merge_lora` folds ``W + (alpha / r) B A`` back into a plain ``nn.Linear``, so the
