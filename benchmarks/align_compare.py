@@ -26,10 +26,15 @@ seconds are recorded too (they differ: small batches use the CPU less well).
 **Tuning** (on validation sums, never on the test sums): each method's learning rate is chosen
 from ``LEARNING_RATES`` on seed 0's validation accuracy; then ``--seeds`` runs of each at that
 rate are scored on the 200 held-out test sums of chapter 16's ``arithmetic`` task, each with a
-95% bootstrap interval over items (chapter 16's), and the mean and spread over seeds. The hacking
-runs are GRPO with the ``format`` reward (any number then END), at GRPO's chosen rate, from an
-earlier start (``HACK_START_STEPS`` steps of SFT: the format half learned, no sum right), since the
-main start already writes every answer in the format and a saturated reward teaches nothing.
+95% bootstrap interval over items (chapter 16's), with each item's 0/1 score (``right``) for
+paired tests against the start, and the mean and spread over seeds. At the end of each of these
+runs the KL of the final model to the start is measured (``kl_to_start``: k3 per answer token, as
+GRPO's curve, on ``KL_GROUP`` answers sampled at temperature 1 to each validation prompt).
+
+**Reward hacking, with its control.** From the same start, GRPO on a proxy reward, ``units`` (the
+right last digit: every right answer earns it, and so does any wrong one ending in the right digit)
+against GRPO on the exact reward, ``--hack-seeds`` seeds each, same settings and budget, at
+``HACK_LR`` (above the chosen rate, so that the optimiser pushes hard enough to find the gap).
 
 The record (``course_lib/records/align_compare.json``) is rewritten after every run; a run already
 in it (same name and budget) is not run again, so a stopped benchmark continues where it was.
@@ -55,8 +60,10 @@ from course_lib.align import START_SFT, SFTTrainer, sft_start, task_splits  # no
 from course_lib.chat_engine import load_chat_model  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
 from course_lib.evaluation import bootstrap_interval  # noqa: E402
-from course_lib.rewards import (arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
-                                greedy_answers)
+from course_lib.grpo import kl_k3, masked_mean  # noqa: E402
+from course_lib.preference import completion_logprobs  # noqa: E402
+from course_lib.rewards import (END, arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
+                                greedy_answers, sample_groups, units_digit_reward)
 from course_lib.runs_assistant import start_dpo_run, start_grpo_run  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402
 
@@ -64,7 +71,8 @@ RECORD = ROOT / "course_lib" / "records" / "align_compare.json"
 LEARNING_RATES = {"sft": [3e-4, 1e-3, 3e-3], "dpo": [1e-5, 3e-5, 1e-4, 3e-4], "grpo": [3e-5, 1e-4, 3e-4, 1e-3]}
 BATCH = {"sft": 64, "dpo": 32, "grpo": 8}  # sums, pairs, prompts (of G answers) per step
 GROUP, PAIR_PROMPTS, PAIR_GROUP = 8, 512, 8
-HACK_START_STEPS = 5  # SFT steps of the hacking runs' start: a model that writes a number then END only sometimes
+HACK_LR = 1e-4  # the proxy-against-exact runs: GRPO's second rate, where its KL still stays small
+KL_GROUP = 8  # answers sampled per validation prompt to measure a final model's KL to the start
 PROMPT, ANSWER = 6, 6  # tokens of "ab+cd=" and of the longest answer sampled
 
 
@@ -100,9 +108,26 @@ def score(model, tokenizer, items) -> dict:
     answers = greedy_answers(model, tokenizer, items)
     right = [exact_answer_reward(i["prompt"], a) for i, a in zip(items, answers)]
     formatted = [format_reward(i["prompt"], a) for i, a in zip(items, answers)]
+    units = [units_digit_reward(i["prompt"], a) for i, a in zip(items, answers)]
     lo, hi = bootstrap_interval(right)
     return {"accuracy": sum(right) / len(right), "interval": [lo, hi], "format": sum(formatted) / len(formatted),
-            "answer_chars": statistics.mean(len(a.rstrip("\n")) for a in answers), "examples": answers[:8]}
+            "units": sum(units) / len(units), "answer_chars": statistics.mean(len(a.rstrip("\n")) for a in answers),
+            "examples": answers[:8], "right": [int(x) for x in right]}
+
+
+@torch.no_grad()
+def kl_to_start(model, start_model, tokenizer, items, seed: int = 0) -> float:
+    """KL(model || start) per answer token: the k3 estimate (GRPO's) on ``KL_GROUP`` answers sampled
+    from ``model`` at temperature 1 to each of ``items``' prompts, averaged over their tokens."""
+    model.eval()
+    groups = sample_groups(model, tokenizer, [i["prompt"] for i in items], KL_GROUP, ANSWER,
+                           torch.Generator().manual_seed(seed), None)
+    prompts = [g.prompt_ids for g in groups for _ in g.completion_ids]
+    completions = [c for g in groups for c in g.completion_ids]
+    pad = tokenizer.encode(END)[0]
+    logps, mask = completion_logprobs(model, prompts, completions, pad)
+    ref_logps, _ = completion_logprobs(start_model, prompts, completions, pad)
+    return masked_mean(kl_k3(logps, ref_logps), mask.to(logps.dtype)).item()
 
 
 def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str,
@@ -138,6 +163,8 @@ def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: 
         out["pairs"] = len(trainer.trained_on["pairs"]["train"])
     out["val"] = score(trainer.model, trainer.tokenizer, trainer.items["val"])
     out["test"] = score(trainer.model, trainer.tokenizer, arithmetic_items("test"))
+    start_model, _ = load_model(start, device)
+    out["kl_to_start"] = round(kl_to_start(trainer.model, start_model, trainer.tokenizer, trainer.items["val"]), 5)
     return out
 
 
@@ -146,6 +173,9 @@ def summary(runs: list[dict]) -> dict:
     return {"seeds": [r["seed"] for r in runs], "test_accuracy": acc, "mean": statistics.mean(acc),
             "std": statistics.stdev(acc) if len(acc) > 1 else 0.0, "min": min(acc), "max": max(acc),
             "format": statistics.mean(r["test"]["format"] for r in runs),
+            "units": statistics.mean(r["test"]["units"] for r in runs),
+            "answer_chars": statistics.mean(r["test"]["answer_chars"] for r in runs),
+            "kl_to_start": statistics.mean(r["kl_to_start"] for r in runs),
             "seconds": statistics.mean(r["seconds"] for r in runs)}
 
 
@@ -174,7 +204,9 @@ def main(argv=None) -> int:
         record = {}
     record.update({"command": command.strip(), "budget_grpo_steps": args.budget, "budget_token_passes": budget,
                    "start_steps": args.start_steps, "device": args.device, "threads": torch.get_num_threads(),
-                   "learning_rates": LEARNING_RATES, "batch": BATCH, "group": GROUP, "pair_prompts": PAIR_PROMPTS})
+                   "learning_rates": LEARNING_RATES, "batch": BATCH, "group": GROUP, "pair_prompts": PAIR_PROMPTS,
+                   "token_passes_per_step": {m: step_cost(m, BATCH[m]) for m in BATCH},
+                   "setup_token_passes": {m: setup_cost(m) for m in BATCH}})
     record.setdefault("runs", {})
 
     def save():
@@ -185,7 +217,7 @@ def main(argv=None) -> int:
         tmp.replace(record_path)
 
     start = make_start(out_dir, args.device, args.start_steps)
-    if "start" not in record:
+    if "right" not in record.get("start", {}).get("test", {}):
         model, ckpt = load_model(start, args.device)
         tokenizer = load_tokenizer(ckpt, start)
         record["start"] = {"test": score(model, tokenizer, arithmetic_items("test")),
@@ -193,42 +225,41 @@ def main(argv=None) -> int:
         save()
         print(f"start: test accuracy {record['start']['test']['accuracy']:.3f}", flush=True)
 
-    def run(method, reward, lr, seed, base=start):
+    def run(method, reward, lr, seed, full=True):
+        """One run, from the record when it is there (``full``: with every field of the current script)."""
         name = f"{method}-{reward}-lr{lr:g}-s{seed}"
-        if name not in record["runs"]:
-            r = run_one(method, reward, lr, seed, budget, base, args.device, BATCH[method])
+        if name not in record["runs"] or (full and "kl_to_start" not in record["runs"][name]):
+            r = run_one(method, reward, lr, seed, budget, start, args.device, BATCH[method])
             record["runs"][name] = r
             save()
             print(f"{name}: {r['steps']} steps, {r['seconds']:.0f} s, val {r['val']['accuracy']:.3f}, "
-                  f"test {r['test']['accuracy']:.3f} {r['test']['interval']}, format {r['test']['format']:.2f}",
+                  f"test {r['test']['accuracy']:.3f} {r['test']['interval']}, units {r['test']['units']:.2f}, "
+                  f"KL to start {r.get('kl_to_start', float('nan')):.3f}",
                   flush=True)
         return record["runs"][name]
 
     chosen = {}
     for method, rates in LEARNING_RATES.items():  # tuning: seed 0, validation accuracy
-        tried = {lr: run(method, "exact", lr, args.seeds[0])["val"]["accuracy"] for lr in rates}
+        tried = {lr: run(method, "exact", lr, args.seeds[0], full=False)["val"]["accuracy"] for lr in rates}
         chosen[method] = max(rates, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
     record["chosen_learning_rate"] = chosen
     for method in LEARNING_RATES:
         for seed in args.seeds:
             run(method, "exact", chosen[method], seed)
-    # The hackable reward: from the start above every answer already has the format (a saturated reward:
-    # every advantage is 0), so the hacking runs start earlier, after HACK_START_STEPS steps of SFT.
-    hack_start = make_start(out_dir, args.device, HACK_START_STEPS)
-    if "hack_start" not in record:
-        model, ckpt = load_model(hack_start, args.device)
-        record["hack_start"] = {"steps": HACK_START_STEPS,
-                                "test": score(model, load_tokenizer(ckpt, hack_start), arithmetic_items("test"))}
-        save()
-    for seed in args.hack_seeds:
-        run("grpo", "format", chosen["grpo"], seed, hack_start)
+    for seed in args.hack_seeds:  # the proxy against its control, the same settings
+        for reward in ("units", "exact"):
+            run("grpo", reward, HACK_LR, seed)
+    for stale in [k for k in record if k == "hack_start"] + [k for k in record["runs"] if "-format-" in k]:
+        del (record if stale == "hack_start" else record["runs"])[stale]  # the format-reward runs of earlier versions
     record["summary"] = {
         **{m: summary([record["runs"][f"{m}-exact-lr{chosen[m]:g}-s{s}"] for s in args.seeds]) for m in chosen},
-        "grpo-format": summary([record["runs"][f"grpo-format-lr{chosen['grpo']:g}-s{s}"] for s in args.hack_seeds])}
+        **{f"grpo-{reward}-hack": summary([record["runs"][f"grpo-{reward}-lr{HACK_LR:g}-s{s}"]
+                                          for s in args.hack_seeds]) for reward in ("units", "exact")}}
+    record["hack_learning_rate"] = HACK_LR
     save()
     for name, s in record["summary"].items():
         print(f"{name:12s} test accuracy {s['mean']:.3f} +- {s['std']:.3f} over seeds {s['seeds']}; "
-              f"format {s['format']:.2f}; {s['seconds']:.0f} s a run")
+              f"units {s['units']:.2f}; KL to start {s['kl_to_start']:.3f}; {s['seconds']:.0f} s a run")
     return 0
 
 

@@ -46,7 +46,7 @@ def add_align_parsers(sub) -> None:
         p = sub.add_parser(method, help=f"improve a GPT at two-digit addition by {what}, writing DIR/ckpt.pt")
         p.add_argument("--checkpoint", help="the GPT to start from (its tokenizer must write digits, + and =); "
                        "with --resume only needed when that file has moved (checked by its SHA-256)")
-        p.add_argument("--reward", choices=list(REWARDS), help="exact (the right sum, the default) or format "
-                       "(any number: a reward that can be hacked)")
+        p.add_argument("--reward", choices=list(REWARDS), help="exact (the right sum, the default), format "
+                       "(any number) or units (the right last digit): the last two can be hacked")
         add_run_options(p, f"runs/{method}")
         p.set_defaults(func=cmd_align)

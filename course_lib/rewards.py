@@ -10,6 +10,8 @@ with intervals; training prompts are every other pair of two-digit numbers.
 :func:`exact_answer_reward` gives 1 for the right sum and 0 otherwise. :func:`format_reward`
 gives 1 to *any* number followed by END: a reward that can be hacked, on purpose - a policy
 trained on it learns to write a number, any number, and its accuracy need not move at all.
+:func:`units_digit_reward` pays for the right last digit: a proxy that agrees with the exact reward
+on every right answer and also pays a tenth of the wrong ones.
 
 **Samples.** :func:`sample_group` draws G answers per prompt from one ``torch.Generator``, so a
 run that stores ``generator.get_state()`` in its checkpoint draws the same answers when it
@@ -90,11 +92,21 @@ def format_reward(prompt: str, completion: str) -> float:
     return float(answer is not None and _NUMBER.match(answer.strip()) is not None)
 
 
-REWARDS = {"exact": exact_answer_reward, "format": format_reward}
+def units_digit_reward(prompt: str, completion: str) -> float:
+    """1.0 for a number followed by END whose last digit is the right sum's last digit. A proxy:
+    every right answer earns it, and so does a wrong one that ends in the right digit (a tenth of
+    all numbers), so pushing it up need not push the accuracy up (chapter 18's reward hacking)."""
+    answer = answer_text(completion)
+    if answer is None or _NUMBER.match(answer.strip()) is None:
+        return 0.0
+    return float(answer.strip()[-1] == expected_answer(prompt)[-1])
+
+
+REWARDS = {"exact": exact_answer_reward, "format": format_reward, "units": units_digit_reward}
 
 
 def get_reward(name: str):
-    """The reward function called ``name`` (``exact`` or ``format``)."""
+    """The reward function called ``name`` (``exact``, ``format`` or ``units``)."""
     if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; choose one of: {', '.join(REWARDS)}")
     return REWARDS[name]

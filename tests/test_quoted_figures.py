@@ -133,6 +133,12 @@ def test_the_readme_quotes_the_align_records():
                f"(**{s['ratio_median']:.2f}x faster**" in row, (name, row)
         assert f"{s['ratio_fastest']:.2f}x" in row
     assert f"medians of {speed['repeats']}; load average {speed['load_average'][0]:.1f}" in row
+    for name, label in (("dpo", "DPO"), ("grpo", "GRPO")):  # the paired per-repeat ratios, as chapter 18 prints
+        s = speed["steps"][name]
+        paired = torch.tensor([t / o for t, o in zip(s["seconds"]["trl"], s["seconds"]["ours"])], dtype=torch.float64)
+        p10, p50, p90 = paired.quantile(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+        faster = f"faster in {int((paired > 1).sum())} of {len(paired)}"
+        assert f"{label} median {p50:.2f}x, 10-90% {p10:.2f}-{p90:.2f}x, " in row and faster in row, (name, row)
     compare = json.loads((RECORDS / "align_compare.json").read_text())
     row = _readme_row("align_compare.py")
     for name, label in (("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO")):
@@ -143,6 +149,9 @@ def test_the_readme_quotes_the_align_records():
         assert abs(s["mean"] - sum(r["test"]["accuracy"] for r in runs) / len(runs)) < 1e-12
         assert f"{label} {s['mean']:.3f} +- {s['std']:.3f}" in row, (name, row)
     assert f"{compare['start']['test']['accuracy']:.3f} of chapter 16's 200 test sums right" in row
+    hack = compare["summary"]
+    assert f"exact accuracy {hack['grpo-units-hack']['mean']:.3f} against the control's " \
+           f"{hack['grpo-exact-hack']['mean']:.3f}" in row and f"lr {compare['hack_learning_rate']:.0e}".replace("e-0", "e-") in row
 
 
 def _finetune_benchmark():

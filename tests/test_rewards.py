@@ -1,4 +1,4 @@
-"""course_lib.rewards: the arithmetic task, its two rewards (one hackable), seeded groups of
+"""course_lib.rewards: the arithmetic task, its rewards (two of them hackable), seeded groups of
 samples that resume exactly, GRPO's scores and DPO's pairs from a model's own answers."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from course_lib.model import GPT, GPTConfig
 from course_lib.rewards import (Group, answer_text, arithmetic_items, cut_at_end, exact_answer_reward,
                                 expected_answer, flatten, format_reward, get_reward, greedy_answers,
                                 greedy_reward, greedy_scores, preference_pairs,
-                                sample_group, sample_groups, score_groups)
+                                sample_group, sample_groups, score_groups, units_digit_reward)
 from course_lib.tokenizers import CharTokenizer
 
 TOKENIZER = CharTokenizer("0123456789+-*=\n ")
@@ -63,6 +63,21 @@ def test_only_the_right_sum_earns_the_exact_reward(a, b, guess):
     prompt = f"{a}+{b}="
     assert exact_answer_reward(prompt, f"{guess}\n") == float(guess == a + b)
     assert format_reward(prompt, f"{guess}\n") == 1.0
+
+
+@given(st.integers(10, 99), st.integers(10, 99), st.integers(0, 300))
+def test_the_units_digit_reward_pays_every_right_sum_and_some_wrong_ones(a, b, guess):
+    """A proxy: the exact reward implies it; it pays a wrong sum exactly when the last digits agree."""
+    prompt = f"{a}+{b}="
+    units = units_digit_reward(prompt, f"{guess}\n")
+    assert units == float(guess % 10 == (a + b) % 10)
+    assert units >= exact_answer_reward(prompt, f"{guess}\n")
+
+
+def test_the_units_digit_reward_wants_a_number_then_end():
+    assert units_digit_reward("64+91=", "5\n") == 1.0 and units_digit_reward("64+91=", "145\n") == 1.0
+    assert units_digit_reward("64+91=", "155") == 0.0 and units_digit_reward("64+91=", "1+5\n") == 0.0
+    assert units_digit_reward("64+91=", "154\n") == 0.0 and get_reward("units") is units_digit_reward
 
 
 def test_cut_at_end():

@@ -49,7 +49,7 @@ def check_dpo_loss(fn) -> None:
 def check_group_advantages(fn) -> None:
     """``fn(rewards, group_size) -> (N,)``: GRPO's advantages of rewards (N,), each prompt's G
     answers side by side: ``(r - mean of its group) / (std of its group + 1e-4)``, the sample std
-    (n - 1), as the GRPO paper's and TRL's."""
+    (n - 1), as TRL's (the GRPO paper does not say which)."""
     g = torch.Generator().manual_seed(180)
     cases = [(torch.randint(0, 2, (12,), generator=g).float(), 4),
              (torch.rand(10, generator=g) * 3, 5),
@@ -69,7 +69,7 @@ def check_group_advantages(fn) -> None:
                  "group only.", "rewards.view(-1, group_size), then the mean and std along dim=1")
         population = (centred.view(-1, G) / (grouped.std(1, unbiased=False, keepdim=True) + 1e-4)).view(-1)
         if _is(got, population, expected, 1e-4):
-            fail("you used the population std (divided by n): the GRPO paper and TRL use the sample std "
+            fail("you used the population std (divided by n): TRL uses the sample std "
                  "(n - 1).", "torch's .std() divides by n - 1 by default")
         expect_close(got, expected, f"advantages of {G}-answer groups", "(r - group mean) / (group std + 1e-4)",
                      atol=1e-4)
