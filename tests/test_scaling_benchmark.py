@@ -94,7 +94,7 @@ def test_the_prediction_is_on_disk_before_any_held_out_run_starts(bench, tmp_pat
     assert {(r["shape"], r["seed"]) for r in record["held_out"]} == {(s, k) for s in pred["train"] for k in bench.SEEDS}
     assert pred["budget"] == 3 * max(bench.BUDGETS)
     assert record["predictions"] == [pred]
-    assert record["command"] == f"python benchmarks/scaling.py --out {out}"
+    assert record["command"] == "python benchmarks/scaling.py --out sweep.json"  # a file name, not this machine's path
 
 
 def test_parts_side_by_side_merge_into_the_record_one_process_makes(bench, tmp_path, monkeypatch):
@@ -148,3 +148,32 @@ def test_the_first_windows_count_as_trained(bench, tmp_path, monkeypatch):
     assert pred["budget"] == 3 * 4e11
     assert ["4e+11"] == sorted({f"{b:g}" for b, s, k in pred["fitted_to"]} - {f"{b:g}" for b in bench.BUDGETS})
     assert all(s in FAMILY for b, s, k in pred["fitted_to"])  # only the one-block family is fitted
+
+
+def test_the_repetition_control_only_adds_to_the_record(bench, tmp_path, monkeypatch):
+    fake_training(bench, monkeypatch, tmp_path)
+    out = tmp_path / "sweep.json"
+    bench.main(["--out", str(out), "--seeds", "1", "2"])
+    before = json.loads(out.read_text())
+    bench.main(["--repetition", "--out", str(out), "--seeds", "1", "2"])
+    after = json.loads(out.read_text())
+    for field in ("runs", "prediction", "held_out", "predictions", "superseded"):
+        assert after[field] == before[field]  # the held-out test is untouched
+    control = after["repetition_control"]
+    assert {(r["budget"], r["shape"], r["seed"]) for r in control} == {(b, s, k) for b, s in bench.REPETITION for k in (1, 2)}
+    for r in control:  # the same N and D as the run on the whole split, twice the passes
+        whole = plan_run(r["shape"], r["budget"], 65, before["train_tokens"])
+        assert (r["N"], r["D"]) == (whole["N"], whole["D"])
+        assert r["epochs"] == pytest.approx(2 * whole["epochs"], rel=1e-4)
+        assert r["started_at"] <= r["finished_at"]
+    assert after["commands"][-1].endswith("python benchmarks/scaling.py --repetition --out sweep.json --seeds 1 2")
+    bench.main(["--repetition", "--out", str(out), "--seeds", "1", "2"])  # resumes: nothing to train again
+    assert json.loads(out.read_text())["repetition_control"] == control
+
+
+def test_the_half_split_spans_the_whole_text(bench):
+    import torch
+    train = torch.arange(1000)
+    half = bench.half_split(train, chunks=20)
+    assert len(half) == 500 and half[0] == 0 and half[-1] == 949  # chunk 18 ends at 950: the last tenth is in
+    assert len(set(half.tolist())) == 500
