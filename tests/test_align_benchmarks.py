@@ -1,20 +1,17 @@
 """benchmarks/align_compare.py's accounting of equal compute, and its record: every method spends
 the same budget of token passes (to within one of its steps), and the stored runs are what the
 script's rule gives."""
-import importlib.util
 import json
 
 import pytest
+from benchmark_loader import load_benchmark
 
 from course_lib.tools.chapters import ROOT
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("align_compare", ROOT / "benchmarks" / "align_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("align_compare")
 
 
 @pytest.mark.parametrize("budget_steps", [2, 60, 200])

@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+from benchmark_loader import load_benchmark
 
 from course_lib.presets import CPU_PRESET_VAL_LOSS
 from course_lib.tools.chapters import ROOT
@@ -154,21 +155,13 @@ def test_the_readme_quotes_the_align_records():
            f"{hack['grpo-exact-hack']['mean']:.3f}" in row and f"lr {compare['hack_learning_rate']:.0e}".replace("e-0", "e-") in row
 
 
-def _finetune_benchmark():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("finetune_dates", ROOT / "benchmarks" / "finetune_dates.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_finetune_record_holds_the_benchmarks_runs_and_the_readme_quotes_it():
     """Every record of benchmarks/finetune_dates.py is one of its RUNS, keyed and configured as the
     benchmark keys and configures it today (records merged from several branches must not drift);
     README's finetune_dates.py row quotes each stored run's held-out exact match (mean ± sd over the
     seeds, n=3 unless stated) and its Shakespeare loss over the old characters, as stored."""
     import statistics
-    bench = _finetune_benchmark()
+    bench = load_benchmark("finetune_dates")
     records = json.loads(bench.RECORDS.read_text())
     by_name = {}
     for key, r in records.items():

@@ -1,24 +1,19 @@
 """benchmarks/scaling.py (chapter 19's sweep): bad arguments are refused in one line, the prediction
 keeps to the family and to 4 passes over the text, and a merge of unfinished parts writes nothing."""
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_loader import load_benchmark
 
 from course_lib.isoflop import FAMILY, plan_run
 from course_lib.scaling import LossLaw
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("scaling_benchmark", ROOT / "benchmarks" / "scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("scaling", "scaling_benchmark")
 
 
 @pytest.mark.parametrize("argv, message", [(["--budgets", "3e11"], "no shapes are chosen for budget"),
