@@ -80,6 +80,7 @@ def test_the_gpu_speedrun_is_refused_on_a_cpu_in_one_line(tmp_path, capsys):
     assert not out.exists()  # nothing written
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_whole_split_estimate_counts_every_token_once(tmp_path, text_file):
     """The benchmark's fixed estimate equals the mean of the per-token losses of the whole split,
     computed here in one go from the model's logits for consecutive windows (the definition)."""
