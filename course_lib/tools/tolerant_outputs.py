@@ -103,3 +103,36 @@ def disagreement(stored: str, computed: str, tolerance: Tolerance) -> str | None
             return (f"{b} is not within rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
                     f"of the stored {a}")
     return None
+
+
+def _flatten(outputs, skip) -> dict[str, list]:
+    """A cell's outputs as nbval compares them: every value of every output under its key (MIME
+    types flattened out of "data"), in order, leaving out the keys in ``skip``."""
+    values = {}
+    for output in outputs:
+        for key, value in output.items():
+            if key in skip:
+                continue
+            for k, v in (value.items() if key == "data" else [(key, value)]):
+                if k not in skip:
+                    values.setdefault(k, []).append(v)
+    return values
+
+
+def cell_disagreement(stored, computed, tolerance: Tolerance, skip=(), sanitize=lambda s: s) -> str | None:
+    """Why a cell's ``computed`` outputs do not agree with its ``stored`` ones within ``tolerance``
+    (each a list of outputs with their streams merged, as nbval compares them; ``skip`` and
+    ``sanitize`` are nbval's), or None if they do."""
+    if tolerance.host_dependent is not None:
+        return None
+    stored, computed = _flatten(stored, skip), _flatten(computed, skip)
+    if stored.keys() != computed.keys() or any(len(stored[k]) != len(computed[k]) for k in stored):
+        return f"other kinds or numbers of outputs: {sorted(computed)} where {sorted(stored)} are stored"
+    for key in stored:
+        for a, b in zip(stored[key], computed[key]):
+            a, b = sanitize(a), sanitize(b)
+            why = disagreement(a, b, tolerance) if isinstance(a, str) and isinstance(b, str) else (
+                None if a == b else "not text, and not equal")
+            if why is not None:
+                return f"{key}: {why}"
+    return None
