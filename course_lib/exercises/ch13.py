@@ -88,6 +88,14 @@ def check_map_block(fn) -> None:
                         if have.dim() == 2 and have.shape == want.t().shape else
                         "biases and LayerNorm parameters are 1-D vectors: copy them as they are.")
                 fail(f"{what}[{name!r}]: shape {tuple(have.shape)}, our Block expects {tuple(want.shape)}.", hint)
+            if not torch.equal(have, want) and have.dtype != want.dtype and (have.is_floating_point() and torch.allclose(
+                    have.to(want.dtype), want, rtol=1e-2, atol=1e-2)
+                    or have.dim() == 2 and have.is_floating_point() and have.shape == want.t().shape
+                    and torch.allclose(have.t().to(want.dtype), want, rtol=1e-2, atol=1e-2)):
+                fail(f"{what}[{name!r}]: your tensor is {have.dtype}, and its values are GPT-2's rounded: GPT-2's "
+                     f"tensors are {want.dtype}.",
+                     "copy the tensors as they are (transposing the four Conv1D matrices), without .to(...), .half() "
+                     "or .bfloat16(): load_state_dict would cast them back to float32, but the rounding is done.")
             if not torch.equal(have, want):
                 hint = ("this square matrix has the right shape either way, but GPT-2 stores it (in, out): "
                         "transpose it too." if have.dim() == 2 and torch.equal(have, want.t()) else
