@@ -109,7 +109,8 @@ def accumulated_via_forward(model, batches):
 @pytest.mark.parametrize("wrong, message", [
     (stacked_via_forward, "(?s)forward pass of micro-batch 2 ran before the backward pass of micro-batch 1"
                           ".*Hint: call backward\\(\\) on each micro-batch's loss"),
-    (concatenates_via_forward, "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
+    (concatenates_via_forward,
+     "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
 ])
 def test_accumulation_via_model_forward_is_seen(wrong, message):
     with pytest.raises(ExerciseError, match=message):

@@ -104,8 +104,8 @@ def lora_forward_a_at_b(x, W, b, A, B, alpha, rank):  # A @ B: (r, in) @ (out, r
                                             (lora_forward_inverse, "rank / alpha"),
                                             (lora_forward_no_bias, "values differ"),
                                             # 15-m8 (review 2026-11-28): A @ B got the generic hint
-                                            (lora_forward_a_at_b, "(?s)cannot be multiplied.*Hint: A is \\(rank, in\\) "
-                                                                  "and B \\(out, rank\\).*A @ B does not fit")])
+                                            (lora_forward_a_at_b, "(?s)cannot be multiplied.*Hint: A is \\(rank, "
+                                                                  "in\\) and B \\(out, rank\\).*A @ B does not fit")])
 def test_lora_forward_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_lora_forward(wrong)
@@ -145,7 +145,10 @@ def test_merge_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (merge_transposed, "(?s)raised RuntimeError.*Hint: A.T @ B.T is \\(in, r\\) @ \\(r, out\\)"),
+@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"),
+                                            # 15-m8 (review 2026-11-28): A.T @ B.T got the generic hint
+                                            (merge_transposed,
+                                             "(?s)raised RuntimeError.*Hint: A.T @ B.T is \\(in, r\\) @ \\(r, out\\)"),
                                             (merge_unscaled, "values differ"), (merge_delta_only, "values differ"),
                                             (merge_a_at_b, "B @ A is \\(out, r\\)"), (merge_module, "returned a module")])
 def test_merge_wrong(wrong, message):

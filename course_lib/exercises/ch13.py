@@ -39,6 +39,14 @@ def _expected_block(state: dict, i: int, n_layer: int) -> dict[str, torch.Tensor
             for ours, hf, t in weight_map(n_layer) if ours.startswith(prefix)}
 
 
+def _rounded_copy(have: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether ``have`` is ``want`` (or its transpose) in another floating dtype, rounded."""
+    if have.dtype == want.dtype or not have.is_floating_point():
+        return False
+    return any(h.shape == want.shape and torch.allclose(h.to(want.dtype), want, rtol=1e-2, atol=1e-2)
+               for h in ([have, have.t()] if have.dim() == 2 else [have]))
+
+
 def check_map_block(fn) -> None:
     """``fn(hf_state, i) -> dict``: the weights of block ``i`` of a GPT-2 state dict (Hugging Face
     names such as ``transformer.h.{i}.attn.c_attn.weight``, Conv1D matrices stored (in, out)),
@@ -88,10 +96,7 @@ def check_map_block(fn) -> None:
                         if have.dim() == 2 and have.shape == want.t().shape else
                         "biases and LayerNorm parameters are 1-D vectors: copy them as they are.")
                 fail(f"{what}[{name!r}]: shape {tuple(have.shape)}, our Block expects {tuple(want.shape)}.", hint)
-            if not torch.equal(have, want) and have.dtype != want.dtype and (have.is_floating_point() and torch.allclose(
-                    have.to(want.dtype), want, rtol=1e-2, atol=1e-2)
-                    or have.dim() == 2 and have.is_floating_point() and have.shape == want.t().shape
-                    and torch.allclose(have.t().to(want.dtype), want, rtol=1e-2, atol=1e-2)):
+            if not torch.equal(have, want) and _rounded_copy(have, want):
                 fail(f"{what}[{name!r}]: your tensor is {have.dtype}, and its values are GPT-2's rounded: GPT-2's "
                      f"tensors are {want.dtype}.",
                      "copy the tensors as they are (transposing the four Conv1D matrices), without .to(...), .half() "

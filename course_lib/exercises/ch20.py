@@ -117,9 +117,9 @@ def check_balancing_loss(fn) -> None:
             expect_close(got, expected, what, "E * sum_e f_e * P_e", atol=1e-4)
         # P carries the gradient: without it the loss balances nothing in training.
         if not (isinstance(answer, torch.Tensor) and answer.requires_grad):
-            fail(f"{what}: your loss has the right value but carries no gradient (got "
-                 f"{describe(answer) if not isinstance(answer, torch.Tensor) else 'a tensor detached from router_logits'}"
-                 "): added to the training loss it would change nothing, and the router would not balance.",
+            got_what = describe(answer) if not isinstance(answer, torch.Tensor) else \
+                "a tensor detached from router_logits"
+            fail(f"{what}: your loss has the right value but carries no gradient (got {got_what}): added to the training loss it would change nothing, and the router would not balance.",
                  "f is a count and carries no gradient, but P must: compute P = F.softmax(router_logits, -1)"
                  ".mean(0) with torch operations and return the tensor, without .detach(), .item(), float(), "
                  "torch.no_grad() or a new torch.tensor(...)")
