@@ -25,7 +25,9 @@ import os
 
 from course_lib.tools import numerics, op_fingerprints, tolerant_outputs
 
-MODE_VARIABLE, HOST_VARIABLE, NOTE_VARIABLE = "COURSE_NUMERICS_MODE", "COURSE_NUMERICS_HOST", "COURSE_NUMERICS_NOTE"
+MODE_VARIABLE = "COURSE_NUMERICS_MODE"
+HOST_VARIABLE = "COURSE_NUMERICS_HOST"
+NOTE_VARIABLE = "COURSE_NUMERICS_NOTE"
 MODES = ("bitwise", "tolerance")
 
 

@@ -254,6 +254,36 @@ def test_storing_is_refused_on_a_host_that_cannot_compute_the_reference(monkeypa
     assert notebook.read_bytes() == before
 
 
+def test_storing_is_refused_on_a_host_whose_kernels_differ_from_the_reference(monkeypatch, tmp_path):
+    """A chapter stored on an AMD host while the reference is an Intel one would fail bitwise on the
+    reference host: refused in one line, before anything runs, unless every chapter is re-executed
+    and the host recorded as the new reference."""
+    from course_lib.tools import book, op_fingerprints
+
+    ref = op_fingerprints.reference()
+    other = dict(ref, ops=dict(ref["ops"], **{"exp fwd": "0" * 16}))
+    monkeypatch.setattr(book, "unsupported_host", lambda: None)
+    monkeypatch.setattr(op_fingerprints, "host_fingerprints", lambda extra=None: other)
+    monkeypatch.setattr(book, "execute_notebook", lambda *a, **k: pytest.fail("executed a chapter"))
+    notebook = tmp_path / "ch01_x.ipynb"
+    probe_notebook(notebook)
+    with pytest.raises(ValueError, match=r"computes 1 kernel fingerprints otherwise.*--new-reference"):
+        book._cmd_execute(type("Args", (), {"paths": [notebook], "new_reference": False})())
+    with pytest.raises(ValueError, match="give no notebook paths"):
+        book._cmd_execute(type("Args", (), {"paths": [notebook], "new_reference": True})())
+    assert op_fingerprints.differences(ref, ref) == [] and op_fingerprints.differences(other, ref) == ["exp fwd"]
+
+
+def test_the_reference_record_is_what_the_per_host_tool_writes():
+    """records/numerics_reference.json has the per-host tool's fields (ops, cpu, torch), 52 operations
+    and the short training, so `op_fingerprints.py --compare` reads it."""
+    from course_lib.tools import op_fingerprints
+
+    ref = op_fingerprints.reference()
+    assert len(ref["ops"]) == 52 and all(len(v) == 16 for v in ref["ops"].values())
+    assert ref["training"].split()[:2] == ["AVX2", str(numerics.THREADS)] and ref["cpu"] and ref["torch"]
+
+
 def test_the_github_workflows_run_the_readme_commands():
     """CI and publishing where maintainers look for them (.github/workflows), validated against
     GitHub's workflow schema offline by check-jsonschema's vendored copy."""
