@@ -2,7 +2,7 @@
 that they keep the command line's promise: a bad input is one line naming the problem and the fix,
 and a non-zero exit (argparse's ``error``: status 2), before any work.
 
-- Argument types: ``count`` (an integer >= 1), ``at_least(n)``, ``seed`` (what torch can seed with),
+- Argument types: ``count`` (an integer >= 1), ``at_least(n)``, ``seed_number`` (what torch can seed with),
   ``threads``, ``preset`` (a name of course_lib.presets), ``device`` (one this machine has).
 - Records: a benchmark writes its JSON only when asked: ``--json PATH`` (or the script's ``--out`` /
   ``--record``), or ``--update-record`` for the shipped record in course_lib/records/ that the book
@@ -47,7 +47,7 @@ count = at_least(1)  # repeats, steps, items, turns...
 threads = at_least(1)  # torch.set_num_threads refuses 0 with a traceback
 
 
-def seed(text: str) -> int:
+def seed_number(text: str) -> int:
     """An argparse type: a seed torch accepts, 0 to 2**63 - 1."""
     value = at_least(0)(text)
     if value > MAX_SEED:
@@ -75,7 +75,7 @@ def device(text: str) -> str:
 def seed_list(text: str) -> list[int]:
     """An argparse type: comma-separated seeds, e.g. 0,1,2."""
     try:
-        return [seed(s) for s in text.split(",")]
+        return [seed_number(s) for s in text.split(",")]
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: write seeds as 0,1,2 ({e})") from None
 

@@ -18,7 +18,6 @@ held-out text (what bits per byte are made of).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -34,7 +33,7 @@ RECORD = ROOT / "course_lib" / "records" / "report_cards.json"
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 
 from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
-from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
+from course_lib.checkpoint import load_model, load_tokenizer  # noqa: E402
 from course_lib.data import load_text, train_val_split  # noqa: E402
 from course_lib.evaluation import text_nll  # noqa: E402
 from course_lib.finetune import finetune_config  # noqa: E402

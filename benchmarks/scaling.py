@@ -63,7 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_args import record_file, seed  # noqa: E402  (no torch)
+from bench_args import record_file, seed_number  # noqa: E402  (no torch)
 from course_lib.tools.numerics import REFERENCE  # noqa: E402  (imports no torch)
 
 # The reference numeric environment (AVX2 kernels) with ONE thread: on the shared 2-core machine each
@@ -100,7 +100,7 @@ FIRST_SIZES = {2e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"],
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--budgets", type=float, nargs="+", default=None, help="FLOPs; each must be a key of SIZES")
-    p.add_argument("--seeds", type=seed, nargs="+", default=SEEDS, help="train every run once per seed")
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=SEEDS, help="train every run once per seed")
     p.add_argument("--predict-factor", type=float, default=3.0,
                    help="the held-out budget over the largest budget trained so far (this sweep's and the first windows')")
     p.add_argument("--no-predict", action="store_true", help="the sweep only")
