@@ -100,7 +100,8 @@ def model_names(text: str) -> list[str]:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_record_options(p, RECORD, "--json")
-    p.add_argument("--models", type=model_names, default=list(MODELS), help=f"comma-separated, among {','.join(MODELS)}")
+    p.add_argument("--models", type=model_names, default=list(MODELS),
+                   help=f"comma-separated, among {','.join(MODELS)}")
     p.add_argument("--limit", type=count, default=200, help="items per task")
     p.add_argument("--work", default="runs/report_cards")
     p.add_argument("--threads", type=threads, default=1)

@@ -22,7 +22,7 @@ RECORDS = ROOT / "course_lib" / "records"
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
 TINY = {
     "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"], "--json"),
-    "align_compare": (["--tiny", "--start-steps", "2", "--out-dir", "{tmp}/ac"], "--record"),
+    "align_compare": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
     "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
     "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
@@ -46,6 +46,7 @@ TINY = {
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
 }
+GOAL_NOT_MET = {"speedrun"}  # exit status 1 when its goal does not hold, as after 2 steps
 ORDER = sorted(SCRIPTS, key=lambda s: s == "chat_scores")  # chat_scores scores the models chat_sft trains
 
 
@@ -79,7 +80,7 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *argv, *([option, str(record)] if option else [])]
     done = subprocess.run(command, cwd=shared_tmp, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode in ((0, 1) if name in GOAL_NOT_MET else (0,)), done.stdout[-2000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
     if option:
