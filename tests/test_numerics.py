@@ -1,5 +1,5 @@
 """The reference numeric environment (course_lib/tools/numerics.py): chapters are stored and
-validated in it, so that their outputs reproduce on any x86-64 host with AVX2.
+validated in it, so that one host reproduces them bitwise whatever its thread count or exports.
 
 The proof that the pin works, and that it is needed: one short training under two host conditions
 that change its result when nothing is pinned (the thread count a user exports, and torch's kernel
