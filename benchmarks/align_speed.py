@@ -1,4 +1,4 @@
-"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18, README).
+"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18, book/measured.md).
 
     python benchmarks/align_speed.py --update-record   # course_lib/records/align_speed.json (or --json FILE)
 

@@ -1,5 +1,5 @@
 """Our evaluation harness against lm-evaluation-harness's HFLM: the same model, the same items,
-the same 2 threads, side by side in one process (chapter 16, README).
+the same 2 threads, side by side in one process (chapter 16, book/measured.md).
 
     python benchmarks/eval_speed.py --json course_lib/records/eval_speed.json
 

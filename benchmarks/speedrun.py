@@ -17,7 +17,7 @@ validation loss, the seed-to-seed spread, and whether issue 24's goal holds: a r
 0.5 and every speedrun validation loss at most 1.88. Usage:
 
     python benchmarks/speedrun.py                      # seeds 1337, 1, 2 (about 5 minutes, 2 cores)
-    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json   # chapter 14, README
+    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json   # chapter 14, book/measured.md
     python benchmarks/speedrun.py --seeds 1337 --curve-evals 10 --json course_lib/records/speedrun_curve.json  # the plot
 
 ``--json`` writes every number, and each run's (wall time, step, val loss) curve: one point per

@@ -2,7 +2,7 @@
 
 nanoGPT publishes val loss 1.88 for this config after 2000 iterations (one 20-batch estimate);
 this script checks ours against it with a 200-batch estimate (1.859 for seed 1337). The figure the
-README and chapter 13 quote is the same run on the whole validation split,
+book/measured.md and chapter 13 quote is the same run on the whole validation split,
 course_lib.presets.CPU_PRESET_VAL_LOSS: 1.864, from benchmarks/speedrun.py's record. Usage:
 
     python benchmarks/train_shakespeare_cpu.py [--seed 1337] [--max-iters 2000]
