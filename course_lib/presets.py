@@ -20,7 +20,7 @@ class Preset:
     device: str | None = None
 
 
-# The one figure quoted for the full `shakespeare-char-cpu` run (README, chapter 13): the val loss
+# The one figure quoted for the full `shakespeare-char-cpu` run (book/measured.md, chapter 13): the val loss
 # after 2000 iterations, seed 1337, on the whole validation split (course_lib.losses.sequence_loss), as
 # measured by benchmarks/speedrun.py and stored in course_lib/records/speedrun_results.json, which
 # chapter 14 prints with seeds 1 and 2 (tests/test_quoted_figures.py ties the copies to that record).
@@ -90,7 +90,7 @@ PRESETS = {
     # The speedrun's recipe for a CUDA GPU, guarded (`train` refuses it on any other device): twice the
     # batch (a GPU has room for far more parallel work than 2 CPU cores) at a learning rate raised with it,
     # bf16 autocast and torch.compile (chapter 12: what pays on a GPU; neither pays on our CPU, see the
-    # README and benchmarks/scale.py). Untuned: no GPU was available to this project, so no figure is
+    # book/measured.md and benchmarks/scale.py). Untuned: no GPU was available to this project, so no figure is
     # quoted for it. On a GPU, `python benchmarks/speedrun.py --speedrun shakespeare-char-speedrun-gpu
     # --device cuda --host-env` measures it against shakespeare-char-cpu trained on the same GPU.
     "shakespeare-char-speedrun-gpu": Preset(
