@@ -21,7 +21,10 @@
   // In a table, a line that is not a row (a command above it, a note under it) still wraps.
   function wrapOtherLines(pre, columns) {
     if (Array.from(pre.children).some(e => e.textContent)) return;  // coloured output (ANSI spans): leave it
-    const isRow = line => /^[\s\-=+|:]*$/.test(line) || gapEnds(line).some(c => columns.has(c));
+    const isRow = line => {  // a rule, a line with two gaps or more, or one gap at a column of the table
+      const gaps = gapEnds(line);
+      return /^[\s\-=+|:]*$/.test(line) || gaps.length >= 2 || gaps.some(c => columns.has(c));
+    };
     const lines = pre.textContent.split("\n");
     if (lines.every(isRow)) return;
     pre.textContent = "";
