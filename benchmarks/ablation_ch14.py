@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_args import seed_number  # noqa: E402  (no torch)
 from ch14_setup import PRESET, parse_args, start_cpu_run, validation_batches, write_record  # noqa: E402  (no torch)
 
 VARIANTS = {
@@ -34,7 +35,7 @@ VARIANTS = {
 
 
 def _options(p) -> None:
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="NAME",
                    help="run only these variants")
 
@@ -78,8 +79,9 @@ def main(argv=None) -> int:
                           "model": replace(get_preset(PRESET).model, vocab_size=run.tokenizer.vocab_size).to_dict(),
                           "batch_size": train.batch_size,
                           "val_batches": {"count": args.eval_batches, "windows_each": 32, "generator_seed": 2024}}
-            write_record(args, "ablation_ch14.py", argv, {**fields, "runs": runs})  # after every run
+            write_record(args, "ablation_ch14.py", argv, {**fields, "runs": runs}, final=False)  # after every run
     bar.close()
+    write_record(args, "ablation_ch14.py", argv, {**fields, "runs": runs})
     return 0
 
 

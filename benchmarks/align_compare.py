@@ -1,7 +1,7 @@
 """Chapter 18's comparison: more SFT, DPO and GRPO from the same starting model, at equal compute,
 on two-digit addition without a calculator, and GRPO on a reward that can be hacked.
 
-    python benchmarks/align_compare.py                        # the record (about 5 minutes on 1 core)
+    python benchmarks/align_compare.py --update-record        # the record (about 5 minutes on 1 core)
     python benchmarks/align_compare.py --tiny --out-dir /tmp/a --record /tmp/a/record.json   # a smoke test
 
 **The start** (``start.pt`` in ``--out-dir``): the shipped chat model (chapter 17), which answers
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -55,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench_args import add_record_options, count, device, record_file, seed_number  # noqa: E402
 from course_lib import align  # noqa: E402
 from course_lib.align import START_SFT, SFTTrainer, sft_start, task_splits  # noqa: E402
 from course_lib.chat_engine import load_chat_model  # noqa: E402
@@ -181,27 +181,37 @@ def summary(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--hack-seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=60, help="the compute of this many GRPO steps (default 60)")
-    p.add_argument("--start-steps", type=int, default=START_SFT["max_iters"])
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=None, help="default 0 1 2")
+    p.add_argument("--hack-seeds", type=seed_number, nargs="+", default=None, help="default 0 1 2")
+    p.add_argument("--budget", type=count, default=None, help="the compute of this many GRPO steps (default 60)")
+    p.add_argument("--start-steps", type=count, default=START_SFT["max_iters"])
+    p.add_argument("--device", type=device, default="cpu")
     p.add_argument("--out-dir", default="runs/align_compare")
-    p.add_argument("--record", default=str(RECORD))
+    add_record_options(p, RECORD, "--record")
     p.add_argument("--tiny", action="store_true", help="a smoke test: tiny budget, one rate, one seed")
     args = p.parse_args(argv)
+    given = [o for o, v in (("--budget", args.budget), ("--seeds", args.seeds), ("--hack-seeds", args.hack_seeds))
+             if v is not None]
+    if args.tiny and given:  # --tiny sets them: a value given beside it would be silently dropped
+        p.error(f"--tiny sets the budget and the seeds: leave out {', '.join(given)}")
+    args.budget = args.budget or 60
+    args.seeds, args.hack_seeds = args.seeds or [0, 1, 2], args.hack_seeds or [0, 1, 2]
     if args.tiny:
         args.budget, args.seeds, args.hack_seeds = 2, [0], [0]
         for m in LEARNING_RATES:
             LEARNING_RATES[m] = LEARNING_RATES[m][1:2]
         align.EVAL_ITEMS = 10
-    out_dir, record_path = Path(args.out_dir), Path(args.record)
+    out = record_file(p, args, RECORD, "--record", continues=True)  # the runs it holds are reused
+    old = out.read({})
+    if old and (old.get("budget_token_passes") != args.budget * step_cost("grpo", BATCH["grpo"])
+                or old.get("start_steps") != args.start_steps):  # a new record would replace it, run by run
+        p.error(f"{out.path} holds runs of another --budget or --start-steps (its command: {old.get('command')}): "
+                "give those, or write to another --record")
+    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     budget = args.budget * step_cost("grpo", BATCH["grpo"])
     command = "python benchmarks/align_compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    if record.get("budget_token_passes") != budget or record.get("start_steps") != args.start_steps:
-        record = {}
+    record = out.read({})  # its runs are reused: a record of other settings was refused above
     record.update({"command": command.strip(), "budget_grpo_steps": args.budget, "budget_token_passes": budget,
                    "start_steps": args.start_steps, "device": args.device, "threads": torch.get_num_threads(),
                    "learning_rates": LEARNING_RATES, "batch": BATCH, "group": GROUP, "pair_prompts": PAIR_PROMPTS,
@@ -212,9 +222,7 @@ def main(argv=None) -> int:
     def save():
         record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         record["load_average"] = [round(x, 2) for x in os.getloadavg()]
-        tmp = record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(record_path)
+        out.progress(record)
 
     start = make_start(out_dir, args.device, args.start_steps)
     if "right" not in record.get("start", {}).get("test", {}):

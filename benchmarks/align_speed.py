@@ -1,6 +1,6 @@
-"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18, README).
+"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18, book/measured.md).
 
-    python benchmarks/align_speed.py --json course_lib/records/align_speed.json
+    python benchmarks/align_speed.py --update-record   # course_lib/records/align_speed.json (or --json FILE)
 
 The model: a random GPT2LMHeadModel the size of the book's CPU GPT (4 layers, C=128, 64
 positions) over a character tokenizer built offline; TRL trains it, we train our GPT holding the
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -44,7 +43,10 @@ from course_lib.gpt2 import from_pretrained  # noqa: E402
 from course_lib.grpo import GRPOConfig, grpo_loss  # noqa: E402
 from course_lib.preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_pairs  # noqa: E402
 from course_lib.rewards import flatten, sample_groups, score_groups  # noqa: E402
+from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from eval_helpers import char_hf_tokenizer, tiny_gpt2  # noqa: E402
+
+RECORD = ROOT / "course_lib" / "records" / "align_speed.json"
 
 VOCAB, PAIRS, PROMPTS, GROUP, MAX_NEW = 66, 16, 8, 8, 6
 SHAPE = dict(n_positions=64, n_embd=128, n_layer=4, n_head=4)
@@ -139,10 +141,11 @@ def timed(fn) -> float:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default=str(ROOT / "course_lib" / "records" / "align_speed.json"))
+    p.add_argument("--repeats", type=count, default=30)
+    p.add_argument("--threads", type=threads, default=2)
+    add_record_options(p, RECORD, "--json")
     args = p.parse_args(argv)
+    out = record_file(p, args, RECORD, "--json")
     torch.set_num_threads(args.threads)
     import transformers
     import trl
@@ -172,11 +175,12 @@ def main(argv=None) -> int:
                                                max(a / b for a, b in zip(times["trl"], times["ours"]))]}
                 record["load_average"] = [round(x, 2) for x in os.getloadavg()]
                 record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-                Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+                out.progress(record)  # after every repeat, where no whole record is replaced
             s = record["steps"][name]
             print(f"{name}: TRL {s['median_s']['trl'] * 1e3:.1f} ms, ours {s['median_s']['ours'] * 1e3:.1f} ms a step "
                   f"(median of {args.repeats}): ours {s['ratio_median']:.2f}x faster; fastest repeats "
                   f"{s['ratio_fastest']:.2f}x; load average {record['load_average']}", flush=True)
+    out.finish(record, say=True)
     return 0
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import torch
 import torch.nn as nn
+from bench_args import count, device
 
 from course_lib.attention import MultiHeadAttention
 from course_lib.data import get_batch, load_text, train_val_split
@@ -30,7 +31,11 @@ class ListOfHeads(nn.Module):
         self.mha = MultiHeadAttention(fused.n_embd, fused.n_head, block_size, fused.dropout,
                                       fused.c_attn.bias is not None)
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, mask=None, rope=None):
+        """Block's call, ``attn(x, cache, mask, rope)``; the preset's GPT has no KV cache in
+        training, no window mask and learned positions, which is all MultiHeadAttention does."""
+        if cache is not None or mask is not None or rope is not None:
+            raise ValueError("list-of-heads attention is plain causal attention: no KV cache, window or RoPE")
         return self.mha(x)
 
 
@@ -55,12 +60,12 @@ def time_steps(model, optimizer, batches):
     return time.perf_counter() - start
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=30, help="training steps per round and model")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=count, default=5)
+    parser.add_argument("--steps", type=count, default=30, help="training steps per round and model")
+    parser.add_argument("--device", type=device, default="cpu")
+    args = parser.parse_args(argv)
 
     preset = get_preset("shakespeare-char-cpu")
     text = load_text()

@@ -25,6 +25,8 @@ import gc
 import time
 from pathlib import Path
 
+from bench_args import at_least, count
+
 from course_lib.bpe import BPETokenizer
 from course_lib.bpe_files import CL100K_SPECIAL_TOKENS, read_tiktoken_ranks
 from course_lib.bpe_train import train_bpe, train_bpe_naive
@@ -52,9 +54,9 @@ def best_of(fn, repeats: int, name: str | None = None):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--vocab-size", type=int, default=512)
-    parser.add_argument("--naive-chars", type=int, default=100_000, help="the slice the naive trainer runs on")
+    parser.add_argument("--repeats", type=count, default=5)
+    parser.add_argument("--vocab-size", type=at_least(257), default=512, help="256 bytes plus at least one merge")
+    parser.add_argument("--naive-chars", type=count, default=100_000, help="the slice the naive trainer runs on")
     parser.add_argument("--naive-full", action="store_true", help="time the naive trainer on the whole text")
     args = parser.parse_args(argv)
 

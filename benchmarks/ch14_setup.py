@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import platform
 import shlex
@@ -20,7 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_args, when a test loads this file
 
+from bench_args import RecordFile, add_record_options, count, record_file  # noqa: E402  (no torch)
 from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
 
 PRESET = "shakespeare-char-cpu"
@@ -31,19 +32,18 @@ def parse_args(doc: str, argv, *, steps: int, eval_batches: int, add=None) -> ar
     """The options both benchmarks take (``--steps``, ``--eval-batches``, ``--json``, ``--host-env``),
     plus those ``add(parser)`` adds; then the numeric environment, before torch is imported."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    p.add_argument("--steps", type=int, default=steps, help="training steps (a tenth of them warm-up)")
-    p.add_argument("--eval-batches", type=int, default=eval_batches, help="fixed validation batches")
-    p.add_argument("--json", help="write the results to this JSON file")
+    p.add_argument("--steps", type=count, default=steps, help="training steps (a tenth of them warm-up)")
+    p.add_argument("--eval-batches", type=count, default=eval_batches, help="fixed validation batches")
+    add_record_options(p, None, "--json")
     p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
     if add is not None:
         add(p)
     args = p.parse_args(argv)
-    if args.steps < 1 or args.eval_batches < 1:
-        p.error("--steps and --eval-batches must be at least 1")
     args.parser = p
     if not args.host_env:
         apply_reference_environment()  # before torch is imported
     wait_passively()
+    args.record = record_file(p, args, None, "--json")  # before any work (it imports torch: after the environment)
     return args
 
 
@@ -83,17 +83,18 @@ def _commit() -> str | None:
     return head + ("+changes" if changed else "")
 
 
-def write_record(args, script: str, argv, fields: dict) -> None:
+def write_record(args, script: str, argv, fields: dict, final: bool = True) -> None:
     """``fields`` with the command that made them, the environment, the machine and the load average,
-    as JSON to ``args.json`` (nothing when it is not given)."""
+    as JSON to ``args.json`` (nothing when it is not given). ``final=False``: a run's progress, written
+    only where it replaces no whole record (bench_args.RecordFile)."""
     if not args.json:
         return
     command = f"python benchmarks/{script} " + shlex.join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, "commit": _commit(), **fields,
               "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_at_end": os.getloadavg()}
-    path = Path(args.json)
-    partial = path.with_name(path.name + ".partial")  # then renamed: a stopped run never leaves half a file
-    partial.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(partial, path)
-    print(f"wrote {args.json}")
+    record = getattr(args, "record", None) or RecordFile(Path(args.json))
+    if final:
+        record.finish(result, say=True)  # atomic: a stopped run never leaves half a file
+    else:
+        record.progress(result)

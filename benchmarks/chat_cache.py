@@ -11,10 +11,12 @@ times nothing. At the shipped model's block_size
 of 64 the conversation is short and the saving small; at the GPU preset's 256 it is what a
 longer chat gains. Usage:
 
-    python benchmarks/chat_cache.py [--preset shakespeare-char-gpu] [--turns 6] [--repeats 3]
+    python benchmarks/chat_cache.py [--preset shakespeare-char-gpu] [--turns 6] [--repeats 3] [--out FILE]
+    python benchmarks/chat_cache.py --update-record   # rewrite course_lib/records/chat_cache_speed.json
 
-Writes course_lib/records/chat_cache_speed.json after each preset (with the load average,
-since the machine may be shared).
+Prints each preset's numbers; writes the record (with the load average, since the machine may be
+shared) only when asked: to --out FILE, or, with --update-record, to the shipped
+course_lib/records/chat_cache_speed.json, which chapter 17 cites.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from bench_args import add_record_options, count, preset, record_file, threads
 
 from course_lib.chat_data import char_chat_tokenizer, load_conversations
 from course_lib.chat_engine import ChatEngine
@@ -68,13 +71,15 @@ def run(model, tokenizer, messages, use_cache: bool, reply_tokens: int) -> tuple
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", action="append", help="whose architecture (repeat; default: both CPU and GPU)")
-    parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--reply-tokens", type=int, default=24, help="tokens per reply (every reply has this many)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(RECORD), help="where the results go (JSON)")
+    parser.add_argument("--preset", type=preset, action="append",
+                        help="whose architecture (repeat; default: both CPU and GPU)")
+    parser.add_argument("--turns", type=count, default=6)
+    parser.add_argument("--reply-tokens", type=count, default=24, help="tokens per reply (every reply has this many)")
+    parser.add_argument("--repeats", type=count, default=3)
+    parser.add_argument("--threads", type=threads, default=2)
+    add_record_options(parser, RECORD, "--out")
     args = parser.parse_args(argv)
+    out = record_file(parser, args, RECORD, "--out")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
     tokenizer, results = char_chat_tokenizer(), {}
@@ -94,7 +99,8 @@ def main(argv=None) -> int:
         print(name, json.dumps(results[name]))
         record = {"command": "python benchmarks/chat_cache.py " + " ".join(argv), "threads": args.threads,
                   "load_average": os.getloadavg()[0], "results": results}
-        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        out.progress(record)  # after each preset, where no whole record is replaced
+    out.finish(record, say=True)
     return 0
 
 

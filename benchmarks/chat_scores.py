@@ -3,11 +3,12 @@ step count (from the pretrained model and from scratch, 3 seeds each) and the pr
 before fine-tuning, each playing the test split's conversations (``course_lib.chat_eval``: greedy,
 the tool loop on; arithmetic and follow-ups also without the calculator).
 
-    python benchmarks/chat_scores.py --models-dir /work/chat_models [--iters 1000] [--seeds 0 1 2]
+    python benchmarks/chat_scores.py --models-dir /work/chat_models [--iters 1000] [--seeds 0 1 2] --update-record
 
 ``--models-dir`` holds the runs' folders (``<start>-it<iters>-lr0.001-s<seed>/model.pt``, the
-slim float16 models that ``chat_sft.py`` writes). Writes course_lib/records/chat_scores.json after
-each model (a stopped run keeps what it finished): per model and task the score, its standard
+slim float16 models that ``chat_sft.py`` writes). Writes, when asked (``--record FILE``, or
+``--update-record`` for course_lib/records/chat_scores.json), the record after each model (a stopped
+run keeps what it finished, unless that would replace a whole record): per model and task the score, its standard
 error and 95% bootstrap interval, the per-item scores; per start and task the mean and spread
 across seeds; per task the paired comparison of pretrained against scratch (per-item scores
 averaged over the seeds, chapter 16's ``paired_comparison``). The shipped model's replies are kept.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench_args import add_record_options, count, record_file, seed_number, threads  # noqa: E402
 from course_lib.chat_data import load_conversations  # noqa: E402
 from course_lib.chat_engine import load_chat_model  # noqa: E402
 from course_lib.chat_eval import across_seeds, before_fine_tuning, score_model  # noqa: E402
@@ -63,13 +64,14 @@ def summarize(models: dict, starts=("pretrained", "scratch")) -> tuple[dict, dic
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models-dir", type=Path, required=True)
-    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument("--iters", type=count, default=1000)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     p.add_argument("--no-base", action="store_true", help="leave out the pretrained model before fine-tuning")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument("--threads", type=threads, default=1)
+    add_record_options(p, RECORD, "--record", type=Path)
     args = p.parse_args(argv)
+    out = record_file(p, args, RECORD, "--record")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
     test = load_conversations("test")
@@ -104,9 +106,8 @@ def main(argv=None) -> int:
             {n: m for n, m in record["models"].items() if m["start"] != "base"})
         record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         record["load_average"] = os.getloadavg()[0]
-        tmp = args.record.with_name(args.record.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(args.record)
+        out.progress(record)  # after each model, where no whole record is replaced
+    out.finish(record, say=True)
     return 0
 
 

@@ -4,11 +4,12 @@ step counts and seeds. Each run is the CLI's run (``runs_assistant.start_chat_sf
 checkpoint resumes bit for bit; the benchmark only loops over settings and keeps the results.
 
     python benchmarks/chat_sft.py --device cuda --iters 1000 3000 6000 --seeds 0 1 2 --out-dir runs/chat_sft
-    python benchmarks/chat_sft.py --collect runs/chat_sft      # the runs' results -> the record
+    python benchmarks/chat_sft.py --collect runs/chat_sft --update-record  # the runs' results -> the record
 
 Every run writes ``run.json`` (its settings, validation curve, seconds and device) and a slim copy
 of its model, ``model.pt`` (float16 weights, no optimizer: what ships, as with the pretrained
-model); ``--collect`` gathers the ``run.json`` files into course_lib/records/chat_sft_runs.json.
+model); ``--collect`` gathers the ``run.json`` files into ``--record FILE`` (``--update-record``:
+course_lib/records/chat_sft_runs.json).
 The step count is chosen on the validation loss of the pretrained runs (never on the test split),
 and the per-task scores on the test split come from ``benchmarks/chat_scores.py``.
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench_args import RecordFile, add_record_options, count, device, record_file, seed_number  # noqa: E402
 from course_lib.checkpoint import load_checkpoint, write_atomic  # noqa: E402
 from course_lib.pretrained import pretrained_checkpoint  # noqa: E402
 from course_lib.runs_assistant import start_chat_sft_run  # noqa: E402
@@ -70,28 +72,33 @@ def train_one(start: str, iters: int, lr: float, seed: int, device: str, out_dir
     return result
 
 
-def collect(out_dir: Path, record: Path, command: str) -> dict:
+def collect(out_dir: Path, record: RecordFile, command: str) -> dict:
     runs = sorted((json.loads(p.read_text()) for p in out_dir.glob("*/run.json")), key=lambda r: r["name"])
     payload = {"command": command, "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "runs": runs}
-    record.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"{len(runs)} runs -> {record}")
+    record.finish(payload)
+    print(f"{len(runs)} runs -> {record.path}")
     return payload
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--iters", type=int, nargs="+", default=[1000])
+    p.add_argument("--device", type=device, default="cpu")
+    p.add_argument("--iters", type=count, nargs="+", default=[1000])
     p.add_argument("--lr", type=float, nargs="+", default=[1e-3])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     p.add_argument("--starts", nargs="+", default=["pretrained", "scratch"], choices=["pretrained", "scratch"])
     p.add_argument("--out-dir", type=Path, default=Path("runs/chat_sft"))
     p.add_argument("--collect", type=Path, metavar="DIR", help="gather DIR's run.json files into --record")
-    p.add_argument("--record", type=Path, default=RECORD)
+    add_record_options(p, RECORD, "--record", type=Path)
     args = p.parse_args(argv)
     if args.collect:
-        collect(args.collect, args.record, "python benchmarks/chat_sft.py " + " ".join(argv or sys.argv[1:]))
+        if not args.collect.is_dir():
+            p.error(f"--collect {args.collect}: no such folder (the --out-dir of earlier runs)")
+        record = record_file(p, args, RECORD, "--record")
+        if not record:
+            p.error("--collect gathers the runs into a record: name it with --record FILE, or --update-record")
+        collect(args.collect, record, "python benchmarks/chat_sft.py " + " ".join(argv or sys.argv[1:]))
         return 0
     for iters in args.iters:
         for lr in args.lr:

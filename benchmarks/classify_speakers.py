@@ -3,11 +3,12 @@ with a classification head (last-token and mean pooling), its learning curves (a
 training speeches and on the held-out ones every 25 steps), the linear probe, and the baselines.
 
 Each seed draws its own train/held-out split of the speeches (``classify.speaker_splits(seed)``)
-and its own initialisation and batches, so the spread covers both. Results go to
-``course_lib/records/classify_speakers.json``, one entry per configuration and seed, written after
-each run; a recorded run is skipped. Usage:
+and its own initialisation and batches, so the spread covers both. Results go, when asked, to
+``--out FILE`` or (``--update-record``) to ``course_lib/records/classify_speakers.json``, one entry
+per configuration and seed, written after each run; a recorded run is skipped. Usage:
 
-    python benchmarks/classify_speakers.py [--seeds 0 1 2] [--steps 150] [--only "full mean" "probe last"]
+    python benchmarks/classify_speakers.py [--seeds 0 1 2] [--steps 150] [--only "full mean" "probe last"] \
+        [--out FILE | --update-record]
 
 Chapter 15 prints the full fine-tunes with mean pooling (``--only "full mean"``), three seeds.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import add_record_options, count, record_file, seed_number  # noqa: E402
 from finetune_dates import store, read_records  # noqa: E402  (one JSON writer for both benchmarks)
 
 from course_lib.classify import (SPEAKERS, GPTClassifier, NaiveBayes, accuracy, classify_batch_fn, confusion_matrix,  # noqa: E402
@@ -75,12 +77,13 @@ def full(splits, tok, pooling, seed, steps) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--out", type=Path, default=RECORDS)
+    parser.add_argument("--seeds", type=seed_number, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--steps", type=count, default=150)
+    add_record_options(parser, RECORDS, "--out", type=Path)
     parser.add_argument("--only", nargs="*", metavar="METHOD POOLING", choices=CONFIGS,
                         help=f"run only these configurations (default: all of {CONFIGS})")
     args = parser.parse_args(argv)
+    out = record_file(parser, args, RECORDS, "--out", continues=True).path  # keyed runs: only added to
     torch.set_num_threads(1)
     _, tok = load_pretrained()
     for seed in args.seeds:
@@ -88,11 +91,11 @@ def main(argv=None) -> int:
         T = 64
         for method, pooling in (c.split() for c in args.only or CONFIGS):
             key = f"{method} {pooling} | seed {seed}" + (f" | {args.steps} steps" if method == "full" else "")
-            if key in read_records(args.out):
+            if key in read_records(out):
                 continue
             result = probe(splits, tok, pooling, seed) if method == "probe" else full(splits, tok, pooling, seed,
                                                                                        args.steps)
-            store(args.out, key, dict(method=method, pooling=pooling, seed=seed, steps=args.steps if method == "full"
+            store(out, key, dict(method=method, pooling=pooling, seed=seed, steps=args.steps if method == "full"
                                       else None, **baselines(splits, T), **result))
             print(f"{key}: held out {result['val_accuracy']:.1%}, training {result['train_accuracy']:.1%}",
                   flush=True)

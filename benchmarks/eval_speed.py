@@ -1,5 +1,5 @@
 """Our evaluation harness against lm-evaluation-harness's HFLM: the same model, the same items,
-the same 2 threads, side by side in one process (chapter 16, README).
+the same 2 threads, side by side in one process (chapter 16, book/measured.md).
 
     python benchmarks/eval_speed.py --json course_lib/records/eval_speed.json
 
@@ -86,7 +86,8 @@ def summary(args, times, loads, requests, gen, theirs, mine, mine_gpt, their_tex
     }
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    from bench_args import add_record_options, count, record_file, threads
     from course_lib.tools.numerics import wait_passively
     wait_passively()
     import torch
@@ -99,12 +100,13 @@ def main() -> None:
     from eval_helpers import char_hf_tokenizer, tiny_gpt2
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--items", type=int, default=200, help="next-line items (4 requests each)")
-    args = p.parse_args()
+    add_record_options(p, None, "--json")
+    p.add_argument("--repeats", type=count, default=3)
+    p.add_argument("--threads", type=threads, default=2)
+    p.add_argument("--batch-size", type=count, default=32)
+    p.add_argument("--items", type=count, default=200, help="next-line items (4 requests each)")
+    args = p.parse_args(argv)
+    record = record_file(p, args, None, "--json")
     torch.set_num_threads(args.threads)
     hf_tok, tok = char_hf_tokenizer()
     hf = tiny_gpt2(len(hf_tok), n_positions=128, n_embd=128, n_layer=4, n_head=4)
@@ -145,11 +147,9 @@ def main() -> None:
         result = summary(args, times, loads, requests, gen, theirs, mine, mine_gpt, their_text, my_text)
         print(f"repeat {len(loads)} of {args.repeats}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items())
               + f", load {loads[-1]:.1f}", flush=True)
-        if args.json:  # after every repeat: a run that is stopped keeps what it finished
-            Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        record.progress(result)  # after every repeat: a run that is stopped keeps what it finished
     print(json.dumps({k: v for k, v in result.items() if k != "seconds"}, indent=1))
-    if args.json:
-        print(f"wrote {args.json}")
+    record.finish(result, say=True)
 
 
 if __name__ == "__main__":

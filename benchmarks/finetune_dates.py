@@ -18,11 +18,12 @@ The runs (``RUNS``; ``--only NAME`` picks some, ``--list`` shows them): the unsc
 the dates task, where it does not, with its control; and the chapter's sweeps on unscrambling: full
 fine-tuning unmasked, LoRA of rank 1, 4, 8 on the attention, on the MLP and on all linear layers,
 the new token row alone, replay of 25% Shakespeare rows (full and LoRA), and LoRA on an
-NF4-quantised base. Results go to ``course_lib/records/finetune_runs.json``, one entry per run and
-seed, written after each run (a file lock lets two processes share it); a run already recorded is
-skipped, so an interrupted sweep continues where it stopped. Usage:
+NF4-quantised base. Results go, when asked, to ``--out FILE`` or (``--update-record``) to
+``course_lib/records/finetune_runs.json``, one entry per run and seed, written after each run (a
+file lock lets two processes share it); a run already recorded is skipped, so an interrupted sweep
+continues where it stopped. Without either, the results are printed only. Usage:
 
-    python benchmarks/finetune_dates.py            # every run, seeds 0 1 2: what chapter 15 prints
+    python benchmarks/finetune_dates.py --update-record   # every run, seeds 0 1 2: what chapter 15 prints
     python benchmarks/finetune_dates.py --only "dates full" --seeds 0 --steps 20 --out /tmp/x.json
 
 Defaults are the chapter's: 200 steps and 100 held-out dates for the dates runs, 300 steps and
@@ -41,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from bench_args import add_record_options, count, record_file, seed_number
 
 from course_lib.data import load_text
 from course_lib.finetune import (SEP, END, TASK_CHARS, answer_batch_fn, dates_test_pairs, exact_match,
@@ -54,7 +56,7 @@ from course_lib.nf4 import quantize_linears
 from course_lib.pretrained import load_pretrained
 from course_lib.train import Trainer
 from course_lib.unscramble import unscramble_batch_fn, unscramble_test_pairs, word_split
-from course_lib.utils import seed_everything
+from course_lib.utils import seed_everything, write_text_atomic
 
 RECORDS = Path(__file__).resolve().parents[1] / "course_lib" / "records" / "finetune_runs.json"
 # The chapter's settings per task: steps and held-out examples for exact match
@@ -123,18 +125,19 @@ def locked(path: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def read_records(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+def read_records(path: Path | None) -> dict:
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
 
 
-def store(path: Path, key: str, record: dict) -> None:
-    """Add one run to the JSON file under a lock, atomically (write a temporary file, rename)."""
+def store(path: Path | None, key: str, record: dict) -> None:
+    """Add one run to the JSON file under a lock, atomically (write a temporary file, rename);
+    nothing without a file."""
+    if path is None:
+        return
     with locked(path):
         records = read_records(path)
         records[key] = record
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(sorted(records.items())), indent=1) + "\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(dict(sorted(records.items())), indent=1) + "\n", option="--out")
 
 
 def claim(folder: Path, key: str) -> bool:
@@ -193,10 +196,10 @@ def run_one(name: str, s: dict, seed: int, steps: int, n_eval: int, base, tok0, 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", metavar="NAME", help="run only these (see --list)")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, help=f"training steps (default per task: {DEFAULT_STEPS})")
-    parser.add_argument("--eval", type=int, help=f"held-out examples for exact match (default {DEFAULT_EVAL})")
-    parser.add_argument("--out", type=Path, default=RECORDS, help=f"JSON records (default {RECORDS})")
+    parser.add_argument("--seeds", type=seed_number, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--steps", type=count, help=f"training steps (default per task: {DEFAULT_STEPS})")
+    parser.add_argument("--eval", type=count, help=f"held-out examples for exact match (default {DEFAULT_EVAL})")
+    add_record_options(parser, RECORDS, "--out", type=Path)
     parser.add_argument("--claims", type=Path, help="a folder where each process claims a run before starting it, "
                         "so that several processes can share one list without running anything twice")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
@@ -208,8 +211,8 @@ def main(argv=None) -> int:
     names = args.only or list(RUNS)
     unknown = [n for n in names if n not in RUNS]
     if unknown:
-        print(f"error: unknown run(s) {unknown}; --list shows them", file=sys.stderr)
-        return 2
+        parser.error(f"unknown run(s) {unknown}; --list shows them")
+    out = record_file(parser, args, RECORDS, "--out", continues=True).path  # keyed runs: only added to
     torch.set_num_threads(1)
     base, tok0 = load_pretrained()
     text = load_text("tinyshakespeare")
@@ -217,12 +220,13 @@ def main(argv=None) -> int:
     todo = [(n, seed) for n in names for seed in args.seeds]  # each run's seeds together
     for i, (name, seed) in enumerate(todo):
         task = RUNS[name]["task"]
-        steps, n_eval = args.steps or DEFAULT_STEPS[task], args.eval or DEFAULT_EVAL[task]
+        steps = DEFAULT_STEPS[task] if args.steps is None else args.steps  # --steps 0 is refused, never "default"
+        n_eval = DEFAULT_EVAL[task] if args.eval is None else args.eval
         key = f"{name} | seed {seed} | {steps} steps"
-        if key in read_records(args.out) or (args.claims and not claim(args.claims, key)):
+        if key in read_records(out) or (args.claims and not claim(args.claims, key)):
             continue
         record = run_one(name, RUNS[name], seed, steps, n_eval, base, tok0, text_ids)
-        store(args.out, key, record)
+        store(out, key, record)
         print(f"[{i + 1}/{len(todo)}] {key}: exact match {record['exact_match']:.1%}, Shakespeare loss "
               f"{record['loss']:.3f} (old vocab {record['old_vocab_loss']:.3f}, new mass {record['new_mass']:.3f}), "
               f"{record['seconds']} s", flush=True)

@@ -23,6 +23,7 @@ import argparse
 import os
 
 import torch
+from bench_args import count, device, preset, threads
 
 from course_lib.generate import compare_cache_speed
 from course_lib.model import GPT
@@ -32,12 +33,12 @@ from course_lib.tools.numerics import wait_passively
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="shakespeare-char-gpu", help="whose architecture to time")
+    parser.add_argument("--preset", type=preset, default="shakespeare-char-gpu", help="whose architecture to time")
     parser.add_argument("--prompt-len", type=int, default=1,
                         help="prompt tokens; the rest of the context (block_size - prompt-len tokens) is generated")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each way; the fastest counts")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=count, default=3, help="timed runs of each way; the fastest counts")
+    parser.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's choice)")
+    parser.add_argument("--device", type=device, default="cpu")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,12 +2,12 @@
 parameters (so about the same FLOPs per token), trained for the same steps on the book's CPU,
 and the experts' load over training with and without the load-balancing loss.
 
-    PYTHONPATH=$PWD python benchmarks/moe_vs_dense.py --iters 400 --seeds 0,1,2,3
+    PYTHONPATH=$PWD python benchmarks/moe_vs_dense.py --iters 400 --seeds 0,1,2,3 --update-record
 
 or, on a shared machine, two processes of two seeds each, merged afterwards:
 
     python benchmarks/moe_vs_dense.py --seeds 0,1 --out a.json & python benchmarks/moe_vs_dense.py --seeds 2,3 --out b.json
-    python benchmarks/moe_vs_dense.py --merge a.json b.json
+    python benchmarks/moe_vs_dense.py --merge a.json b.json --update-record
 
 All three variants are chapter 14's Llama-style decoder (RMSNorm, RoPE, SwiGLU; 2 layers, 4 heads,
 C=128, T=64, batch 12, tiny Shakespeare by characters):
@@ -21,7 +21,8 @@ Each variant trains with the same seeds, the same batches and the CPU preset's s
 after another in this process (so their timings share the machine's load; the load average is
 recorded next to them). Every ``--load-every`` steps the load of each expert is measured on a fixed
 held-out batch. The validation loss is the cross-entropy on ``--eval-batches`` held-out batches,
-the same for every run. Writes course_lib/records/moe_vs_dense_<iters>.json, which chapter 20 prints.
+the same for every run. Writes its record only when asked: to --out FILE, or with --update-record to
+course_lib/records/moe_vs_dense_<iters>.json, which chapter 20 prints.
 
 Measured on 2026-11-26 (the project's 2-core machine shared with other jobs, load average 17 to 39, so
 the timings are not comparable; two processes of two threads, seeds 0,1 and 2,3), validation loss mean
@@ -43,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from bench_args import count, record_file, seed_list, threads
 
 from course_lib import GPT, Trainer
 from course_lib.data import get_batch, load_text, train_val_split
@@ -71,33 +73,43 @@ def layer_loads(model: GPT, batch: torch.Tensor) -> list[list[float]]:
     return [[round(v, 4) for v in expert_load(r, model.config.moe_top_k).tolist()] for r in model.router_logits()]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--iters", type=int, default=1000)
+    p.add_argument("--iters", type=count, default=1000)
     p.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds")
-    p.add_argument("--eval-batches", type=int, default=100)
-    p.add_argument("--load-every", type=int, default=50)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the fairest on a shared machine)")
+    p.add_argument("--eval-batches", type=count, default=100)
+    p.add_argument("--load-every", type=count, default=50)
+    p.add_argument("--threads", type=threads, default=1, help="torch threads (1: the fairest on a shared machine)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS),
                    help="the variants to train, each name quoted (default: all three)")
-    p.add_argument("--out", type=Path, default=None, help="default: course_lib/records/moe_vs_dense_<iters>.json")
+    p.add_argument("--out", type=Path, default=None, help="the record (JSON); without it nothing is written")
+    p.add_argument("--update-record", action="store_true",
+                   help="write the shipped record course_lib/records/moe_vs_dense_<iters>.json")
     p.add_argument("--merge", type=Path, nargs="+", help="merge these records' runs into --out and stop")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.merge:
+        missing = [str(m) for m in args.merge if not m.is_file()]
+        if missing:
+            p.error(f"--merge: no record at {', '.join(missing)}")
         records = [json.loads(path.read_text()) for path in args.merge]
-        args.out = args.out or RECORDS / f"moe_vs_dense_{records[0]['iters']}.json"
+        out = record_file(p, args, RECORDS / f"moe_vs_dense_{records[0]['iters']}.json", "--out", inputs=args.merge)
         merged = dict(records[0], runs=[r for rec in records for r in rec["runs"]])
         merged["seeds"] = ",".join(rec["seeds"] for rec in records)
         merged["command"] = " && ".join(rec["command"] for rec in records) + " (merged)"
-        args.out.write_text(json.dumps(merged, indent=1) + "\n")
+        out.finish(merged, say=True)
         return summarize(merged["runs"])
-    args.out = args.out or RECORDS / f"moe_vs_dense_{args.iters}.json"
+    try:
+        seeds = seed_list(args.seeds)
+    except argparse.ArgumentTypeError as e:
+        p.error(f"argument --seeds: {e}")
     wanted = args.variants
     unknown = sorted(set(wanted) - set(VARIANTS))
     if unknown:
-        raise SystemExit(f"unknown variant(s) {unknown}: choose from {sorted(VARIANTS)}")
+        p.error(f"unknown variant(s) {unknown}: choose from {sorted(VARIANTS)}")
+    out = record_file(p, args, RECORDS / f"moe_vs_dense_{args.iters}.json", "--out")
     command = "python benchmarks/moe_vs_dense.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "merge", "variants"))
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+        if k not in ("out", "merge", "variants", "update_record"))
     if wanted != list(VARIANTS):
         command += " --variants " + " ".join(f"'{v}'" for v in wanted)
     torch.set_num_threads(args.threads)
@@ -110,7 +122,7 @@ def main() -> None:
     val_batch = lambda split, g: get_batch(val, base.block_size, 32, g)
     probe = get_batch(val, base.block_size, 32, torch.Generator().manual_seed(999))[0]  # (32, 64)
     runs = []
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    for seed in seeds:
         for name, options in VARIANTS.items():
             if name not in wanted:
                 continue
@@ -138,7 +150,8 @@ def main() -> None:
             record = dict(command=command, iters=args.iters, seeds=args.seeds, eval_batches=args.eval_batches,
                           batch_size=tc.batch_size, block_size=base.block_size, cpu_count=os.cpu_count(),
                           threads=torch.get_num_threads(), variants=VARIANTS, runs=runs)
-            args.out.write_text(json.dumps(record, indent=1) + "\n")  # after every run: a partial result survives
+            out.progress(record)  # after every run: a partial result survives (never over a whole record)
+    out.finish(record, say=True)
     summarize(runs)
 
 

@@ -16,7 +16,6 @@ forward pass only, no gradient.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import add_record_options, record_file  # noqa: E402  (no torch)
 from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
 
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=200, help="interleaved rounds (each times all four once)")
     p.add_argument("--shape", type=int, nargs=3, default=[16, 256, 768], metavar=("B", "T", "C"))
-    p.add_argument("--json", help="write the timings to this JSON file")
+    add_record_options(p, None, "--json")
     p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
     args = p.parse_args(argv)
     if args.repeats < 1 or min(args.shape) < 1:
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     if not args.host_env:
         apply_reference_environment()  # before torch is imported
     wait_passively()
+    record = record_file(p, args, None, "--json")  # checked before any work (and after the environment is set)
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
@@ -107,15 +108,14 @@ def main(argv=None) -> int:
     for name, trace in ops.items():
         print(f"{name}: {' | '.join(trace)}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    if args.json:
+    if record:
         result = {"command": "python benchmarks/norm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "shape_BTC": args.shape, "repeats": args.repeats, "interleaved": True, "statistic": "median",
                   "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
                   "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
                   "load_average_before": load_before, "load_average_after": load_after, "results": results,
                   "profiler_ops": ops}
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        record.finish(result, say=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The report cards of chapter 16: every model the book trains, evaluated on the same items.
 
-    python benchmarks/report_cards.py --json course_lib/records/report_cards.json
+    python benchmarks/report_cards.py --update-record   # course_lib/records/report_cards.json
+    python benchmarks/report_cards.py --models bigram --limit 2   # a trial: prints, writes nothing
 
 Trains (CPU, one thread, the pinned numeric environment's seeds) and evaluates, in order:
 the counting bigram model of chapter 2 (instant), the shipped CPU GPT (course_lib/weights, no
@@ -8,14 +9,15 @@ training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedr
 chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
 the dates task (full, and LoRA rank 8). Each model gets `course_lib.report_card.report_card` with
 --limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
-model, so a long run that is stopped keeps what it finished. --models picks a subset; each model's
+model, so a long run that is stopped keeps what it finished; a record is only written when asked
+(--json FILE or --update-record), and only continued with the same --limit (its cards are compared
+item for item). --models picks a subset; each model's
 entry records the command that made it, when, and its loss per token and bytes per token on the
 held-out text (what bits per byte are made of).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,9 +28,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+RECORD = ROOT / "course_lib" / "records" / "report_cards.json"
+
+from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 
 from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
-from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
+from course_lib.checkpoint import load_model, load_tokenizer  # noqa: E402
 from course_lib.data import load_text, train_val_split  # noqa: E402
 from course_lib.evaluation import text_nll  # noqa: E402
 from course_lib.finetune import finetune_config  # noqa: E402
@@ -83,23 +88,37 @@ BUILDERS = {"bigram": bigram, "cpu-gpt": shipped,
             "finetune-full": finetune(False), "finetune-lora8": finetune(True)}
 
 
-def main() -> None:
+def model_names(text: str) -> list[str]:
+    """An argparse type: comma-separated names among MODELS."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown model(s) {unknown}: choose among {','.join(MODELS)}")
+    return names
+
+
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", default="course_lib/records/report_cards.json")
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--limit", type=int, default=200)
+    add_record_options(p, RECORD, "--json")
+    p.add_argument("--models", type=model_names, default=list(MODELS),
+                   help=f"comma-separated, among {','.join(MODELS)}")
+    p.add_argument("--limit", type=count, default=200, help="items per task")
     p.add_argument("--work", default="runs/report_cards")
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    p.add_argument("--threads", type=threads, default=1)
+    args = p.parse_args(argv)
+    out = record_file(p, args, RECORD, "--json", continues=True)  # each model's card replaces its own
+    result = out.read({"models": {}})
+    if out and result.get("models") and result.get("limit") != args.limit:
+        p.error(f"{out.path} holds cards of --limit {result.get('limit')}: continue it with that --limit, "
+                "or write to another --json")
     torch.set_num_threads(args.threads)
-    out = Path(args.json)
-    result = json.loads(out.read_text()) if out.exists() else {"models": {}}
-    command = "python " + " ".join(sys.argv)
-    result.update(command="python benchmarks/report_cards.py --json " + args.json, limit=args.limit,
+    command = "python " + " ".join(sys.argv if argv is None else ["benchmarks/report_cards.py", *argv])
+    shown = out.path.resolve().relative_to(ROOT) if out and out.path.resolve().is_relative_to(ROOT) else out.path
+    result.update(command=f"python benchmarks/report_cards.py --json {shown}", limit=args.limit,
                   threads=args.threads, machine=os.uname().machine)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    for name in args.models.split(","):
+    for name in args.models:
         torch.manual_seed(1337)
         t0 = time.time()
         model, tok, description = BUILDERS[name](work)
@@ -116,10 +135,10 @@ def main() -> None:
         for row in card["tasks"]:
             row.pop("outputs", None)
         result["models"][name] = card
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        out.progress(result)
         print(f"{name}: bpb {card['bits_per_byte']}, built {built:.0f}s, evaluated {card['eval_seconds']:.0f}s",
               flush=True)
+    out.finish(result)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_args import seed_number  # noqa: E402  (no torch)
 from ch14_setup import parse_args, start_cpu_run, validation_batches, write_record  # noqa: E402  (no torch)
 
 SCALINGS = {
@@ -28,7 +29,7 @@ SCALINGS = {
 
 
 def _options(p) -> None:
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_number, default=0)
     p.add_argument("--long", type=int, default=256, help="the evaluation windows' length")
 
 

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import at_least, count, threads  # noqa: E402
 from course_lib import distributed, runs  # noqa: E402
 from course_lib.presets import get_preset  # noqa: E402
 from course_lib.tools.numerics import wait_passively  # noqa: E402
@@ -76,9 +77,9 @@ def torchrun(n: int, args) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30, help="timed training steps per way")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the one-process rows")
+    parser.add_argument("--steps", type=count, default=30, help="timed training steps per way")
+    parser.add_argument("--warmup", type=at_least(0), default=3, help="untimed steps first (compilation happens here)")
+    parser.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads for the one-process rows")
     parser.add_argument("--skip-compile", action="store_true")
     parser.add_argument("--skip-torchrun", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -93,10 +94,10 @@ def main(argv=None) -> int:
     ways = [("eager fp32", {}), ("bf16 autocast", {"dtype": "bf16"})]
     if not args.skip_compile:
         ways.append(("torch.compile fp32", {"compile": True}))
-    threads = torch.get_num_threads()
+    n_threads = torch.get_num_threads()
     for name, options in ways:
         r = time_steps(make_trainer(**options), args.warmup, args.steps)
-        rows.append((f"{name}, 1 process x {threads} threads", r))
+        rows.append((f"{name}, 1 process x {n_threads} threads", r))
     if not args.skip_torchrun:
         for n in (1, 2):
             rows.append((f"torchrun, {n} process{'es' if n > 1 else ''} x 1 thread (gloo)", torchrun(n, args)))

@@ -1,8 +1,9 @@
 """Chapter 19's measurement: an IsoFLOP sweep of small GPTs on tiny Shakespeare (characters), at several
 seeds, the scaling laws fitted to it, and a prediction for a larger budget written down before its runs train.
 
-    PYTHONPATH=$PWD python benchmarks/scaling.py              # the sweep, the fit, the prediction, the runs
-    PYTHONPATH=$PWD python benchmarks/scaling.py --resume     # skip the runs the record already holds
+    PYTHONPATH=$PWD python benchmarks/scaling.py --out s.json   # the sweep, the fit, the prediction, the runs
+    PYTHONPATH=$PWD python benchmarks/scaling.py --resume --out s.json   # skip the runs the record already holds
+    PYTHONPATH=$PWD python benchmarks/scaling.py --resume --update-record   # continue the shipped record
     # two processes side by side (one core each), then joined:
     PYTHONPATH=$PWD python benchmarks/scaling.py --resume --part 1/2 --out a.json   # (a.json: a copy of the record)
     PYTHONPATH=$PWD python benchmarks/scaling.py --resume --part 2/2 --out b.json
@@ -26,8 +27,10 @@ seeds, the scaling laws fitted to it, and a prediction for a larger budget writt
    prediction whose fit no longer matches the record's runs is kept under ``superseded`` and a new one
    is made; every prediction ever made stays in ``predictions``.
 
-Writes course_lib/records/scaling_sweep.json, which chapter 19 reads (``--first-windows`` rewrites
-scaling_first_windows.json, the first design's windows). It runs in the reference numeric environment
+Writes its record only when asked: to ``--out FILE``, or with ``--update-record`` to
+course_lib/records/scaling_sweep.json, which chapter 19 reads (``--first-windows``:
+scaling_first_windows.json, the first design's windows). A new sweep never starts over a record:
+``--resume`` continues it (a trial run never replaces the shipped one). It runs in the reference numeric environment
 (course_lib/tools/numerics.py) with one thread (``ENV``): on the project's shared 2-core machine each
 heavy job gets one core, and the chapter's live re-run of the smallest budget, also on one thread,
 reproduces the recorded losses (bit for bit where the reference environment holds: any x86-64 CPU with
@@ -60,6 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import record_file, seed_number  # noqa: E402  (no torch)
 from course_lib.tools.numerics import REFERENCE  # noqa: E402  (imports no torch)
 
 # The reference numeric environment (AVX2 kernels) with ONE thread: on the shared 2-core machine each
@@ -74,6 +78,7 @@ from course_lib.isoflop import FAMILY, LADDER, TRAIN, plan_run, train_planned  #
 from course_lib.runs import split_tokens  # noqa: E402
 from course_lib.scaling import fit_loss_law, isoflop_frontier  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
+from course_lib.utils import write_text_atomic  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "scaling_sweep.json"
 FIRST_WINDOWS = ROOT / "course_lib" / "records" / "scaling_first_windows.json"
@@ -95,7 +100,7 @@ FIRST_SIZES = {2e11: ["L1-C32", "L1-C48", "L2-C48", "L2-C64", "L3-C64"],
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--budgets", type=float, nargs="+", default=None, help="FLOPs; each must be a key of SIZES")
-    p.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="train every run once per seed")
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=SEEDS, help="train every run once per seed")
     p.add_argument("--predict-factor", type=float, default=3.0,
                    help="the held-out budget over the largest budget trained so far (this sweep's and the first windows')")
     p.add_argument("--no-predict", action="store_true", help="the sweep only")
@@ -109,7 +114,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the repetition control (not part of the held-out test): REPETITION's runs trained on the "
                         "first half of the training split, so the same N and D make twice the passes; added to the "
                         "record under repetition_control, the prediction untouched")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="the record (JSON); without it (or --update-record) "
+                   "nothing is written")
+    p.add_argument("--update-record", action="store_true", help="write the shipped record "
+                   "(course_lib/records/scaling_sweep.json, or scaling_first_windows.json), which chapter 19 reads")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="records of parts run apart (--part K/N --out a.json): start from their runs and held-out "
                         "runs; if a part is missing or unfinished, say so and stop")
@@ -119,11 +127,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.no_predict = True
         args.seeds = args.seeds if argv is not None and "--seeds" in argv else [1337]
     args.budgets = args.budgets or list(args.sizes)
-    args.out = args.out or (FIRST_WINDOWS if args.first_windows else RECORD)
     unknown = [b for b in args.budgets if b not in args.sizes]
     if unknown:
         p.error(f"no shapes are chosen for budget(s) {unknown}: use budgets among {sorted(args.sizes)} or add them to SIZES")
-    if args.predict_factor < 3:
+    if not args.predict_factor >= 3:  # NaN too
         p.error(f"--predict-factor {args.predict_factor:g}: the held-out budget must be at least 3x the largest")
     try:
         args.k, args.n = (int(v) for v in args.part.split("/"))
@@ -132,17 +139,34 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--part {args.part}: write K/N with 1 <= K <= N, e.g. --part 1/2")
     if len(set(args.seeds)) != len(args.seeds):
         p.error(f"--seeds {args.seeds}: a seed is repeated")
+    check_record(p, args)
     return args
+
+
+def check_record(p: argparse.ArgumentParser, args) -> None:
+    """``args.out``: the record's path (``--out``, or the shipped record with --update-record), or None;
+    checked before any work. A new sweep never starts over a record (its first run would replace it)."""
+    continues = args.resume or args.repetition
+    args.out = record_file(p, args, FIRST_WINDOWS if args.first_windows else RECORD, "--out", continues=True,
+                           inputs=args.merge).path
+    if args.out is None and (continues or args.merge):
+        p.error("--resume, --repetition and --merge work on a record: name it with --out FILE "
+                "(or --update-record for the shipped one)")
+    if args.out is not None and args.out.exists() and not continues:
+        p.error(f"--out {args.out} already holds a record: add --resume to continue it, or choose another --out")
+    missing = [str(m) for m in args.merge if not m.exists()]
+    if missing:
+        p.error(f"--merge: part record(s) {missing} not found; run those parts first (--part K/N --out FILE)")
 
 
 def stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def save(record: dict, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(path)  # atomic: a stopped sweep leaves the last whole record
+def save(record: dict, path: Path | None) -> None:
+    """The record to ``path`` (None: nowhere), atomically: a stopped sweep leaves the last whole record."""
+    if path is not None:
+        write_text_atomic(path, json.dumps(record, indent=1) + "\n", option="--out")
 
 
 MAX_EPOCHS = 4.0  # Muennighoff et al. 2023: up to about 4 passes, repeated tokens are worth nearly fresh ones
@@ -308,7 +332,7 @@ def main(argv=None) -> None:
                   val_tokens=len(val), flops="exact: course_lib.sizing.flops_per_token (6N + 12 L T C) x D",
                   N="course_lib.isoflop.matmul_parameters: all parameters but the token and position tables",
                   runs=[], prediction=None, held_out=None, predictions=[], superseded=[])
-    if args.resume and args.out.exists():
+    if args.resume and args.out.exists():  # (--resume always has an --out: check_record)
         old = json.loads(args.out.read_text())
         for field in ("runs", "prediction", "held_out", "predictions", "superseded", "commands", "merged_from"):
             if field in old:
@@ -329,13 +353,11 @@ def main(argv=None) -> None:
     if args.merge:
         why = merge(record, args.merge)
         if why:
-            print(f"not merged: {why}")
-            return
+            raise SystemExit(f"not merged: {why}")  # one line on stderr, status 1
     done = {key(r) for r in record["runs"]}
     todo = [(b, s, seed) for b in args.budgets for s in args.sizes[b] for seed in args.seeds if (b, s, seed) not in done]
     if args.merge and todo:
-        print(f"not merged: {len(todo)} run(s) not finished yet, e.g. {todo[0]}")
-        return
+        raise SystemExit(f"not merged: {len(todo)} run(s) not finished yet, e.g. {todo[0]}")
     if not train_list(todo, args.k, args.n, record, args.out, tok, train, val):
         print(f"part {args.part} of the sweep done: join the parts with --merge")
         return

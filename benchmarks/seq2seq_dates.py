@@ -14,6 +14,7 @@ import argparse
 import time
 
 import torch
+from bench_args import count, threads
 
 from course_lib.dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
 from course_lib.seq2seq import Seq2Seq
@@ -21,14 +22,14 @@ from course_lib.tools.numerics import wait_passively
 from course_lib.train import Trainer
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=count, default=50)
+    parser.add_argument("--threads", type=threads, nargs="+", default=[1, 2])
+    args = parser.parse_args(argv)
     config = dates_train_config()
-    for threads in args.threads:
-        torch.set_num_threads(threads)
+    for n_threads in args.threads:
+        torch.set_num_threads(n_threads)
         torch.manual_seed(1337)
         tok = date_tokenizer()
         trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, batch_fn=date_batch_fn(tok, config.batch_size),
@@ -38,7 +39,7 @@ def main() -> None:
         for _ in range(args.steps):
             trainer.train_step()
         wall, cpu = (time.perf_counter() - wall) / args.steps, (time.process_time() - cpu) / args.steps
-        print(f"{threads} thread(s): {wall * 1000:.1f} ms/step wall, {cpu * 1000:.1f} ms/step CPU; "
+        print(f"{n_threads} thread(s): {wall * 1000:.1f} ms/step wall, {cpu * 1000:.1f} ms/step CPU; "
               f"{config.max_iters} steps: about {wall * config.max_iters:.0f} s wall "
               f"({cpu * config.max_iters:.0f} s of CPU time)")
 

@@ -17,7 +17,7 @@ validation loss, the seed-to-seed spread, and whether issue 24's goal holds: a r
 0.5 and every speedrun validation loss at most 1.88. Usage:
 
     python benchmarks/speedrun.py                      # seeds 1337, 1, 2 (about 5 minutes, 2 cores)
-    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json   # chapter 14, README
+    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json   # chapter 14, book/measured.md
     python benchmarks/speedrun.py --seeds 1337 --curve-evals 10 --json course_lib/records/speedrun_curve.json  # the plot
 
 ``--json`` writes every number, and each run's (wall time, step, val loss) curve: one point per
@@ -34,7 +34,6 @@ what else runs on it: compare the ratio, measured side by side, not the seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -46,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_args, when a test loads this file
+from bench_args import at_least, count, record_file, seed_number  # noqa: E402  (imports no torch)
 from course_lib.tools.numerics import REFERENCE, reference_environment  # noqa: E402  (imports no torch)
 
 GOAL_RATIO = 0.5
@@ -55,18 +56,35 @@ BASELINE, SPEEDRUN = "shakespeare-char-cpu", "shakespeare-char-speedrun"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1337, 1, 2])
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[1337, 1, 2])
     p.add_argument("--baseline", default=BASELINE)
     p.add_argument("--speedrun", default=SPEEDRUN)
     p.add_argument("--out", help="folder for the runs' checkpoints (default: a temporary folder, removed after)")
     p.add_argument("--json", help="write every number and each run's loss curve to this JSON file")
-    p.add_argument("--curve-evals", type=int, default=0,
+    p.add_argument("--curve-evals", type=at_least(0), default=0,
                    help="make the speedrun evaluate this many times (default: as the preset says)")
-    p.add_argument("--max-iters", type=int, help="override both presets' max_iters (a quick smoke test only)")
+    p.add_argument("--max-iters", type=count, help="override both presets' max_iters (a quick smoke test only)")
     p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="where both presets train (cuda: e.g. --speedrun shakespeare-char-speedrun-gpu --host-env)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.parser = p
+    return args
+
+
+def check_after_environment(args):
+    """What needs torch or the presets, checked once the numeric environment is set and before any
+    run: the presets, the device, and where --json goes. Returns the record file."""
+    from course_lib.presets import PRESETS
+    from course_lib.utils import check_device
+    for option, name in (("--baseline", args.baseline), ("--speedrun", args.speedrun)):
+        if name not in PRESETS:
+            args.parser.error(f"{option}: unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    try:
+        check_device(args.device)
+    except ValueError as e:
+        args.parser.error(str(e))
+    return record_file(args.parser, args, None, "--json")
 
 
 def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict, device: str = "cpu") -> dict:
@@ -122,15 +140,16 @@ def main(argv=None) -> int:
     paths = [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))  # this checkout's course_lib
 
+    record = check_after_environment(args)
     from course_lib.presets import get_preset
 
     extra = {args.baseline: [], args.speedrun: []}
-    if args.max_iters:
+    if args.max_iters is not None:  # 0 is refused, never read as "no override"
         for preset in extra:
             extra[preset] += ["--max-iters", str(args.max_iters)]
     if args.curve_evals:
         speedrun = get_preset(args.speedrun).train
-        steps = args.max_iters or speedrun.max_iters
+        steps = speedrun.max_iters if args.max_iters is None else args.max_iters
         extra[args.speedrun] += ["--set", f"eval_interval={max(1, -(-steps // args.curve_evals))}"]
 
     temporary = None if args.out else tempfile.TemporaryDirectory(prefix="speedrun-")
@@ -166,7 +185,7 @@ def main(argv=None) -> int:
               f"spread {max(losses) - min(losses):.4f} (min {min(losses):.4f}, max {max(losses):.4f})")
     print(f"goal (every ratio <= {GOAL_RATIO} and every speedrun val loss <= {GOAL_LOSS}): "
           f"{'HOLDS' if holds else 'does NOT hold'}")
-    if args.json:
+    if record:
         result = {"goal": {"ratio": GOAL_RATIO, "val_loss": GOAL_LOSS}, "holds": holds,
                   "ratio_median": statistics.median(ratios), "ratios": ratios,
                   "seeds": args.seeds, "device": args.device,
@@ -174,9 +193,7 @@ def main(argv=None) -> int:
                   "curve_evals": args.curve_evals, "max_iters_override": args.max_iters,
                   "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
                   "runs": runs}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        record.finish(result, say=True)
     return 0 if holds else 1
 
 

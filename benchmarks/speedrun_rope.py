@@ -13,7 +13,6 @@ measured side by side, not seconds across machines.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from course_lib.tools.numerics import REFERENCE, reference_environment  # noqa: E402
+from bench_args import count, record_file, seed_number  # noqa: E402  (imports no torch)
 from speedrun import run_command, whole_split_loss  # noqa: E402
 
 VARIANTS = {"learned positions (the preset)": [], "RoPE": ["--set", "rope_theta=10000"]}
@@ -32,17 +32,20 @@ VARIANTS = {"learned positions (the preset)": [], "RoPE": ["--set", "rope_theta=
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1337, 1])
-    p.add_argument("--evals", type=int, default=10)
-    p.add_argument("--json")
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[1337, 1])
+    p.add_argument("--evals", type=count, default=10)
+    p.add_argument("--max-iters", type=count, help="override the preset's max_iters (a quick smoke test only)")
+    p.add_argument("--json", help="write the record (JSON) to FILE; without it nothing is written")
     args = p.parse_args(argv)
     env = reference_environment()
     os.environ.update(REFERENCE)
+    record = record_file(p, args, None, "--json")  # before any run (it imports torch: after the environment)
     env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
     from course_lib.presets import get_preset
 
-    steps = get_preset("shakespeare-char-speedrun").train.max_iters
+    steps = args.max_iters or get_preset("shakespeare-char-speedrun").train.max_iters
     every = ["--set", f"eval_interval={-(-steps // args.evals)}"]
+    every += ["--max-iters", str(args.max_iters)] if args.max_iters else []
     runs = {name: [] for name in VARIANTS}
     loads, load_before = [], os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="speedrun-rope-") as tmp:
@@ -55,20 +58,16 @@ def main(argv=None) -> int:
                 runs[name].append(run)
                 print(f"seed {seed:5d} {name:32s} {run['wall_s']:6.1f} s, whole-split val loss {run['val_loss']:.4f}, "
                       f"load average {loads[-1]:.1f}", flush=True)
-                if args.json:  # after every run: a run stopped part-way keeps what it finished
-                    result = {"command": "python benchmarks/speedrun_rope.py "
-                                         + " ".join(argv if argv is not None else sys.argv[1:]),
-                              "preset": "shakespeare-char-speedrun", "steps": steps, "seeds": args.seeds,
-                              "curve_estimate": "the preset's eval_iters random validation batches at each evaluation",
-                              "final_estimate": "the whole validation split",
-                              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                              "load_average_before": load_before, "load_average_after_each_run": loads,
-                              "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
-                    partial = Path(args.json + ".partial")  # then renamed: never half a file
-                    partial.write_text(json.dumps(result, indent=1) + "\n")
-                    os.replace(partial, args.json)
-    if args.json:
-        print(f"wrote {args.json}")
+                result = {"command": "python benchmarks/speedrun_rope.py "
+                                     + " ".join(argv if argv is not None else sys.argv[1:]),
+                          "preset": "shakespeare-char-speedrun", "steps": steps, "seeds": args.seeds,
+                          "curve_estimate": "the preset's eval_iters random validation batches at each evaluation",
+                          "final_estimate": "the whole validation split",
+                          "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                          "load_average_before": load_before, "load_average_after_each_run": loads,
+                          "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
+                record.progress(result)  # after every run: a run stopped part-way keeps what it finished
+    record.finish(result, say=True)
     return 0
 
 

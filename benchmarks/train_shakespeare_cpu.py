@@ -2,7 +2,7 @@
 
 nanoGPT publishes val loss 1.88 for this config after 2000 iterations (one 20-batch estimate);
 this script checks ours against it with a 200-batch estimate (1.859 for seed 1337). The figure the
-README and chapter 13 quote is the same run on the whole validation split,
+book/measured.md and chapter 13 quote is the same run on the whole validation split,
 course_lib.presets.CPU_PRESET_VAL_LOSS: 1.864, from benchmarks/speedrun.py's record. Usage:
 
     python benchmarks/train_shakespeare_cpu.py [--seed 1337] [--max-iters 2000]
@@ -12,6 +12,8 @@ import time
 
 import torch
 
+from bench_args import count, seed_number
+
 from course_lib.data import get_batch
 from course_lib.losses import estimate_loss
 from course_lib.presets import CPU_PRESET_VAL_LOSS
@@ -20,16 +22,16 @@ from course_lib.runs import start_run
 NANOGPT_VAL_LOSS = 1.88
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--max-iters", type=int, default=None)
-    parser.add_argument("--precise-eval-iters", type=int, default=200,
+    parser.add_argument("--seed", type=seed_number, default=1337)
+    parser.add_argument("--max-iters", type=count, default=None)
+    parser.add_argument("--precise-eval-iters", type=count, default=200,
                         help="batches for the final, low-noise val loss estimate")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     # what `python -m course_lib train --set seed=... [--max-iters N]` trains (the preset's tokenizer included)
-    settings = {"seed": args.seed} | ({"max_iters": args.max_iters} if args.max_iters else {})
+    settings = {"seed": args.seed} | ({"max_iters": args.max_iters} if args.max_iters is not None else {})
     run = start_run("shakespeare-char-cpu", settings=settings, device="cpu")
     trainer, model, config = run.trainer, run.trainer.model, run.trainer.config
     start = time.perf_counter()

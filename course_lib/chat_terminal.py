@@ -13,6 +13,8 @@ import sys
 from .chat_engine import ChatEngine, format_piece
 
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
+# shown where the model wrote nothing, so that an empty reply is not taken for a broken chat
+NO_REPLY = "(no reply: the model ended its turn at once)"
 
 
 def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=None) -> int:
@@ -50,10 +52,12 @@ def reply(engine: ChatEngine, line: str, out) -> None:
         return
     print("assistant> ", end="", file=out, flush=True)
     stream = engine.stream(line)
+    wrote = False
     try:
         for piece in stream:
             print(format_piece(piece), end="", file=out, flush=True)
-        print(file=out)
+            wrote = wrote or (piece.kind != "notice" and bool(piece.text.strip()))
+        print("" if wrote else NO_REPLY, file=out)
     except KeyboardInterrupt:
         stream.close()
         print("\n(reply stopped: Ctrl-C)", file=out)

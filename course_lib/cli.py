@@ -313,7 +313,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--tasks", help="comma-separated task names (default: every task the tokenizer can encode)")
     p.add_argument("--limit", type=int, help="score only the first N items of each task")
     p.add_argument("--shots", type=int, default=0, help="worked examples from each task's training items")
-    p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE (-: standard "
+                   "output); never over a checkpoint, a device or a folder")
     p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_eval)
 

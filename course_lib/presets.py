@@ -20,7 +20,7 @@ class Preset:
     device: str | None = None
 
 
-# The one figure quoted for the full `shakespeare-char-cpu` run (README, chapter 13): the val loss
+# The one figure quoted for the full `shakespeare-char-cpu` run (book/measured.md, chapter 13): the val loss
 # after 2000 iterations, seed 1337, on the whole validation split (course_lib.losses.sequence_loss), as
 # measured by benchmarks/speedrun.py and stored in course_lib/records/speedrun_results.json, which
 # chapter 14 prints with seeds 1 and 2 (tests/test_quoted_figures.py ties the copies to that record).
@@ -32,10 +32,9 @@ CPU_PRESET_VAL_LOSS = 1.864
 PRESETS = {
     # nanoGPT's published CPU config for shakespeare_char (its val loss: 1.88): the same shape, batch,
     # schedule and 2000 iterations. Three choices nanoGPT takes from its GPT-2 defaults are made
-    # differently, because none pays off for so small a model trained for 1.5 passes over the text:
-    # an untied LM head, no weight decay, no gradient clipping (with nanoGPT's three choices the val
-    # loss was worse, about 1.90 over three seeds, when this preset was chosen). Its val loss after the
-    # full run: CPU_PRESET_VAL_LOSS above.
+    # differently: an untied LM head, no weight decay, no gradient clipping. They are this preset's
+    # settings, not a measured finding: no record compares them with nanoGPT's over several seeds.
+    # Its val loss after the full run: CPU_PRESET_VAL_LOSS above.
     "shakespeare-char-cpu": Preset(
         "4 layers, 4 heads, C=128, T=64: trains on a laptop CPU in a minute or two",
         GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, tie_weights=False),
@@ -91,7 +90,7 @@ PRESETS = {
     # The speedrun's recipe for a CUDA GPU, guarded (`train` refuses it on any other device): twice the
     # batch (a GPU has room for far more parallel work than 2 CPU cores) at a learning rate raised with it,
     # bf16 autocast and torch.compile (chapter 12: what pays on a GPU; neither pays on our CPU, see the
-    # README and benchmarks/scale.py). Untuned: no GPU was available to this project, so no figure is
+    # book/measured.md and benchmarks/scale.py). Untuned: no GPU was available to this project, so no figure is
     # quoted for it. On a GPU, `python benchmarks/speedrun.py --speedrun shakespeare-char-speedrun-gpu
     # --device cuda --host-env` measures it against shakespeare-char-cpu trained on the same GPU.
     "shakespeare-char-speedrun-gpu": Preset(

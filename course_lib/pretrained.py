@@ -8,7 +8,9 @@ it, so a damaged or swapped file is an error, not a silently different model.
 
 The file is produced by ``python -m course_lib.tools pretrained`` (:func:`train_pretrained`),
 deterministically: the same seed, data, AVX2 kernels (the pinned numeric environment of
-``course_lib.tools.numerics``) and one thread give the same bytes on any x86-64 CPU with AVX2.
+``course_lib.tools.numerics``) and one thread give the same bytes on one host, every time; another
+CPU vendor computes other last bits under the same pin (``course_lib.tools.op_fingerprints``), so
+the shipped file, not a re-run, is what every chapter loads.
 Measured: 1,678,351 bytes, about 2 CPU-minutes to make. It is the preset's run with seed 1337: its
 validation loss on the whole validation split (``course_lib.losses.sequence_loss``, float16 weights
 computed in float32) is 1.864, the one figure the book quotes for this run,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_model, load_tokenizer
@@ -17,6 +18,7 @@ from .data import load_text
 from .eval_tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
 from .evaluation import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
                          mean_stderr, multiple_choice, parse_number)
+from .utils import check_output_file, write_text_atomic
 
 HELDOUT_CHARS = 20_000  # bits per byte are measured on this much held-out text
 
@@ -131,28 +133,31 @@ def format_card(card: dict) -> str:
 def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None, json_path: str | Path | None = None,
                         shots: int = 0, device: str = "cpu", progress: bool = True) -> dict:
     """``python -m course_lib eval``: load a checkpoint of any decoder kind, print its report card,
-    and write it as JSON to ``json_path`` when given. Bad arguments fail before any work."""
+    and write it as JSON to ``json_path`` when given (``-``: standard output, the table then goes to
+    standard error). Bad arguments fail before any work, a ``json_path`` that is the checkpoint, a
+    device or a folder included (:func:`course_lib.utils.check_output_file`)."""
     if tasks is not None:
         tasks = check_task_names(tasks)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
     if shots < 0:
         raise ValueError(f"--shots must be 0 or more, got {shots}")
+    if json_path is not None:
+        check_output_file(json_path, inputs=[path])
     model, ckpt = load_model(path, device)
     if not hasattr(model.config, "block_size") or ckpt.get("model_kind") == "seq2seq":
         raise CheckpointError(f"{path} holds an encoder-decoder ({ckpt.get('model_kind')}), and eval scores "
                               "decoder-only language models: give a checkpoint written by `train` or `finetune`")
     card = report_card(model, load_tokenizer(ckpt, path), tasks, limit, shots, name=str(path), progress=progress)
-    print(format_card(card))
+    to_stdout = json_path is not None and str(json_path) == "-"
+    print(format_card(card), file=sys.stderr if to_stdout else sys.stdout)  # stdout stays pure JSON
     if json_path is not None:
-        _write_json(json_path, card)
-        print(f"wrote {json_path}")
+        _write_json(json_path, card, inputs=[path])
+        if not to_stdout:
+            print(f"wrote {json_path}")
     return card
 
 
-def _write_json(path: str | Path, card: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(card, indent=1) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+def _write_json(path: str | Path, card: dict, inputs=()) -> None:
+    """The card as JSON, atomically (a reader never sees half a file), never over an input."""
+    write_text_atomic(path, json.dumps(card, indent=1) + "\n", inputs=inputs)

@@ -1,11 +1,14 @@
 """Small helpers every chapter's setup cell uses: seeds, devices, the ignore index, a silenced
-standard error. The conventions the config classes share live in :mod:`course_lib.config`."""
+standard error; and the one safe way to write a file the user names (checked before any work,
+written atomically). The conventions the config classes share live in :mod:`course_lib.config`."""
 from __future__ import annotations
 
 import contextlib
 import numbers
 import os
 import random
+import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -96,3 +99,111 @@ def stderr_silenced():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+# --- writing a file the user names (eval --json, the benchmarks' records) -----------------------------
+
+class OutputPathError(ValueError):
+    """An output file the user named that cannot be written safely: refused before any work."""
+
+
+# The first bytes of what torch.save writes: its zip format, and the legacy pickle format.
+TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80\x02")
+
+
+def _why_not_a_file_to_replace(target: str, inputs) -> str | None:
+    """Why the existing ``target`` must not be replaced (one phrase), or None."""
+    for given in inputs:
+        if given is not None and os.path.exists(given) and os.path.samefile(given, target):
+            return f"is this command's input {given}: writing there would destroy it"
+    if os.path.isdir(target):
+        return "is a folder"
+    if not os.path.isfile(target):  # checked before opening it: a FIFO would block the read below
+        return "is not a regular file (a device, a pipe or a socket): writing would replace it"
+    with open(target, "rb") as f:
+        if f.read(4).startswith(TORCH_FILE_STARTS):
+            return "holds a checkpoint (a torch.save file): writing there would destroy it"
+    if not os.access(target, os.W_OK):
+        return "is read-only"
+    return None
+
+
+def _why_it_cannot_be_made(folder: str, name: str) -> str | None:
+    """Why a file ``name`` cannot be created in ``folder`` (made first if missing), or None."""
+    existing = folder
+    while not os.path.lexists(existing):  # the nearest part of the path that is there
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"cannot be made: {existing} is a file, not a folder"
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in [*os.path.relpath(folder, existing).split(os.sep), name]:
+        if len(os.fsencode(part)) > name_max:
+            return (f"cannot be made: the name {part[:20]}... is {len(os.fsencode(part))} bytes, more than this "
+                    f"file system's {name_max}")
+    if existing != folder:  # folders still to make: their parent must let us
+        return None if os.access(existing, os.W_OK | os.X_OK) else f"cannot be made: {existing} is not writable"
+    try:  # a real try, which also catches read-only file systems and immutable folders
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+    except OSError as e:
+        return f"cannot be made: the folder {folder} is not writable ({e.strerror})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def check_output_file(path, inputs=(), option: str = "--json") -> str | None:
+    """Where ``option``'s file ``path`` will be written, checked BEFORE any work so that a bad path
+    costs nothing: None for ``-`` (standard output); else the file itself, or a symlink's target
+    (the link is written through, and kept). One :class:`OutputPathError` line naming the problem
+    and the fix when the path is one of ``inputs``, a checkpoint, a device, a folder, or read-only,
+    or its folder cannot be made or written, or a name in it is too long."""
+    if str(path) == "-":
+        return None
+    if not str(path):
+        raise OutputPathError(f"{option} needs a file name (or - for standard output)")
+    target = os.path.realpath(path)
+    why = _why_not_a_file_to_replace(target, inputs) if os.path.lexists(target) else None
+    why = why or _why_it_cannot_be_made(os.path.dirname(target), os.path.basename(target))
+    if why == "is a folder":
+        raise OutputPathError(f"{option} {path} is a folder: name a file in it, e.g. "
+                              f"{option} {os.path.join(str(path), 'out.json')}")
+    if why:
+        raise OutputPathError(f"{option} {path} {why}; choose another file")
+    return target
+
+
+def write_text_atomic(path, text: str, inputs=(), option: str = "--json") -> str | None:
+    """Write ``text`` to the file ``path`` names (checked again by :func:`check_output_file`; ``-``
+    is standard output) atomically: it goes to a temporary file beside it, flushed to disk, then
+    renamed over it, so a reader or a crash never sees half a file, and a failure leaves no
+    temporary file. The file keeps the mode of the one it replaces (a new one: 0666 less the umask).
+    Returns the path written (None for standard output)."""
+    target = check_output_file(path, inputs, option)
+    if target is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    if os.path.exists(target):
+        mode = os.stat(target).st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target

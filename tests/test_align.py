@@ -50,6 +50,7 @@ def _same(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
 def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
     start, resume, settings = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET),

@@ -281,3 +281,46 @@ def test_every_environment_variable_read_is_documented_in_contributing():
     undocumented = {name: where for name, where in read.items() if f"`{name}" not in documented}
     assert not undocumented, ("environment variables read but not documented in CONTRIBUTING.md's "
                               f"'Environment variables': {undocumented}")
+
+
+# --- the module table of CONTRIBUTING.md ------------------------------------------------------
+
+MODULE_TABLE_HEADING = "The modules of course_lib"
+
+
+def module_table(text: str) -> list[str]:
+    """The names in the first column of the table under "## The modules of course_lib" in
+    CONTRIBUTING.md (a cell may name several: `` `moe`, `hf_moe` ``), in order, repeats kept."""
+    section = text.split(f"\n## {MODULE_TABLE_HEADING}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert rows and rows[0].replace(" ", "") == "|module|holds|", f"no '| module | holds |' table: {rows[:1]}"
+    return [name for row in rows[2:] for name in re.findall(r"`([\w.]+/?)`", row.split("|")[1])]
+
+
+def package_contents() -> set[str]:
+    """What the table must name: every module of course_lib/ but its __init__ and __main__, every
+    package folder (``tools``, ``exercises``) by its name, every data folder with a trailing ``/``."""
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    folders = {p for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
+    return modules | {p.name if (p / "__init__.py").exists() else f"{p.name}/" for p in folders}
+
+
+def test_the_module_table_names_every_module_and_folder_and_nothing_else():
+    named = module_table(CONTRIBUTING.read_text())
+    twice = sorted({n for n in named if named.count(n) > 1})
+    expected = package_contents()
+    assert {"tools", "exercises", "corpora/", "weights/"} <= expected  # the reader sees both kinds
+    missing, unknown = sorted(expected - set(named)), sorted(set(named) - expected)
+    assert not missing, f"add these to the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}': {missing}"
+    assert not unknown, f"the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}' names what does not exist: {unknown}"
+    assert not twice, f"named twice in CONTRIBUTING.md's module table: {twice}"
+
+
+def test_the_package_docstring_points_at_the_module_table_and_names_only_real_modules():
+    """course_lib/__init__.py's docstring sends the reader to the table instead of keeping a list
+    of its own that falls behind; any module it does name exists."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    assert "CONTRIBUTING.md" in doc and f'"{MODULE_TABLE_HEADING}"' in " ".join(doc.split())
+    assert f"\n## {MODULE_TABLE_HEADING}\n" in CONTRIBUTING.read_text()
+    for name in re.findall(r"``course_lib\.([\w.]+)``", doc):
+        assert resolve(f"course_lib.{name}"), f"course_lib/__init__.py's docstring names course_lib.{name}, which does not exist"

@@ -303,6 +303,7 @@ def _one_line_error(capsys, argv, status, phrase, name):
     assert re.search(phrase, err), f"{name}: {err!r} does not match {phrase!r}"
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_every_bad_input_is_one_line_and_writes_nothing(files, capsys, monkeypatch):
     monkeypatch.chdir(files)  # default output folders (runs/...) would appear here
     table = cases(files)
@@ -313,6 +314,7 @@ def test_every_bad_input_is_one_line_and_writes_nothing(files, capsys, monkeypat
         assert _tree(files) == before, f"{name}: left files behind"
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_a_second_run_into_a_folder_in_use_is_refused(files, tmp_path, capsys):
     """A run holds its --out with a lock file (created with O_EXCL, so two starts cannot both
     get it); another live process's lock refuses the run, a dead one's is taken over."""

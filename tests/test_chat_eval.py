@@ -161,6 +161,7 @@ def test_before_fine_tuning_keeps_the_pretrained_logits_over_the_old_tokens():
         assert torch.allclose(model(x)[0][..., :base.config.vocab_size], base(x)[0], atol=1e-5)
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_record_replays():
     """The shipped model's first replies in the record are what it answers today, greedy."""
     from course_lib.chat_data import load_conversations

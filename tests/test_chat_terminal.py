@@ -8,7 +8,7 @@ import torch
 from chat_helpers import TOK, Cycling, ids_of
 from course_lib.chat_engine import ChatEngine
 from course_lib.chat_template import CALC, CALC_END, END
-from course_lib.chat_terminal import run_terminal
+from course_lib.chat_terminal import NO_REPLY, run_terminal
 from course_lib.checkpoint import save_checkpoint
 from course_lib.cli import main
 from course_lib.model import GPT, GPTConfig
@@ -52,6 +52,14 @@ def test_ctrl_c_stops_the_reply_and_keeps_what_was_written():
     status, text, engine = chat(["Hi", "More"], model)
     assert "assistant> abc\n(reply stopped: Ctrl-C)" in text
     assert engine.messages[1] == {"role": "assistant", "content": "abc"} and len(engine.messages) == 4
+
+
+def test_an_empty_reply_is_shown_as_such_not_as_nothing():
+    """A model that ends its turn at once (or writes only spaces) is not a broken chat."""
+    for reply in (ids_of(END), ids_of("  ", END)):
+        status, text, _ = chat(["How much is 7+5?"], Cycling(reply))
+        assert "assistant> " + NO_REPLY + "\n" in text or "assistant>   " + NO_REPLY + "\n" in text, text
+    assert NO_REPLY not in chat(["What is 2+3?"])[1]  # a real reply: no notice
 
 
 @pytest.fixture

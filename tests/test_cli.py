@@ -33,6 +33,7 @@ def test_params_prints_the_breakdown_and_total(capsys):
     assert "124,439,808" in out and "attention" in out and "MLP" in out
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_train_then_sample_then_resume(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--preset", "shakespeare-char-cpu", "--max-iters", "3", "--out", str(out),

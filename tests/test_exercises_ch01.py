@@ -64,6 +64,43 @@ def test_decode_returning_a_list_fails():
         ch01.check_encode_decode(encode, lambda ids, chars: [chars[i] for i in ids])
 
 
+# 01-m1 (review 2026-11-28): every test vocabulary was sorted, so ids taken from sorted(chars) passed,
+# although the exercise says "a character's id is its position in chars".
+
+
+def encode_sorted(text, chars):
+    stoi = {c: i for i, c in enumerate(sorted(chars))}
+    for c in text:
+        if c not in stoi:
+            raise ValueError(f"unknown character {c!r}")
+    return [stoi[c] for c in text]
+
+
+def decode_sorted(ids, chars):
+    itos = dict(enumerate(sorted(chars)))
+    return "".join(itos[i] for i in ids)
+
+
+def test_encode_with_sorted_vocabulary_fails():
+    with pytest.raises(ExerciseError, match="(?s)position in sorted\\(chars\\).*Hint: do not sort the vocabulary"):
+        ch01.check_encode_decode(encode_sorted, decode_sorted)
+
+
+def test_decode_with_sorted_vocabulary_fails():
+    with pytest.raises(ExerciseError, match="(?s)decode\\(\\).*sorted\\(chars\\).*Hint: do not sort the vocabulary"):
+        ch01.check_encode_decode(encode, decode_sorted)
+
+
+# 01-m2 (review 2026-11-28): an encoder returning a tensor of ids passed every case but the empty text,
+# where it failed with "an empty text has no ids" although it had returned none. A tensor is read as its
+# list everywhere now.
+
+
+def test_encode_returning_a_tensor_passes(capsys):
+    ch01.check_encode_decode(lambda text, chars: torch.tensor(encode(text, chars), dtype=torch.long), decode)
+    assert_correct(capsys)
+
+
 # --- get_batch ---
 
 

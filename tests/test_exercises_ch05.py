@@ -169,3 +169,24 @@ def test_layer_norm_missing_eps_on_tiny_variance_gets_its_hint():
         return w * centred / torch.where(std > 0, std, torch.ones_like(std)) + b
     with pytest.raises(ExerciseError, match="ignores the eps"):
         ch05.check_layer_norm(no_eps_guarded)
+
+
+def post_ln_block_bf16(x, attn, mlp, ln_1, ln_2):  # the right block, its sub-layers run in bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = attn(x)
+    h = ln_1(x + a.float())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        m = mlp(h)
+    return ln_2(h + m.float())
+
+
+def test_post_ln_block_in_bfloat16_gets_a_precision_hint():
+    # 05-n1 (review 2026-11-28): it got the generic "values differ (0.00352)"
+    with pytest.raises(ExerciseError, match="(?s)close, but more than float32 rounding.*Hint: .*bfloat16"):
+        ch05.check_post_ln_block(post_ln_block_bf16)
+
+
+def test_post_ln_block_far_off_keeps_the_formula_hint():
+    with pytest.raises(ExerciseError, match="(?s)values differ.*Hint: h = ln_1") as error:
+        ch05.check_post_ln_block(lambda x, attn, mlp, ln_1, ln_2: ln_1(x + attn(x)))
+    assert "float32 rounding" not in str(error.value)

@@ -197,6 +197,46 @@ def test_training_loop_accepts_an_evaluation_after_the_last_step(loop, capsys):
     assert "Correct" in capsys.readouterr().out
 
 
+# 07-m2 (review 2026-11-28): the harness model has no dropout, so a loop left in eval mode gave the
+# same weights and passed. The check now records the mode of every training forward pass.
+
+
+def left_in_eval_mode(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for step in range(max_iters):
+        if step % eval_interval == 0:
+            model.eval()
+            estimate_loss()
+        xb, yb = get_batch("train")
+        _, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def eval_then_train(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+    for step in range(max_iters):
+        if step % eval_interval == 0:
+            model.eval()
+            estimate_loss()
+            model.train()
+        xb, yb = get_batch("train")
+        _, loss = model(xb, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def test_training_loop_left_in_eval_mode_fails():
+    with pytest.raises(ExerciseError, match="(?s)in eval mode for 12 of its 12 training forward passes.*"
+                                            "Hint: .*switch back with model.train\\(\\)"):
+        ch07.check_training_loop(left_in_eval_mode)
+
+
+def test_training_loop_eval_then_train_passes(capsys):
+    ch07.check_training_loop(eval_then_train)
+    assert "Correct!" in capsys.readouterr().out
+
+
 def test_training_loop_rejects_evaluating_every_step():
     with pytest.raises(AssertionError, match="estimate_loss"):
         ch07.check_training_loop(eval_every_step)

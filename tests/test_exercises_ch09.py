@@ -276,6 +276,38 @@ def test_encode_with_merges_other_wrong_rules_get_their_own_hint(wrong, hint):
     assert "leftmost pair" not in str(error.value)
 
 
+# 09-m1 (review 2026-11-28): a pre-tokenizer that keeps only part of the text got a hint about merging
+# ("some merges were missed" for \\w+); the fault is the lost text, and the hint now says so.
+
+
+def encode_first_chunk_only(text, merges):  # re.match finds one chunk, the first
+    import re
+    found = re.match(r" ?\w+| ?[^\s\w]+|\s+", text)
+    return encode_sequential(found.group() if found else "", merges)
+
+
+def encode_words_only(text, merges):  # \w+ drops the spaces and the punctuation
+    import re
+    return [i for word in re.findall(r"\w+", text) for i in encode_sequential(word, merges)]
+
+
+def encode_each_chunk(text, merges):  # a pre-tokenizer whose chunks cover the whole text: still right here
+    import re
+    return [i for chunk in re.findall(r".+", text, re.S) for i in encode_sequential(chunk, merges)]
+
+
+@pytest.mark.parametrize("wrong", [encode_first_chunk_only, encode_words_only])
+def test_encode_with_merges_lost_text_is_named(wrong):
+    with pytest.raises(ExerciseError, match="(?s)part of the text is missing.*Hint: every byte of the text") as error:
+        ch09.check_encode_with_merges(wrong)
+    assert "merges were missed" not in str(error.value)
+
+
+def test_encode_with_merges_chunked_but_complete_passes(capsys):
+    ch09.check_encode_with_merges(encode_each_chunk)
+    assert "Correct!" in capsys.readouterr().out
+
+
 def test_apply_merge_comparing_a_list_with_a_tuple_gets_the_nothing_merged_hint():
     def list_against_tuple(ids, pair, new_id):
         # the right merge, but its pair compared as a list (a slice ids[i:i + 2] is one):

@@ -109,7 +109,7 @@ def test_pad_batch_float_ids_fail():
         ch10.check_pad_batch(pad_float)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.long])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_combine_masks_as_zeros_and_ones_fails_with_the_additive_mask_hint(dtype):
     # right values, wrong dtype: scaled_dot_product_attention would add a float 0/1 mask to the scores
     def zeros_and_ones(real):
@@ -118,3 +118,47 @@ def test_combine_masks_as_zeros_and_ones_fails_with_the_additive_mask_hint(dtype
     with pytest.raises(ExerciseError, match="expected a boolean mask") as error:
         ch10.check_combine_masks(zeros_and_ones)
     assert "ADDS a float attn_mask" in str(error.value)
+
+
+# 10-m2 (review 2026-11-28): an integer mask got the float-mask hint, but SDPA refuses an integer mask
+# outright; and a mask of both axes was called "the queries, not the keys".
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.long, torch.uint8])
+def test_combine_masks_integer_mask_gets_the_integer_hint(dtype):
+    def integer_mask(real):
+        return combine_masks(real).to(dtype)
+    with pytest.raises(ExerciseError, match="(?s)expected a boolean mask, got dtype.*Hint: .*integer mask it "
+                                            "refuses") as error:
+        ch10.check_combine_masks(integer_mask)
+    assert "ADDS a float attn_mask" not in str(error.value)
+
+
+def test_combine_masks_both_axes_is_named():
+    def both_axes(real):
+        return combine_masks(real) & real[:, :, None]
+    with pytest.raises(ExerciseError, match="(?s)pad queries \\(rows\\) as well as the pad keys.*NaN.*Hint: mask "
+                                            "the keys only") as error:
+        ch10.check_combine_masks(both_axes)
+    assert "not the keys" not in str(error.value)
+
+
+def test_combine_masks_queries_only_keeps_its_hint():
+    def queries_only(real):
+        T = real.shape[1]
+        return torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & real[:, :, None]
+    with pytest.raises(ExerciseError, match="you masked the queries \\(rows\\), not the keys"):
+        ch10.check_combine_masks(queries_only)
+
+
+# 10-n1 (review 2026-11-28): int32 ids were told "token ids are integers", which they are
+
+
+def test_pad_batch_int32_ids_get_the_long_hint():
+    def pad_int32(seqs, pad_id, side):
+        ids, mask = pad_and_mask(seqs, pad_id, side)
+        return ids.int(), mask
+    with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype torch.int32.*Hint: the exercise asks "
+                                            "for a \\(B, T\\) long tensor.*cross_entropy refuses int32") as error:
+        ch10.check_pad_batch(pad_int32)
+    assert "ids are integers" not in str(error.value)

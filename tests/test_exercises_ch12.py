@@ -82,6 +82,46 @@ def test_accumulation_mistakes_the_check_used_to_miss(wrong, message):
         ch12.check_accumulated_gradients(wrong)
 
 
+# 12-M1 (review 2026-11-28): the check hooked the model itself, and model.forward(x, y) skips a module's
+# own hooks, so these two answers were accepted. The hook now sits on the token embedding.
+
+
+def stacked_via_forward(model, batches):
+    model.zero_grad(set_to_none=True)
+    torch.stack([model.forward(x, y)[1] for x, y in batches]).mean().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def concatenates_via_forward(model, batches):
+    model.zero_grad(set_to_none=True)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    model.forward(x, y)[1].backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def accumulated_via_forward(model, batches):
+    model.zero_grad(set_to_none=True)
+    for x, y in batches:
+        (model.forward(x, y)[1] / len(batches)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (stacked_via_forward, "(?s)forward pass of micro-batch 2 ran before the backward pass of micro-batch 1"
+                          ".*Hint: call backward\\(\\) on each micro-batch's loss"),
+    (concatenates_via_forward,
+     "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
+])
+def test_accumulation_via_model_forward_is_seen(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        ch12.check_accumulated_gradients(wrong)
+
+
+def test_accumulation_via_model_forward_correct(capsys):
+    ch12.check_accumulated_gradients(accumulated_via_forward)
+    assert "Correct!" in capsys.readouterr().out
+
+
 # --- all-reduce average by hand ---
 
 

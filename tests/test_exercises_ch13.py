@@ -71,6 +71,15 @@ def test_map_block_wrong_answers_fail(wrong, message):
         ch13.check_map_block(wrong)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_map_block_in_lower_precision_gets_a_dtype_hint(dtype):
+    # 13-n1 (review 2026-11-28): bf16 tensors got "the values are not those of GPT-2's tensor"
+    def lower_precision(hf_state, i):
+        return {k: v.to(dtype) for k, v in map_block(hf_state, i).items()}
+    with pytest.raises(ExerciseError, match=f"(?s)your tensor is {dtype}.*Hint: copy the tensors as they are"):
+        ch13.check_map_block(lower_precision)
+
+
 # --- counting GPT-2's parameters ---
 
 

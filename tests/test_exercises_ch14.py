@@ -154,7 +154,12 @@ WRONG_ANSWERS = [
      "never looks ahead"),
     (ch14.check_window_mask, lambda T, w: window_mask(T, w).T, "transposed"),
     (ch14.check_window_mask, lambda T, w: window_mask(T, w).float(), "dtype"),
-    (ch14.check_window_mask, lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)), "differs"),
+    # 14-m6 (review 2026-11-28): the causal mask alone and the inverted mask got only "differs"
+    (ch14.check_window_mask, lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)),
+     "(?s)causal mask alone.*Hint: add the window"),
+    (ch14.check_window_mask, lambda T, w: ~window_mask(T, w), "(?s)inverted: True where a key is blocked.*Hint: here "
+                                                             "True means MAY attend"),
+    (ch14.check_window_mask, lambda T, w: window_mask(T, w) & (torch.arange(T)[None, :] > 0), "differs"),
 ]
 
 

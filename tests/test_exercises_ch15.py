@@ -96,9 +96,16 @@ def test_lora_forward_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
+def lora_forward_a_at_b(x, W, b, A, B, alpha, rank):  # A @ B: (r, in) @ (out, r) does not fit
+    return x @ W.T + b + (alpha / rank) * (x @ (A @ B))
+
+
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (lora_forward_unscaled, "not scaled"),
                                             (lora_forward_inverse, "rank / alpha"),
-                                            (lora_forward_no_bias, "values differ")])
+                                            (lora_forward_no_bias, "values differ"),
+                                            # 15-m8 (review 2026-11-28): A @ B got the generic hint
+                                            (lora_forward_a_at_b, "(?s)cannot be multiplied.*Hint: A is \\(rank, "
+                                                                  "in\\) and B \\(out, rank\\).*A @ B does not fit")])
 def test_lora_forward_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_lora_forward(wrong)
@@ -138,7 +145,10 @@ def test_merge_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (merge_transposed, "raised RuntimeError"),
+@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"),
+                                            # 15-m8 (review 2026-11-28): A.T @ B.T got the generic hint
+                                            (merge_transposed,
+                                             "(?s)raised RuntimeError.*Hint: A.T @ B.T is \\(in, r\\) @ \\(r, out\\)"),
                                             (merge_unscaled, "values differ"), (merge_delta_only, "values differ"),
                                             (merge_a_at_b, "B @ A is \\(out, r\\)"), (merge_module, "returned a module")])
 def test_merge_wrong(wrong, message):
@@ -263,3 +273,19 @@ def test_checks_leave_the_global_random_state_alone(check, good):
 def test_lora_init_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_lora_init(wrong)
+
+
+class WithGain(Adapter):  # a DoRA-like trainable (d_out,) gain besides A and B: not LoRA, not a copy either
+    def __init__(self, base, rank, alpha):
+        super().__init__(base, rank, alpha, a_random=True, b_random=False)
+        self.gain = nn.Parameter(torch.ones(base.out_features))
+
+    def forward(self, x):
+        return super().forward(x) * self.gain
+
+
+def test_lora_init_extra_gain_vector_is_not_called_a_copy():
+    # 15-m8 (review 2026-11-28): it was told "a trainable copy of the base"
+    with pytest.raises(ExerciseError, match="(?s)also trains gain, a vector of 24 numbers.*Hint: drop the extra") as e:
+        ch15.check_lora_init(WithGain)
+    assert "copy" not in str(e.value)

@@ -26,7 +26,8 @@ def test_without_cuda_the_lane_skips_with_one_line(monkeypatch, capsys):
 @pytest.mark.skipif(torch.cuda.is_available() or shutil.which("make") is None,
                     reason="checks the skip of make gpu-test on a machine without CUDA, with make")
 def test_make_gpu_test_skips_cleanly_without_cuda():
-    done = subprocess.run(["make", "-s", "gpu-test"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # this test's interpreter, not the python3 on PATH (which may have no torch)
+    done = subprocess.run(["make", "-s", "gpu-test", f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [gpu_lane.SKIP_LINE] and done.stderr == ""
 

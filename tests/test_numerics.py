@@ -1,5 +1,5 @@
 """The reference numeric environment (course_lib/tools/numerics.py): chapters are stored and
-validated in it, so that their outputs reproduce on any x86-64 host with AVX2.
+validated in it, so that one host reproduces them bitwise whatever its thread count or exports.
 
 The proof that the pin works, and that it is needed: one short training under two host conditions
 that change its result when nothing is pinned (the thread count a user exports, and torch's kernel
@@ -7,7 +7,9 @@ ISA where this CPU has more than one), computed in fresh processes with and with
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,7 +179,67 @@ def test_nbval_kernels_run_in_the_reference_environment_through_book_conftest(tm
     shutil.copy(ROOT / "book" / "conftest.py", tmp_path / "conftest.py")
     pinned = nbval()
     assert pinned.returncode == 0, pinned.stdout[-3000:]
-    assert "numerics: chapters run in the reference environment" in pinned.stdout
+    assert re.search(r"numerics: (bitwise|tolerance) mode", pinned.stdout), pinned.stdout[:2000]
+
+
+def training_notebook(path, stored_loss=None, sampled=None):
+    """A chapter in miniature: a short training whose loss is printed to 7 decimals (last bits
+    show), stored as this host computes it under the pin (or ``stored_loss``, a wrong chapter's),
+    and a cell of "sampled text" that declares itself host-dependent."""
+    train = nbformat.v4.new_code_cell("from course_lib.tools.numerics import fingerprint\n"
+                                      "print(f'loss after 20 steps {float(fingerprint(20).split()[2]):.7f}')")
+    sample = nbformat.v4.new_code_cell("import torch\nprint('ROMEO:', torch.backends.cpu.get_cpu_capability())",
+                                       metadata={"numerics": {"host_dependent": "text sampled after training"}})
+    nb = nbformat.v4.new_notebook(cells=[train, sample])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, path)
+    execute_notebook(path, store=True)
+    nb = nbformat.read(path, as_version=4)
+    if stored_loss is not None:
+        nb.cells[0].outputs[0]["text"] = f"loss after 20 steps {stored_loss:.7f}\n"
+    nbformat.write(nb, path)
+    return nb.cells[0].outputs[0]["text"]
+
+
+@pytest.mark.slow  # three pytest runs with a kernel each
+def test_on_another_host_a_correct_chapter_passes_within_its_tolerance_and_a_wrong_one_fails(tmp_path):
+    """Another host, made on this one: COURSE_NUMERICS_HOST sets torch's portable kernels over the
+    pin (ATEN_CPU_CAPABILITY=default), which changes a training's last bits on every x86-64 CPU. make test measures that the kernels differ from
+    the reference host's, says so in its header, and compares numbers within the tolerance."""
+    stored = training_notebook(tmp_path / "ch99_mini.ipynb")
+    shutil.copy(ROOT / "book" / "conftest.py", tmp_path / "conftest.py")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_NUMERICS")}
+
+    def nbval(**env):
+        return subprocess.run([sys.executable, "-m", "pytest", "ch99_mini.ipynb", "--nbval", "-p", "no:cacheprovider",
+                               "-p", "no:xdist", "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env=dict(base, PYTHONPATH=str(ROOT), **env))
+
+    other_host = {"COURSE_NUMERICS_HOST": "ATEN_CPU_CAPABILITY=default"}
+    exact = nbval(**other_host, COURSE_NUMERICS_MODE="bitwise")  # the control: the last bits do differ there
+    assert exact.returncode == 1 and "loss after 20 steps" in exact.stdout, exact.stdout[-3000:]
+    tolerant = nbval(**other_host)
+    assert tolerant.returncode == 0, tolerant.stdout[-3000:]
+    header = next(line for line in tolerant.stdout.splitlines() if line.startswith("numerics:"))
+    assert header.startswith("numerics: tolerance mode:") and "the short training" in header
+    wrong = training_notebook(tmp_path / "ch99_mini.ipynb", stored_loss=float(stored.split()[-1]) * 1.1)
+    failed = nbval(**other_host)
+    assert failed.returncode == 1 and "not within rtol" in failed.stdout, (wrong, failed.stdout[-3000:])
+
+
+def test_a_malformed_numerics_setting_is_one_clear_error(monkeypatch):
+    spec = importlib.util.spec_from_file_location("book_conftest", ROOT / "book" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    monkeypatch.setenv("COURSE_NUMERICS_HOST", "OMP_NUM_THREADS")
+    with pytest.raises(ValueError, match="VAR=VALUE pairs separated by spaces, not 'OMP_NUM_THREADS'"):
+        conftest.simulated_host()
+    monkeypatch.setattr(numerics, "unsupported_host", lambda: None)
+    monkeypatch.setenv("COURSE_NUMERICS_MODE", "fast")
+    with pytest.raises(ValueError, match="use one of bitwise, tolerance"):
+        conftest.choose_mode()
+    monkeypatch.setenv("COURSE_NUMERICS_MODE", "tolerance")
+    assert conftest.choose_mode()[0] == "tolerance"
 
 
 def test_storing_is_refused_on_a_host_that_cannot_compute_the_reference(monkeypatch, tmp_path):
@@ -190,6 +252,36 @@ def test_storing_is_refused_on_a_host_that_cannot_compute_the_reference(monkeypa
     with pytest.raises(ValueError, match="arm64.*would not be the reference"):
         book._cmd_execute(type("Args", (), {"paths": [notebook]})())
     assert notebook.read_bytes() == before
+
+
+def test_storing_is_refused_on_a_host_whose_kernels_differ_from_the_reference(monkeypatch, tmp_path):
+    """A chapter stored on an AMD host while the reference is an Intel one would fail bitwise on the
+    reference host: refused in one line, before anything runs, unless every chapter is re-executed
+    and the host recorded as the new reference."""
+    from course_lib.tools import book, op_fingerprints
+
+    ref = op_fingerprints.reference()
+    other = dict(ref, ops=dict(ref["ops"], **{"exp fwd": "0" * 16}))
+    monkeypatch.setattr(book, "unsupported_host", lambda: None)
+    monkeypatch.setattr(op_fingerprints, "host_fingerprints", lambda extra=None: other)
+    monkeypatch.setattr(book, "execute_notebook", lambda *a, **k: pytest.fail("executed a chapter"))
+    notebook = tmp_path / "ch01_x.ipynb"
+    probe_notebook(notebook)
+    with pytest.raises(ValueError, match=r"computes 1 kernel fingerprints otherwise.*--new-reference"):
+        book._cmd_execute(type("Args", (), {"paths": [notebook], "new_reference": False})())
+    with pytest.raises(ValueError, match="give no notebook paths"):
+        book._cmd_execute(type("Args", (), {"paths": [notebook], "new_reference": True})())
+    assert op_fingerprints.differences(ref, ref) == [] and op_fingerprints.differences(other, ref) == ["exp fwd"]
+
+
+def test_the_reference_record_is_what_the_per_host_tool_writes():
+    """records/numerics_reference.json has the per-host tool's fields (ops, cpu, torch), 52 operations
+    and the short training, so `op_fingerprints.py --compare` reads it."""
+    from course_lib.tools import op_fingerprints
+
+    ref = op_fingerprints.reference()
+    assert len(ref["ops"]) == 52 and all(len(v) == 16 for v in ref["ops"].values())
+    assert ref["training"].split()[:2] == ["AVX2", str(numerics.THREADS)] and ref["cpu"] and ref["torch"]
 
 
 def test_the_github_workflows_run_the_readme_commands():

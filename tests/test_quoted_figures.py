@@ -18,9 +18,12 @@ FIGURE = f"{CPU_PRESET_VAL_LOSS}"
 RECORDS = ROOT / "course_lib" / "records"
 
 
-def _readme_row(script: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    return next(line for line in readme.splitlines() if line.startswith(f"| `{script}`"))
+MEASURED = ROOT / "book" / "measured.md"  # the book's "Measured results" page: one row per benchmark
+
+
+def _measured_row(script: str) -> str:
+    page = MEASURED.read_text()
+    return next(line for line in page.splitlines() if line.startswith(f"| `{script}`"))
 
 
 def test_the_constant_is_the_recorded_whole_split_loss_of_seed_1337():
@@ -31,8 +34,8 @@ def test_the_constant_is_the_recorded_whole_split_loss_of_seed_1337():
     assert round(run["val_loss"], 3) == CPU_PRESET_VAL_LOSS
 
 
-def test_the_readme_and_the_benchmark_quote_the_recorded_figure_and_name_the_others():
-    row = _readme_row("train_shakespeare_cpu.py")
+def test_the_measured_page_and_the_benchmark_quote_the_recorded_figure_and_name_the_others():
+    row = _measured_row("train_shakespeare_cpu.py")
     assert f"val loss {FIGURE} (`speedrun.py`'s record), the one figure the book quotes" in row, row
     # the script's own estimate is quoted with its estimator, never as the book's figure
     assert "1.859 on 200 random batches" in row
@@ -42,8 +45,8 @@ def test_the_readme_and_the_benchmark_quote_the_recorded_figure_and_name_the_oth
     # speedrun.py's row quotes the three seeds' whole-split losses as the record has them
     result = json.loads((RECORDS / "speedrun_results.json").read_text())
     losses = sorted(r["val_loss"] for r in result["runs"]["shakespeare-char-cpu"])
-    assert f"whole-validation-split loss" in _readme_row("speedrun.py")
-    assert f"against {losses[0]:.3f}-{losses[-1]:.3f}" in _readme_row("speedrun.py")
+    assert f"whole-validation-split loss" in _measured_row("speedrun.py")
+    assert f"against {losses[0]:.3f}-{losses[-1]:.3f}" in _measured_row("speedrun.py")
 
 
 def test_chapter_13_prints_the_constant_and_pastes_no_other_figure():
@@ -61,7 +64,7 @@ def test_chapter_13_prints_the_constant_and_pastes_no_other_figure():
 
 @pytest.mark.slow
 def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate():
-    """course_lib.pretrained's docstring and the README's fine-tuning row quote the shipped model:
+    """course_lib.pretrained's docstring and the fine-tuning row of book/measured.md quote the shipped model:
     recomputed here (about 10 s on 2 cores)."""
     import course_lib.pretrained as pretrained
     from course_lib.data import load_text, train_val_split
@@ -75,18 +78,18 @@ def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate()
     whole = round(sequence_loss(model, val), 3)
     assert whole == CPU_PRESET_VAL_LOSS
     assert f"is {FIGURE}, the one figure the book quotes" in " ".join(pretrained.__doc__.split())
-    # the README's fine-tuning row: ch15's estimate, the shipped model with the new characters' rows
+    # the fine-tuning row of book/measured.md: ch15's estimate, the shipped model with the new characters' rows
     tok = extend_tokenizer(tok0, TASK_CHARS)
     start = extend_vocabulary(model, tok.vocab_size - tok0.vocab_size)
     estimate = text_loss(start, tok, text[int(0.9 * len(text)):])
-    assert f"20 random batches of 32 windows: {estimate:.3f})" in _readme_row("finetune_dates.py")
+    assert f"20 random batches of 32 windows: {estimate:.3f})" in _measured_row("finetune_dates.py")
 
 
-def test_the_readme_quotes_the_eval_speed_record():
-    """README's eval_speed.py row: the figures of course_lib/records/eval_speed.json, as stored."""
+def test_the_measured_page_quotes_the_eval_speed_record():
+    """book/measured.md's eval_speed.py row: the figures of course_lib/records/eval_speed.json, as stored."""
     import statistics
     rec = json.loads((RECORDS / "eval_speed.json").read_text())
-    row = _readme_row("eval_speed.py")
+    row = _measured_row("eval_speed.py")
     med = {k: statistics.median(v) for k, v in rec["seconds"].items()}
     best = {k: min(v) for k, v in rec["seconds"].items()}
     ll = "lm_eval_loglikelihood"
@@ -101,14 +104,14 @@ def test_the_readme_quotes_the_eval_speed_record():
     assert rec["speedup_loglikelihood"] == med[ll] / med["ours_loglikelihood"]
 
 
-def test_the_readme_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
-    """README's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
+def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
+    """book/measured.md's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
     chat model is the run the record names (its final validation loss is the one stored in it)."""
     from course_lib.chat_engine import CHAT_MODEL_PATH
     from course_lib.checkpoint import load_checkpoint
 
     rec = json.loads((RECORDS / "chat_sft_runs.json").read_text())
-    row = _readme_row("chat_sft.py")
+    row = _measured_row("chat_sft.py")
     for iters, start in [(1000, "pretrained"), (1000, "scratch"), (3000, "pretrained"), (3000, "scratch")]:
         losses = [r["final_val_loss"] for r in rec["runs"] if r["iters"] == iters and r["start"] == start]
         assert len(losses) == 3
@@ -123,10 +126,10 @@ def test_the_readme_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run(
     assert ckpt["step"] == run["iters"] and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"]
 
 
-def test_the_readme_quotes_the_align_records():
-    """README's align_speed.py and align_compare.py rows: the figures of their records, as stored."""
+def test_the_measured_page_quotes_the_align_records():
+    """book/measured.md's align_speed.py and align_compare.py rows: the figures of their records, as stored."""
     speed = json.loads((RECORDS / "align_speed.json").read_text())
-    row = _readme_row("align_speed.py")
+    row = _measured_row("align_speed.py")
     for name in ("dpo", "grpo"):
         s = speed["steps"][name]
         assert s["ratio_median"] == s["median_s"]["trl"] / s["median_s"]["ours"]
@@ -141,7 +144,7 @@ def test_the_readme_quotes_the_align_records():
         faster = f"faster in {int((paired > 1).sum())} of {len(paired)}"
         assert f"{label} median {p50:.2f}x, 10-90% {p10:.2f}-{p90:.2f}x, " in row and faster in row, (name, row)
     compare = json.loads((RECORDS / "align_compare.json").read_text())
-    row = _readme_row("align_compare.py")
+    row = _measured_row("align_compare.py")
     for name, label in (("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO")):
         s = compare["summary"][name]
         runs = [r for r in compare["runs"].values() if r["method"] == name and r["reward"] == "exact"
@@ -155,10 +158,10 @@ def test_the_readme_quotes_the_align_records():
            f"{hack['grpo-exact-hack']['mean']:.3f}" in row and f"lr {compare['hack_learning_rate']:.0e}".replace("e-0", "e-") in row
 
 
-def test_the_finetune_record_holds_the_benchmarks_runs_and_the_readme_quotes_it():
+def test_the_finetune_record_holds_the_benchmarks_runs_and_the_measured_page_quotes_it():
     """Every record of benchmarks/finetune_dates.py is one of its RUNS, keyed and configured as the
     benchmark keys and configures it today (records merged from several branches must not drift);
-    README's finetune_dates.py row quotes each stored run's held-out exact match (mean ± sd over the
+    book/measured.md's finetune_dates.py row quotes each stored run's held-out exact match (mean ± sd over the
     seeds, n=3 unless stated) and its Shakespeare loss over the old characters, as stored."""
     import statistics
     bench = load_benchmark("finetune_dates")
@@ -170,7 +173,7 @@ def test_the_finetune_record_holds_the_benchmarks_runs_and_the_readme_quotes_it(
         assert {k: r[k] for k in bench.RUNS[r["name"]]} == bench.RUNS[r["name"]], key
         if r["steps"] == bench.DEFAULT_STEPS[r["task"]] and r["n_eval"] == bench.DEFAULT_EVAL[r["task"]]:
             by_name.setdefault(r["name"], []).append(r)
-    row = _readme_row("finetune_dates.py")
+    row = _measured_row("finetune_dates.py")
     for name, runs in by_name.items():
         em = [100 * r["exact_match"] for r in runs]
         old = statistics.mean(r["old_vocab_loss"] for r in runs)

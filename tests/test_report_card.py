@@ -2,6 +2,7 @@
 tokenizer cannot encode are skipped, or an error when named), its table and JSON, and
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
+import os
 
 import pytest
 import torch
@@ -112,3 +113,64 @@ def test_evaluate_checkpoint_checks_its_arguments_before_loading(tmp_path):
         evaluate_checkpoint(tmp_path / "missing.pt", limit=0)
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         evaluate_checkpoint(tmp_path / "missing.pt")
+
+
+@pytest.fixture
+def no_evaluation(monkeypatch):
+    """eval must refuse a bad --json before it loads or scores anything."""
+    import course_lib.report_card
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the --json path was checked after the work")
+
+    monkeypatch.setattr(course_lib.report_card, "load_model", fail)
+
+
+def bad_json_paths(folder, ckpt):
+    """Review rows 1-2 and 66-72 (2026-11-28): the checkpoint itself, a device, a folder, a file used
+    as a folder, an overlong name; and the message each gets."""
+    (folder / "adir").mkdir()
+    (folder / "small.txt").write_text("x")
+    os.mkfifo(folder / "pipe")
+    return {str(ckpt): "is this command's input", str(folder / "pipe"): "is not a regular file",
+            str(folder / "adir"): "is a folder: name a file in it",
+            str(folder / "small.txt" / "card.json"): "small.txt is a file, not a folder",
+            str(folder / ("x" * 300 + ".json")): "bytes, more than this file system's"}
+
+
+def test_eval_refuses_a_bad_json_path_before_any_work_and_writes_nothing(checkpoints, tmp_path, capsys,
+                                                                          no_evaluation):
+    ckpt = tmp_path / "ckpt_copy.pt"
+    ckpt.write_bytes((checkpoints / "gpt.pt").read_bytes())
+    before = sorted(os.listdir(tmp_path)), ckpt.read_bytes()
+    for path, why in bad_json_paths(tmp_path, ckpt).items():
+        assert main(["eval", "--checkpoint", str(ckpt), "--limit", "3", "--json", path]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: --json {path} ") and why in err and "\n" not in err
+    assert ckpt.read_bytes() == before[1]  # row 1: the checkpoint is intact
+    assert sorted(os.listdir(tmp_path)) == sorted(before[0] + ["adir", "small.txt", "pipe"])  # no .tmp left
+    assert os.listdir(tmp_path / "adir") == []
+
+
+def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
+                                                                          monkeypatch):
+    import course_lib.report_card
+    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2", "--json", "-"]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["tasks"][0]["task"] == "next-word"  # stdout is the JSON alone
+    assert "report card" in printed.err and list(tmp_path.iterdir()) == []  # row 69: no file named "-"
+
+
+def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, monkeypatch):
+    import course_lib.report_card
+    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2",
+            "--json", str(tmp_path / "link.json")]
+    assert main(argv) == 0
+    assert (tmp_path / "link.json").is_symlink()  # row 70: the link is kept, its target written
+    assert json.loads((tmp_path / "real.json").read_text())["tasks"][0]["task"] == "next-word"

@@ -108,6 +108,7 @@ def test_a_run_built_here_resumes_bit_for_bit_reading_its_checkpoint_once(tmp_pa
                                                  resumed.model.state_dict().values()))
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_command_lines_resume_reads_the_checkpoint_once(tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "run")
     assert main(["train", *cli_args(SETTINGS), "--max-iters", "2", "--out", out]) == 0
@@ -146,6 +147,7 @@ def test_a_checkpoint_without_a_training_run_cannot_be_resumed(tmp_path, tiny_mo
 
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_a_dates_run_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
     """Chapter 11's encoder-decoder, built here like GPT pretraining: 2 steps then 1 more equal 3 straight."""
     straight = runs.start_dates_run(tmp_path / "straight", 3, device="cpu", progress=False)

@@ -19,7 +19,11 @@ def bench():
 @pytest.mark.parametrize("argv, message", [(["--budgets", "3e11"], "no shapes are chosen for budget"),
                                            (["--predict-factor", "2"], "at least 3x the largest"),
                                            (["--part", "3/2"], "1 <= K <= N"), (["--part", "x"], "write K/N"),
-                                           (["--seeds", "1", "1"], "a seed is repeated")])
+                                           (["--seeds", "1", "1"], "a seed is repeated"),
+                                           (["--seeds", "-1"], "argument --seeds: must be at least 0"),
+                                           (["--predict-factor", "nan"], "at least 3x the largest"),
+                                           (["--resume"], "name it with --out FILE"),
+                                           (["--out", "x.json", "--update-record"], "name two files")])
 def test_bad_arguments_are_refused(bench, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(argv)
@@ -51,12 +55,16 @@ def test_prediction_keeps_to_the_family_and_four_epochs(bench):
         if plan_run(s, pred["budget"], 65, 1_003_854)["epochs"] <= bench.MAX_EPOCHS), abs=1e-4)
 
 
-def test_merge_of_unfinished_parts_writes_nothing(bench, tmp_path, capsys):
+def test_merge_of_missing_or_unfinished_parts_writes_nothing(bench, tmp_path, capsys):
     part = tmp_path / "a.json"
     part.write_text(json.dumps({"command": "x", "runs": []}))
     out = tmp_path / "out.json"
-    bench.main(["--merge", str(part), str(tmp_path / "missing.json"), "--out", str(out)])
-    assert "not merged" in capsys.readouterr().out and not out.exists()
+    with pytest.raises(SystemExit) as e:  # a missing part: refused before any work (review 2026-11-28, row 100)
+        bench.main(["--merge", str(part), str(tmp_path / "missing.json"), "--out", str(out)])
+    assert e.value.code == 2 and "missing.json'] not found" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit, match="not merged: .* not finished yet"):
+        bench.main(["--merge", str(part), "--out", str(out)])
+    assert not out.exists()
 
 
 def fake_training(bench, monkeypatch, tmp_path, law=LossLaw(E=1.3, A=5.0, B=60.0, alpha=0.25, beta=0.33), watch=None):
@@ -172,3 +180,28 @@ def test_the_half_split_spans_the_whole_text(bench):
     half = bench.half_split(train, chunks=20)
     assert len(half) == 500 and half[0] == 0 and half[-1] == 949  # chunk 18 ends at 950: the last tenth is in
     assert len(set(half.tolist())) == 500
+
+
+def test_the_record_is_written_only_when_asked_and_never_restarted(bench, tmp_path, monkeypatch, capsys):
+    """Review 2026-11-28, rows 31-33: no --out, no record (the shipped one is written only with
+    --update-record); a folder or a file used as a folder is refused before the first run; a new
+    sweep never starts over a record: --resume continues it."""
+    fake_training(bench, monkeypatch, tmp_path)
+    shipped = tmp_path / "shipped.json"
+    monkeypatch.setattr(bench, "RECORD", shipped)
+    monkeypatch.chdir(tmp_path)
+    bench.main(["--seeds", "5", "--budgets", "1.25e10", "--no-predict"])
+    assert list(tmp_path.iterdir()) == []  # printed only
+    bench.main(["--update-record", "--seeds", "5", "--budgets", "1.25e10", "--no-predict"])
+    whole = shipped.read_text()
+    assert len(json.loads(whole)["runs"]) == 5
+    (tmp_path / "small.txt").write_text("x")
+    for argv, message in [(["--update-record"], "already holds a record: add --resume"),
+                          (["--out", str(tmp_path)], "is a folder"),
+                          (["--out", str(tmp_path / "small.txt" / "s.json")], "is a file, not a folder")]:
+        with pytest.raises(SystemExit) as e:
+            bench.main(argv + ["--seeds", "5", "--budgets", "1.25e10", "--no-predict"])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    assert shipped.read_text() == whole and sorted(p.name for p in tmp_path.iterdir()) == ["shipped.json", "small.txt"]
+    bench.main(["--update-record", "--resume", "--seeds", "5", "6", "--budgets", "1.25e10", "--no-predict"])
+    assert len(json.loads(shipped.read_text())["runs"]) == 10  # continued, the first five kept

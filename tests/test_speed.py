@@ -57,6 +57,7 @@ def test_bf16_autocast_on_cpu_is_close_to_fp32():
 # --- torch.compile -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_compile_on_cpu_gives_the_same_losses():
     eager, compiled = tiny_trainer(max_iters=2), tiny_trainer(max_iters=2, compile=True)
     assert compiled.train_model._orig_mod is compiled.model  # torch.compile's OptimizedModule wraps the model

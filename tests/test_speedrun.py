@@ -80,6 +80,7 @@ def test_the_gpu_speedrun_is_refused_on_a_cpu_in_one_line(tmp_path, capsys):
     assert not out.exists()  # nothing written
 
 
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_whole_split_estimate_counts_every_token_once(tmp_path, text_file):
     """The benchmark's fixed estimate equals the mean of the per-token losses of the whole split,
     computed here in one go from the model's logits for consecutive windows (the definition)."""
@@ -167,10 +168,11 @@ def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
     assert [p["step"] for p in result["runs"][SPEEDRUN][0]["curve"][:-1]] == [0, 1, 2, 3]
 
 
-def test_the_readme_quotes_the_measured_benchmark():
-    """One source for the figures: the README's row is what course_lib/records/speedrun_results.json holds."""
+def test_the_measured_page_quotes_the_measured_benchmark():
+    """One source for the figures: book/measured.md's row is what course_lib/records/speedrun_results.json holds."""
     result = json.loads((ROOT / "course_lib" / "records" / "speedrun_results.json").read_text())
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `speedrun.py`"))
+    row = next(line for line in (ROOT / "book" / "measured.md").read_text().splitlines()
+               if line.startswith("| `speedrun.py`"))
     assert result["holds"] and f"ratio {result['ratio_median']:.3f}" in row, row
     assert f"{min(result['ratios']):.3f}-{max(result['ratios']):.3f}" in row
     for preset in ("shakespeare-char-cpu", SPEEDRUN):

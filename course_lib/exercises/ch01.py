@@ -11,7 +11,15 @@ from ..tokenizers import CharTokenizer
 from . import (ExerciseError, as_number, call, describe, expect_close, expect_equal, expect_sequence, expect_tensor,
                fail, passed)
 
-_VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "0123456789"]
+# The last one is not sorted: an answer that numbers the characters of sorted(chars) (Karpathy's
+# sorted(set(text)) habit) agrees with the sorted ones and fails only there.
+_VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "0123456789",
+                 "zyx ab"]
+
+
+def _as_ids(value):
+    """encode's answer as a list: a tensor of ids counts as its list (``.tolist()``)."""
+    return value.tolist() if isinstance(value, torch.Tensor) else value
 
 
 def check_encode_decode(encode, decode) -> None:
@@ -23,12 +31,16 @@ def check_encode_decode(encode, decode) -> None:
         tok = CharTokenizer(chars)
         picks = torch.randint(len(chars), (40,), generator=generator).tolist()
         text = "".join(chars[i] for i in picks)
-        ids = call(encode, text, chars)
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
+        ids = _as_ids(call(encode, text, chars))
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             fail(f"encode() should return a list of ints, got {describe(ids)}.",
                  "build the list with a comprehension: [stoi[c] for c in text].")
+        ordered = "".join(sorted(chars))
+        if ordered != chars and ids == CharTokenizer(ordered).encode(text):
+            fail(f"encode({text[:12]!r}..., {chars!r}) gave each character its position in sorted(chars) "
+                 f"({ordered!r}), not in chars.",
+                 "do not sort the vocabulary: chars is given in its order, and a character's id is its position "
+                 "in it, stoi = {c: i for i, c in enumerate(chars)}.")
         if ids != tok.encode(text):
             wrong = next((i for i, (a, b) in enumerate(zip(ids, tok.encode(text))) if a != b), min(len(ids), len(text)))
             fail(f"encode({text[:12]!r}..., {chars[:12]!r}...) is wrong at position {wrong} "
@@ -38,11 +50,16 @@ def check_encode_decode(encode, decode) -> None:
         if not isinstance(back, str):
             fail(f"decode() should return a str, got {describe(back)}.",
                  "join the characters: ''.join(itos[i] for i in ids).")
+        if ordered != chars and back == CharTokenizer(ordered).decode(tok.encode(text)):
+            fail(f"decode() of {len(text)} ids in the vocabulary {chars!r} read each id as a position in "
+                 f"sorted(chars) ({ordered!r}), not in chars.",
+                 "do not sort the vocabulary: id i is the character chars[i], itos = {i: c for i, c in "
+                 "enumerate(chars)}.")
         expect_equal(back, text, f"decode() of {len(text)} ids in the vocabulary {chars[:12]!r}",
                      "itos = {i: c for i, c in enumerate(chars)}, then ''.join(itos[i] for i in ids).")
         expect_equal(call(decode, call(encode, text, chars), chars), text, "decode(encode(text))",
                      "the round trip must give back the text exactly.")
-    expect_equal(call(encode, "", "abc"), [], "encode('', 'abc')", "an empty text has no ids.")
+    expect_equal(_as_ids(call(encode, "", "abc")), [], "encode('', 'abc')", "an empty text has no ids.")
     expect_equal(call(decode, [], "abc"), "", "decode([], 'abc')", "no ids give the empty string.")
     # An unknown character: a clear ValueError, not a bare KeyError.
     try:

@@ -68,6 +68,13 @@ def check_post_ln_block(fn) -> None:
             if close(ln_1(h + mlp(h))):
                 fail("the two LayerNorms are swapped: ln_1 belongs to the attention half, ln_2 to the MLP half.",
                      "each LayerNorm has its own learned gain and bias; use ln_1 first, then ln_2.")
+            worst = (got.double() - expected.double()).abs().max().item()
+            if not close(expected) and worst < 5e-2:
+                fail(f"post-LN block output for x of shape {tuple(x.shape)}: values differ from the expected ones "
+                     f"by at most {worst:.3g}: close, but more than float32 rounding.",
+                     "that is the size of a lower precision's rounding: if part of your block runs in bfloat16 or "
+                     "float16 (.half(), .bfloat16(), autocast), keep everything in float32. Otherwise compare with "
+                     "h = ln_1(x + attn(x)); return ln_2(h + mlp(h)).")
             expect_close(got, expected, f"post-LN block output for x of shape {tuple(x.shape)}",
                          "h = ln_1(x + attn(x)); return ln_2(h + mlp(h)).")
     passed("your post-LN block equals course_lib's Block(norm_position='post') with the same weights.")

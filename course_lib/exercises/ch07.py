@@ -51,6 +51,16 @@ class _Harness:
         self.snapshots = []  # the weights each time a training batch is drawn
         self.eval_calls = 0
         self.splits = []
+        # whether every module was in training mode at each forward pass that builds a graph (the
+        # training forwards; estimate_loss runs under no_grad). The model has no dropout, so a loop
+        # left in eval mode would give the same weights: only this record shows it. The hook sits on
+        # the token embedding, which also sees a model.forward(...) call.
+        self.train_modes = []
+        self.model.wte.register_forward_pre_hook(self._record_mode)
+
+    def _record_mode(self, module, args):
+        if torch.is_grad_enabled():
+            self.train_modes.append(all(m.training for m in self.model.modules()))
 
     def get_batch(self, split="train"):
         self.splits.append(split)
@@ -95,6 +105,14 @@ def check_training_loop(fn) -> None:
                  "every iteration draws a fresh batch, computes the loss and takes an optimizer step; is "
                  "that code indented inside the `if iter % eval_interval == 0:` block? Only the evaluation "
                  "and its print belong there.")
+        in_eval = run.train_modes.count(False)
+        if in_eval:
+            fail(f"with max_iters={max_iters} and eval_interval={eval_interval} the model was in eval mode for "
+                 f"{in_eval} of its {len(run.train_modes)} training forward passes: dropout was off while it "
+                 "trained.",
+                 "after an evaluation that calls model.eval(), switch back with model.train() before the next "
+                 "training step (estimate_loss() given here restores the mode itself, so you need not call "
+                 "model.eval() at all).")
         run.snapshots.append(_flat(run.model))  # the weights after the loop
         changed = sum(not torch.equal(a, b) for a, b in zip(run.snapshots, run.snapshots[1:]))
         if changed == 0:  # not one step moved the weights: it never saw a gradient

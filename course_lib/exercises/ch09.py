@@ -155,11 +155,34 @@ def check_encode_with_merges(fn) -> None:
              "you merged the leftmost pair that is a merge; apply the merge LEARNED first (the lowest index "
              "in merges) wherever it is in the text. With merges [(98, 99), (97, 98)], 'abc' is [97, 256]: "
              "'bc' (merge 0) goes before 'ab' (merge 1), although 'ab' comes first in the text.")
+    spelled = _spelled(got, text_merges)
+    if spelled is not None and spelled != text.encode("utf-8"):
+        if len(spelled) < len(text.encode("utf-8")):
+            fail(f"{what} Those ids spell {spelled!r}: part of the text is missing.",
+                 "every byte of the text must end up in some id. Did a regular expression match only its start "
+                 "(re.match finds one chunk; re.findall finds them all), or only its words (\\w+ drops the spaces "
+                 "and the punctuation)? Pre-tokenize with a pattern whose chunks cover the whole text, or merge "
+                 "the whole text at once.")
+        fail(f"{what} Those ids spell {spelled!r}, not the text {text.encode('utf-8')!r}.",
+             "the ids, read back through the merges, must give the text's bytes exactly: start from "
+             "list(text.encode('utf-8')) and only replace pairs by their merge id.")
     if len(got) > len(expected):
         fail(what, "some merges were missed: keep merging until no adjacent pair is a merge (one pass over the "
                    "merges in order also works, if each pass replaces every occurrence).")
     fail(what, "repeatedly find the adjacent pair with the lowest merge index, replace it with 256 + index; stop "
                "when no adjacent pair is a merge.")
+
+
+def _spelled(ids, merges) -> bytes | None:
+    """The bytes that ``ids`` stand for under ``merges`` (None when an id is not in that vocabulary)."""
+    pieces = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        if a in pieces and b in pieces:
+            pieces[256 + k] = pieces[a] + pieces[b]
+    try:
+        return b"".join(pieces[i] for i in ids)
+    except KeyError:
+        return None
 
 
 def _leftmost_first(text, merges):

@@ -46,9 +46,14 @@ def check_pad_batch(fn) -> None:
             fail(f"{what}: ids should be a tensor of shape {tuple(exp_ids.shape)}, got "
                  f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else describe(ids)}.",
                  "pad every sequence to the length of the longest one.")
+        integer = not ids.is_floating_point() and not ids.is_complex() and ids.dtype != torch.bool
         expect_tensor(ids, exp_ids.shape, f"{what}: ids", dtype=torch.long,
-                      dtype_hint="token ids are integers, and nn.Embedding only takes integer ids: "
-                                 "torch.full((B, T), pad_id, dtype=torch.long).")
+                      dtype_hint=("the exercise asks for a (B, T) long tensor, the dtype of token ids throughout "
+                                  "the course: nn.Embedding takes int32 too, but F.cross_entropy refuses int32 "
+                                  "targets ('expected target dtype to be Long'), and the ids become targets: "
+                                  "torch.full((B, T), pad_id, dtype=torch.long).") if integer else
+                      "token ids are integers, and nn.Embedding only takes integer ids: "
+                      "torch.full((B, T), pad_id, dtype=torch.long).")
         mask = _as_bool_mask(mask, what, exp_mask.shape)
         if torch.equal(mask, ~exp_mask):
             fail(f"{what}: your mask is inverted.", "the mask is True on REAL tokens and False on pads.")
@@ -155,12 +160,34 @@ def check_combine_masks(fn) -> None:
         if tuple(got.shape) != (B, T, T):
             fail(f"{what}: expected shape {(B, T, T)}, got {tuple(got.shape)}.",
                  "broadcast causal (1, T, T) against the keys' mask (B, 1, T).")
-        if got.dtype != torch.bool:
+        if got.dtype != torch.bool and (got.is_floating_point() or got.is_complex()):
             fail(f"{what}: expected a boolean mask, got dtype {got.dtype}.",
                  "F.scaled_dot_product_attention ADDS a float attn_mask to the scores, so a mask of 0. and 1. "
                  "masks nothing: build it from booleans, torch.tril(torch.ones(T, T, dtype=torch.bool)) "
                  "& real[:, None, :], and do not convert it with .float() or .long().")
-        if torch.equal(got, torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & real[:, :, None]):
+        if got.dtype != torch.bool:
+            fail(f"{what}: expected a boolean mask, got dtype {got.dtype}.",
+                 "F.scaled_dot_product_attention takes a boolean attn_mask (True: may attend) or a float one that "
+                 "it adds to the scores; an integer mask it refuses ('Expected attn_mask dtype to be bool or "
+                 "float'). Build it from booleans, torch.tril(torch.ones(T, T, dtype=torch.bool)) "
+                 "& real[:, None, :], and do not convert it with .int() or .long().")
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))[None]
+        if not torch.equal(got, expected) and (torch.equal(got, expected & real[:, :, None])
+                                               or torch.equal(got, causal & real[:, :, None])):
+            # With right padding, masking the pad queries too looks like masking the queries only:
+            # a left-padded row tells them apart.
+            probe = torch.tensor([[False, False, True, True]])
+            on_probe = call(fn, probe.clone())
+            if isinstance(on_probe, torch.Tensor) and on_probe.dim() == 4 and on_probe.shape[1] == 1:
+                on_probe = on_probe[:, 0]
+            if isinstance(on_probe, torch.Tensor) and on_probe.shape == (1, 4, 4) and \
+                    torch.equal(on_probe, _combined(probe) & probe[:, :, None]):
+                fail(f"{what}: you masked the pad queries (rows) as well as the pad keys (columns). A pad query "
+                     "then may attend to nothing: its row is all False, and scaled_dot_product_attention gives "
+                     "NaN there (a softmax over no keys).",
+                     "mask the keys only, torch.tril(...) & real[:, None, :]: a pad position's own output is "
+                     "never used (the loss ignores it), it just must not be LOOKED AT.")
+        if torch.equal(got, causal & real[:, :, None]):
             fail(f"{what}: you masked the queries (rows), not the keys (columns).",
                  "a pad must not be LOOKED AT: index the padding mask as real[:, None, :] (the key axis).")
         if torch.equal(got, real[:, None, :].expand(B, T, T)):

@@ -30,12 +30,15 @@ def _model_with_stale_gradients(model, g: torch.Generator):
     seen, events = [], []
 
     def record(module, args, kwargs):
-        idx = args[0] if args else kwargs.get("idx")
+        idx = args[0] if args else kwargs.get("input")
         if isinstance(idx, torch.Tensor):
             seen.append(idx.shape[0])
         events.append("forward")
 
-    copied.register_forward_pre_hook(record, with_kwargs=True)
+    # on the token embedding, not on the model: GPT.forward calls self.wte(idx) through __call__, so the
+    # hook sees every forward pass, also an answer that calls model.forward(x, y) (which skips the
+    # model's own hooks)
+    copied.wte.register_forward_pre_hook(record, with_kwargs=True)
     # the token embedding takes part in every forward pass, so its gradient is computed once per backward pass
     first = next(copied.parameters())
     assert first is copied.wte.weight, "the backward hook must sit on the token embedding"

@@ -39,6 +39,14 @@ def _expected_block(state: dict, i: int, n_layer: int) -> dict[str, torch.Tensor
             for ours, hf, t in weight_map(n_layer) if ours.startswith(prefix)}
 
 
+def _rounded_copy(have: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether ``have`` is ``want`` (or its transpose) in another floating dtype, rounded."""
+    if have.dtype == want.dtype or not have.is_floating_point():
+        return False
+    return any(h.shape == want.shape and torch.allclose(h.to(want.dtype), want, rtol=1e-2, atol=1e-2)
+               for h in ([have, have.t()] if have.dim() == 2 else [have]))
+
+
 def check_map_block(fn) -> None:
     """``fn(hf_state, i) -> dict``: the weights of block ``i`` of a GPT-2 state dict (Hugging Face
     names such as ``transformer.h.{i}.attn.c_attn.weight``, Conv1D matrices stored (in, out)),
@@ -88,6 +96,11 @@ def check_map_block(fn) -> None:
                         if have.dim() == 2 and have.shape == want.t().shape else
                         "biases and LayerNorm parameters are 1-D vectors: copy them as they are.")
                 fail(f"{what}[{name!r}]: shape {tuple(have.shape)}, our Block expects {tuple(want.shape)}.", hint)
+            if not torch.equal(have, want) and _rounded_copy(have, want):
+                fail(f"{what}[{name!r}]: your tensor is {have.dtype}, and its values are GPT-2's rounded: GPT-2's "
+                     f"tensors are {want.dtype}.",
+                     "copy the tensors as they are (transposing the four Conv1D matrices), without .to(...), .half() "
+                     "or .bfloat16(): load_state_dict would cast them back to float32, but the rounding is done.")
             if not torch.equal(have, want):
                 hint = ("this square matrix has the right shape either way, but GPT-2 stores it (in, out): "
                         "transpose it too." if have.dim() == 2 and torch.equal(have, want.t()) else

@@ -216,6 +216,14 @@ def check_window_mask(fn) -> None:
             fail(f"{what}: queries see keys after them.", "a decoder never looks ahead: also require s <= t.")
         if torch.equal(got, expected.T):
             fail(f"{what}: the mask is transposed.", "rows are queries (t), columns are keys (s).")
+        if torch.equal(got, ~expected):
+            fail(f"{what}: your mask is inverted: True where a key is blocked.",
+                 "here True means MAY attend, as in F.scaled_dot_product_attention's boolean attn_mask (the "
+                 "opposite of nn.MultiheadAttention's boolean attn_mask, where True blocks): return "
+                 "(s <= t) & (t - s < window) without the ~.")
+        if torch.equal(got, s <= t):
+            fail(f"{what}: that is the causal mask alone: each query sees every key before it, not only the "
+                 f"last {window}.", "add the window to the causal condition: (s <= t) & (t - s < window).")
         fail(f"{what}: the mask differs from the sliding window's.", "True exactly where 0 <= t - s < window.")
     passed("your mask equals course_lib.attention.sliding_window_mask for 5 lengths and windows.")
 

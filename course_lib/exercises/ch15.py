@@ -70,8 +70,12 @@ def _check_lora_forward(fn) -> None:
         x = torch.randn(3, 5, 12, generator=g)
         with torch.no_grad():
             expected = layer(x)
-            got = call(fn, x, base.weight.clone(), base.bias.clone(), layer.lora_A.clone(), layer.lora_B.clone(),
-                       alpha, rank)
+            got = call_with_hints(fn, {"cannot be multiplied": "A is (rank, in) and B (out, rank): the update is "
+                                       "x @ A.T @ B.T, or x @ (B @ A).T; A @ B does not fit these shapes"},
+                                  x, base.weight.clone(), base.bias.clone(), layer.lora_A.clone(),
+                                  layer.lora_B.clone(), alpha, rank,
+                                  context=f"(x is {tuple(x.shape)}, W {tuple(base.weight.shape)}, A "
+                                          f"{tuple(layer.lora_A.shape)}, B {tuple(layer.lora_B.shape)}) ")
             expect_tensor(got, expected.shape, "lora_forward(...)",
                           "x (B, T, in) @ W.T gives (B, T, out); the update is x @ A.T @ B.T",
                           dtype=expected.dtype, dtype_hint="x, W, b, A and B are float32, and so is the "
@@ -92,7 +96,10 @@ def check_merge(fn) -> None:
     for rank, alpha in ((3, 6.0), (5, 1.0)):
         W, A, B = torch.randn(7, 11, generator=g), torch.randn(rank, 11, generator=g), torch.randn(7, rank, generator=g)
         got = call_with_hints(fn, {"cannot be multiplied": "B @ A is (out, r) @ (r, in) = (out, in), like W; "
-                                   "A @ B (or A.T @ B.T) does not fit these shapes"},
+                                   "A @ B (or A.T @ B.T) does not fit these shapes",
+                                   "must match the size": "A.T @ B.T is (in, r) @ (r, out) = (in, out), the "
+                                   "transpose of W's (out, in), so it cannot be added to W: the update is "
+                                   "B @ A, (out, r) @ (r, in)"},
                               W.clone(), A, B, alpha, rank,
                               context=f"(W is {tuple(W.shape)}, A {tuple(A.shape)}, B {tuple(B.shape)}) ")
         if isinstance(got, nn.Module):
@@ -145,7 +152,13 @@ def _check_lora_init(make_layer, d_in: int = 16, d_out: int = 24, rank: int = 4)
         if any(p is getattr(base, which) for p in trainable.values()):
             fail(f"the base layer's {which} is still trainable.",
                  "freeze the whole base layer, weight and bias: base.requires_grad_(False)")
-    copies = [n for n, p in trainable.items() if p.shape in (base.weight.shape, base.bias.shape)]
+    copies = [n for n, p in trainable.items() if p.shape == base.weight.shape
+              or (p.shape == base.bias.shape and torch.equal(p.detach(), base.bias.detach()))]
+    extras = [n for n, p in trainable.items() if p.shape == base.bias.shape and n not in copies]
+    if extras and not copies:
+        fail(f"the layer also trains {', '.join(extras)}, a vector of {d_out} numbers (one per output, like a "
+             "gain or a second bias) besides the adapter: LoRA trains the low-rank matrices A and B only.",
+             "drop the extra parameter (or freeze it): train only A (r, in) and B (out, r)")
     if copies:
         fail(f"the layer trains {', '.join(copies)}, of the base layer's own shape: a trainable copy of the base "
              "is full fine-tuning of this layer, not LoRA.",

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from . import __doc__ as TOOLS_DOC
-from . import assignments, book, gpu_lane, numerics, pretrained
+from . import assignments, book, gpu_lane, numerics, op_fingerprints, pretrained
 
 
 def main(argv=None) -> int:
@@ -15,6 +15,7 @@ def main(argv=None) -> int:
     book.add_parser(sub)
     assignments.add_parser(sub)
     numerics.add_parser(sub)
+    op_fingerprints.add_parser(sub)
     gpu_lane.add_parser(sub)
     pretrained.add_parser(sub)
     args = parser.parse_args(argv)

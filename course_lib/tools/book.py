@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..utils import DEFAULT_SEED
+from . import op_fingerprints
 from .chapters import ROOT, chapter_notebooks, execute_notebook
 from .numerics import DESCRIPTION, unsupported_host
 
@@ -78,9 +79,25 @@ def _cmd_execute(args) -> int:
     if reason is not None:
         raise ValueError(f"{reason}: outputs stored here would not be the reference ({DESCRIPTION}) that "
                          f"nbval checks on every host. Store chapters on an x86-64 machine with AVX2.")
+    new_reference = getattr(args, "new_reference", False)
+    if new_reference and args.paths:
+        raise ValueError("--new-reference re-executes every chapter on this host and records it as the "
+                         "reference: give no notebook paths with it")
+    if not new_reference:
+        # a chapter stored on another host than the reference would fail bitwise there (make test's mode)
+        ref = op_fingerprints.reference()
+        differ = op_fingerprints.differences(op_fingerprints.host_fingerprints(), ref)
+        if differ:
+            raise ValueError(f"this host computes {len(differ)} kernel fingerprints otherwise than the reference host "
+                             f"({ref['cpu']}; python -m course_lib.tools fingerprints names them), so chapters "
+                             f"stored here would not reproduce there: store them on a host like it, or re-execute "
+                             f"every chapter here with `python -m course_lib.tools book execute --new-reference`")
     for path in args.paths or chapter_notebooks(ROOT / "book").values():
         print(f"executing {path} ...", flush=True)
         execute_notebook(path, store=True)
+    if new_reference:
+        recorded = op_fingerprints.record_reference()
+        print(f"recorded this host ({recorded['cpu']}) as the reference: {op_fingerprints.REFERENCE_RECORD}")
     return 0
 
 
@@ -106,6 +123,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sub.add_parser("sync", help="rewrite every chapter's setup cell from _config.yml").set_defaults(func=_cmd_sync)
     e = sub.add_parser("execute", help="execute notebooks and store their outputs")
     e.add_argument("paths", nargs="*", type=Path, help="default: every chapter of _toc.yml")
+    e.add_argument("--new-reference", action="store_true",
+                   help="on a host other than the reference: re-execute every chapter, then record this host "
+                        "as the reference (course_lib/records/numerics_reference.json)")
     e.set_defaults(func=_cmd_execute)
     sub.add_parser("build", help="build the website into _build/html, every warning an error") \
         .set_defaults(func=_cmd_build)

@@ -11,8 +11,8 @@ runtime), where ``pick_device`` chooses ``cuda``.
    CPU environment does not apply here), one chapter at a time, timed.
 
 The summary is a few lines; ``--json FILE`` keeps the details (device, torch version, pass counts,
-time and first error per chapter) for the README. On a machine without CUDA the lane prints one
-line and exits 0: there is nothing it could check.
+time and first error per chapter) for CONTRIBUTING.md's GPU lane section. On a machine without CUDA
+the lane prints one line and exits 0: there is nothing it could check.
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ which goes into ``course_lib.pretrained.PRETRAINED_SHA256``.
 
 The training runs in a child process with the reference numeric environment of
 :mod:`course_lib.tools.numerics` (AVX2 kernels), but with ``course_lib.pretrained.THREADS`` (1)
-threads: the same bytes come out on any x86-64 CPU with AVX2. About 3 minutes on a free core.
+threads: the same bytes come out every time on one host (another CPU vendor computes other last
+bits, see :mod:`course_lib.tools.op_fingerprints`). About 3 minutes on a free core.
 """
 from __future__ import annotations
 

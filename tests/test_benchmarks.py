@@ -1,0 +1,188 @@
+"""Every script of benchmarks/: it runs with tiny settings (so that none can silently break again,
+as attention_throughput.py did), it writes a record only when asked and never the shipped records
+of course_lib/records/, and a bad argument is one line naming the problem and the fix, with status 2
+before any work (the 2026-11-28 review: B2, B3, B4, B5; rows 30-59 and 99-105)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from benchmark_loader import BENCHMARKS, ROOT, load_benchmark
+
+RECORDS = ROOT / "course_lib" / "records"
+
+# The scripts: every file of benchmarks/ that runs as one (bench_args.py and ch14_setup.py are shared
+# modules). Each with settings that make it take seconds, and the option that names its record.
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+TINY = {
+    "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"], "--json"),
+    "align_compare": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
+    "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
+    "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
+    "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
+    "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu"],
+                   "--out"),
+    "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"], "--record"),
+    "chat_sft": (["--iters", "1", "--seeds", "0", "--out-dir", "{tmp}/chat"], None),
+    "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
+    "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
+    "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
+    "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
+    "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
+                      "--variants", "dense", "MoE, no balancing"], "--out"),
+    "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
+    "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
+    "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
+    "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
+    "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
+    "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
+    "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
+    "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
+    "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
+}
+GOAL_NOT_MET = {"speedrun"}  # exit status 1 when its goal does not hold, as after 2 steps
+ORDER = sorted(SCRIPTS, key=lambda s: s == "chat_scores")  # chat_scores scores the models chat_sft trains
+
+
+def records_digest() -> str:
+    """One hash of every shipped record (names and bytes)."""
+    h = hashlib.sha256()
+    for path in sorted(RECORDS.rglob("*")):
+        h.update(str(path.relative_to(RECORDS)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_every_script_has_tiny_settings():
+    """A new script gets its line in TINY, so that the test below runs it too."""
+    assert sorted(TINY) == SCRIPTS
+
+
+@pytest.fixture(scope="module")
+def shared_tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("benchmarks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ORDER)
+def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_for(name, shared_tmp):
+    argv, option = TINY[name]
+    argv = [a.replace("{tmp}", str(shared_tmp)) for a in argv]
+    record = shared_tmp / f"{name}.json"
+    before = records_digest()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *argv, *([option, str(record)] if option else [])]
+    done = subprocess.run(command, cwd=shared_tmp, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode in ((0, 1) if name in GOAL_NOT_MET else (0,)), done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
+    if option:
+        assert isinstance(json.loads(record.read_text()), dict)
+    assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
+
+
+def refused(capsys, run, *fragments) -> str:
+    """``run()`` exits with status 2 before any work, its last line naming the problem."""
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and "error: " in err[-1] and "Traceback" not in "\n".join(err), err
+    for fragment in fragments:
+        assert fragment in err[-1], err[-1]
+    return err[-1]
+
+
+MUST_BE_1 = "must be at least 1, got 0"
+BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
+    (34, "align_speed", ["--repeats", "0"], MUST_BE_1), (35, "align_speed", ["--threads", "0"], MUST_BE_1),
+    (36, "eval_speed", ["--items", "0"], MUST_BE_1), (37, "eval_speed", ["--repeats", "0"], MUST_BE_1),
+    (38, "chat_cache", ["--preset", "foo"], "unknown preset 'foo': choose one of"),
+    (39, "kv_cache", ["--preset", "foo"], "unknown preset 'foo'"),
+    (41, "bpe", ["--vocab-size", "10"], "must be at least 257, got 10"), (42, "bpe", ["--repeats", "0"], MUST_BE_1),
+    (43, "attention_throughput", ["--rounds", "0"], MUST_BE_1),
+    (45, "scale", ["--steps", "0"], MUST_BE_1), (46, "speedrun", ["--max-iters", "0"], MUST_BE_1),
+    (47, "train_shakespeare_cpu", ["--seed", "-1"], "argument --seed: must be at least 0"),
+    (48, "seq2seq_dates", ["--steps", "0"], MUST_BE_1), (49, "seq2seq_dates", ["--threads", "0"], MUST_BE_1),
+    (53, "report_cards", ["--models", "foo"], "unknown model(s) ['foo']: choose among bigram"),
+    (54, "moe_vs_dense", ["--iters", "0"], MUST_BE_1), (55, "moe_vs_dense", ["--seeds", "a,b"], "write seeds as 0,1,2"),
+    (56, "finetune_dates", ["--steps", "0"], MUST_BE_1), (57, "classify_speakers", ["--steps", "0"], MUST_BE_1),
+    (58, "chat_sft", ["--iters", "0"], MUST_BE_1), (59, "speedrun_rope", ["--evals", "0"], MUST_BE_1),
+    (101, "chat_cache", ["--turns", "0"], MUST_BE_1), (102, "report_cards", ["--limit", "0"], MUST_BE_1),
+    (103, "finetune_dates", ["--seeds", "-1"], "must be at least 0, got -1"),
+    (104, "align_compare", ["--budget", "0", "--tiny"], MUST_BE_1),
+    (105, "align_compare", ["--seeds", "1", "--tiny"], "--tiny sets the budget and the seeds: leave out --seeds"),
+    (None, "finetune_dates", ["--out", "x.json", "--update-record"], "name two files: give one"),
+    (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
+    (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
+    (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
+]
+
+
+@pytest.mark.parametrize("row, name, argv, message", BAD_ARGUMENTS, ids=[f"{n}-{a[0]}" for _, n, a, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_one_line_and_status_2(row, name, argv, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    module = load_benchmark(name, f"bench_{name}")
+    refused(capsys, lambda: module.main(argv), message)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("name", ["kv_cache", "attention_throughput", "chat_sft"])
+def test_a_device_this_machine_lacks_is_refused(name, capsys):  # rows 40, 44
+    refused(capsys, lambda: load_benchmark(name, f"bench_{name}").main(["--device", "cuda"]),
+            "device 'cuda' is not available on this machine")
+
+
+def test_a_record_path_is_checked_before_any_work(capsys, tmp_path):
+    """A folder, a checkpoint and '-' as a record: refused in one line, before anything runs."""
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.zeros(1)}, ckpt)
+    chat_cache = load_benchmark("chat_cache", "bench_chat_cache")
+    refused(capsys, lambda: chat_cache.main(["--out", str(tmp_path)]), "is a folder: name a file in it")
+    refused(capsys, lambda: chat_cache.main(["--out", str(ckpt)]), "holds a checkpoint")
+    refused(capsys, lambda: chat_cache.main(["--out", "-"]), "name one")
+    moe = load_benchmark("moe_vs_dense", "bench_moe_vs_dense")
+    part = tmp_path / "a.json"
+    part.write_text(json.dumps({"iters": 2, "seeds": "0", "command": "x", "runs": []}))
+    refused(capsys, lambda: moe.main(["--merge", str(part), "--out", str(part)]), "is this command's input")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "ckpt.pt"]
+
+
+def test_a_trial_run_writes_no_record(capsys, tmp_path, monkeypatch):
+    """Review row 51: chat_cache.py with no --out printed its numbers and replaced the shipped
+    record; now it prints them only."""
+    monkeypatch.chdir(tmp_path)
+    before = records_digest()
+    chat_cache = load_benchmark("chat_cache", "bench_chat_cache")
+    argv = ["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu",
+            "--threads", "1"]
+    assert chat_cache.main(argv) == 0
+    assert '"same_tokens": true' in capsys.readouterr().out
+    assert records_digest() == before and list(tmp_path.iterdir()) == []
+
+
+def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
+    """bench_args.RecordFile: progress goes to a new file, or one the run continues; not over a
+    whole record another run made (only the finished record replaces it)."""
+    bench_args = load_benchmark("bench_args")
+    whole = tmp_path / "whole.json"
+    whole.write_text('{"runs": [1, 2, 3]}')
+    fresh = bench_args.RecordFile(whole)
+    fresh.progress({"runs": [1]})
+    assert json.loads(whole.read_text()) == {"runs": [1, 2, 3]}
+    fresh.finish({"runs": [4, 5]})
+    assert json.loads(whole.read_text()) == {"runs": [4, 5]}
+    bench_args.RecordFile(whole, continues=True).progress({"runs": [4, 5, 6]})
+    assert json.loads(whole.read_text()) == {"runs": [4, 5, 6]}
+    new = bench_args.RecordFile(tmp_path / "new.json")
+    new.progress({"runs": [1]})
+    assert json.loads((tmp_path / "new.json").read_text()) == {"runs": [1]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "whole.json"]
