@@ -9,7 +9,10 @@ Then, for each page of _toc.yml, served from _build/html by a local server on 12
 formula typeset by the bundled MathJax (no raw TeX left, no MathJax error), every image loaded, no
 request leaving the machine, no console error except known harmless ones, exercise solutions folded
 away, and, on chapter pages, the Colab button pointing at the chapter's notebook in the repository
-and a working .ipynb download. With `--screenshots` (`make screenshots`), a full-page screenshot of
+and a working .ipynb download. Then the page's width (issue #55): at 1280x1000, a laptop's screen, no
+code or output block is cut (wider than itself, so that the reader scrolls sideways inside it), except
+the wide tables of WIDE_BLOCKS, listed with their reasons; at 768 and 390 px (a tablet, a phone) the
+text column fits the screen and the page itself never scrolls sideways. With `--screenshots` (`make screenshots`), a full-page screenshot of
 each page goes to _build/screenshots/<page>.png for a person to look at; a tall page takes seconds
 to capture, so `make test` leaves them out.
 
@@ -47,6 +50,21 @@ HARMLESS_CONSOLE = [
     # the "live code" button, which this book does not use (launch_buttons.thebe: false).
     re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),
 ]
+
+# Code and output blocks that may stay wider than the page at 1280 px, shown with a scroll bar:
+# page -> {text the block contains: why it stays wide}. They are printed tables, which
+# _static/course.js marks (pre.course-table) so that their rows do not wrap.
+WIDE_BLOCKS = {
+    "book/ch12_training_at_scale": {
+        "Self CPU %": "torch.profiler's own table, 126 characters wide: seven columns that wrapping would scramble",
+    },
+    "book/ch19_scaling_laws": {
+        "N_opt of seed": "the IsoFLOP fit per budget, 141 characters: eleven columns read across",
+        "law at its N, D": "the presets against the law, 150 characters: ten columns read across",
+    },
+}
+LAPTOP = {"width": 1280, "height": 1000}
+NARROW = [{"width": 768, "height": 1024}, {"width": 390, "height": 844}]  # a tablet, a phone
 
 try:
     from playwright import sync_api
@@ -126,6 +144,24 @@ VISIBLE_SOLUTIONS = """() => Array.from(document.querySelectorAll('main *'))
   .filter(e => e.children.length === 0 && /BEGIN SOLUTION/.test(e.textContent) && e.checkVisibility())
   .length"""
 
+# The code and output blocks of a page (solutions unfolded): the ones whose content is wider than the
+# block, so that a reader scrolls sideways inside them to read a line.
+CUT_BLOCKS = """() => {
+  document.querySelectorAll('main details').forEach(d => { d.open = true; });
+  const blocks = Array.from(new Set(document.querySelectorAll(
+      'main div.cell pre, main div.highlight pre, main div.output pre'))).filter(p => p.checkVisibility());
+  return {count: blocks.length, cut: blocks.filter(p => p.scrollWidth > p.clientWidth + 1).map(p => ({
+    text: p.textContent, table: p.classList.contains('course-table'),
+    scrolls: ['auto', 'scroll'].includes(getComputedStyle(p).overflowX),
+    first: (p.textContent.split('\\n').find(l => l.trim()) || '').slice(0, 60),
+    width: p.clientWidth, content: p.scrollWidth}))};
+}"""
+PAGE_WIDTH = """() => {
+  const text = document.querySelector('main article') || document.querySelector('main');
+  return {page: document.documentElement.scrollWidth, screen: window.innerWidth,
+          text: Math.ceil(text.getBoundingClientRect().right)};
+}"""
+
 RAW_TEX = [
     (re.compile(r"\$\$"), "$$"),
     (re.compile(r"\\\(|\\\)|\\\[|\\\]"), r"\( \) \[ \]"),
@@ -144,7 +180,7 @@ def test_page_in_a_real_browser(entry, site, browser, request):
     source = page_source(entry)
     is_notebook = source is not None and source.suffix == ".ipynb"
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=LAPTOP)
     page = context.new_page()
     outside, console, bad_responses = [], [], []
 
@@ -213,6 +249,31 @@ def test_page_in_a_real_browser(entry, site, browser, request):
         if request.config.getoption("screenshots"):
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"{Path(entry).name}.png"), full_page=True)
+
+        # width (issue #55): the course's stylesheet is there, once (Jupyter Book adds _static/*.css)...
+        sheets = page.locator('link[href*="_static/course.css"]').count()
+        assert sheets == 1, f"{entry}: _static/course.css is linked {sheets} times, not once"
+        # ...on a laptop no block is cut but the listed wide tables...
+        blocks = page.evaluate(CUT_BLOCKS)
+        allowed = WIDE_BLOCKS.get(entry, {})
+        cut = [b for b in blocks["cut"] if not any(key in b["text"] for key in allowed)]
+        assert not cut, (f"{entry}: {len(cut)} of {blocks['count']} code/output blocks are cut at "
+                         f"{LAPTOP['width']}x{LAPTOP['height']} (content wider than the block; wrap the code "
+                         f"line, or list a table that must stay wide in WIDE_BLOCKS with its reason): "
+                         + "; ".join(f"{b['first']!r} ({b['content']} px in {b['width']})" for b in cut))
+        for key in allowed:
+            listed = [b for b in blocks["cut"] if key in b["text"]]
+            assert listed, f"{entry}: WIDE_BLOCKS lists {key!r}, but no block containing it is cut now: remove it"
+            assert all(b["table"] and b["scrolls"] for b in listed), \
+                f"{entry}: the wide block {key!r} is not kept as a table with its own scroll bar (pre.course-table)"
+        # ...and on a tablet and a phone the text fits the screen and the page never scrolls sideways
+        for size in NARROW:
+            page.set_viewport_size(size)
+            page.wait_for_timeout(100)
+            width = page.evaluate(PAGE_WIDTH)
+            assert width["page"] <= width["screen"] and width["text"] <= width["screen"], \
+                (f"{entry}: at {size['width']} px the page is {width['page']} px wide and its text column "
+                 f"ends at {width['text']} px: the reader would scroll the page sideways")
     finally:
         context.close()
 
