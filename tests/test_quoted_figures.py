@@ -94,7 +94,7 @@ def test_the_measured_page_quotes_the_eval_speed_record():
     best = {k: min(v) for k, v in rec["seconds"].items()}
     ll = "lm_eval_loglikelihood"
     assert f"{rec['requests']} next-line log-likelihood requests, medians of {rec['repeats']}" in row, row
-    assert f"(**{med[ll] / med['ours_loglikelihood_our_gpt']:.2f}x faster**)" in row
+    assert f"({med[ll] / med['ours_loglikelihood_our_gpt']:.2f}x faster on the medians" in row  # not bold: noisy
     assert f"({med[ll] / med['ours_loglikelihood']:.2f}x)" in row
     assert f"{best[ll] / best['ours_loglikelihood_our_gpt']:.2f}x and {best[ll] / best['ours_loglikelihood']:.2f}x" in row
     assert f"{med['lm_eval_generate'] / med['ours_generate']:.2f}x" in row
