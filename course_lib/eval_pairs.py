@@ -8,17 +8,17 @@ continuation)``, and calls its first ``n = len(encode(context))`` tokens the con
 whole text lies exactly at the join, and the split is right: the model reads the text's own tokens
 and the continuation's are those that spell it. Here we give exactly lm-eval's ids.
 
-**When a token spans the join** (``"hello wor" + "ld"`` is ``hello| world`` in GPT-2's BPE), no
-split of ``whole`` is right, and lm-eval's is wrong two ways: the ids it feeds,
-``encode(context) + whole[n:]``, need not spell the text (``hello| wor| world``), and when ``whole``
-has no more than ``n`` tokens its continuation is empty and it stops on ``assert
-len(continuation_enc) > 0`` (its issues 1053, 1297, 3336). Its open PR 4055 encodes the
-continuation alone instead: ``(encode(context), encode(continuation))`` (``hello| wor| ld``). That
-spells the text and conditions on all of it, but the pair of tokens at the join is one the model
-never read in training, where BPE always merged them: the mass it gives ``" world"`` after
-``"hello"`` is not counted, and ``"ld"`` after ``" wor"`` is unlikely whatever the model knows.
-The score is lowered by the tokenizer, not by the model, and in a multiple-choice item it lowers
-exactly the choices that merge with the context.
+**When a token spans the join** (``"hello wor" + "ld, sir"`` is ``hello| world|,| sir`` in GPT-2's
+BPE), no split of ``whole`` is right, and lm-eval's is wrong two ways. The ids it feeds,
+``encode(context) + whole[n:]``, need not spell the text (``hello| wor|,| sir``: "ld" is never
+scored); and when ``whole`` has no more than ``n`` tokens (``"hello wor" + "ld"``) its
+continuation is empty and it stops on ``assert len(continuation_enc) > 0`` (its issues 1053, 1297,
+3336). Its open PR 4055 encodes the continuation alone instead: ``(encode(context),
+encode(continuation))`` (``hello| wor| ld``). That spells the text and conditions on all of it, but
+the pair of tokens at the join is one the model never read in training, where BPE always merged
+them: the mass it gives ``" world"`` after ``"hello"`` is not counted, and ``"ld"`` after ``" wor"``
+is unlikely whatever the model knows. The score is lowered by the tokenizer, not by the model, and
+in a multiple-choice item it lowers exactly the choices that merge with the context.
 
 **Our rule: move the split back to the last token boundary of the whole text at or before the
 join.** The context's ids are ``whole[:k]`` for the largest ``k`` whose text ``decode(whole[:k])``
@@ -31,6 +31,16 @@ complete: the log-probability of the continuation's text given the context, cond
 context's complete tokens, with the characters of the one split token scored as part of it.
 Where no token spans the join, ``tail`` is empty and this is lm-eval's number. ``is_greedy``
 keeps its meaning (would greedy decoding from ``head`` write these tokens).
+
+What this number is not: ``log p(continuation | context)`` of the text, which would divide by
+the model's probability that the text after ``head`` begins with ``tail``, a sum over every
+token path that spells it ("token healing"; not done here). So a spanning request also pays for
+its tail, and in a multiple-choice item where only some choices merge with the context, those
+pay ``log p(tail | head)`` more than the others; it is a cost in text the request really
+contains, where lm-eval's ids drop text and PR 4055's pay for a token pair never seen. Under
+GPT-2's pre-token pattern a token can span the join only inside a pre-token (letters after
+letters, digits after digits, punctuation after punctuation): a continuation that starts with a
+space, as lm-eval's multiple choice writes it, never does.
 
 One case is left: the whole context lies inside the first token of ``whole`` (``"A" + "nswer"``,
 one token ``Answer``), so ``k = 0`` and nothing is left to condition on; the models of this book
