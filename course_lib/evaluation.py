@@ -8,7 +8,11 @@ over the continuation's tokens, of ``log p(token | everything before it)``; ``is
 whether every one of those tokens is the model's argmax. As in lm-eval (``_encode_pair``),
 whitespace at the end of the context moves to the continuation, and the pair is encoded as one
 text (``encode(context + continuation)``) whose first ``len(encode(context))`` tokens are the
-context: so a BPE merge across the boundary is scored as the model would see it.
+context. Where a BPE token spans the join of the two texts, that split is wrong (lm-eval then
+feeds ids that need not spell the text, or stops on an empty continuation): the split moves back
+to the last token boundary before the join, and the continuation's tokens spell the end of the
+context that shares their first token, then the continuation (:mod:`course_lib.eval_pairs`
+gives the rule and its reasons).
 
 **Shared context, computed once.** The four choices of a multiple-choice item share their
 context. Instead of four rows ``context + choice_i``, one row holds ``context, choice_1, ...,
@@ -30,22 +34,10 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from .eval_pairs import encode_pair
 from .generate import generate, generate_batch
 
 # --- log-likelihood of a continuation ---------------------------------------------------------------
-
-
-def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """``(context_ids, continuation_ids)`` exactly as lm-eval's ``_encode_pair`` splits them."""
-    if not context:
-        raise ValueError("the context is empty: a model of the book has no begin-of-text token to "
-                         "condition on; give at least one character of context (e.g. '\\n')")
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces:  # "Answer: " + "A" is scored as "Answer:" + " A", the way the text is tokenized
-        continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
-    whole = list(tokenizer.encode(context + continuation))
-    n_context = len(tokenizer.encode(context))
-    return whole[:n_context], whole[n_context:]
 
 
 def _accepts_mask(model) -> bool:
@@ -115,7 +107,7 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
     by_context: dict[tuple, list] = {}
     for i, (context, cont) in enumerate(requests):
         if len(cont) == 0:
-            raise ValueError(f"request {i} has an empty continuation: there is nothing to score")
+            raise ValueError(f"request {i} has no continuation tokens: there is nothing to score")
         if len(context) == 0:
             raise ValueError(f"request {i} has an empty context: give at least one token of context")
         key = tuple(context) if share_context else (i, tuple(context))
@@ -169,7 +161,8 @@ def _score_row(row: dict, logprobs: torch.Tensor, results: list) -> None:
 def loglikelihood(model, tokenizer, requests: Sequence[tuple[str, str]], batch_size: int = 32,
                   progress: bool = False, share_context: bool = True) -> list[tuple[float, bool]]:
     """``[(log-likelihood, is_greedy)]`` for text requests ``(context, continuation)``, with
-    lm-eval's semantics (see the module's docstring)."""
+    lm-eval's semantics where no token spans the join (see the module's docstring and
+    :func:`course_lib.eval_pairs.encode_pair`)."""
     pairs = [encode_pair(tokenizer, c, x) for c, x in requests]
     return loglikelihood_tokens(model, pairs, batch_size, progress, share_context)
 

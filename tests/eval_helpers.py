@@ -47,3 +47,25 @@ def tiny_gpt2(vocab_size: int, n_positions: int = 64, n_embd: int = 32, n_layer:
     config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                                      n_head=n_head, eos_token_id=0, bos_token_id=0)
     return transformers.GPT2LMHeadModel(config).eval()
+
+
+def bpe_hf_tokenizer(text: str, vocab_size: int = 320):
+    """``(PreTrainedTokenizerFast, course_lib BPETokenizer)``: a byte-level BPE trained by the course
+    (:meth:`BPETokenizer.train`, GPT-2's pre-token pattern) on ``text``, and the same vocabulary and
+    merges in the `tokenizers` library (GPT-2's ByteLevel pre-tokenizer and decoder), for lm-eval."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from course_lib.bpe import ENDOFTEXT, BPETokenizer
+    from course_lib.bpe_files import bytes_to_unicode
+
+    ours = BPETokenizer.train(text, vocab_size=vocab_size)
+    show = bytes_to_unicode()
+    as_text = lambda b: "".join(show[x] for x in b)  # noqa: E731
+    vocab = {as_text(b): i for i, b in ours.vocab.items() if i not in ours.special_tokens.values()}
+    vocab.update(ours.special_tokens)
+    tk = Tokenizer(models.BPE(vocab, [(as_text(a), as_text(b)) for a, b in ours.merges]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=ENDOFTEXT)
+    return hf, ours
