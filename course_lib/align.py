@@ -41,6 +41,7 @@ from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward,
 from .speed import autocast
 from .finetune import encode_examples
 from .train import TrainConfig, Trainer
+from .utils import seed_everything
 
 METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
 TASK_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
@@ -259,6 +260,9 @@ def start_align_run(method: str, base_checkpoint, settings: dict | None = None, 
     config, method_config = align_configs(method, settings)
     get_reward(reward)  # refuse an unknown reward before any work
     base, tokenizer, path, sha = load_base(base_checkpoint, device, getattr(method_config, "max_completion_length", 0))
+    # Seeded as every other run: dropout's masks (a base with dropout > 0) come from torch's global
+    # generator, so two runs of the same command must start it alike; checkpoints store its state.
+    seed_everything(config.seed)
     policy = copy.deepcopy(base).requires_grad_(True)  # the policy starts as the base; the base stays frozen
     items = task_splits(config.seed)
     trained_on = {"command": method, "task": "arithmetic", "reward": reward, "base_checkpoint": str(path),

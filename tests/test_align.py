@@ -26,11 +26,12 @@ DPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 4, "pair_prompts": 
 GRPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 2, "group_size": 4}
 
 
-def make_base(path: Path, block_size: int = 16, seed: int = 0) -> Path:
+def make_base(path: Path, block_size: int = 16, seed: int = 0, dropout: float = 0.0) -> Path:
     """A random GPT over the task's characters: it writes a number then END often enough for the
     format reward (right sums are too rare for tests to rely on)."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32))
+    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32,
+                          dropout=dropout))
     save_checkpoint(path, model, tokenizer=TOKENIZER)
     return path
 
@@ -44,6 +45,12 @@ def few_eval_items(monkeypatch):
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     return make_base(tmp_path_factory.mktemp("align") / "base.pt")
+
+
+@pytest.fixture(scope="module")
+def dropout_base(tmp_path_factory) -> Path:
+    """A base with dropout: its training steps draw masks from torch's global generator."""
+    return make_base(tmp_path_factory.mktemp("align") / "dropout.pt", dropout=0.2)
 
 
 def _same(a, b) -> bool:
@@ -68,6 +75,49 @@ def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
     resumed.train()
     assert _same(full, resumed) and resumed.history == full.history
     assert resumed.trained_on["command"] == method and resumed.trained_on["reward"] == "format"
+
+
+RUNS = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET), "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_with_dropout_the_same_command_gives_the_same_weights(dropout_base, method):
+    """Review 2026-11-28 rows 19-20: the run seeds torch's global generator (dropout's masks), so
+    what ran before it in the process (here: another seed) changes nothing."""
+    start, _, settings = RUNS[method]
+    trained = []
+    for before in (1, 2):
+        torch.manual_seed(before)  # another process starts its global generator elsewhere
+        run = start(dropout_base, settings, reward="format", device="cpu", progress=False)
+        run.verbose = False
+        run.train()
+        trained.append(run)
+    assert _same(*trained) and trained[0].history == trained[1].history
+    undropped = start(dropout_base, {**settings, "seed": 1}, reward="format", device="cpu", progress=False)
+    undropped.verbose = False
+    undropped.train()
+    assert not _same(trained[0], undropped)  # the seed does reach the run
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_with_dropout_an_interrupted_run_resumes_bit_for_bit(dropout_base, tmp_path, method):
+    """Review rows 17-18: the checkpoint holds torch's global random state, and a resume restores it."""
+    start, resume, settings = RUNS[method]
+    full = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "full", progress=False)
+    full.verbose = False
+    full.train()
+    half = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "half", progress=False)
+    half.verbose = False
+    half.train(until=3)
+    half.save()
+    del half
+    torch.manual_seed(12345)  # a new process: its global generator is elsewhere
+    resumed = resume(tmp_path / "half" / "ckpt.pt", device="cpu", progress=False)
+    resumed.verbose = False
+    resumed.train()
+    assert _same(full, resumed) and resumed.history == full.history
+    a, b = (torch.load(p / "ckpt.pt", weights_only=True) for p in (tmp_path / "full", tmp_path / "half"))
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
 
 
 def test_grpo_keeps_reward_and_kl_per_step_and_shows_them(base, tmp_path):
@@ -163,7 +213,8 @@ def _env() -> dict:
 
 @pytest.mark.slow  # three processes that import torch
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
-def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(base, tmp_path, method):
+def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(dropout_base, tmp_path, method):
+    base = dropout_base  # dropout's masks: the global generator, seeded and stored, is checked too
     whole = subprocess.run(_cli(method, tmp_path / "whole", base), capture_output=True, text=True, env=_env(), timeout=600)
     assert whole.returncode == 0, whole.stderr
     assert "held-out sums" in whole.stdout
