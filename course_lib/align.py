@@ -31,7 +31,7 @@ import torch
 
 from ._signals import pause_point
 from .checkpoint import CheckpointError, build_model, load_model, load_tokenizer
-from .config import apply_overrides
+from .config import apply_overrides, apply_resume_overrides
 from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
 from .lora_gpt import file_sha256
 from .model import GPT, GPTConfig
@@ -68,17 +68,22 @@ def task_splits(seed: int = 0) -> dict[str, list[dict]]:
 
 
 def align_configs(method: str, settings: dict | None, stored_train: TrainConfig | None = None,
-                  stored_method=None):
+                  stored_method=None, source=None):
     """``(TrainConfig, DPOConfig or GRPOConfig)`` from ``--set`` settings: a key of the method's
-    config goes there, any other to the training settings (the model's shape may not be set)."""
+    config goes there, any other to the training settings (the model's shape may not be set).
+    A resumed run (the ``stored_...`` configs of checkpoint ``source``) keeps its method settings
+    and all but ``RESUMABLE_SETTINGS``: its pairs, split and rollouts were made with them."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
     names = {f.name for f in fields(METHODS[method])}
     settings = settings or {}
     method_set = {k: v for k, v in settings.items() if k in names}
     train_set = {k: v for k, v in settings.items() if k not in names}
-    train = apply_overrides(stored_train or TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
-    return train, apply_overrides(stored_method or METHODS[method](**ALIGN_METHOD[method]), method_set)
+    if stored_train is None:
+        train = apply_overrides(TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
+        return train, apply_overrides(METHODS[method](**ALIGN_METHOD[method]), method_set)
+    train = stored_train.resumed(train_set, source, SHAPE_KEPT)
+    return train, apply_resume_overrides(stored_method, method_set, (), source, f"its {method.upper()} settings")
 
 
 def load_base(base_checkpoint, device: str, max_answer: int = PAIR_TOKENS):
@@ -286,7 +291,7 @@ def resume_align_run(method: str, path, ckpt: dict, settings: dict | None = None
     if "method" not in saved or "base_sha256" not in saved:
         raise CheckpointError(f"{path} does not record its {method} settings and base model, so it cannot be resumed")
     stored = TrainConfig.from_dict(ckpt["train_config"])
-    config, method_config = align_configs(method, settings, stored, METHODS[method](**saved["method"]))
+    config, method_config = align_configs(method, settings, stored, METHODS[method](**saved["method"]), path)
     base_path = Path(base_checkpoint or saved["base_checkpoint"])
     if not base_path.is_file() or file_sha256(base_path) != saved["base_sha256"]:
         raise ValueError(f"{path} was trained from {saved['base_checkpoint']} "

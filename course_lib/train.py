@@ -33,7 +33,7 @@ from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
 from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, grad_scaler, tf32_matmuls
-from .config import Rule, check_fields, config_from_dict
+from .config import Rule, apply_resume_overrides, check_fields, config_from_dict
 from .utils import DEFAULT_SEED
 
 
@@ -64,6 +64,15 @@ TRAIN_CONFIG_RULES = {
     "muon_lr": Rule(float, 0.0, 1.0, "(]"),
     "muon_momentum": Rule(float, 0.0, 1.0, "[)"),
 }
+
+
+# The training settings a resumed run may change (--resume --set KEY=VALUE): how long it runs (max_iters,
+# and lr_decay_iters, the schedule's length, which follows it), when it evaluates and saves, and how it
+# computes on this machine (dtype, compile: a run moved to a CPU cannot keep fp16). Every other setting
+# fixes what the run is (its seed: the data split and batches; its batch size, optimizer and schedule):
+# given on a resume, it must be the stored value (course_lib.config.apply_resume_overrides).
+RESUMABLE_SETTINGS = frozenset({"max_iters", "lr_decay_iters", "eval_interval", "checkpoint_interval", "dtype",
+                                "compile"})
 
 
 @dataclass
@@ -113,6 +122,13 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         return config_from_dict(cls, d)
+
+    def resumed(self, settings: dict, source, forbidden: dict[str, str] | None = None) -> "TrainConfig":
+        """These stored settings with a resume's ``settings`` applied: only ``RESUMABLE_SETTINGS``
+        may change; any other key must carry the stored value (refused in one line otherwise)."""
+        may = ", ".join(sorted(RESUMABLE_SETTINGS))
+        return apply_resume_overrides(self, settings, RESUMABLE_SETTINGS, source,
+                                      f"every training setting but {may}", forbidden)
 
 
 

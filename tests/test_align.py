@@ -193,6 +193,38 @@ def test_a_resume_needs_its_own_base(base, tmp_path):
         resume_dpo_run(tmp_path / "run" / "ckpt.pt", device="cpu", progress=False)
 
 
+@pytest.mark.parametrize("method, key, value", [
+    ("dpo", "pair_prompts", "64"),  # row 14: the pairs were sampled from the stored number of prompts
+    ("dpo", "seed", "7"),  # row 15: task_splits(seed) would move validation prompts into training
+    ("grpo", "seed", "7"),  # row 16: GRPO would sample its training prompts from the other split
+    ("grpo", "group_size", "8"),
+    ("dpo", "batch_size", "8"),
+])
+def test_a_resume_refuses_settings_that_rewrite_the_run(base, tmp_path, capsys, method, key, value):
+    """Review 2026-11-28 A3: a resume keeps the method settings and all training settings but
+    train.RESUMABLE_SETTINGS; the command line says so in one line, exit status 2, the checkpoint untouched."""
+    from course_lib.cli import main
+
+    start, resume, settings = RUNS[method]
+    run = start(base, settings, reward="format", device="cpu", out_dir=tmp_path, progress=False)
+    run.verbose = False
+    run.train(until=2)
+    run.save()
+    ckpt, before = tmp_path / "ckpt.pt", (tmp_path / "ckpt.pt").read_bytes()
+    stored = run.trained_on["method"].get(key, getattr(run.config, key, None))
+    with pytest.raises(ValueError, match=rf"^--set {key}={value}: .*ckpt.pt was trained with {key}={stored!r}, and "
+                                         f"a resumed run keeps .*; leave --set {key} out to continue it"):
+        resume(ckpt, {key: value}, device="cpu", progress=False)
+    capsys.readouterr()
+    assert main([method, "--out", str(tmp_path), "--resume", "--set", f"{key}={value}", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--set {key}={value}: " in err and "Traceback" not in err
+    assert ckpt.read_bytes() == before
+    # given as stored (a resume command repeats its --set), or a setting a resume may change: accepted
+    again = resume(ckpt, {key: str(stored), "max_iters": "5", "eval_interval": "5"}, device="cpu", progress=False)
+    assert again.config.max_iters == 5 and again.step == 2
+
+
 def test_dpo_and_grpo_refuse_torchrun(base, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
