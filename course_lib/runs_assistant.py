@@ -15,7 +15,7 @@ from .config import apply_overrides
 from .lora_gpt import extend_vocabulary, file_sha256
 from .model import GPT
 from .run_folder import check_made_by
-from .runs import SHAPE_KEPT, stored_config, training_device
+from .runs import SHAPE_KEPT, resumed_config, stored_config, training_device
 from .train import TrainConfig, Trainer
 from .utils import check_device, seed_everything
 
@@ -133,7 +133,7 @@ def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, base_
                         checkpoint: dict | None = None) -> Trainer:
     """The chat fine-tune saved in ``path``, continued on the same conversations; ``base_checkpoint``
     and ``from_scratch``, if given, must be how it started, and ``settings`` change only
-    ``RESUMABLE_SETTINGS`` (:meth:`TrainConfig.resumed`)."""
+    ``runs.RESUMABLE_SETTINGS``."""
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "chat-sft")
@@ -142,7 +142,7 @@ def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, base_
         raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
                          f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
     _check_same_start(path, trained_on, base_checkpoint, from_scratch)
-    config = stored_config(path, ckpt).resumed(settings or {}, path, SHAPE_KEPT)
+    config = resumed_config(path, ckpt, settings, SHAPE_KEPT)
     device = training_device(check_device(device), config)
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _chat_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,

@@ -33,7 +33,7 @@ from .data import get_batch
 from .losses import BatchFn, estimate_loss
 from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
 from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, grad_scaler, tf32_matmuls
-from .config import Rule, apply_resume_overrides, check_fields, config_from_dict
+from .config import Rule, check_fields, config_from_dict
 from .utils import DEFAULT_SEED
 
 
@@ -42,7 +42,7 @@ from .utils import DEFAULT_SEED
 # or more), so that a typo fails at once instead of training on NaN.
 TRAIN_CONFIG_RULES = {
     "max_iters": Rule(int, 1),
-    "batch_size": Rule(int, 1),
+    "batch_size": Rule(int, 1, 1_000_000),  # sequences a micro-batch; the memory check comes on top (GPT.check_fits)
     "learning_rate": Rule(float, 0.0, 1.0, "(]"),
     "min_lr": Rule(float, 0.0, 1.0),
     "warmup_iters": Rule(int, 0),
@@ -64,15 +64,6 @@ TRAIN_CONFIG_RULES = {
     "muon_lr": Rule(float, 0.0, 1.0, "(]"),
     "muon_momentum": Rule(float, 0.0, 1.0, "[)"),
 }
-
-
-# The training settings a resumed run may change (--resume --set KEY=VALUE): how long it runs (max_iters,
-# and lr_decay_iters, the schedule's length, which follows it), when it evaluates and saves, and how it
-# computes on this machine (dtype, compile: a run moved to a CPU cannot keep fp16). Every other setting
-# fixes what the run is (its seed: the data split and batches; its batch size, optimizer and schedule):
-# given on a resume, it must be the stored value (course_lib.config.apply_resume_overrides).
-RESUMABLE_SETTINGS = frozenset({"max_iters", "lr_decay_iters", "eval_interval", "checkpoint_interval", "dtype",
-                                "compile"})
 
 
 @dataclass
@@ -123,13 +114,6 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> "TrainConfig":
         return config_from_dict(cls, d)
 
-    def resumed(self, settings: dict, source, forbidden: dict[str, str] | None = None) -> "TrainConfig":
-        """These stored settings with a resume's ``settings`` applied: only ``RESUMABLE_SETTINGS``
-        may change; any other key must carry the stored value (refused in one line otherwise)."""
-        may = ", ".join(sorted(RESUMABLE_SETTINGS))
-        return apply_resume_overrides(self, settings, RESUMABLE_SETTINGS, source,
-                                      f"every training setting but {may}", forbidden)
-
 
 
 
@@ -172,6 +156,8 @@ class Trainer:
                  config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
                  out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True):
         self.config = config or TrainConfig()
+        if hasattr(model, "check_fits"):  # a GPT: a step's activations refused in one line, not by the allocator
+            model.check_fits(model.config, self.config.batch_size)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
         self.scaler = grad_scaler(self.device, self.config.dtype)  # fp16's loss scaling (precision checked by runs)

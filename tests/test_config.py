@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from course_lib.config import (Rule, apply_overrides, apply_resume_overrides, check_fields, config_from_dict, config_to_dict, parse_value,
-                               settings_from_pairs, split_settings)
+from course_lib.config import (Rule, apply_overrides, apply_resume_overrides, check_fields, config_from_dict,
+                               config_to_dict, parse_value, settings_from_pairs, split_settings)
 from course_lib.presets import get_preset
 
 RULES = {"n": Rule(int, 1), "rate": Rule(float, 0.0, 1.0, "(]"), "flag": Rule(bool), "mode": Rule(str, choices=("a", "b")),
