@@ -5,12 +5,10 @@ Shapes: C = n_embd, T = block_size, V = vocab_size, L = n_layer.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .utils import check_fits_in_memory
 
-if TYPE_CHECKING:  # annotations only: course_lib.model imports this module (GPT.check_fits)
-    from .model import GPTConfig
+# ``GPTConfig`` in the annotations is course_lib.model's, not imported: model imports this module
+# (GPT.check_fits), and the annotations are never evaluated (``from __future__ import annotations``).
 
 
 def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
