@@ -180,12 +180,14 @@ def memory_parts(config: GPTConfig, batch_size: int | None = None) -> list[tuple
 def check_gpt_fits(config: GPTConfig, batch_size: int | None = None) -> None:
     """A :class:`course_lib.utils.TooLargeError`, before anything is allocated, when a GPT of
     ``config`` (with ``batch_size``: and a training step, see :func:`memory_parts`) needs more
-    than this machine's memory; it names the largest part and the settings that lower it."""
-    parts = memory_parts(config, batch_size)
-    _, what, fix = max(parts, key=lambda part: part[0])
-    check_fits_in_memory(sum(n for n, _, _ in parts),
-                         f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
-                         f"{config.n_layer:,}" + (f", most of it in {what}," if what else ""), f"choose {fix}")
+    than this machine's memory; it names the largest part and the settings that lower it. The
+    model alone is checked first: when it does not fit, no batch size would help."""
+    for batch in (None,) if batch_size is None else (None, batch_size):
+        parts = memory_parts(config, batch)
+        _, what, fix = max(parts, key=lambda part: part[0])
+        check_fits_in_memory(sum(n for n, _, _ in parts),
+                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
+                             f"{config.n_layer:,}" + (f", most of it in {what}," if what else ""), f"choose {fix}")
 
 
 def format_count(n: int | float) -> str:
