@@ -236,7 +236,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
 def review_1128_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     """Review 2026-11-28 (../shared/reviews/2026-11-28-reliability.md): sizes that reached the allocator
     (R1, M3: rows 8-11, 24, 27-29) and settings accepted and ignored (M1: rows 21-23, 25-26). The sizes
-    over memory are far over any machine's, so that the check, not the allocator, refuses them everywhere."""
+    over memory are far over any machine's (a petabyte, or 2 TB for chat-sft's small model), so that the check,
+    not the allocator, refuses them everywhere."""
     train = ["train", "--text", str(tmp / "text.txt"), "--out", str(tmp / "m_tmp"), *TINY]
     align = ["--checkpoint", str(tmp / "done" / "ckpt.pt"), "--out", str(tmp / "a_tmp"), "--device", "cpu"]
     sft = ["chat-sft", "--out", str(tmp / "s_tmp"), "--device", "cpu", "--set", "eval_iters=1"]
@@ -249,7 +250,8 @@ def review_1128_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("d15_bshuge: dpo batch_size 1e9", ["dpo", *align, "--set", "batch_size=1000000000"], 2, batch),
         ("g23_bshuge: grpo batch_size 1e9", ["grpo", *align, "--set", "batch_size=1000000000"], 2, batch),
         ("m40_bs_huge: train batch_size 1e9", [*train, "--set", "batch_size=1000000000"], 2, batch),
-        ("train batch_size 1e6", [*train, "--set", "batch_size=1000000"], 2, activations),
+        ("train batch_size 1e6", [*train, "--set", "batch_size=1000000", "--set", "n_embd=4096", "--set",
+                                  "block_size=4096"], 2, activations),
         ("m15_moe_huge: moe_experts 1e6", [*train, "--set", "moe_experts=1000000"], 2,
          r"moe_experts must be an integer in \[1, 1024\], got 1000000"),
         ("m33_headdim_huge: head_dim 1e12", [*train, "--set", "head_dim=1000000000000"], 2,
