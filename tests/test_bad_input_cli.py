@@ -242,8 +242,8 @@ def review_1128_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     align = ["--checkpoint", str(tmp / "done" / "ckpt.pt"), "--out", str(tmp / "a_tmp"), "--device", "cpu"]
     sft = ["chat-sft", "--out", str(tmp / "s_tmp"), "--device", "cpu", "--set", "eval_iters=1"]
     batch = r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"
-    activations = (r"most of it in a training step's activations \(batch_size 1,000,000 x block_size \d+\), needs at "
-                   r"least .* more than this machine's memory .*: choose a smaller batch_size")
+    activations = (r"most of it in a training step's activations \(batch_size 1,000,000 x block_size [\d,]+\), "
+                   r"needs at least .* more than this machine's memory .*: choose a smaller batch_size")
     return [
         ("s04b_bshuge: chat-sft batch_size 1e9", [*sft, "--set", "batch_size=1000000000"], 2, batch),
         ("s04c_bs1e6: chat-sft batch_size 1e6", [*sft, "--set", "batch_size=1000000"], 2, activations),
