@@ -31,7 +31,7 @@ import torch
 
 from ._signals import pause_point
 from .checkpoint import CheckpointError, build_model, load_model, load_tokenizer
-from .config import apply_overrides
+from .config import apply_overrides, apply_resume_overrides
 from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
 from .lora_gpt import file_sha256
 from .model import GPT, GPTConfig
@@ -40,7 +40,9 @@ from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward,
                       score_groups)
 from .speed import autocast
 from .finetune import encode_examples
+from .runs import resumed_config
 from .train import TrainConfig, Trainer
+from .utils import seed_everything
 
 METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
 TASK_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
@@ -66,18 +68,23 @@ def task_splits(seed: int = 0) -> dict[str, list[dict]]:
     return {"train": items[:-N_VAL], "val": items[-N_VAL:]}
 
 
-def align_configs(method: str, settings: dict | None, stored_train: TrainConfig | None = None,
-                  stored_method=None):
+def align_configs(method: str, settings: dict | None, stored_method=None, path=None, ckpt=None):
     """``(TrainConfig, DPOConfig or GRPOConfig)`` from ``--set`` settings: a key of the method's
-    config goes there, any other to the training settings (the model's shape may not be set)."""
+    config goes there, any other to the training settings (the model's shape may not be set).
+    A resumed run (checkpoint ``path``, read as ``ckpt``, whose method settings are ``stored_method``)
+    keeps its method settings and all but ``runs.RESUMABLE_SETTINGS``: its pairs, split and rollouts
+    were made with them."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
     names = {f.name for f in fields(METHODS[method])}
     settings = settings or {}
     method_set = {k: v for k, v in settings.items() if k in names}
     train_set = {k: v for k, v in settings.items() if k not in names}
-    train = apply_overrides(stored_train or TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
-    return train, apply_overrides(stored_method or METHODS[method](**ALIGN_METHOD[method]), method_set)
+    if ckpt is None:
+        train = apply_overrides(TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
+        return train, apply_overrides(METHODS[method](**ALIGN_METHOD[method]), method_set)
+    train = resumed_config(path, ckpt, train_set, SHAPE_KEPT)
+    return train, apply_resume_overrides(stored_method, method_set, (), path, f"its {method.upper()} settings")
 
 
 def load_base(base_checkpoint, device: str, max_answer: int = PAIR_TOKENS):
@@ -259,6 +266,9 @@ def start_align_run(method: str, base_checkpoint, settings: dict | None = None, 
     config, method_config = align_configs(method, settings)
     get_reward(reward)  # refuse an unknown reward before any work
     base, tokenizer, path, sha = load_base(base_checkpoint, device, getattr(method_config, "max_completion_length", 0))
+    # Seeded as every other run: dropout's masks (a base with dropout > 0) come from torch's global
+    # generator, so two runs of the same command must start it alike; checkpoints store its state.
+    seed_everything(config.seed)
     policy = copy.deepcopy(base).requires_grad_(True)  # the policy starts as the base; the base stays frozen
     items = task_splits(config.seed)
     trained_on = {"command": method, "task": "arithmetic", "reward": reward, "base_checkpoint": str(path),
@@ -281,8 +291,7 @@ def resume_align_run(method: str, path, ckpt: dict, settings: dict | None = None
     saved = ckpt.get("trained_on") or {}
     if "method" not in saved or "base_sha256" not in saved:
         raise CheckpointError(f"{path} does not record its {method} settings and base model, so it cannot be resumed")
-    stored = TrainConfig.from_dict(ckpt["train_config"])
-    config, method_config = align_configs(method, settings, stored, METHODS[method](**saved["method"]))
+    config, method_config = align_configs(method, settings, METHODS[method](**saved["method"]), path, ckpt)
     base_path = Path(base_checkpoint or saved["base_checkpoint"])
     if not base_path.is_file() or file_sha256(base_path) != saved["base_sha256"]:
         raise ValueError(f"{path} was trained from {saved['base_checkpoint']} "

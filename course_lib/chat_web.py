@@ -21,9 +21,21 @@ The routes:
 
 A client that disconnects mid-reply stops the generation (after the token under way); the
 conversation keeps what was written, as in the terminal.
+
+Only the page itself may use the routes. Any web page open in the user's browser can send
+requests to 127.0.0.1, so a request is refused (403) unless its ``Host`` is this server's own
+address (a page that reached it by DNS rebinding names its own) and its ``Origin``, when the
+browser sends one, is that address too; a POST must be ``Content-Type: application/json``
+(415 otherwise), which a page of another site cannot send without asking first (CORS), and
+this server never says yes. The page may not be framed by another one, and runs only its own
+script (``X-Frame-Options``, ``Content-Security-Policy``).
 """
 
+import base64
+import hashlib
 import json
+import logging
+import re
 import socket
 import threading
 
@@ -109,12 +121,45 @@ document.getElementById("form").addEventListener("submit", async (e) => {
   send.disabled = false; input.focus();
 });
 document.getElementById("reset").addEventListener("click", async () => {
-  const res = await fetch("/api/reset", {method: "POST"});
+  const res = await fetch("/api/reset", {method: "POST", headers: {"Content-Type": "application/json"}});
   if (res.ok) show((await res.json()).messages); else add("error", (await res.json()).detail);
 });
 fetch("/api/history").then(r => r.json()).then(h => show(h.messages));
 </script></body></html>
 """
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+EVERY_INTERFACE = ("0.0.0.0", "::", "")
+LOG = logging.getLogger(__name__)
+
+
+def _sha256_source(pattern: str) -> str:
+    """A CSP source for the page's one inline element ``pattern`` matches (the browser runs it only if
+    its hash is this one)."""
+    text = re.search(pattern, PAGE, re.S).group(1)
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+# The page's headers: no other site may frame it (clickjacking), and it runs only its own script and
+# style and talks only to this server.
+PAGE_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": f"default-src 'none'; script-src {_sha256_source(r'<script>(.*?)</script>')}; "
+                               f"style-src {_sha256_source(r'<style>(.*?)</style>')}; connect-src 'self'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+}
+
+
+def allowed_hosts(host: str, port: int) -> set[str] | None:
+    """The ``Host`` headers a request to this server may carry: its own address, and this machine's
+    loopback names, at its port (the port left out when it is 80, as browsers do). None when it
+    listens on every interface: it cannot know its names, and serve() has warned."""
+    if host in EVERY_INTERFACE:
+        return None
+    names = {f"[{host}]" if ":" in host else host, *LOOPBACK}
+    return {f"{name}:{port}" for name in names} | (names if port == 80 else set())
 
 
 def _web_modules():
@@ -159,20 +204,39 @@ class ChatServer:
             self.lock.release()
 
 
-def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES):
-    """The FastAPI application of the page and its routes (see the module's docstring)."""
+def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES, host: str = "127.0.0.1", port: int = 8000):
+    """The FastAPI application of the page and its routes (see the module's docstring), for a
+    server at ``host``:``port`` (the only address its requests may name)."""
     _, fastapi, sse_starlette = _web_modules()
     from fastapi.responses import HTMLResponse, JSONResponse
 
-    app, server = fastapi.FastAPI(title="course_lib chat", docs_url=None, redoc_url=None), ChatServer(engine)
-    app.state.server = server
+    hosts = allowed_hosts(host, port)
+
+    def same_site(request: fastapi.Request):
+        """Refuse what another site's page could send (see the module's docstring), before any route."""
+        named = request.headers.get("host", "").lower()
+        if hosts is not None and named not in hosts:
+            raise fastapi.HTTPException(403, f"Host {named!r} is not this server's address: open the page at "
+                                              f"http://{sorted(hosts)[0]}/")
+        origin = request.headers.get("origin")
+        if origin is not None and origin.lower() != f"http://{named}":
+            raise fastapi.HTTPException(403, f"a request from the page of {origin} is refused: only this server's "
+                                              "own page may use it")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if request.method == "POST" and kind != "application/json":
+            raise fastapi.HTTPException(415, "send the body as Content-Type: application/json (this request's "
+                                              f"type: {kind or 'none'})")
+
+    app = fastapi.FastAPI(title="course_lib chat", docs_url=None, redoc_url=None,
+                          dependencies=[fastapi.Depends(same_site)])
+    app.state.server = server = ChatServer(engine)
 
     def refuse(status: int, why: str):
         return JSONResponse({"detail": why}, status_code=status)
 
     @app.get("/", response_class=HTMLResponse)
     def page():
-        return PAGE
+        return HTMLResponse(PAGE, headers=PAGE_HEADERS)
 
     @app.get("/api/history")
     def history():
@@ -192,7 +256,9 @@ def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES):
             return refuse(413, f"the request is larger than {max_body_bytes} bytes: send a shorter message")
         try:
             message = json.loads(body)["message"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            if isinstance(e, RecursionError):  # e.g. 8,000 nested "[": the parser's stack, not a server error
+                LOG.warning("chat page: refused a request body of JSON nested too deeply (%d bytes)", len(body))
             return refuse(400, 'the body must be JSON of the form {"message": "..."}')
         if server.lock.locked():
             return refuse(429, "busy: another reply is being written; try again when it is done")
@@ -232,11 +298,12 @@ def check_port(host: str, port: int) -> None:
 def serve(engine: ChatEngine, host: str = "127.0.0.1", port: int = 8000) -> int:
     """Serve the page until Ctrl-C."""
     check_port(host, port)
-    app = create_app(engine)
+    app = create_app(engine, host=host, port=port)
     import uvicorn
 
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {host}: anyone who can reach this machine can chat with the model")
+        print(f"warning: serving on {host}: anyone who can reach this machine can chat with the model"
+              + (" (and requests naming any host are answered)" if host in EVERY_INTERFACE else ""))
     print(f"chat page on http://{host}:{port}/ (Ctrl-C stops the server)")
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0

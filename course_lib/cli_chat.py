@@ -18,11 +18,12 @@ def cmd_chat_sft(args) -> int:
     settings = run_settings(args)
     with open_run(args.out, args.resume, "chat-sft") as folder:
         if folder.checkpoint is not None:
-            trainer = resume_chat_sft_run(folder.checkpoint_path, settings, device=args.device,
+            trainer = resume_chat_sft_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
+                                          from_scratch=args.from_scratch, device=args.device,
                                           checkpoint=folder.checkpoint)
         else:
             base = args.checkpoint or pretrained_checkpoint()
-            trainer = start_chat_sft_run(base, settings, from_scratch=args.from_scratch, device=args.device,
+            trainer = start_chat_sft_run(base, settings, from_scratch=bool(args.from_scratch), device=args.device,
                                          out_dir=folder.path)
         report_resume(trainer, folder, args.resume)
         what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
@@ -46,8 +47,11 @@ def cmd_chat(args) -> int:
 def add_chat_sft_parser(sub) -> None:
     p = sub.add_parser("chat-sft", help="fine-tune a pretrained GPT into a chat model on the shipped conversations, "
                        "writing DIR/ckpt.pt")
-    p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships)")
-    p.add_argument("--from-scratch", action="store_true", help="the control: a fresh GPT of the same shape")
+    p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships); with --resume "
+                   "only the run's own base (or a copy) is accepted")
+    # default None, not False: a resume tells "not given" (continue as started) from "given" (must match)
+    p.add_argument("--from-scratch", action="store_true", default=None,
+                   help="the control: a fresh GPT of the same shape")
     add_run_options(p, "runs/chat")
     p.set_defaults(func=cmd_chat_sft)
 

@@ -1,7 +1,8 @@
 """The conventions every config class shares, in one place: a ``Rule`` table per class checked in
 ``__post_init__`` (:func:`check_fields`), ``to_dict``/``from_dict`` (:func:`config_to_dict`,
 :func:`config_from_dict`, which refuses unknown keys), values parsed from text
-(:func:`parse_value`), overrides (:func:`apply_overrides`) and the command line's
+(:func:`parse_value`), overrides (:func:`apply_overrides`; on a resumed run
+:func:`apply_resume_overrides`, which keeps what the checkpoint holds) and the command line's
 ``--set KEY=VALUE`` grammar (:func:`settings_from_pairs`, :func:`split_settings`)::
 
     @dataclass
@@ -141,6 +142,23 @@ def apply_overrides(config, overrides: dict, forbidden: dict[str, str] | None = 
             raise ValueError(f"--set {key}: unknown setting; the settings here: {', '.join(types)}")
         values[key] = parse_value(value, types[key], key) if isinstance(value, str) else value
     return dataclasses.replace(config, **values)
+
+
+def apply_resume_overrides(stored, overrides: dict, may_change, source, kept: str = "every other setting",
+                           forbidden: dict[str, str] | None = None):
+    """:func:`apply_overrides` for a resumed run: ``stored`` is the checkpoint's config (``source``
+    names the checkpoint), and a key outside ``may_change`` may be given only with the stored
+    value (a resume command repeats the command that started the run). Any other value would
+    silently rewrite what the checkpoint holds or records (its data split, its pairs, its model),
+    so it is refused in one line naming the key, the stored value and the fix; ``kept`` says what
+    the resumed run keeps (e.g. "its model")."""
+    updated = apply_overrides(stored, overrides, forbidden)  # parsed and checked as a new value would be
+    for key, value in overrides.items():
+        if key not in may_change and getattr(updated, key) != getattr(stored, key):
+            raise ValueError(f"--set {key}={value}: {source} was trained with {key}={getattr(stored, key)!r}, and a "
+                             f"resumed run keeps {kept}; leave --set {key} out to continue it, or start a new run "
+                             "with it in another --out")
+    return updated
 
 
 def config_to_dict(config) -> dict:

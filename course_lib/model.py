@@ -25,7 +25,8 @@ from .moe import MoEFeedForward, load_balancing_loss
 from .registry import PRETRAINED_LOADERS, register_model
 from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
-from .utils import IGNORE_INDEX, check_fits_in_memory
+from .sizing import check_gpt_fits
+from .utils import IGNORE_INDEX
 
 
 # GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
@@ -74,12 +75,18 @@ GPT_CONFIG_RULES = {
     "rope_original_context": Rule(int, 1),  # or None: block_size
     "sliding_window": Rule(int, 1),  # or None: every query sees the whole past
     # chapter 20: a mixture of experts
-    "moe_experts": Rule(int, 1),  # or None: a dense MLP
+    "moe_experts": Rule(int, 1, 1024),  # or None: a dense MLP; real models have a few hundred at most
     "moe_top_k": Rule(int, 1),
     "moe_norm_topk": Rule(bool),
     "moe_shared_expert": Rule(bool),
     "moe_aux_coef": Rule(float, 0.0),
 }
+
+
+# Fields that act only with another one set (an example of it): without it they would be silently ignored.
+NEEDS_ANOTHER = {**dict.fromkeys(("moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef"), "moe_experts=8"),
+                 **dict.fromkeys(("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                  "rope_original_context"), "rope_scaling='llama3'")}
 
 
 @dataclass
@@ -138,6 +145,11 @@ class GPTConfig:
             divisors = [h for h in range(1, self.n_head + 1) if self.n_head % h == 0]
             raise ValueError(f"n_kv_head ({self.n_kv_head!r}) must divide n_head ({self.n_head}): each key/value "
                              f"head serves n_head / n_kv_head query heads. Choose one of {divisors}, or None.")
+        for name, example in NEEDS_ANOTHER.items():
+            needed, default = example.split("=")[0], GPTConfig.__dataclass_fields__[name].default
+            if getattr(self, needed) is None and getattr(self, name) != default:
+                raise ValueError(f"{name}={getattr(self, name)!r} takes effect only with {needed}: set it too (e.g. "
+                                 f"{example}), or leave {name} at its default {default!r}")
         if self.moe_experts is not None and self.moe_top_k > self.moe_experts:
             raise ValueError(f"moe_top_k ({self.moe_top_k}) cannot exceed moe_experts ({self.moe_experts}): each "
                              "token picks k different experts. Lower moe_top_k or add experts.")
@@ -297,14 +309,11 @@ class GPT(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     @staticmethod
-    def check_fits(config: GPTConfig) -> None:
-        """A TooLargeError, before allocating, when a GPT of ``config`` needs more than this machine's
-        memory. Called where sizes come from outside (a checkpoint's config: checkpoint.build_model;
-        a user's settings: course_lib.runs), not by GPT() itself, which may build models far larger
-        than the machine on the meta device (shapes without memory)."""
-        check_fits_in_memory(config.vocab_size * config.n_embd + 12 * config.n_layer * config.n_embd ** 2,
-                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
-                             f"{config.n_layer:,}", "choose smaller sizes")  # at least: embedding and blocks
+    def check_fits(config: GPTConfig, batch_size: int | None = None) -> None:
+        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``)
+        needs more than this machine's memory (:func:`course_lib.sizing.check_gpt_fits`). Called where sizes come
+        from outside, not by GPT(), which may build models far larger than the machine on the meta device."""
+        check_gpt_fits(config, batch_size)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

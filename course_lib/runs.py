@@ -30,7 +30,7 @@ import torch
 
 from . import distributed
 from .checkpoint import CheckpointError, build_model, load_checkpoint, load_model, load_tokenizer
-from .config import apply_overrides, split_settings
+from .config import apply_overrides, apply_resume_overrides, split_settings
 from .data import load_text, read_text_file, train_val_split
 from .dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
 from .finetune import TASKS, answer_batch_fn, finetune_config, task_tokenizer
@@ -71,6 +71,21 @@ def training_device(device: str, config: TrainConfig) -> str:
     check_precision(torch.device(device), config.dtype)
     distributed.local_micro_batches(config.grad_accum_steps, distributed.launched_world_size())
     return distributed.setup(device)
+
+
+# The training settings a resumed run may change (--resume --set KEY=VALUE): how long it runs (max_iters,
+# and lr_decay_iters, the schedule's length, which follows it), when it evaluates and saves, and how it
+# computes on this machine (dtype, compile: a run moved to a CPU cannot keep fp16). Every other setting
+# fixes what the run is (its seed: the data split and batches; its batch size, optimizer and schedule):
+# given on a resume, it must be the stored value (course_lib.config.apply_resume_overrides).
+RESUMABLE_SETTINGS = ("max_iters", "lr_decay_iters", "eval_interval", "checkpoint_interval", "dtype", "compile")
+
+
+def resumed_config(path: Path, ckpt: dict, settings: dict | None, forbidden: dict[str, str] | None = None):
+    """The training settings checkpoint ``path`` stores, with a resume's ``settings`` applied: only
+    ``RESUMABLE_SETTINGS`` may change, any other key must carry the stored value."""
+    return apply_resume_overrides(stored_config(path, ckpt), settings or {}, RESUMABLE_SETTINGS, path,
+                                  f"every training setting but {', '.join(RESUMABLE_SETTINGS)}", forbidden)
 
 
 def stored_config(path: Path, ckpt: dict) -> TrainConfig:
@@ -153,8 +168,9 @@ def _configs(preset: Preset, model_set: dict, train_set: dict, vocab_size: int |
         model_config = replace(model_config, vocab_size=vocab_size)
         forbidden = {"vocab_size": "it is the tokenizer's vocabulary size"}
     model_config = apply_overrides(model_config, model_set, forbidden)
-    GPT.check_fits(model_config)  # the user's sizes: refused in one line before any allocation
-    return model_config, apply_overrides(preset.train, train_set)
+    train_config = apply_overrides(preset.train, train_set)
+    GPT.check_fits(model_config, train_config.batch_size)  # the user's sizes: one line before any allocation
+    return model_config, train_config
 
 
 def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch.Tensor, settings: dict | None = None,
@@ -197,8 +213,9 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
                verbose: bool = True, checkpoint: dict | None = None) -> Run:
     """The run saved in ``path`` (a checkpoint written by ``train``), continued: the checkpoint is
     read once (``checkpoint``: already read by the caller); the run keeps its model and tokenizer,
-    ``settings`` may change training settings (a larger ``max_iters`` extends a finished run), and
-    the data must be what it learned from."""
+    ``settings`` may change the training settings of ``RESUMABLE_SETTINGS`` (a larger
+    ``max_iters`` extends a finished run; any other only as stored), and the data must be what it
+    learned from."""
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "train")
@@ -209,11 +226,8 @@ def resume_run(path: str | Path, settings: dict | None = None, *, preset: str | 
     check_same_data(path, ckpt["trained_on"], trained_on)
     model_set, train_set = split_settings(settings or {}, chosen.model, chosen.train)
     model_config = type(chosen.model).from_dict(ckpt["model_config"])
-    changed = [k for k, v in model_set.items() if apply_overrides(model_config, {k: v}) != model_config]
-    if changed:
-        raise ValueError(f"--set {', '.join(changed)}: a resumed run keeps its model ({path}); "
-                         "start a new run in another --out to change it")
-    train_config = apply_overrides(stored_config(path, ckpt), train_set)
+    apply_resume_overrides(model_config, model_set, (), path, "its model")  # given again: only as they are
+    train_config = resumed_config(path, ckpt, train_set)
     tokenizer = load_tokenizer(ckpt, path)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
     # the model built here (its sizes checked against the memory): Trainer.resume does not build it again
@@ -267,12 +281,15 @@ SHAPE_KEPT = {f.name: "fine-tuning keeps the pretrained model's shape; only trai
               for f in fields(GPTConfig)}
 
 
-def _finetune_config(task: str, settings: dict | None, lora: bool, stored: TrainConfig | None = None) -> TrainConfig:
-    """A fine-tune's training settings: the ``stored`` ones (a resumed run) or fine-tuning's defaults
-    (LoRA: a larger learning rate), with ``settings`` applied; the model's shape may not be set."""
+def _finetune_config(task: str, settings: dict | None, lora: bool, path=None, ckpt=None) -> TrainConfig:
+    """A fine-tune's training settings: fine-tuning's defaults (LoRA: a larger learning rate) with
+    ``settings`` applied, or for a resumed run those checkpoint ``path`` (read as ``ckpt``) stores,
+    which it keeps (:func:`resumed_config`); the model's shape may not be set."""
     if task not in TASKS:
         raise ValueError(f"unknown --task {task!r}; choose one of: {', '.join(TASKS)}")
-    return apply_overrides(stored or finetune_config(lora=lora), settings or {}, SHAPE_KEPT)
+    if ckpt is not None:
+        return resumed_config(path, ckpt, settings, SHAPE_KEPT)
+    return apply_overrides(finetune_config(lora=lora), settings or {}, SHAPE_KEPT)
 
 
 def _finetune_trainer(model, tokenizer, config: TrainConfig, device: str, trained_on: dict, *, resume_from=None,
@@ -363,7 +380,7 @@ def resume_finetune_run(path: str | Path, settings: dict | None = None, *, base_
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "finetune")
-    config = _finetune_config(task, settings, ckpt["model_kind"] == "gpt-lora", stored_config(path, ckpt))
+    config = _finetune_config(task, settings, ckpt["model_kind"] == "gpt-lora", path, ckpt)
     device = training_device(check_device(device), config)
     check_lora_options(ckpt["model_config"].get("rank") if ckpt["model_kind"] == "gpt-lora" else lora_rank,
                        lora_alpha, lora_targets)

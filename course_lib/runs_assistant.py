@@ -15,7 +15,7 @@ from .config import apply_overrides
 from .lora_gpt import extend_vocabulary, file_sha256
 from .model import GPT
 from .run_folder import check_made_by
-from .runs import SHAPE_KEPT, stored_config, training_device
+from .runs import SHAPE_KEPT, resumed_config, stored_config, training_device
 from .train import TrainConfig, Trainer
 from .utils import check_device, seed_everything
 
@@ -107,9 +107,33 @@ def start_chat_sft_run(base_checkpoint: str | Path, settings: dict | None = None
     return _chat_trainer(model, tokenizer, config, device, trained_on, out_dir=out_dir, progress=progress)
 
 
-def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, device: str | None = None,
-                        progress: bool = True, checkpoint: dict | None = None) -> Trainer:
-    """The chat fine-tune saved in ``path``, continued on the same conversations."""
+def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratch) -> None:
+    """A resumed chat fine-tune keeps how it started: ``base_checkpoint`` and ``from_scratch``,
+    when given, must be the recorded ones (the base by its path or its SHA-256: a moved copy is
+    the same base). The model is in the checkpoint; a differing option would be silently ignored."""
+    if from_scratch is not None and bool(from_scratch) != bool(trained_on.get("from_scratch")):
+        option, started = (("--from-scratch", "from the pretrained model") if from_scratch else
+                           ("from_scratch=False", "from scratch (the control)"))
+        raise ValueError(f"{option}: {path} is a chat fine-tune {started}, and a resumed run keeps how it started; "
+                         f"leave {option} out to continue it, or start a new run in another --out")
+    if base_checkpoint is None or "base_sha256" not in trained_on:
+        return
+    given = Path(base_checkpoint).resolve()
+    if str(given) == trained_on.get("base_checkpoint") or (given.is_file() and
+                                                           file_sha256(given) == trained_on["base_sha256"]):
+        return
+    raise ValueError(f"--checkpoint {base_checkpoint}: {path} fine-tunes {trained_on.get('base_checkpoint')} "
+                     f"(SHA-256 {trained_on['base_sha256'][:12]}...), and "
+                     f"{'that is another file' if given.is_file() else 'no such file exists'}; a resumed run keeps "
+                     "its base: leave --checkpoint out to continue it, or start a new run in another --out")
+
+
+def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None,
+                        from_scratch: bool | None = None, device: str | None = None, progress: bool = True,
+                        checkpoint: dict | None = None) -> Trainer:
+    """The chat fine-tune saved in ``path``, continued on the same conversations; ``base_checkpoint``
+    and ``from_scratch``, if given, must be how it started, and ``settings`` change only
+    ``runs.RESUMABLE_SETTINGS``."""
     path = Path(path)
     ckpt = checkpoint if checkpoint is not None else load_checkpoint(path)
     check_made_by(ckpt, path, "chat-sft")
@@ -117,7 +141,8 @@ def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, devic
     if trained_on.get("data_sha256") != CHAT_SHA256:
         raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
                          f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
-    config = apply_overrides(stored_config(path, ckpt), settings or {}, SHAPE_KEPT)
+    _check_same_start(path, trained_on, base_checkpoint, from_scratch)
+    config = resumed_config(path, ckpt, settings, SHAPE_KEPT)
     device = training_device(check_device(device), config)
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _chat_trainer(model, tokenizer, config, device, trained_on, resume_from=path, checkpoint=ckpt,

@@ -5,7 +5,10 @@ Shapes: C = n_embd, T = block_size, V = vocab_size, L = n_layer.
 """
 from __future__ import annotations
 
-from .model import GPTConfig
+from .utils import check_fits_in_memory
+
+# ``GPTConfig`` in the annotations is course_lib.model's, not imported: model imports this module
+# (GPT.check_fits), and the annotations are never evaluated (``from __future__ import annotations``).
 
 
 def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
@@ -142,6 +145,49 @@ def training_memory_bytes(config: GPTConfig) -> dict[str, int]:
     """fp32 memory for weights, gradients and AdamW's two moments (activations not included)."""
     n = count_parameters(config)
     return {"weights": 4 * n, "gradients": 4 * n, "AdamW state": 8 * n, "total": 16 * n}
+
+
+def memory_parts(config: GPTConfig, batch_size: int | None = None) -> list[tuple[int, str, str]]:
+    """What a GPT of ``config`` holds in memory, part by part: ``(numbers, what, the settings that
+    lower it)``. Every size that allocates counts (:func:`parameter_breakdown`: the vocabulary,
+    the position table, the attention's heads and ``head_dim``, the MLPs' ``ffn_hidden`` times
+    ``moe_experts``), and RoPE's angles (``block_size`` x hs). With ``batch_size``, a training
+    step on ``batch_size`` sequences of ``block_size`` tokens: every weight's gradient, and what
+    backward keeps of each token (the inputs of every layer's matmuls, the hidden sizes of the
+    experts it goes through, the logits and their softmax). A lower estimate: attention scores
+    and the optimizer's state are left out, so what it refuses surely does not fit."""
+    c, parts = config, parameter_breakdown(config)
+    hs, q, kv = c.head_size, c.n_head * c.head_size, c.kv_heads * c.head_size
+    experts = f", {c.moe_experts:,} experts" if c.moe_experts else ""
+    out = [(parts["token embedding"] + parts["LM head"], "", "smaller sizes"),
+           (parts["position embedding"] + (c.block_size * hs if c.rope_theta is not None else 0),
+            f"its positions (block_size {c.block_size:,})", "a smaller block_size"),
+           (parts["attention"], f"its attention (n_head {c.n_head:,} of head size {hs:,})",
+            "a smaller n_embd, n_head or head_dim"),
+           (parts["MLP"] + parts.get("router", 0), f"its MLPs (hidden size {c.ffn_size:,}{experts})",
+            "a smaller ffn_hidden, n_embd or moe_experts")]
+    if batch_size is None:
+        return out
+    chosen = c.moe_top_k + c.moe_shared_expert if c.moe_experts else 1  # the experts a token goes through
+    hidden = (3 if c.mlp == "swiglu" else 2) * c.ffn_size * chosen
+    per_token = c.n_layer * (4 * c.n_embd + 2 * q + 2 * kv + hidden) + 2 * c.vocab_size
+    return [(2 * n, what, fix) for n, what, fix in out] + [  # each weight and its gradient
+        (batch_size * c.block_size * per_token,
+         f"a training step's activations (batch_size {batch_size:,} x block_size {c.block_size:,})",
+         "a smaller batch_size (grad_accum_steps=N with a batch_size N times smaller takes the same step)")]
+
+
+def check_gpt_fits(config: GPTConfig, batch_size: int | None = None) -> None:
+    """A :class:`course_lib.utils.TooLargeError`, before anything is allocated, when a GPT of
+    ``config`` (with ``batch_size``: and a training step, see :func:`memory_parts`) needs more
+    than this machine's memory; it names the largest part and the settings that lower it. The
+    model alone is checked first: when it does not fit, no batch size would help."""
+    for batch in (None,) if batch_size is None else (None, batch_size):
+        parts = memory_parts(config, batch)
+        _, what, fix = max(parts, key=lambda part: part[0])
+        check_fits_in_memory(sum(n for n, _, _ in parts),
+                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
+                             f"{config.n_layer:,}" + (f", most of it in {what}," if what else ""), f"choose {fix}")
 
 
 def format_count(n: int | float) -> str:

@@ -42,7 +42,7 @@ from .utils import DEFAULT_SEED
 # or more), so that a typo fails at once instead of training on NaN.
 TRAIN_CONFIG_RULES = {
     "max_iters": Rule(int, 1),
-    "batch_size": Rule(int, 1),
+    "batch_size": Rule(int, 1, 1_000_000),  # sequences a micro-batch; the memory check comes on top (GPT.check_fits)
     "learning_rate": Rule(float, 0.0, 1.0, "(]"),
     "min_lr": Rule(float, 0.0, 1.0),
     "warmup_iters": Rule(int, 0),
@@ -156,6 +156,8 @@ class Trainer:
                  config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
                  out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True):
         self.config = config or TrainConfig()
+        if hasattr(model, "check_fits"):  # a GPT: a step's activations refused in one line, not by the allocator
+            model.check_fits(model.config, self.config.batch_size)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
         self.scaler = grad_scaler(self.device, self.config.dtype)  # fp16's loss scaling (precision checked by runs)

@@ -26,11 +26,12 @@ DPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 4, "pair_prompts": 
 GRPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 2, "group_size": 4}
 
 
-def make_base(path: Path, block_size: int = 16, seed: int = 0) -> Path:
+def make_base(path: Path, block_size: int = 16, seed: int = 0, dropout: float = 0.0) -> Path:
     """A random GPT over the task's characters: it writes a number then END often enough for the
     format reward (right sums are too rare for tests to rely on)."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32))
+    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32,
+                          dropout=dropout))
     save_checkpoint(path, model, tokenizer=TOKENIZER)
     return path
 
@@ -44,6 +45,12 @@ def few_eval_items(monkeypatch):
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     return make_base(tmp_path_factory.mktemp("align") / "base.pt")
+
+
+@pytest.fixture(scope="module")
+def dropout_base(tmp_path_factory) -> Path:
+    """A base with dropout: its training steps draw masks from torch's global generator."""
+    return make_base(tmp_path_factory.mktemp("align") / "dropout.pt", dropout=0.2)
 
 
 def _same(a, b) -> bool:
@@ -69,6 +76,49 @@ def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
     resumed.train()
     assert _same(full, resumed) and resumed.history == full.history
     assert resumed.trained_on["command"] == method and resumed.trained_on["reward"] == "format"
+
+
+RUNS = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET), "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_with_dropout_the_same_command_gives_the_same_weights(dropout_base, method):
+    """Review 2026-11-28 rows 19-20: the run seeds torch's global generator (dropout's masks), so
+    what ran before it in the process (here: another seed) changes nothing."""
+    start, _, settings = RUNS[method]
+    trained = []
+    for before in (1, 2):
+        torch.manual_seed(before)  # another process starts its global generator elsewhere
+        run = start(dropout_base, settings, reward="format", device="cpu", progress=False)
+        run.verbose = False
+        run.train()
+        trained.append(run)
+    assert _same(*trained) and trained[0].history == trained[1].history
+    undropped = start(dropout_base, {**settings, "seed": 1}, reward="format", device="cpu", progress=False)
+    undropped.verbose = False
+    undropped.train()
+    assert not _same(trained[0], undropped)  # the seed does reach the run
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_with_dropout_an_interrupted_run_resumes_bit_for_bit(dropout_base, tmp_path, method):
+    """Review rows 17-18: the checkpoint holds torch's global random state, and a resume restores it."""
+    start, resume, settings = RUNS[method]
+    full = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "full", progress=False)
+    full.verbose = False
+    full.train()
+    half = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "half", progress=False)
+    half.verbose = False
+    half.train(until=3)
+    half.save()
+    del half
+    torch.manual_seed(12345)  # a new process: its global generator is elsewhere
+    resumed = resume(tmp_path / "half" / "ckpt.pt", device="cpu", progress=False)
+    resumed.verbose = False
+    resumed.train()
+    assert _same(full, resumed) and resumed.history == full.history
+    a, b = (torch.load(p / "ckpt.pt", weights_only=True) for p in (tmp_path / "full", tmp_path / "half"))
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
 
 
 def test_grpo_keeps_reward_and_kl_per_step_and_shows_them(base, tmp_path):
@@ -144,6 +194,38 @@ def test_a_resume_needs_its_own_base(base, tmp_path):
         resume_dpo_run(tmp_path / "run" / "ckpt.pt", device="cpu", progress=False)
 
 
+@pytest.mark.parametrize("method, key, value", [
+    ("dpo", "pair_prompts", "64"),  # row 14: the pairs were sampled from the stored number of prompts
+    ("dpo", "seed", "7"),  # row 15: task_splits(seed) would move validation prompts into training
+    ("grpo", "seed", "7"),  # row 16: GRPO would sample its training prompts from the other split
+    ("grpo", "group_size", "8"),
+    ("dpo", "batch_size", "8"),
+])
+def test_a_resume_refuses_settings_that_rewrite_the_run(base, tmp_path, capsys, method, key, value):
+    """Review 2026-11-28 A3: a resume keeps the method settings and all training settings but
+    train.RESUMABLE_SETTINGS; the command line says so in one line, exit status 2, the checkpoint untouched."""
+    from course_lib.cli import main
+
+    start, resume, settings = RUNS[method]
+    run = start(base, settings, reward="format", device="cpu", out_dir=tmp_path, progress=False)
+    run.verbose = False
+    run.train(until=2)
+    run.save()
+    ckpt, before = tmp_path / "ckpt.pt", (tmp_path / "ckpt.pt").read_bytes()
+    stored = run.trained_on["method"].get(key, getattr(run.config, key, None))
+    with pytest.raises(ValueError, match=rf"^--set {key}={value}: .*ckpt.pt was trained with {key}={stored!r}, and "
+                                         f"a resumed run keeps .*; leave --set {key} out to continue it"):
+        resume(ckpt, {key: value}, device="cpu", progress=False)
+    capsys.readouterr()
+    assert main([method, "--out", str(tmp_path), "--resume", "--set", f"{key}={value}", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--set {key}={value}: " in err and "Traceback" not in err
+    assert ckpt.read_bytes() == before
+    # given as stored (a resume command repeats its --set), or a setting a resume may change: accepted
+    again = resume(ckpt, {key: str(stored), "max_iters": "5", "eval_interval": "5"}, device="cpu", progress=False)
+    assert again.config.max_iters == 5 and again.step == 2
+
+
 def test_dpo_and_grpo_refuse_torchrun(base, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -164,7 +246,8 @@ def _env() -> dict:
 
 @pytest.mark.slow  # three processes that import torch
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
-def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(base, tmp_path, method):
+def test_ctrl_c_stops_a_run_between_steps_and_it_resumes_bitwise_from_the_cli(dropout_base, tmp_path, method):
+    base = dropout_base  # dropout's masks: the global generator, seeded and stored, is checked too
     whole = subprocess.run(_cli(method, tmp_path / "whole", base), capture_output=True, text=True, env=_env(), timeout=600)
     assert whole.returncode == 0, whole.stderr
     assert "held-out sums" in whole.stdout

@@ -228,8 +228,52 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("fr_huge: --lora-rank 10**9", ["finetune", "--checkpoint", pre, "--lora-rank", "1000000000", "--max-iters", "1",
                                         "--out", str(tmp / "fr")], 2,
          r"LoRA rank 1,000,000,000 is larger than .* allows: at most min\(in 128, out \d+\) = 128"),
+        *review_1128_cases(tmp),
     ] + ([] if torch.cuda.is_available() else
          [("--device cuda without a GPU", ["train", *text, "--device", "cuda"], 2, "'cuda' is not available")])
+
+
+def review_1128_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
+    """Review 2026-11-28 (../shared/reviews/2026-11-28-reliability.md): sizes that reached the allocator
+    (R1, M3: rows 8-11, 24, 27-29) and settings accepted and ignored (M1: rows 21-23, 25-26). The sizes
+    over memory are far over any machine's (a petabyte, or 2 TB for chat-sft's small model), so that the check,
+    not the allocator, refuses them everywhere."""
+    train = ["train", "--text", str(tmp / "text.txt"), "--out", str(tmp / "m_tmp"), *TINY]
+    align = ["--checkpoint", str(tmp / "done" / "ckpt.pt"), "--out", str(tmp / "a_tmp"), "--device", "cpu"]
+    sft = ["chat-sft", "--out", str(tmp / "s_tmp"), "--device", "cpu", "--set", "eval_iters=1"]
+    batch = r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"
+    activations = (r"most of it in a training step's activations \(batch_size 1,000,000 x block_size [\d,]+\), "
+                   r"needs at least .* more than this machine's memory .*: choose a smaller batch_size")
+    return [
+        ("s04b_bshuge: chat-sft batch_size 1e9", [*sft, "--set", "batch_size=1000000000"], 2, batch),
+        ("s04c_bs1e6: chat-sft batch_size 1e6", [*sft, "--set", "batch_size=1000000"], 2, activations),
+        ("d15_bshuge: dpo batch_size 1e9", ["dpo", *align, "--set", "batch_size=1000000000"], 2, batch),
+        ("g23_bshuge: grpo batch_size 1e9", ["grpo", *align, "--set", "batch_size=1000000000"], 2, batch),
+        ("m40_bs_huge: train batch_size 1e9", [*train, "--set", "batch_size=1000000000"], 2, batch),
+        ("train batch_size 1e6", [*train, "--set", "batch_size=1000000", "--set", "n_embd=4096", "--set",
+                                  "block_size=4096"], 2, activations),
+        ("m15_moe_huge: moe_experts 1e6", [*train, "--set", "moe_experts=1000000"], 2,
+         r"moe_experts must be an integer in \[1, 1024\], got 1000000"),
+        ("m33_headdim_huge: head_dim 1e12", [*train, "--set", "head_dim=1000000000000"], 2,
+         r"most of it in its attention \(n_head 2 of head size 1,000,000,000,000\).*choose a smaller n_embd, n_head "
+         "or head_dim"),
+        ("m34_ffn_huge: ffn_hidden 1e12", [*train, "--set", "ffn_hidden=1000000000000"], 2,
+         r"most of it in its MLPs \(hidden size 1,000,000,000,000\).*choose a smaller ffn_hidden"),
+        ("block_size 1e13", [*train, "--set", "block_size=10000000000000"], 2,
+         r"most of it in its positions \(block_size 10,000,000,000,000\).*choose a smaller block_size"),
+        ("moe_experts 1024 of huge experts", [*train, "--set", "moe_experts=1024", "--set", "ffn_hidden=1000000000"], 2,
+         r"most of it in its MLPs \(hidden size 1,000,000,000, 1,024 experts\)"),
+        ("m08_topk_noexp: moe_top_k without moe_experts", [*train, "--set", "moe_top_k=100"], 2,
+         "moe_top_k=100 takes effect only with moe_experts: set it too .*or leave moe_top_k at its default 2"),
+        ("m09_shared_noexp", [*train, "--set", "moe_shared_expert=true"], 2,
+         "moe_shared_expert=True takes effect only with moe_experts"),
+        ("m10_aux_noexp", [*train, "--set", "moe_aux_coef=0.5"], 2,
+         "moe_aux_coef=0.5 takes effect only with moe_experts"),
+        ("m25_rope_factor_noscaling", [*train, "--set", "rope_theta=10000", "--set", "rope_factor=8"], 2,
+         "rope_factor=8.0 takes effect only with rope_scaling: set it too \\(e.g. rope_scaling='llama3'\\)"),
+        ("m26_rope_orig_noscaling", [*train, "--set", "rope_original_context=4"], 2,
+         "rope_original_context=4 takes effect only with rope_scaling"),
+    ]
 
 
 def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:

@@ -1,6 +1,7 @@
 """The chat page's server: the reply streamed as server-sent events, the conversation kept and
 reset, 4xx answers to malformed, oversized and concurrent requests (and the server keeps
-serving), a client that goes away stops the generation; then the page in a real browser
+serving), requests another site's page could make refused (403, 415), a client that goes away
+stops the generation; then the page in a real browser
 (Playwright driving Debian's Chromium, as the website test does): type, see the streamed
 reply with its calculator call, reset."""
 import json
@@ -24,10 +25,14 @@ from course_lib.chat_web import MAX_BODY_BYTES, ChatServer, check_port, create_a
 REPLY = ids_of(CALC, "2+3", CALC_END, "5", END)
 
 
+ADDRESS = "http://127.0.0.1:8000"  # create_app's default address: the Host its requests must name
+JSON = {"content-type": "application/json"}
+
+
 def client_for(model=None):
     engine = ChatEngine(model or Cycling(REPLY), TOK)
     app = create_app(engine)
-    return TestClient(app), app.state.server, engine
+    return TestClient(app, base_url=ADDRESS), app.state.server, engine
 
 
 def events(response_text: str) -> list[tuple[str, str]]:
@@ -50,7 +55,7 @@ def test_the_page_and_a_streamed_reply_with_its_calculator_call():
     assert got == [("tool", "2+3"), ("result", "5"), ("text", "5"), ("done", "")]
     history = client.get("/api/history").json()["messages"]
     assert history == engine.messages and history[0] == {"role": "user", "content": "What is 2+3?"}
-    assert client.post("/api/reset").json() == {"messages": []} and engine.messages == []
+    assert client.post("/api/reset", headers=JSON).json() == {"messages": []} and engine.messages == []
 
 
 @pytest.mark.parametrize("body, status, phrase", [
@@ -75,7 +80,7 @@ def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(body, status, phras
 def test_a_body_without_a_declared_length_is_cut_at_the_limit_too():
     client, _, _ = client_for()
     chunks = (b"x" * 1000 for _ in range(20))  # sent chunked: no Content-Length
-    response = client.post("/api/chat", content=chunks)
+    response = client.post("/api/chat", content=chunks, headers=JSON)
     assert response.status_code == 413
 
 
@@ -85,10 +90,10 @@ def test_while_a_reply_is_written_others_get_a_clear_busy_answer():
     try:
         response = client.post("/api/chat", json={"message": "Hi"})
         assert response.status_code == 429 and "busy" in response.json()["detail"]
-        assert client.post("/api/reset").status_code == 429
+        assert client.post("/api/reset", headers=JSON).status_code == 429
     finally:
         server.lock.release()
-    assert client.post("/api/reset").status_code == 200
+    assert client.post("/api/reset", headers=JSON).status_code == 200
 
 
 def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
@@ -106,6 +111,75 @@ def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
     assert (first["event"], json.loads(first["data"])) == ("text", "a") and json.loads(second["data"]) == "b"
     assert model.calls == 2  # no token written after the client left
     assert engine.messages[-1] == {"role": "assistant", "content": "ab"} and not server.lock.locked()
+
+
+@pytest.mark.parametrize("body", [b"[" * 8000, b'{"message": ' + b"[" * 3000 + b"]" * 3000 + b"}"])
+def test_json_nested_too_deeply_is_a_400_and_one_log_line(body, caplog):
+    """Review 2026-11-28 W1 (rows 3-4): the parser's RecursionError is a bad request, not a 500 with a traceback."""
+    client, _, engine = client_for()
+    with caplog.at_level("WARNING", logger="course_lib.chat_web"):
+        response = client.post("/api/chat", content=body, headers=JSON)
+    assert response.status_code == 400 and "must be JSON" in response.json()["detail"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"chat page: refused a request body of JSON nested too deeply ({len(body)} bytes)"]
+    assert engine.messages == []
+
+
+EVIL = "https://evil.example"
+
+
+@pytest.mark.parametrize("method, path, headers, status, phrase", [
+    # review 2026-11-28 W3, rows 5-7: another site's page, and a DNS-rebinding page (its own host name)
+    ("POST", "/api/chat", {"origin": EVIL, "content-type": "text/plain"}, 403, "https://evil.example is refused"),
+    ("POST", "/api/chat", {"origin": EVIL, **JSON}, 403, "only this server's own page"),
+    ("POST", "/api/reset", {"origin": EVIL}, 403, "is refused"),
+    ("POST", "/api/reset", {"origin": "null"}, 403, "is refused"),  # a sandboxed frame, a file:// page
+    ("GET", "/api/history", {"host": "evil.example:8000"}, 403, "'evil.example:8000' is not this server's address"),
+    ("GET", "/", {"host": "127.0.0.1:9999"}, 403, "not this server's address"),
+    ("GET", "/api/history", {"origin": "http://127.0.0.1:9999"}, 403, "is refused"),
+    # rows 78-82: a POST whose body is not declared JSON (what another site can send without asking first)
+    ("POST", "/api/chat", {"content-type": "text/plain"}, 415, "Content-Type: application/json (this request's type: text/plain)"),
+    ("POST", "/api/chat", {"content-type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+    ("POST", "/api/chat", {"content-type": "multipart/form-data; boundary=x"}, 415, "type: multipart/form-data)"),
+    ("POST", "/api/chat", {"content-type": ""}, 415, "type: none)"),
+    ("POST", "/api/chat", {"content-type": "application/xml"}, 415, "application/json"),
+    ("POST", "/api/reset", {}, 415, "application/json"),
+])
+def test_requests_another_site_could_make_are_refused(method, path, headers, status, phrase):
+    client, _, engine = client_for()
+    with client.stream("POST", "/api/chat", json={"message": "2+3?"}) as response:  # a conversation to protect
+        response.read()
+    before = list(engine.messages)
+    body = json.dumps({"message": "What is 5+5?"}).encode() if method == "POST" else None
+    response = client.request(method, path, content=body, headers=headers)
+    assert response.status_code == status and phrase in response.json()["detail"], response.text
+    assert engine.messages == before and len(before) == 2  # nothing said, nothing wiped
+
+
+def test_the_page_s_own_requests_pass_and_it_may_not_be_framed():
+    """The page's own origin (127.0.0.1 or localhost at the server's port) is accepted; the page sends
+    X-Frame-Options and a CSP that allows its own script and style only (review row 83)."""
+    client, _, engine = client_for()
+    for name in ("127.0.0.1:8000", "localhost:8000"):
+        own = {"host": name, "origin": f"http://{name}", **JSON}
+        with client.stream("POST", "/api/chat", content=json.dumps({"message": "2+3?"}), headers=own) as response:
+            assert response.status_code == 200 and events(response.read().decode())[-1] == ("done", "")
+        assert client.get("/api/history", headers={"host": name}).status_code == 200
+    page = client.get("/")
+    csp = page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in csp
+    assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and "script-src 'sha256-" in csp
+    assert client.post("/api/reset", headers=JSON).status_code == 200 and engine.messages == []
+    on_port_80 = TestClient(create_app(engine, port=80), base_url="http://localhost")  # no port in Host
+    assert on_port_80.get("/api/history").status_code == 200
+
+
+def test_a_server_on_every_interface_cannot_check_the_host_but_still_the_origin():
+    engine = ChatEngine(Cycling(REPLY), TOK)
+    client = TestClient(create_app(engine, host="0.0.0.0", port=8000), base_url="http://192.168.1.7:8000")
+    assert client.get("/api/history").status_code == 200
+    assert client.post("/api/reset", headers={"origin": EVIL, **JSON}).status_code == 403
+    assert client.post("/api/reset", headers={"origin": "http://192.168.1.7:8000", **JSON}).status_code == 200
 
 
 def test_a_port_in_use_or_out_of_range_is_refused():
@@ -132,7 +206,8 @@ def served():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(engine), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, port=port), host="127.0.0.1", port=port,
+                                           log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20

@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from course_lib.config import (Rule, apply_overrides, check_fields, config_from_dict, config_to_dict, parse_value,
-                               settings_from_pairs, split_settings)
+from course_lib.config import (Rule, apply_overrides, apply_resume_overrides, check_fields, config_from_dict,
+                               config_to_dict, parse_value, settings_from_pairs, split_settings)
 from course_lib.presets import get_preset
 
 RULES = {"n": Rule(int, 1), "rate": Rule(float, 0.0, 1.0, "(]"), "flag": Rule(bool), "mode": Rule(str, choices=("a", "b")),
@@ -85,3 +85,17 @@ def test_settings_are_text_or_values_and_an_unknown_key_lists_the_valid_ones():
         split_settings({"n_layers": 6}, preset.model, preset.train)
     with pytest.raises(ValueError, match="--set 'n_layer': write KEY=VALUE"):
         settings_from_pairs(["n_layer"])
+
+
+def test_a_resume_may_change_only_the_keys_it_is_told_and_others_only_to_their_stored_value():
+    stored = Toy(n=3, rate=0.25)
+    assert apply_resume_overrides(stored, {"n": "3", "rate": "0.25", "limit": "9"}, {"limit"}, "ckpt.pt") == \
+        Toy(n=3, rate=0.25, limit=9)  # as stored (text parsed first), and the one that may change
+    with pytest.raises(ValueError, match=r"^--set n=4: ckpt.pt was trained with n=3, and a resumed run keeps its "
+                                         r"toy; leave --set n out to continue it, or start a new run with it in "
+                                         r"another --out$"):
+        apply_resume_overrides(stored, {"n": "4"}, {"limit"}, "ckpt.pt", "its toy")
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):  # checked as any value is, first
+        apply_resume_overrides(stored, {"n": "0"}, (), "ckpt.pt")
+    with pytest.raises(ValueError, match="mode cannot be set: fixed"):
+        apply_resume_overrides(stored, {"mode": "a"}, (), "ckpt.pt", forbidden={"mode": "fixed"})

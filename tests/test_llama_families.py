@@ -132,10 +132,13 @@ def test_each_option_is_really_used():
     """Without QK-norm, the window or the llama3 scaling, each model's logits differ: the tests above
     would otherwise pass for a loader that ignored the option."""
     x = ids()
-    for family, field, off in (("qwen3", "qk_norm", False), ("mistral", "sliding_window", None),
-                               ("llama3", "rope_scaling", None)):
+    # without the scaling, its factors go back to their defaults too (GPTConfig refuses them alone: ignored)
+    unscaled = {name: GPTConfig.__dataclass_fields__[name].default for name in
+                ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context")}
+    for family, field, off in (("qwen3", "qk_norm", {}), ("mistral", "sliding_window", {}),
+                               ("llama3", "rope_scaling", unscaled)):
         ours = GPT.from_pretrained(build(family))
-        plain = GPT(replace(ours.config, **{field: off}))
+        plain = GPT(replace(ours.config, **{field: None if field != "qk_norm" else False}, **off))
         plain.load_state_dict(ours.state_dict(), strict=False)
         with torch.no_grad():
             assert (plain(x)[0] - ours(x)[0]).abs().max() > 1e-3, field

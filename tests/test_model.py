@@ -163,3 +163,42 @@ def test_a_gpt_larger_than_the_machine_builds_on_the_meta_device_and_check_fits_
                                             r"at least [^\n]*: choose smaller sizes$"):
         GPT.check_fits(huge)
     GPT.check_fits(GPTConfig(vocab_size=65, n_embd=64, n_head=4, n_layer=2))  # a small one passes
+
+
+@pytest.mark.parametrize("field, value, needed", [
+    ("moe_top_k", 4, "moe_experts"), ("moe_norm_topk", False, "moe_experts"),  # review 2026-11-28 M1, rows 21-26
+    ("moe_shared_expert", True, "moe_experts"), ("moe_aux_coef", 0.5, "moe_experts"),
+    ("rope_factor", 8.0, "rope_scaling"), ("rope_original_context", 4, "rope_scaling"),
+    ("rope_low_freq_factor", 2.0, "rope_scaling"), ("rope_high_freq_factor", 8.0, "rope_scaling"),
+])
+def test_a_setting_that_would_take_no_effect_is_refused_naming_the_one_it_needs(field, value, needed):
+    base = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, rope_theta=10000.0)
+    with pytest.raises(ValueError, match=rf"^{field}={value!r} takes effect only with {needed}: set it too \(e.g. "
+                                         rf"{needed}=.*\), or leave {field} at its default"):
+        GPTConfig(**base, **{field: value})
+    GPTConfig(**base, **{field: value}, moe_experts=8, rope_scaling="llama3")  # with it: taken
+    default = GPTConfig.__dataclass_fields__[field].default
+    GPTConfig(**base, **{field: default})  # its default given again: nothing ignored
+
+
+def test_check_fits_counts_every_size_that_allocates(monkeypatch):
+    """Review 2026-11-28 M3 (rows 24, 27-28) and R1: head_dim, ffn_hidden, moe_experts and block_size, and
+    a training step's batch, each refused in one line naming it (here on a machine of 16 GiB)."""
+    from course_lib import utils
+    from course_lib.utils import TooLargeError
+
+    monkeypatch.setattr(utils, "physical_memory", lambda: 16 * 2**30)
+    small = dict(n_layer=1, n_head=2, n_embd=16, block_size=16)
+    GPT.check_fits(GPTConfig(**small), batch_size=64)
+    cases = [(dict(head_dim=10**8), None, r"its attention \(n_head 2 of head size 100,000,000\)"),
+             (dict(ffn_hidden=10**9), None, r"its MLPs \(hidden size 1,000,000,000\)"),
+             (dict(ffn_hidden=10**6, moe_experts=1024), None, r"its MLPs \(hidden size 1,000,000, 1,024 experts\)"),
+             (dict(block_size=10**10), None, r"its positions \(block_size 10,000,000,000\)"),
+             (dict(rope_theta=1e4, block_size=10**10), None, r"its positions \(block_size 10,000,000,000\)"),
+             ({}, 10**6, r"a training step's activations \(batch_size 1,000,000 x block_size 16\)")]
+    for extra, batch, culprit in cases:
+        with pytest.raises(TooLargeError, match=f"^a GPT of vocab_size 65, n_embd 16 and n_layer 1, most of it in "
+                                                f"{culprit}, needs at least .* more than this machine's memory"):
+            GPT.check_fits(GPTConfig(**{**small, **extra}), batch)
+    with pytest.raises(ValueError, match=r"moe_experts must be an integer in \[1, 1024\], got 1000000"):
+        GPTConfig(**small, moe_experts=10**6)  # review row 24: refused at once, not after 64 s of building

@@ -134,10 +134,31 @@ def test_a_resume_on_other_data_or_with_another_model_is_refused_naming_both(tmp
         runs.resume_run(ckpt, **QUIET)
     with pytest.raises(ValueError, match="trained with --preset shakespeare-char-cpu, not shakespeare-bpe-cpu"):
         runs.resume_run(ckpt, preset="shakespeare-bpe-cpu", text_file=str(text_file), **QUIET)
-    with pytest.raises(ValueError, match="--set n_layer: a resumed run keeps its model"):
+    with pytest.raises(ValueError, match=r"--set n_layer=2: .*ckpt.pt was trained with n_layer=1, and a resumed run "
+                                         "keeps its model; leave --set n_layer out"):
         runs.resume_run(ckpt, {"n_layer": 2}, text_file=str(text_file), **QUIET)
     assert runs.resume_run(ckpt, {"n_layer": "1", "max_iters": 9}, text_file=str(text_file),
                            **QUIET).trainer.config.max_iters == 9  # the same model, a longer run
+
+
+def test_a_resume_keeps_the_training_settings_that_make_the_run(tmp_path, text_file):
+    """Review 2026-11-28 R5 (row 97): on --resume only train.RESUMABLE_SETTINGS may change; the seed (the
+    evaluation batches, the recorded seed) and every other setting only as stored."""
+    run = runs.start_run(text_file=str(text_file), settings=SETTINGS, out_dir=tmp_path, **QUIET)
+    run.trainer.train()
+    ckpt, text = tmp_path / "ckpt.pt", str(text_file)
+    seed = run.trainer.config.seed
+    with pytest.raises(ValueError, match=rf"--set seed=7: .*ckpt.pt was trained with seed={seed}, and a resumed "
+                                         "run keeps every training setting but .*max_iters.*; leave --set seed out"):
+        runs.resume_run(ckpt, {"seed": "7"}, text_file=text, **QUIET)
+    for key, value in (("batch_size", "3"), ("learning_rate", "0.5"), ("optimizer", "muon")):
+        with pytest.raises(ValueError, match=f"--set {key}={value}: "):
+            runs.resume_run(ckpt, {key: value}, text_file=text, **QUIET)
+    config = run.trainer.config  # given again as stored (a resume command repeats its --set): accepted
+    same = {"seed": str(seed), "batch_size": str(config.batch_size), "learning_rate": repr(config.learning_rate)}
+    changed = {"max_iters": 9, "eval_interval": "3", "lr_decay_iters": "9", "compile": "false"}
+    resumed = runs.resume_run(ckpt, same | changed, text_file=text, **QUIET).trainer.config
+    assert (resumed.max_iters, resumed.eval_interval, resumed.lr_decay_iters, resumed.seed) == (9, 3, 9, seed)
 
 
 def test_a_checkpoint_without_a_training_run_cannot_be_resumed(tmp_path, tiny_model):

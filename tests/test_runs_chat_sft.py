@@ -1,6 +1,8 @@
 """The chat fine-tune as a kind of run (course_lib.runs_assistant): built from the shipped pretrained
 model, resumed bit for bit, refused when resumed by another command, and the command line's
 ``chat-sft``."""
+import re
+
 import pytest
 import torch
 
@@ -57,3 +59,45 @@ def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
     assert main(args + ["--max-iters", "3", "--resume"]) == 0
     assert "resuming" in capsys.readouterr().out and load_checkpoint(out / "ckpt.pt")["step"] == 3
     assert main(args + ["--max-iters", "3"]) == 2  # a folder with a run in it, without --resume
+
+
+def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_path, capsys):
+    """Review 2026-11-28 R4 (rows 12-13) and R5 (row 95): --from-scratch, another --checkpoint and a
+    training setting outside train.RESUMABLE_SETTINGS are refused on --resume in one line (exit 2,
+    the checkpoint untouched); the run's own base, given again, is accepted."""
+    from course_lib.checkpoint import save_checkpoint
+    from course_lib.model import GPT, GPTConfig
+
+    out = tmp_path / "chat"
+    args = ["chat-sft", "--out", str(out), "--device", "cpu", *sum((["--set", f"{k}={v}"] for k, v in
+                                                                    SETTINGS.items()), [])]
+    assert main(args + ["--max-iters", "1"]) == 0
+    before = (out / "ckpt.pt").read_bytes()
+    other = save_checkpoint(tmp_path / "other.pt", GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16)))
+    refused = [(["--from-scratch"], "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
+                                    "resumed run keeps how it started; leave --from-scratch out"),
+               (["--checkpoint", str(other)], f"--checkpoint {other}: .*ckpt.pt fine-tunes .*, and that is another "
+                                              "file; a resumed run keeps its base: leave --checkpoint out"),
+               (["--set", "seed=7"], "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps")]
+    for extra, phrase in refused:
+        capsys.readouterr()
+        assert main(args + ["--max-iters", "2", "--resume", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and re.search(phrase, err), err
+    assert (out / "ckpt.pt").read_bytes() == before
+    assert main(args + ["--max-iters", "2", "--resume", "--checkpoint", str(pretrained_checkpoint())]) == 0
+
+
+def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path):
+    base = tmp_path / "base.pt"
+    base.write_bytes(b"the base")
+    moved = tmp_path / "moved.pt"
+    moved.write_bytes(b"the base")
+    from course_lib.lora_gpt import file_sha256
+    scratch = {"from_scratch": True, "base_checkpoint": str(base), "base_sha256": file_sha256(base)}
+    check = runs_assistant._check_same_start
+    check(tmp_path / "ckpt.pt", scratch, moved, True)  # a moved copy of the base is the base
+    with pytest.raises(ValueError, match="from_scratch=False: .* is a chat fine-tune from scratch"):
+        check(tmp_path / "ckpt.pt", scratch, None, False)
+    with pytest.raises(ValueError, match="no such file exists"):
+        check(tmp_path / "ckpt.pt", scratch, tmp_path / "gone.pt", None)

@@ -218,3 +218,47 @@ def test_kv_cache_bytes_shrink_by_the_group_size():
         gqa = GPTConfig(**{**mha.to_dict(), "n_kv_head": n_kv})
         assert kv_cache_bytes(gqa, batch_size=3, bytes_per_value=2) * (12 // n_kv) == kv_cache_bytes(
             mha, batch_size=3, bytes_per_value=2)
+
+
+def test_memory_parts_hold_the_weights_and_a_lower_estimate_of_what_backward_keeps():
+    """The parts of a model (every size that allocates) add up to its parameters and RoPE's angles,
+    less the norms' gains; a training step's activations are at most what autograd saves for backward."""
+    from course_lib.sizing import memory_parts
+
+    config = GPTConfig(vocab_size=50, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=12,
+                       rope_theta=1e4, mlp="swiglu", ffn_hidden=40, moe_experts=4, moe_top_k=2, moe_shared_expert=True)
+    model = GPT(config)
+    held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    norms = sum(p.numel() for n, p in model.named_parameters() if "ln" in n or "norm" in n)
+    assert sum(n for n, _, _ in memory_parts(config)) == held - norms
+    weights = {p.data_ptr() for p in model.parameters()}
+    saved = {}
+
+    def pack(t):
+        if t.data_ptr() not in weights:
+            saved[t.data_ptr()] = t.numel()
+        return t
+
+    B = 3
+    x = torch.randint(0, 50, (B, 24))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, x)[1].backward()
+    activations = memory_parts(config, B)[-1][0]
+    assert 0 < activations <= sum(saved.values())
+    assert memory_parts(config, 2 * B)[-1][0] == 2 * activations
+
+
+def test_a_training_batch_over_the_memory_is_refused_and_the_presets_fit(monkeypatch):
+    """Review 2026-11-28 row 9: chat-sft's model (vocabulary 88) with batch_size 100,000 needs about 200 GiB;
+    the GPU preset's step (batch 64) fits in a 12 GiB Colab."""
+    from course_lib import utils
+    from course_lib.sizing import check_gpt_fits
+    from course_lib.utils import TooLargeError
+
+    monkeypatch.setattr(utils, "physical_memory", lambda: 12 * 2**30)
+    chat = GPTConfig(vocab_size=88, block_size=64, n_layer=4, n_head=4, n_embd=128, tie_weights=False)
+    with pytest.raises(TooLargeError, match=r"batch_size 100,000 x block_size 64\), needs at least .*: choose a "
+                                            r"smaller batch_size \(grad_accum_steps=N"):
+        check_gpt_fits(chat, 100_000)
+    for name in ("shakespeare-char-cpu", "shakespeare-char-gpu"):
+        check_gpt_fits(PRESETS[name].model, PRESETS[name].train.batch_size)

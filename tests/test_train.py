@@ -146,3 +146,20 @@ def test_a_resume_from_a_checkpoint_already_read_does_not_read_it_again(model, t
     assert reads == [] and resumed.step == 3
     resumed.train()
     assert resumed.history == straight.history
+
+
+def test_a_batch_too_large_is_refused_before_the_first_step(monkeypatch):
+    """Review 2026-11-28 R1 (rows 8-11, 29): batch_size has a bound, and a Trainer of a GPT checks its
+    step's activations against the memory (here 4 GiB) before anything is drawn."""
+    from course_lib import utils
+    from course_lib.model import GPT, GPTConfig
+    from course_lib.utils import TooLargeError
+
+    with pytest.raises(ValueError, match=r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"):
+        TrainConfig(batch_size=10**9)
+    monkeypatch.setattr(utils, "physical_memory", lambda: 4 * 2**30)
+    model = GPT(GPTConfig(vocab_size=10, block_size=64, n_layer=1, n_head=2, n_embd=16))
+    data = torch.randint(0, 10, (500,))
+    with pytest.raises(TooLargeError, match=r"a training step's activations \(batch_size 100,000 x block_size 64\)"):
+        Trainer(model, data, data, TrainConfig(batch_size=100_000))
+    Trainer(model, data, data, TrainConfig(batch_size=64), progress=False)  # a usual batch fits
