@@ -49,6 +49,9 @@ from .utils import check_seed
 CHAT_MODEL_PATH = Path(__file__).parent / "weights" / "chat-char-cpu.pt"
 CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
+# What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
+# taken for a broken chat (the scores count it as wrong: it holds no answer)
+NO_REPLY = "(no reply: the model ended its turn at once)"
 
 
 @dataclass(frozen=True)

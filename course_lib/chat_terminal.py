@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from .chat_engine import ChatEngine, format_piece
+from .chat_engine import NO_REPLY, ChatEngine, format_piece
 
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
-# shown where the model wrote nothing, so that an empty reply is not taken for a broken chat
-NO_REPLY = "(no reply: the model ended its turn at once)"
 
 
 def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=None) -> int:

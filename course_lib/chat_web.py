@@ -39,7 +39,7 @@ import re
 import socket
 import threading
 
-from .chat_engine import ChatEngine
+from .chat_engine import NO_REPLY, ChatEngine
 
 MAX_BODY_BYTES = 8192  # a request body larger than this is refused before it is read whole
 PAGE = r"""<!doctype html>
@@ -48,7 +48,9 @@ PAGE = r"""<!doctype html>
 <style>
 body { font-family: system-ui, sans-serif; max-width: 44rem; margin: 2rem auto; padding: 0 1rem; }
 #log { border: 1px solid #ccc; border-radius: 6px; padding: 0.5rem; min-height: 12rem; }
-.msg { margin: 0.4rem 0; white-space: pre-wrap; }
+.msg { margin: 0.4rem 0; white-space: pre-wrap; overflow-wrap: anywhere; }
+.refused { opacity: 0.6; }
+.refused::after { content: " (not sent)"; font-style: italic; }
 .user::before { content: "you: "; font-weight: bold; }
 .assistant::before { content: "assistant: "; font-weight: bold; }
 .tool { font-family: monospace; background: #eef; padding: 0 0.2rem; }
@@ -94,14 +96,17 @@ function handle(block, reply) {
   if (event === "text") reply.appendChild(document.createTextNode(text));
   else if (event === "tool") span(reply, "tool", "[calc " + text);
   else if (event === "result") span(reply, "tool", " = " + text + "]");
-  else if (event === "notice") add("notice", text);
+  else if (event === "notice") {
+    const notice = add("notice", text);  // a notice before any of the reply stands above it
+    if (!reply.hasChildNodes()) log.insertBefore(notice, reply);
+  }
   else if (event === "error") add("error", text);
 }
 async function chat(message) {
-  add("user", message);
+  const sent = add("user", message);
   const res = await fetch("/api/chat", {method: "POST", headers: {"Content-Type": "application/json"},
                                         body: JSON.stringify({message})});
-  if (!res.ok) { add("error", (await res.json()).detail); return; }
+  if (!res.ok) { sent.classList.add("refused"); add("error", (await res.json()).detail); return; }
   const reply = add("assistant", ""), reader = res.body.getReader(), decoder = new TextDecoder();
   let buffer = "";
   for (;;) {
@@ -111,6 +116,7 @@ async function chat(message) {
     let end;
     while ((end = buffer.indexOf("\n\n")) >= 0) { handle(buffer.slice(0, end), reply); buffer = buffer.slice(end + 2); }
   }
+  if (!reply.textContent.trim()) add("notice", NO_REPLY_TEXT);
 }
 document.getElementById("form").addEventListener("submit", async (e) => {
   e.preventDefault();
@@ -126,7 +132,7 @@ document.getElementById("reset").addEventListener("click", async () => {
 });
 fetch("/api/history").then(r => r.json()).then(h => show(h.messages));
 </script></body></html>
-"""
+""".replace("NO_REPLY_TEXT", json.dumps(NO_REPLY))
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")

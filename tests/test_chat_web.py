@@ -18,7 +18,7 @@ import anyio  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from chat_helpers import TOK, Cycling, ids_of  # noqa: E402
-from course_lib.chat_engine import ChatEngine  # noqa: E402
+from course_lib.chat_engine import NO_REPLY, ChatEngine  # noqa: E402
 from course_lib.chat_template import CALC, CALC_END, END  # noqa: E402
 from course_lib.chat_web import MAX_BODY_BYTES, ChatServer, check_port, create_app  # noqa: E402
 
@@ -197,12 +197,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture
-def served():
+def served(request):
     """The app on a free port of 127.0.0.1, served by uvicorn in a thread; a model that writes
-    slowly enough (40 ms a token) that the reply arrives in pieces."""
+    slowly enough (40 ms a token) that the reply arrives in pieces (or, parametrized, another reply)."""
     import uvicorn
 
-    engine = ChatEngine(Cycling(ids_of(CALC, "2+3", CALC_END, "The sum is 5.", END), delay=0.04), TOK)
+    reply = getattr(request, "param", ids_of(CALC, "2+3", CALC_END, "The sum is 5.", END))
+    engine = ChatEngine(Cycling(reply, delay=0.04), TOK)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -249,4 +250,32 @@ def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
         page.click("#reset")
         sync_api.expect(page.locator(".msg")).to_have_count(0)
         assert engine.messages == []
+        browser.close()
+
+
+@pytest.mark.slow  # a real browser
+@pytest.mark.parametrize("served", [ids_of(END)], indirect=True)  # a model that ends its turn at once
+def test_the_page_shows_an_empty_reply_a_refused_message_and_a_long_one_as_such(served):
+    """An empty reply is said in words (not an empty box the reader takes for a broken page), a
+    message the server refuses is marked as not sent, and a 5,000-character word does not widen
+    the page (it was 47,641 px wide)."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    url, engine = served
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
+                                                                     "--disable-dev-shm-usage", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url + "/")
+        page.fill("#message", "How much is 7+5?")
+        page.click("#send")
+        sync_api.expect(page.locator(".msg.notice").last).to_have_text(NO_REPLY, timeout=20_000)
+        page.fill("#message", "x" * 5000)  # too long for the model's context: refused by the server
+        page.click("#send")
+        sync_api.expect(page.locator(".msg.error")).to_have_count(1, timeout=20_000)
+        refused = page.locator(".msg.user").last
+        assert "refused" in refused.get_attribute("class") and len(refused.text_content()) == 5000
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert len(engine.messages) == 2  # the refused message never joined the conversation
         browser.close()
