@@ -40,7 +40,9 @@ pay ``log p(tail | head)`` more than the others; it is a cost in text the reques
 contains, where lm-eval's ids drop text and PR 4055's pay for a token pair never seen. Under
 GPT-2's pre-token pattern a token can span the join only inside a pre-token (letters after
 letters, digits after digits, punctuation after punctuation): a continuation that starts with a
-space, as lm-eval's multiple choice writes it, never does.
+space, as lm-eval's multiple choice writes it, never does (nor one that starts with any character
+the pattern's ``\s`` matches; Python's ``rstrip`` also strips ``\x1c``-``\x1f``, which ``\s`` does
+not match, so a context ending in those is the one exception).
 
 One case is left: the whole context lies inside the first token of ``whole`` (``"A" + "nswer"``,
 one token ``Answer``), so ``k = 0`` and nothing is left to condition on; the models of this book
