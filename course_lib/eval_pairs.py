@@ -41,8 +41,8 @@ contains, where lm-eval's ids drop text and PR 4055's pay for a token pair never
 GPT-2's pre-token pattern a token can span the join only inside a pre-token (letters after
 letters, digits after digits, punctuation after punctuation): a continuation that starts with a
 space, as lm-eval's multiple choice writes it, never does (nor one that starts with any character
-the pattern's ``\s`` matches; Python's ``rstrip`` also strips ``\x1c``-``\x1f``, which ``\s`` does
-not match, so a context ending in those is the one exception).
+the pattern counts as white space; Python's ``rstrip`` also strips the control characters U+001C to
+U+001F, which the pattern does not count, so a context ending in those is the one exception).
 
 One case is left: the whole context lies inside the first token of ``whole`` (``"A" + "nswer"``,
 one token ``Answer``), so ``k = 0`` and nothing is left to condition on; the models of this book
