@@ -4,6 +4,7 @@ serving), requests another site's page could make refused (403, 415), a client t
 stops the generation; then the page in a real browser
 (Playwright driving Debian's Chromium, as the website test does): type, see the streamed
 reply with its calculator call, reset."""
+import contextlib
 import json
 import shutil
 import socket
@@ -226,17 +227,25 @@ COUNT_UPDATES = """() => {
 }"""
 
 
-@pytest.mark.slow  # a real browser
-def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
+@contextlib.contextmanager
+def chat_page(url):
+    """(playwright's sync_api, a page of Chromium at ``url``), or the test skipped with the reason."""
     if CHROMIUM is None:
         pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    url, engine = served
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
                                                                      "--disable-dev-shm-usage", "--no-first-run"])
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(url + "/")
+        yield sync_api, page
+        browser.close()
+
+
+@pytest.mark.slow  # a real browser
+def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
+    url, engine = served
+    with chat_page(url) as (sync_api, page):
         page.evaluate(COUNT_UPDATES)
         page.fill("#message", "What is 2+3?")
         page.click("#send")
@@ -250,7 +259,6 @@ def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
         page.click("#reset")
         sync_api.expect(page.locator(".msg")).to_have_count(0)
         assert engine.messages == []
-        browser.close()
 
 
 @pytest.mark.slow  # a real browser
@@ -259,15 +267,8 @@ def test_the_page_shows_an_empty_reply_a_refused_message_and_a_long_one_as_such(
     """An empty reply is said in words (not an empty box the reader takes for a broken page), a
     message the server refuses is marked as not sent, and a 5,000-character word does not widen
     the page (it was 47,641 px wide)."""
-    if CHROMIUM is None:
-        pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     url, engine = served
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
-                                                                     "--disable-dev-shm-usage", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(url + "/")
+    with chat_page(url) as (sync_api, page):
         page.fill("#message", "How much is 7+5?")
         page.click("#send")
         sync_api.expect(page.locator(".msg.notice").last).to_have_text(NO_REPLY, timeout=20_000)
@@ -278,4 +279,3 @@ def test_the_page_shows_an_empty_reply_a_refused_message_and_a_long_one_as_such(
         assert "refused" in refused.get_attribute("class") and len(refused.text_content()) == 5000
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         assert len(engine.messages) == 2  # the refused message never joined the conversation
-        browser.close()
