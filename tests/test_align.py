@@ -57,28 +57,35 @@ def _same(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
 
 
-@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
-@pytest.mark.parametrize("method", ["dpo", "grpo"])
-def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
-    start, resume, settings = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET),
-                               "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}[method]
+RUNS = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET), "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}
+
+
+def interrupted_and_uninterrupted(base, tmp_path, method, stop):
+    """(the run trained straight through, the same run stopped after ``stop`` steps, saved and
+    resumed from its checkpoint as a new process would: its global generator elsewhere)."""
+    start, resume, settings = RUNS[method]
     full = start(base, settings, reward="format", device="cpu", out_dir=tmp_path / "full", progress=False)
     full.verbose = False
     full.train()
     half = start(base, settings, reward="format", device="cpu", out_dir=tmp_path / "half", progress=False)
     half.verbose = False
-    half.train(until=2)
+    half.train(until=stop)
     half.save()
     del half
+    torch.manual_seed(12345)  # a new process: its global generator is elsewhere
     resumed = resume(tmp_path / "half" / "ckpt.pt", device="cpu", progress=False)
     resumed.verbose = False
-    assert resumed.step == 2
+    assert resumed.step == stop
     resumed.train()
+    return full, resumed
+
+
+@pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_a_run_resumes_bit_for_bit(base, tmp_path, method):
+    full, resumed = interrupted_and_uninterrupted(base, tmp_path, method, stop=2)
     assert _same(full, resumed) and resumed.history == full.history
     assert resumed.trained_on["command"] == method and resumed.trained_on["reward"] == "format"
-
-
-RUNS = {"dpo": (start_dpo_run, resume_dpo_run, DPO_SET), "grpo": (start_grpo_run, resume_grpo_run, GRPO_SET)}
 
 
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
@@ -103,19 +110,7 @@ def test_with_dropout_the_same_command_gives_the_same_weights(dropout_base, meth
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
 def test_with_dropout_an_interrupted_run_resumes_bit_for_bit(dropout_base, tmp_path, method):
     """Review rows 17-18: the checkpoint holds torch's global random state, and a resume restores it."""
-    start, resume, settings = RUNS[method]
-    full = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "full", progress=False)
-    full.verbose = False
-    full.train()
-    half = start(dropout_base, settings, reward="format", device="cpu", out_dir=tmp_path / "half", progress=False)
-    half.verbose = False
-    half.train(until=3)
-    half.save()
-    del half
-    torch.manual_seed(12345)  # a new process: its global generator is elsewhere
-    resumed = resume(tmp_path / "half" / "ckpt.pt", device="cpu", progress=False)
-    resumed.verbose = False
-    resumed.train()
+    full, resumed = interrupted_and_uninterrupted(dropout_base, tmp_path, method, stop=3)
     assert _same(full, resumed) and resumed.history == full.history
     a, b = (torch.load(p / "ckpt.pt", weights_only=True) for p in (tmp_path / "full", tmp_path / "half"))
     assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
