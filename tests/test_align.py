@@ -17,7 +17,7 @@ from course_lib.align import task_splits
 from course_lib.runs.align import align_configs
 from course_lib.checkpoint import save_checkpoint
 from course_lib.model import GPT, GPTConfig
-from course_lib.rewards import arithmetic_items
+from course_lib.align.rewards import arithmetic_items
 from course_lib.runs import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
 from course_lib.tokenizers import CharTokenizer
 

@@ -43,7 +43,7 @@ from ..generate import check_sampling_args, generate_text
 from ..lora import DEFAULT_TARGETS
 from ..model import GPT, GPTConfig
 from ..presets import PRESETS, get_preset
-from ..report_card import evaluate_checkpoint
+from ..evaluation.report_card import evaluate_checkpoint
 from ..runs import DEFAULT_PRESET
 from ..runs.finetune import MAX_EVAL_EXAMPLES
 from ..seq2seq import Seq2Seq
@@ -182,7 +182,7 @@ def add_params_parser(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
+    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.evaluation.report_card's."""
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0

@@ -29,14 +29,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import load_text
-from .dates import date_split_days, date_test_set, sample_dates
+from ..data import load_text
+from ..dates import date_split_days, date_test_set, sample_dates
 
-TASKS_DIR = Path(__file__).parent / "tasks"
+TASKS_DIR = Path(__file__).parent.parent / "tasks"
 HELDOUT_START = 0.91  # test items come from tiny Shakespeare after this share of its characters
 TRAIN_END = 0.89  # few-shot examples from before this share
 N_TEST, N_TRAIN = 200, 20
-# SHA-256 of each frozen file (python -c "from course_lib.eval_tasks import write_tasks; write_tasks()")
+# SHA-256 of each frozen file (python -c "from course_lib.evaluation.tasks import write_tasks; write_tasks()")
 TASK_SHA256 = {
     "next-line": "f04b15947d5223b446af6c9cdcd580ab563e2966fbd66323cb5600495285b2d1",
     "next-speaker": "825232ecc82ccb2ffb2643b34ca84e024e72afc227721e9bf2fced0284deabb8",
