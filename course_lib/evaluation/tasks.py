@@ -29,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..data import load_text
 from ..dates import date_split_days, date_test_set, sample_dates
 
@@ -178,8 +180,6 @@ def build_next_word(seed: int = 2) -> Task:
 
 
 def build_dates(seed: int = 0) -> Task:
-    import torch
-
     test = [{"prompt": s + "=", "answer": t} for s, t in date_test_set(N_TEST, seed)]
     days = date_split_days(seed)["train"]
     train = [{"prompt": s + "=", "answer": t}
