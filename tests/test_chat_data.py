@@ -7,7 +7,7 @@ import re
 import pytest
 
 from course_lib.chat.calculator import calculate
-from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
+from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, CHAT_TASKS,
                                   build_conversations, char_chat_tokenizer, conversations_bytes, load_conversations,
                                   write_conversations)
 from course_lib.chat.template import check_conversation, render
@@ -45,7 +45,7 @@ def test_a_damaged_or_missing_file_is_refused(tmp_path):
 def test_sizes_and_every_task_in_every_split():
     for split in SPLITS:
         assert len(DATA[split]) == SIZES[split]
-        assert {c["task"] for c in DATA[split]} == set(TASKS)
+        assert {c["task"] for c in DATA[split]} == set(CHAT_TASKS)
 
 
 def test_every_conversation_is_well_formed_fits_the_context_and_uses_known_characters():

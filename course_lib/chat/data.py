@@ -54,7 +54,7 @@ SIZES = {"train": 4000, "val": 400, "test": 400}  # conversations per split
 EXTRA_CHARS = "0123456789+-*/()="  # what the conversations write beyond tiny Shakespeare's 65 characters
 MAX_TOKENS = 65  # the character template's length of the longest conversation: block_size 64 + 1
 MIN_LINES = 20  # a speaker the assistant can speak as has at least this many first lines (8 to 40 characters)
-TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
+CHAT_TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
 IDENTITY = (  # (question, answer)
     ("Who are you?", "I am a small GPT that read Shakespeare."),
     ("What are you?", "A small language model."),
@@ -221,7 +221,7 @@ def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, l
     for split in SPLITS:
         out[split] = []
         while len(out[split]) < sizes[split]:
-            task = TASKS[len(out[split]) % len(TASKS)]
+            task = CHAT_TASKS[len(out[split]) % len(CHAT_TASKS)]
             args = (pools[split], rng, split) if task in NEEDS_SPLIT else (pools[split], rng)
             messages = MAKERS[task](*args)
             if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:  # else draw again
