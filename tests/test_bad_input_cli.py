@@ -193,6 +193,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
          "cannot encode task arithmetic"),
         ("eval --limit 0", ["eval", "--checkpoint", ckpt, "--limit", "0"], 2, "--limit must be at least 1"),
         ("eval --shots -1", ["eval", "--checkpoint", ckpt, "--shots", "-1"], 2, "--shots must be 0 or more"),
+        ("e30_tasks_dup: a task named twice", ["eval", "--checkpoint", ckpt, "--tasks", "next-word,next-word"], 2,
+         "task next-word is named more than once"),
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
         *fine_tune_cases(tmp),
