@@ -195,6 +195,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("eval --shots -1", ["eval", "--checkpoint", ckpt, "--shots", "-1"], 2, "--shots must be 0 or more"),
         ("e30_tasks_dup: a task named twice", ["eval", "--checkpoint", ckpt, "--tasks", "next-word,next-word"], 2,
          "task next-word is named more than once"),
+        ("e39_shotshuge: --shots 100000", ["eval", "--checkpoint", ckpt, "--shots", "100000"], 2,
+         "task next-line has 20 training items for few-shot examples, not 100000: give --shots 20 or fewer"),
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
         *fine_tune_cases(tmp),

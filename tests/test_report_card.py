@@ -3,6 +3,7 @@ tokenizer cannot encode are skipped, or an error when named), its table and JSON
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -150,6 +151,29 @@ def test_eval_refuses_a_bad_json_path_before_any_work_and_writes_nothing(checkpo
     assert ckpt.read_bytes() == before[1]  # row 1: the checkpoint is intact
     assert sorted(os.listdir(tmp_path)) == sorted(before[0] + ["adir", "small.txt", "pipe"])  # no .tmp left
     assert os.listdir(tmp_path / "adir") == []
+
+
+def test_eval_refuses_too_many_shots_before_any_work(checkpoints, capsys, no_evaluation, monkeypatch):
+    """Review row 65 (E4): --shots beyond the tasks' training items was refused after the bits-per-byte
+    pass (and, with every task, after the tasks before the short one); now before the model is loaded."""
+    ckpt = str(checkpoints / "gpt.pt")
+    for argv, phrase in ((["--shots", "100000"], "task next-line has 20 training items for few-shot examples, not "
+                          "100000: give --shots 20 or fewer"),
+                         (["--tasks", "next-word", "--shots", "21"], "task next-word has 20 training items .*not 21: "
+                          "give --shots 20 or fewer, or leave it out of --tasks")):
+        assert main(["eval", "--checkpoint", ckpt, "--limit", "3", *argv]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(f"error: {phrase}" + chr(10), err), err
+    import course_lib.report_card  # a task the tokenizer encodes, with too few: before the bits per byte
+
+    def fail(*args, **kwargs):
+        raise AssertionError("shots were checked after the work")
+
+    monkeypatch.setattr(course_lib.report_card, "bits_per_byte", fail)
+    tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
+    with pytest.raises(ValueError, match="task gsm8k-style has 2 training items .*not 3: give --shots 2 or fewer, "
+                       "or name other tasks in --tasks"):
+        report_card(tiny(tok.vocab_size), tok, limit=1, shots=3, heldout_chars=300)
 
 
 def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
