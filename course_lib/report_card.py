@@ -9,6 +9,7 @@ error when it was asked for by name.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -175,5 +176,19 @@ def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None, 
 
 
 def _write_json(path: str | Path, card: dict, inputs=()) -> None:
-    """The card as JSON, atomically (a reader never sees half a file), never over an input."""
-    write_text_atomic(path, json.dumps(card, indent=1) + "\n", inputs=inputs)
+    """The card as JSON, atomically (a reader never sees half a file), never over an input. JSON has
+    no infinity or NaN (Python's ``Infinity`` token breaks other readers: a counting bigram with
+    smoothing 0 has infinite bits per byte), so such a number is written as the string "Infinity",
+    "-Infinity" or "NaN", which Python's ``float`` and JavaScript's ``Number`` read back."""
+    write_text_atomic(path, json.dumps(_strict_json(card), indent=1, allow_nan=False) + "\n", inputs=inputs)
+
+
+def _strict_json(value):
+    """``value`` with every float that is not finite replaced by its name (see :func:`_write_json`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value

@@ -198,3 +198,23 @@ def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, mo
     assert main(argv) == 0
     assert (tmp_path / "link.json").is_symlink()  # row 70: the link is kept, its target written
     assert json.loads((tmp_path / "real.json").read_text())["tasks"][0]["task"] == "next-word"
+
+
+def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, tmp_path, capsys, monkeypatch):
+    """Review row 63 (E2): a counting bigram with smoothing 0 has infinite bits per byte; the table
+    says inf, and the JSON file held the token Infinity, which JSON.parse and jq do not read."""
+    import course_lib.report_card
+    monkeypatch.setattr(course_lib.report_card, "bits_per_byte", lambda *a, **k: float("inf"))
+    out = tmp_path / "card.json"
+    argv = ["eval", "--checkpoint", str(checkpoints / "bigram.pt"), "--tasks", "next-word", "--limit", "2",
+            "--json", str(out)]
+    assert main(argv) == 0
+    assert "bits per byte (held-out tiny Shakespeare, 20,000 characters): inf" in capsys.readouterr().out
+
+    def refuse(name):
+        raise AssertionError(f"not JSON: {name}")
+
+    card = json.loads(out.read_text(), parse_constant=refuse)  # Infinity, -Infinity and NaN are refused
+    assert card["bits_per_byte"] == "Infinity" and float(card["bits_per_byte"]) == float("inf")
+    strict = course_lib.report_card._strict_json({"a": [float("nan"), -float("inf"), 1.5], "b": (2, "x")})
+    assert strict == {"a": ["NaN", "-Infinity", 1.5], "b": [2, "x"]}
