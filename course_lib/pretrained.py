@@ -16,7 +16,8 @@ validation loss on the whole validation split (``course_lib.losses.sequence_loss
 computed in float32) is 1.864, the one figure the book quotes for this run,
 ``course_lib.presets.CPU_PRESET_VAL_LOSS`` (tests/test_quoted_figures.py recomputes it).
 :func:`train_pretrained` reports a 50-batch estimate instead (1.860 when the file was made), and
-chapter 15's ``text_loss`` averages 20 random batches of 32 windows. A reader can train the same model with
+chapter 15's ``course_lib.forgetting.vocab_split_loss`` averages 20 random batches of 32 windows.
+A reader can train the same model with
 ``python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`` (in float32).
 """
 from __future__ import annotations
