@@ -85,6 +85,10 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
     assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
     if option:
         assert isinstance(json.loads(record.read_text()), dict)
+    if name == "finetune_dates":  # review 15-m1: each run records the command that made it
+        runs = json.loads(record.read_text()).values()
+        assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only 'dates full'")
+                            for r in runs)
     assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
 
 
