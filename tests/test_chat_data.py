@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from course_lib.calculator import calculate
-from course_lib.chat_data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
+from course_lib.chat.calculator import calculate
+from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
                                   build_conversations, char_chat_tokenizer, conversations_bytes, load_conversations,
                                   write_conversations)
-from course_lib.chat_template import check_conversation, render
+from course_lib.chat.template import check_conversation, render
 from course_lib.data import load_text
 from course_lib.dates import DATE_FORMATS, format_date
 
@@ -132,7 +132,7 @@ def test_conversations_bytes_is_one_conversation_per_line():
 def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     import torch
 
-    from course_lib.chat_data import chat_batch_fn, rendered_pairs
+    from course_lib.chat.data import chat_batch_fn, rendered_pairs
     from course_lib.utils import IGNORE_INDEX
 
     tokenizer = char_chat_tokenizer()
@@ -154,8 +154,8 @@ def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
 def test_is_follow_up_knows_exactly_the_follow_up_questions():
     """The chat engine drops a follow-up with the exchange it follows (review 17-M3): its test is
     right on every conversation of every split (the second message of each follow-up, no other)."""
-    from course_lib.chat_data import load_conversations
-    from course_lib.chat_template import is_follow_up
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.template import is_follow_up
     for split in SPLITS:
         for conversation in load_conversations(split):
             users = [m["content"] for m in conversation["messages"] if m["role"] == "user"]

@@ -1,4 +1,4 @@
-"""course_lib.report_card: a task's score with its interval and chance, the report card (tasks a
+"""course_lib.evaluation.report_card: a task's score with its interval and chance, the report card (tasks a
 tokenizer cannot encode are skipped, or an error when named), its table and JSON, and
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
@@ -12,9 +12,9 @@ from course_lib.bigram import BigramLanguageModel
 from course_lib.checkpoint import save_checkpoint
 from course_lib.cli import main
 from course_lib.data import load_text
-from course_lib.eval_tasks import load_task
+from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
-from course_lib.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
+from course_lib.evaluation.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
                                     heldout_text, report_card)
 from course_lib.tokenizers import CharTokenizer, train_tokenizer
 
@@ -93,8 +93,8 @@ def checkpoints(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["gpt", "rope", "bigram"])
 def test_the_eval_command_prints_the_card_and_writes_json(checkpoints, name, tmp_path, capsys, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
     out = tmp_path / "card.json"
     argv = ["eval", "--checkpoint", str(checkpoints / f"{name}.pt"), "--tasks", "next-line,next-word",
             "--limit", "3", "--json", str(out), "--device", "cpu"]
@@ -119,12 +119,12 @@ def test_evaluate_checkpoint_checks_its_arguments_before_loading(tmp_path):
 @pytest.fixture
 def no_evaluation(monkeypatch):
     """eval must refuse a bad --json before it loads or scores anything."""
-    import course_lib.report_card
+    import course_lib.evaluation.report_card
 
     def fail(*args, **kwargs):
         raise AssertionError("the --json path was checked after the work")
 
-    monkeypatch.setattr(course_lib.report_card, "load_model", fail)
+    monkeypatch.setattr(course_lib.evaluation.report_card, "load_model", fail)
 
 
 def bad_json_paths(folder, ckpt):
@@ -164,12 +164,12 @@ def test_eval_refuses_too_many_shots_before_any_work(checkpoints, capsys, no_eva
         assert main(["eval", "--checkpoint", ckpt, "--limit", "3", *argv]) == 2
         err = capsys.readouterr().err
         assert re.fullmatch(f"error: {phrase}" + chr(10), err), err
-    import course_lib.report_card  # a task the tokenizer encodes, with too few: before the bits per byte
+    import course_lib.evaluation.report_card  # a task the tokenizer encodes, with too few: before the bits per byte
 
     def fail(*args, **kwargs):
         raise AssertionError("shots were checked after the work")
 
-    monkeypatch.setattr(course_lib.report_card, "bits_per_byte", fail)
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", fail)
     tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
     with pytest.raises(ValueError, match="task gsm8k-style has 2 training items .*not 3: give --shots 2 or fewer, "
                        "or name other tasks in --tasks"):
@@ -178,8 +178,8 @@ def test_eval_refuses_too_many_shots_before_any_work(checkpoints, capsys, no_eva
 
 def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
                                                                           monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     monkeypatch.chdir(tmp_path)
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2", "--json", "-"]
     assert main(argv) == 0
@@ -189,8 +189,8 @@ def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkp
 
 
 def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     (tmp_path / "real.json").write_text("old")
     (tmp_path / "link.json").symlink_to("real.json")
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2",
@@ -203,8 +203,8 @@ def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, mo
 def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, tmp_path, capsys, monkeypatch):
     """Review row 63 (E2): a counting bigram with smoothing 0 has infinite bits per byte; the table
     says inf, and the JSON file held the token Infinity, which JSON.parse and jq do not read."""
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "bits_per_byte", lambda *a, **k: float("inf"))
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", lambda *a, **k: float("inf"))
     out = tmp_path / "card.json"
     argv = ["eval", "--checkpoint", str(checkpoints / "bigram.pt"), "--tasks", "next-word", "--limit", "2",
             "--json", str(out)]
@@ -216,5 +216,5 @@ def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, t
 
     card = json.loads(out.read_text(), parse_constant=refuse)  # Infinity, -Infinity and NaN are refused
     assert card["bits_per_byte"] == "Infinity" and float(card["bits_per_byte"]) == float("inf")
-    strict = course_lib.report_card._strict_json({"a": [float("nan"), -float("inf"), 1.5], "b": (2, "x")})
+    strict = course_lib.evaluation.report_card._strict_json({"a": [float("nan"), -float("inf"), 1.5], "b": (2, "x")})
     assert strict == {"a": ["NaN", "-Infinity", 1.5], "b": [2, "x"]}
