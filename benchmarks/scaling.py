@@ -110,9 +110,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the first design's windows (FIRST_SIZES at 2e11 and 4e11, seed 1337), not the sweep")
     p.add_argument("--resume", action="store_true", help="keep the record's finished runs, train the others")
     p.add_argument("--repetition", action="store_true",
-                   help="the repetition control (not part of the held-out test): REPETITION's runs trained on the "
-                        "first half of the training split, so the same N and D make twice the passes; added to the "
-                        "record under repetition_control, the prediction untouched")
+                   help="the repetition control (not part of the held-out test): REPETITION's runs trained on "
+                        f"half of the training split (every other one of its {REPETITION_CHUNKS} chunks, so that the half spans the "
+                        "whole text), so the same N and D make twice the passes; added to the record under "
+                        "repetition_control, the prediction untouched")
     p.add_argument("--out", type=Path, default=None, help="the record (JSON); without it (or --update-record) "
                    "nothing is written")
     p.add_argument("--update-record", action="store_true", help="write the shipped record "

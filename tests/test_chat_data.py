@@ -149,3 +149,15 @@ def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     assert rendered_pairs(tokenizer, small["train"], 20)[1] > 0  # too long for 20 tokens: left out, never cut
     with pytest.raises(ValueError, match="no train conversation fits"):
         chat_batch_fn(tokenizer, 8, 5, data=small)
+
+
+def test_is_follow_up_knows_exactly_the_follow_up_questions():
+    """The chat engine drops a follow-up with the exchange it follows (review 17-M3): its test is
+    right on every conversation of every split (the second message of each follow-up, no other)."""
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.template import is_follow_up
+    for split in SPLITS:
+        for conversation in load_conversations(split):
+            users = [m["content"] for m in conversation["messages"] if m["role"] == "user"]
+            assert [is_follow_up(u) for u in users] == [False] + [True] * (len(users) - 1), users
+    assert is_follow_up(" plus 7 ") and not is_follow_up("Plus 5? And then?") and not is_follow_up("What is 2+3?")

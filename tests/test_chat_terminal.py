@@ -75,6 +75,7 @@ def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkp
     assert main(["chat", "--checkpoint", str(chat_checkpoint), "--max-tokens", "5"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"chatting with {chat_checkpoint} (64-token context)") and "(reply cut after 5 tokens)" in out
+    assert "a message of at most 53 characters" in out and "start each new topic with a reset" in out  # 17-M3
 
     def ctrl_c(prompt):
         raise KeyboardInterrupt

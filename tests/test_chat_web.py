@@ -54,8 +54,10 @@ def test_the_page_and_a_streamed_reply_with_its_calculator_call():
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         got = events("".join(response.iter_text()))
     assert got == [("tool", "2+3"), ("result", "5"), ("text", "5"), ("done", "")]
-    history = client.get("/api/history").json()["messages"]
+    answer = client.get("/api/history").json()
+    history = answer["messages"]
     assert history == engine.messages and history[0] == {"role": "user", "content": "What is 2+3?"}
+    assert answer["about"] == engine.about() and "start each new topic with a reset" in answer["about"]  # 17-M3
     assert client.post("/api/reset", headers=JSON).json() == {"messages": []} and engine.messages == []
 
 
@@ -246,6 +248,7 @@ def chat_page(url):
 def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
     url, engine = served
     with chat_page(url) as (sync_api, page):
+        sync_api.expect(page.locator("#about")).to_have_text(engine.about())  # what the context holds and drops
         page.evaluate(COUNT_UPDATES)
         page.fill("#message", "What is 2+3?")
         page.click("#send")

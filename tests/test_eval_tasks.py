@@ -38,6 +38,8 @@ def test_unknown_task_names_are_one_error():
         check_task_names("mmlu,dates")
     with pytest.raises(ValueError, match="none given"):
         check_task_names(",")
+    with pytest.raises(ValueError, match="task next-word is named more than once: name each task once"):
+        check_task_names("next-word, dates,next-word")  # review 2026-11-28 row 64 (E3): it was scored twice
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)

@@ -127,6 +127,10 @@ def test_config_refuses_bad_settings():
                 {"beta": -1.0}, {"importance_sampling_level": "word"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GRPOConfig(**bad)
+    # review 2026-11-28 rows 92-93 (A2): refused here, naming the limit, not at the first step by sample_groups
+    with pytest.raises(ValueError, match=r"GRPOConfig.group_size must be an integer in \[2, 512\], got 513"):
+        GRPOConfig(group_size=513)
+    assert GRPOConfig(group_size=512).group_size == 512
 
 
 def test_masked_mean():

@@ -147,6 +147,8 @@ def test_dpo_config_refuses_bad_settings():
         DPOConfig(loss_type="kto")
     with pytest.raises(ValueError, match="label_smoothing"):
         DPOConfig(loss_type="robust", label_smoothing=0.5)
+    with pytest.raises(ValueError, match=r"DPOConfig.pair_group_size must be an integer in \[2, 512\], got 1000"):
+        DPOConfig(pair_group_size=1000)  # review 2026-11-28 rows 90-91 (A2): it named max_rows, not the option
     with pytest.raises(ValueError, match="ipo loss divides"):
         x = torch.zeros(1)
         dpo_loss(x, x, x, x, loss_type="ipo")

@@ -3,6 +3,7 @@ tokenizer cannot encode are skipped, or an error when named), its table and JSON
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -152,6 +153,29 @@ def test_eval_refuses_a_bad_json_path_before_any_work_and_writes_nothing(checkpo
     assert os.listdir(tmp_path / "adir") == []
 
 
+def test_eval_refuses_too_many_shots_before_any_work(checkpoints, capsys, no_evaluation, monkeypatch):
+    """Review row 65 (E4): --shots beyond the tasks' training items was refused after the bits-per-byte
+    pass (and, with every task, after the tasks before the short one); now before the model is loaded."""
+    ckpt = str(checkpoints / "gpt.pt")
+    for argv, phrase in ((["--shots", "100000"], "task next-line has 20 training items for few-shot examples, not "
+                          "100000: give --shots 20 or fewer"),
+                         (["--tasks", "next-word", "--shots", "21"], "task next-word has 20 training items .*not 21: "
+                          "give --shots 20 or fewer, or leave it out of --tasks")):
+        assert main(["eval", "--checkpoint", ckpt, "--limit", "3", *argv]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(f"error: {phrase}" + chr(10), err), err
+    import course_lib.evaluation.report_card  # a task the tokenizer encodes, with too few: before the bits per byte
+
+    def fail(*args, **kwargs):
+        raise AssertionError("shots were checked after the work")
+
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", fail)
+    tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
+    with pytest.raises(ValueError, match="task gsm8k-style has 2 training items .*not 3: give --shots 2 or fewer, "
+                       "or name other tasks in --tasks"):
+        report_card(tiny(tok.vocab_size), tok, limit=1, shots=3, heldout_chars=300)
+
+
 def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
                                                                           monkeypatch):
     import course_lib.evaluation.report_card
@@ -174,3 +198,23 @@ def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, mo
     assert main(argv) == 0
     assert (tmp_path / "link.json").is_symlink()  # row 70: the link is kept, its target written
     assert json.loads((tmp_path / "real.json").read_text())["tasks"][0]["task"] == "next-word"
+
+
+def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, tmp_path, capsys, monkeypatch):
+    """Review row 63 (E2): a counting bigram with smoothing 0 has infinite bits per byte; the table
+    says inf, and the JSON file held the token Infinity, which JSON.parse and jq do not read."""
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", lambda *a, **k: float("inf"))
+    out = tmp_path / "card.json"
+    argv = ["eval", "--checkpoint", str(checkpoints / "bigram.pt"), "--tasks", "next-word", "--limit", "2",
+            "--json", str(out)]
+    assert main(argv) == 0
+    assert "bits per byte (held-out tiny Shakespeare, 20,000 characters): inf" in capsys.readouterr().out
+
+    def refuse(name):
+        raise AssertionError(f"not JSON: {name}")
+
+    card = json.loads(out.read_text(), parse_constant=refuse)  # Infinity, -Infinity and NaN are refused
+    assert card["bits_per_byte"] == "Infinity" and float(card["bits_per_byte"]) == float("inf")
+    strict = course_lib.evaluation.report_card._strict_json({"a": [float("nan"), -float("inf"), 1.5], "b": (2, "x")})
+    assert strict == {"a": ["NaN", "-Infinity", 1.5], "b": [2, "x"]}

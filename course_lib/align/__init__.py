@@ -183,9 +183,15 @@ START_SFT = dict(max_iters=300, batch_size=32, learning_rate=1e-3, min_lr=1e-4, 
 
 def sft_start(model, tokenizer, settings: dict | None = None, device: str = "cpu", progress: bool = False):
     """``model`` (e.g. :func:`course_lib.chat.engine.load_chat_model`'s) after ``START_SFT`` (or
-    ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched."""
+    ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched.
+    Reproducible whatever came before: dropout's masks (a model with dropout > 0) come from torch's
+    global generator, seeded here with the config's seed inside a fork, so the caller's generator is
+    left as it was (a chapter's later cells draw the same numbers with or without this call)."""
     config = apply_overrides(TrainConfig(**START_SFT), settings or {}, SHAPE_KEPT)
-    trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config, device=device,
-                         tokenizer=tokenizer, progress=progress, verbose=False)
-    trainer.train()
+    kind = torch.device(device).type
+    with torch.random.fork_rng(devices=[] if kind == "cpu" else None, device_type="cuda" if kind == "cpu" else kind):
+        torch.manual_seed(config.seed)
+        trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config,
+                             device=device, tokenizer=tokenizer, progress=progress, verbose=False)
+        trainer.train()
     return trainer.model

@@ -32,6 +32,7 @@ import torch
 from ..evaluation.tasks import load_task
 from ..generate import generate
 from .grpo import group_advantages
+from .dpo import MAX_GROUP_SIZE
 
 END = "\n"  # an answer ends with a newline (chapter 16's tasks stop there)
 _SUM = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*$")
@@ -145,7 +146,7 @@ def sample_group(model, tokenizer, prompt: str, group_size: int, max_new_tokens:
 
 def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new_tokens: int,
                   generator: torch.Generator, reward=exact_answer_reward, temperature: float = 1.0,
-                  max_rows: int = 512) -> list[Group]:
+                  max_rows: int = MAX_GROUP_SIZE) -> list[Group]:
     """G answers to each prompt, rewarded by ``reward(prompt, completion_text)`` (None: no rewards).
 
     Prompts of the same token length are sampled together, G rows each, up to ``max_rows`` rows

@@ -32,6 +32,8 @@ Shapes: T tokens of one conversation; B conversations in a batch.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ..tokenizers import CharTokenizer, register_tokenizer, tokenizer_from_dict, train_tokenizer
@@ -299,6 +301,20 @@ def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int, p
                                       "(or start a new conversation)")
         dropped += 1
     return dropped
+
+
+# The follow-up questions of the training conversations (course_lib.chat.data's _follow_up), which mean
+# nothing without the exchange before them: the chat engine drops such an exchange together with the one
+# it follows (course_lib.chat.engine)
+FOLLOW_UP = re.compile(r"(plus|minus|times) \d+\??|how many letters\??|its length\??|which (year|month|day)\??",
+                       re.IGNORECASE)
+
+
+def is_follow_up(text: str) -> bool:
+    """Whether the user's ``text`` is one of the training conversations' follow-up questions
+    ("Plus 5?", "How many letters?", "Which year?", ...: the second exchange of a follow-up
+    conversation), which a model can answer only with the exchange it follows."""
+    return bool(FOLLOW_UP.fullmatch(text.strip()))
 
 
 # --- training examples --------------------------------------------------------------------------------

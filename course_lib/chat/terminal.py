@@ -19,7 +19,7 @@ def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=Non
     """Chat with ``engine`` until /quit or the end of input; ``read`` asks for a line (``input``),
     ``out`` is where the chat is written (standard output)."""
     out, read = out or sys.stdout, read or input
-    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}", file=out)
+    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}\n{engine.about()}", file=out)
     while True:
         try:
             line = read("you> ")

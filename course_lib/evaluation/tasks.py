@@ -250,12 +250,16 @@ def write_tasks(folder: str | Path = TASKS_DIR) -> dict[str, str]:
 
 
 def check_task_names(names) -> list[str]:
-    """The task names of ``names`` (a list or a comma-separated string), each known, else one error."""
+    """The task names of ``names`` (a list or a comma-separated string), each known and named once,
+    else one error."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in BUILDERS]
     if unknown or not names:
         raise ValueError(f"unknown task {', '.join(unknown) or '(none given)'}: choose from {', '.join(TASK_NAMES)}")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:  # it would be scored, and printed, twice
+        raise ValueError(f"task {', '.join(twice)} is named more than once: name each task once")
     return list(names)
 
 
