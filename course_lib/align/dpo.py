@@ -135,7 +135,7 @@ class DPOConfig:
 
 
 # The most answers sampled to one prompt: one sampling batch holds a whole group, and
-# course_lib.rewards.sample_groups batches at most this many rows (refused at config time, not at the
+# course_lib.align.rewards.sample_groups batches at most this many rows (refused at config time, not at the
 # first step, for GRPO's group_size and DPO's pair_group_size alike).
 MAX_GROUP_SIZE = 512
 
