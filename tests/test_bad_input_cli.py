@@ -306,7 +306,7 @@ def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("--eval-examples -5", [*ft, "--eval-examples", "-5", "--out", str(tmp / "fe0")], 2,
          "--eval-examples must be .*got -5"),
         ("a bigram as the base", ["finetune", "--checkpoint", str(tmp / "bigram.pt"), "--out", str(tmp / "fb")], 2,
-         "holds a 'bigram' model: fine-tune a GPT checkpoint"),
+         "holds a 'bigram' model: a fine-tuning run starts from a GPT checkpoint"),
         ("resume a LoRA run with other targets", [*ft, "--lora-targets", "mlp.c_fc", "--out", ftl, "--resume"], 2,
          "--lora-targets mlp.c_fc: .* was fine-tuned with LoRA rank 2, alpha 2, targets attn.c_attn,attn.c_proj"),
         ("resume a LoRA run with another alpha", [*ft, "--lora-alpha", "64", "--out", ftl, "--resume"], 2,
