@@ -10,6 +10,7 @@ from scipy import stats
 
 from course_lib.generate import generate
 from course_lib.model import GPT, GPTConfig
+from course_lib.speculative.exact import exact_output_distribution
 from course_lib.speculative import (ModelDrafter, NGramDrafter, acceptance_probability, alpha_from_rounds,
                                     expected_tokens_per_call, greedy_round, residual_distribution,
                                     speculative_generate, speculative_round)
@@ -77,43 +78,6 @@ def test_greedy_round():
 
 # --- sampled: exact by enumeration ---
 
-def _exact_speculative(p_of, q_of, prompt, n, k, accept=acceptance_probability,
-                       residual=residual_distribution):
-    """The exact distribution of the first n tokens speculative sampling emits (float64), every
-    draft and every accept/reject outcome enumerated, built from the library's rule."""
-    V = len(p_of(prompt))
-    dist = {}
-
-    def walk(seq, prob):
-        if len(seq) - len(prompt) >= n:
-            key = tuple(seq[len(prompt):len(prompt) + n])
-            dist[key] = dist.get(key, 0.0) + prob
-            return
-        for draft in itertools.product(range(V), repeat=k):
-            q_draft = 1.0
-            for i, x in enumerate(draft):
-                q_draft *= float(q_of(list(seq) + list(draft[:i]))[x])
-            if q_draft == 0:
-                continue
-            reach = prob * q_draft  # this draft, and every earlier token kept so far
-            for i, x in enumerate(draft):
-                ctx = list(seq) + list(draft[:i])
-                p, q = p_of(ctx), q_of(ctx)
-                a = float(accept(p[x], q[x]))
-                r = residual(p, q)
-                for y in range(V):
-                    if reach * (1 - a) * float(r[y]) > 0:
-                        walk(list(ctx) + [y], reach * (1 - a) * float(r[y]))
-                reach *= a
-            full = list(seq) + list(draft)
-            for y in range(V):
-                if reach * float(p_of(full)[y]) > 0:
-                    walk(full + [y], reach * float(p_of(full)[y]))
-
-    walk(list(prompt), 1.0)
-    return dist
-
-
 def _tables(V=3, seed=0):
     g = torch.Generator().manual_seed(seed)
     P = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 2, -1)  # bigram: last token -> p
@@ -125,8 +89,8 @@ def _tables(V=3, seed=0):
 def test_output_distribution_is_the_targets_by_enumeration(k):
     p_of, q_of, P = _tables()
     prompt, n = [0], 3
-    dist = _exact_speculative(p_of, q_of, prompt, n, k)
-    for seq in itertools.product(range(3), repeat=n):
+    dist = exact_output_distribution(p_of, q_of, prompt, n, k)
+    for seq in itertools.product(range(3), repeat=n):  # written out here, independently of the library
         want, last = 1.0, prompt[-1]
         for t in seq:
             want *= float(P[last][t])
@@ -143,7 +107,7 @@ def test_output_distribution_is_the_targets_by_enumeration(k):
 ])
 def test_enumeration_catches_wrong_rules(accept, residual):
     p_of, q_of, P = _tables()
-    dist = _exact_speculative(p_of, q_of, [0], 2, 2, accept, residual)
+    dist = exact_output_distribution(p_of, q_of, [0], 2, 2, accept, residual)
     exact = {(a, b): float(P[0][a] * P[a][b]) for a in range(3) for b in range(3)}
     assert max(abs(dist.get(s, 0.0) - v) for s, v in exact.items()) > 1e-3
 
