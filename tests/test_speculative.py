@@ -238,3 +238,19 @@ def test_a_draft_with_another_vocabulary_is_refused():
         speculative_generate(_tiny(vocab=5), _tiny(vocab=5), torch.tensor([[0]]), 3)
     with pytest.raises(ValueError, match="k must be"):
         speculative_generate(_tiny(vocab=5), ModelDrafter(_tiny(vocab=5)), torch.tensor([[0]]), 3, k=0)
+
+
+# --- the command line ---
+
+def test_sample_with_a_draft_gives_the_greedy_text(capsys):
+    from course_lib.cli import main
+    from course_lib.pretrained import PRETRAINED_PATH
+
+    common = ["sample", "--checkpoint", str(PRETRAINED_PATH), "--prompt", "ROMEO:", "--tokens", "40",
+              "--temperature", "0", "--device", "cpu"]
+    assert main(common) == 0
+    plain = capsys.readouterr().out
+    assert main([*common, "--draft", str(PRETRAINED_PATH), "--draft-k", "3"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == plain
+    assert "tokens per target call" in captured.err

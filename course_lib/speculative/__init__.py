@@ -7,13 +7,14 @@
 - :mod:`.decode`: :func:`speculative_generate`, the loop;
 - :mod:`.train_draft`: the 1-layer GPT drafter trained on the target's training split.
 """
-from .decode import SpeculativeStats, check_drafter, speculative_generate
-from .drafters import ModelDrafter, NGramDrafter
+from .decode import SpeculativeStats, check_drafter, speculative_generate, speculative_text
+from .drafters import ModelDrafter, NGramDrafter, drafter_from_checkpoint
 from .rule import (acceptance_probability, acceptance_rate, alpha_from_rounds, expected_speedup,
                    expected_tokens_per_call, greedy_round, probabilities, residual_distribution,
                    speculative_round)
 
-__all__ = ["SpeculativeStats", "check_drafter", "speculative_generate", "ModelDrafter", "NGramDrafter",
+__all__ = ["SpeculativeStats", "check_drafter", "speculative_generate", "speculative_text", "ModelDrafter",
+           "NGramDrafter", "drafter_from_checkpoint",
            "acceptance_probability", "acceptance_rate", "alpha_from_rounds", "expected_speedup",
            "expected_tokens_per_call", "greedy_round", "probabilities", "residual_distribution",
            "speculative_round"]

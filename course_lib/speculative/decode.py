@@ -88,3 +88,15 @@ def speculative_generate(target, drafter, idx: torch.Tensor, max_new_tokens: int
     target.train(was_training)
     out = torch.tensor([tokens], dtype=torch.long, device=idx.device)
     return (out, stats) if return_stats else out
+
+
+def speculative_text(target, drafter, tokenizer, prompt: str, max_new_tokens: int, k: int = 4,
+                     seed: int | None = None, **sampling) -> tuple[str, SpeculativeStats]:
+    """:func:`course_lib.generate.generate_text` with a drafter: the prompt and its continuation,
+    and the :class:`SpeculativeStats` of the call."""
+    device = next(target.parameters()).device
+    idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    out, stats = speculative_generate(target, drafter, idx, max_new_tokens, k, generator=generator,
+                                      return_stats=True, **sampling)
+    return tokenizer.decode(out[0].tolist()), stats

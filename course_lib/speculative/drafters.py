@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ..checkpoint import load_model
+from ..model import GPT
 from .cached import CachedLM
 from .rule import probabilities
 
@@ -100,3 +102,22 @@ class ModelDrafter:
             out.append(nxt)
             tokens.append(nxt)
         return out, (torch.stack(qs) if qs else None)
+
+
+def drafter_from_checkpoint(path, target, target_checkpoint: dict, device="cpu") -> ModelDrafter:
+    """The GPT stored at ``path`` as a drafter for ``target`` (a GPT, loaded from
+    ``target_checkpoint``): refused in one line when either is another kind of model or when the
+    two do not share one tokenizer (a draft must speak the target's tokens)."""
+    if type(target) is not GPT:
+        raise ValueError(f"--draft needs a GPT as the target, and the checkpoint holds a {type(target).__name__}: "
+                         "sample without --draft, or give a GPT checkpoint (from `train`)")
+    draft, ckpt = load_model(path, device)
+    if type(draft) is not GPT:
+        raise ValueError(f"the draft {path} holds a {type(draft).__name__}, not a GPT: give a GPT checkpoint trained "
+                         "on the target's tokens as --draft")
+    if ckpt.get("tokenizer") != target_checkpoint.get("tokenizer") or \
+            draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"the draft {path} has another vocabulary than the target ({draft.config.vocab_size} and "
+                         f"{target.config.vocab_size} tokens, and another tokenizer): train the draft on the target's "
+                         "tokenizer and text")
+    return ModelDrafter(draft)
