@@ -98,6 +98,6 @@ def check_expected_tokens(fn) -> None:
         if math.isclose(got, 1 + alpha * k, rel_tol=1e-6):
             fail(f"expected_tokens({alpha}, {k}) = {got:.4f}: 1 + alpha k counts every draft token as examined, "
                  "but a round stops at the first rejection.", "token i is kept only if tokens 1 .. i all are: alpha^i")
-        fail(f"expected_tokens({alpha}, {k}) = {got:.4f}, expected {want:.4f}.",
+        fail(f"expected_tokens({alpha}, {k}) = {got:.4f}, which is not the expected number of tokens per call.",
              "1 + alpha + alpha^2 + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha); k + 1 when alpha = 1")
     passed("(1 - alpha^(k+1)) / (1 - alpha) tokens per target call, k + 1 when every draft is kept.")
