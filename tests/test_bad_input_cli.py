@@ -179,6 +179,11 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
          "use `python -m course_lib translate"),
         # sampling arguments: one check (course_lib.generate.check_sampling_args)
         ("sample --tokens below 1", [*sample, "--tokens", "-5"], 2, "--tokens must be at least 1"),
+        # chapter 22: a draft of another vocabulary or another kind
+        ("sample --draft of another vocabulary", ["sample", "--checkpoint", pre, "--draft", ckpt, "--tokens", "5"], 2,
+         "has another vocabulary than the target"),
+        ("sample --draft of another kind", ["sample", "--checkpoint", pre, "--draft", str(tmp / "bigram.pt"),
+                                            "--tokens", "5"], 2, "holds a BigramLanguageModel, not a GPT"),
         ("sample with top-p 2", [*sample, "--top-p", "2"], 2, r"top_p must be in \(0, 1\]"),
         ("sample with top-p nan", [*sample, "--top-p", "nan"], 2, r"top_p must be in \(0, 1\]"),
         ("sample with temperature nan", [*sample, "--temperature", "nan"], 2, "temperature must be >= 0 .*finite"),

@@ -41,6 +41,8 @@ TINY = {
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
     "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
+    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1", "--draft-steps", "2"],
+                    "--json"),
     "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
@@ -126,6 +128,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
+    (None, "speculative", ["--tokens", "60"], "must fit in block_size 64"),
+    (None, "speculative", ["--repeats", "0"], MUST_BE_1),
 ]
 
 

@@ -47,6 +47,7 @@ from ..evaluation.report_card import evaluate_checkpoint
 from ..runs import DEFAULT_PRESET
 from ..runs.finetune import MAX_EVAL_EXAMPLES
 from ..seq2seq import Seq2Seq
+from ..speculative import drafter_from_checkpoint, speculative_text
 from ..sizing import count_parameters, flops_per_token, parameter_breakdown
 from ..train import TrainConfig
 from ..translate import translate
@@ -98,9 +99,19 @@ def cmd_sample(args) -> int:
                          f"a text: use `python -m course_lib translate --checkpoint {args.checkpoint} TEXT`")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
     prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if args.draft:  # chapter 22: speculative decoding, the same text (greedy) or distribution (sampled)
+        drafter = drafter_from_checkpoint(args.draft, model, ckpt, check_device(args.device))
+        pause_point("sample")
+        text, stats = speculative_text(model, drafter, tokenizer, prompt, args.tokens, args.draft_k, args.seed,
+                                       **sampling)
+        print(text)
+        print(f"[draft: {stats.tokens_per_call:.2f} tokens per target call, {stats.acceptance:.0%} of the "
+              f"drafted tokens kept]", file=sys.stderr)
+        return 0
     pause_point("sample")
-    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, temperature=args.temperature,
-                        top_k=args.top_k, top_p=args.top_p, use_cache=isinstance(model, GPT)))  # a bigram has no cache
+    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, use_cache=isinstance(model, GPT),
+                        **sampling))  # a bigram has no cache
     return 0
 
 
@@ -135,6 +146,8 @@ def add_sample_parser(sub) -> None:
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
     add_sampling_options(p, temperature=1.0)
+    p.add_argument("--draft", help="a smaller GPT checkpoint with the same tokenizer: speculative decoding (chapter 22)")
+    p.add_argument("--draft-k", type=int, default=4, help="with --draft: tokens drafted per target call (default 4)")
     p.set_defaults(func=cmd_sample)
 
 
