@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     print(f"target: the shipped model; {args.prompts} prompts x {args.tokens} new tokens; threads {args.threads}; "
           f"load average {min(min(t['loadavg']) for t in record['temperatures'].values()):.1f} to "
           f"{max(max(t['loadavg']) for t in record['temperatures'].values()):.1f} on {os.cpu_count()} cores")
-    print(f"draft cost c (one draft token / one target token): " + ", ".join(f"{k} {v:.3f}" for k, v in costs.items()))
+    print("draft cost c (one draft token / one target token): " + ", ".join(f"{k} {v:.3f}" for k, v in costs.items()))
     print(f"{'T':>3} {'drafter':12} {'k':>2} {'alpha':>6} {'tok/call':>8} {'model':>6} {'tok/s':>7} "
           f"{'plain':>7} {'ratio':>6} {'[min, max]':>13}")
     for r in rows:
