@@ -64,7 +64,7 @@ from course_lib.grpo import kl_k3, masked_mean  # noqa: E402
 from course_lib.preference import completion_logprobs  # noqa: E402
 from course_lib.rewards import (END, arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
                                 greedy_answers, sample_groups, units_digit_reward)
-from course_lib.runs_assistant import start_dpo_run, start_grpo_run  # noqa: E402
+from course_lib.runs import start_dpo_run, start_grpo_run  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "align_compare.json"

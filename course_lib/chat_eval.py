@@ -189,7 +189,7 @@ def across_seeds(scores: list[float]) -> dict:
 
 def before_fine_tuning(model, base_tokenizer):
     """``(model, tokenizer)``: a pretrained GPT (and its tokenizer) as the chat fine-tune starts
-    from it (``runs_assistant.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
+    from it (``runs.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
     the old), to score it "before"."""
     from .lora_gpt import extend_vocabulary
 

@@ -106,7 +106,7 @@ def _next_line_items(lines, n: int, rng: random.Random) -> list[dict]:
     items = []
     picks = rng.sample(range(2, len(lines)), n)
     for p in picks:
-        (i0, a, _), (i1, b, s1), (i2, true, s2) = lines[p - 2], lines[p - 1], lines[p]
+        (i0, a, _), (_, b, s1), (i2, true, s2) = lines[p - 2], lines[p - 1], lines[p]
         if not (i2 - i0 == 2 and s1 == s2):  # three consecutive lines of one speech
             continue
         far = [ln for j, ln, _ in lines if abs(j - i2) > 200 and ln != true]

@@ -45,7 +45,7 @@ def test_the_measured_page_and_the_benchmark_quote_the_recorded_figure_and_name_
     # speedrun.py's row quotes the three seeds' whole-split losses as the record has them
     result = json.loads((RECORDS / "speedrun_results.json").read_text())
     losses = sorted(r["val_loss"] for r in result["runs"]["shakespeare-char-cpu"])
-    assert f"whole-validation-split loss" in _measured_row("speedrun.py")
+    assert "whole-validation-split loss" in _measured_row("speedrun.py")
     assert f"against {losses[0]:.3f}-{losses[-1]:.3f}" in _measured_row("speedrun.py")
 
 
