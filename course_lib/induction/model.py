@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import Rule, check_fields, config_from_dict
+from ..registry import register_model
 
 ATTN_ONLY_RULES = {
     "vocab_size": Rule(int, 1),
@@ -88,6 +89,7 @@ class HookedAttention(nn.Module):
         return self.c_proj(z.reshape(B, T, C))
 
 
+@register_model("attn-only", AttnOnlyConfig)
 class AttnOnlyTransformer(nn.Module):
     """Embeddings, ``n_layer`` attention-only residual blocks, unembedding. ``forward(idx, targets)``
     returns ``(logits, loss)`` as every model the Trainer trains: logits (B, T, V), the mean
@@ -113,6 +115,9 @@ class AttnOnlyTransformer(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
     def residual(self, idx: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, C)
         B, T = idx.shape

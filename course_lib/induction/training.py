@@ -43,8 +43,9 @@ def train_config(max_iters: int, seed: int, **changes) -> TrainConfig:
 
 
 def induction_trainer(task: RepeatTask, config: TrainConfig, model_config: AttnOnlyConfig | None = None,
-                      device=None, out_dir=None) -> Trainer:
-    """A Trainer of a freshly built model on ``task``, the model seeded with ``config.seed``."""
+                      device=None, out_dir=None, progress: bool = False, verbose: bool = False) -> Trainer:
+    """A Trainer of a freshly built model on ``task``, the model seeded with ``config.seed``; its
+    checkpoints record the task (``trained_on``), so that a resume rebuilds the same batches."""
     model_config = model_config or model_config_for(task)
     if model_config.block_size < task.seq_len or model_config.vocab_size < task.vocab_size:
         raise ValueError(f"the model (block_size={model_config.block_size}, vocab_size={model_config.vocab_size}) "
@@ -52,10 +53,9 @@ def induction_trainer(task: RepeatTask, config: TrainConfig, model_config: AttnO
                          "build it with model_config_for(task)")
     seed_everything(config.seed)  # right before the model is built: its initial weights
     model = AttnOnlyTransformer(model_config)
-    trainer = Trainer(model, config=config, batch_fn=batch_fn(task, config.batch_size, device), device=device,
-                      out_dir=out_dir, progress=False, verbose=False)
-    trainer.trained_on = {"command": "induction", "task": task.to_dict()}
-    return trainer
+    return Trainer(model, config=config, batch_fn=batch_fn(task, config.batch_size, device), device=device,
+                   out_dir=out_dir, progress=progress, verbose=verbose,
+                   trained_on={"command": "induction", "task": task.to_dict()})
 
 
 def probe_rows(task: RepeatTask, n_rows: int = 256, seed: int = 2021) -> tuple[torch.Tensor, torch.Tensor]:
