@@ -246,3 +246,21 @@ def test_measure_of_a_uniform_guess_is_chance_everywhere():
 def test_a_model_too_small_for_the_task_is_refused():
     with pytest.raises(ValueError, match="cannot read the task"):
         induction_trainer(RepeatTask(), train_config(2, 0), AttnOnlyConfig(block_size=20))
+
+
+# --- the kind of run and its command ---
+
+
+def test_the_induction_command_trains_resumes_and_refuses_to_change_the_task(tmp_path, capsys):
+    from course_lib.cli import main
+
+    out = str(tmp_path / "run")
+    assert main(["induction", "--out", out, "--max-iters", "2", "--set", "batch_size=4", "--device", "cpu"]) == 0
+    said = capsys.readouterr().out
+    assert "repeat length drawn per row (8-24)" in said and "repeat loss" in said
+    assert main(["induction", "--out", out, "--resume", "--fixed-offset", "--max-iters", "3", "--device", "cpu"]) == 2
+    assert "keeps its task" in capsys.readouterr().err
+    assert main(["induction", "--out", out, "--resume", "--max-iters", "3", "--device", "cpu"]) == 0
+    assert main(["induction", "--out", str(tmp_path / "f"), "--fixed-offset", "--max-iters", "1", "--set",
+                 "batch_size=2", "--device", "cpu"]) == 0
+    assert "fixed-offset control (L = 16)" in capsys.readouterr().out
