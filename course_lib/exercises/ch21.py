@@ -94,9 +94,10 @@ def check_mean_ablation(fn) -> None:
         expect_tensor(got, (B, T, nh, hs), "z_new", "return a tensor shaped like z (B, T, nh, hs)")
         expected = z.clone()
         expected[:, :, head] = mean_z[:, head]
+        got, z, mean_z = got.double(), z.double(), mean_z.double()  # any float dtype compares
         if torch.allclose(got, z):
             fail("z_new equals z: no head was replaced.", "z[:, :, head] = mean_z[:, head] on a copy of z")
-        if torch.allclose(got[:, :, head], torch.zeros(B, T, hs)):
+        if torch.allclose(got[:, :, head], torch.zeros(B, T, hs, dtype=got.dtype)):
             fail("you zero the head: that is zero-ablation. Mean-ablation writes its mean output instead.",
                  "mean_z[:, head] holds it, one vector per position")
         if not torch.allclose(torch.cat([got[:, :, :head], got[:, :, head + 1:]], 2),
