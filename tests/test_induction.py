@@ -264,3 +264,14 @@ def test_the_induction_command_trains_resumes_and_refuses_to_change_the_task(tmp
     assert main(["induction", "--out", str(tmp_path / "f"), "--fixed-offset", "--max-iters", "1", "--set",
                  "batch_size=2", "--device", "cpu"]) == 0
     assert "fixed-offset control (L = 16)" in capsys.readouterr().out
+
+
+def test_probing_does_not_change_the_run():
+    """train_with_probes trains in chunks and measures in between: the weights equal a straight run's."""
+    task = RepeatTask(vocab_size=32, seq_len=48)
+    probed = induction_trainer(task, train_config(6, seed=4, batch_size=4))
+    train_with_probes(probed, task, 2, probe_rows(task, 8))
+    straight = induction_trainer(task, train_config(6, seed=4, batch_size=4))
+    straight.train()
+    for a, b in zip(probed.model.state_dict().values(), straight.model.state_dict().values()):
+        assert torch.equal(a, b)
