@@ -1,10 +1,12 @@
 """A small attention-only Transformer for chapter 21, with hook points to read and replace.
 
-No MLPs and no LayerNorm: token and learned position embeddings, ``n_layer`` blocks of causal
-multi-head attention added to the residual stream, and a linear unembedding. Without MLPs or
-norms every head's effect is a sum of paths through the residual stream, which is what makes
-the composition of two heads readable from their weights (Elhage et al. 2021, the model
-ARENA's induction exercises study, less its LayerNorms).
+No MLPs: token and learned position embeddings, ``n_layer`` blocks of causal multi-head attention
+each read through a LayerNorm and added to the residual stream, a final LayerNorm and a linear
+unembedding (``layer_norm=False`` leaves the norms out). Without MLPs every head's effect is a
+sum of paths through the residual stream, which is what makes the composition of two heads
+readable from their weights (Elhage et al. 2021; the shape of ARENA's ``attn_only_2L``). Measured
+on this task: with vocabulary 32 the LayerNorms bring the phase change within a few hundred steps,
+without them it had not come after 1200 (one seed each, in development).
 
 Hook points are ``nn.Identity`` modules that the forward pass calls on the tensors worth
 reading: a forward hook registered on one of them sees that tensor and may return a
