@@ -15,8 +15,9 @@ Measured: 1,678,351 bytes, about 2 CPU-minutes to make. It is the preset's run w
 validation loss on the whole validation split (``course_lib.losses.sequence_loss``, float16 weights
 computed in float32) is 1.864, the one figure the book quotes for this run,
 ``course_lib.presets.CPU_PRESET_VAL_LOSS`` (tests/test_quoted_figures.py recomputes it).
-:func:`course_lib.tools.pretrained.train_pretrained` reports a 50-batch estimate instead (1.860 when the file was made), and
-chapter 15's ``text_loss`` averages 20 random batches of 32 windows. A reader can train the same model with
+:func:`course_lib.tools.pretrained.train_pretrained` reports a 50-batch estimate instead (1.860 when the file
+was made), and chapter 15's ``course_lib.forgetting.vocab_split_loss`` averages 20 random batches of 32
+windows. A reader can train the same model with
 ``python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`` (in float32).
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from course_lib.align import task_splits
 from course_lib.runs.align import align_configs
 from course_lib.checkpoint import save_checkpoint
 from course_lib.model import GPT, GPTConfig
-from course_lib.rewards import arithmetic_items
+from course_lib.align.rewards import arithmetic_items
 from course_lib.runs import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
 from course_lib.tokenizers import CharTokenizer
 
@@ -293,3 +293,22 @@ def test_sft_trains_on_the_answer_only_and_sft_start_leaves_its_model_alone(base
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # a copy was trained
     assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), two.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), model.state_dict().values()))
+
+
+def test_sft_start_is_reproducible_with_dropout_and_leaves_the_callers_generator_alone(dropout_base):
+    """It drew dropout's masks from whatever state torch's global generator was in: two calls gave
+    two models (issue 46). Now seeded by its config's seed, inside a fork of the generator."""
+    from course_lib.align import sft_start
+    from course_lib.checkpoint import load_model
+
+    model, _ = load_model(dropout_base)
+    settings = {"max_iters": 2, "batch_size": 4, "eval_interval": 2, "warmup_iters": 1}
+    torch.manual_seed(1)
+    one = sft_start(model, TOKENIZER, settings)
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    torch.rand(5)  # another state before the call: the same model
+    two = sft_start(model, TOKENIZER, settings)
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), two.state_dict().values()))
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3), after)  # the call drew nothing from the caller's generator

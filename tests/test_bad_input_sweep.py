@@ -36,7 +36,7 @@ FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--e
 def sandbox(tmp_path_factory) -> Path:
     """Texts, a GPT run, a train-dates run, a bigram checkpoint and damaged files, made once."""
     from course_lib.bigram import BigramLanguageModel
-    from course_lib.chat_template import ChatTokenizer
+    from course_lib.chat.template import ChatTokenizer
     from course_lib.model import GPT, GPTConfig
     from course_lib.dates import date_batch_fn, date_tokenizer
     from course_lib.seq2seq import Seq2Seq, Seq2SeqConfig

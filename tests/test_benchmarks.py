@@ -85,6 +85,10 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
     assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
     if option:
         assert isinstance(json.loads(record.read_text()), dict)
+    if name == "finetune_dates":  # review 15-m1: each run records the command that made it
+        runs = json.loads(record.read_text()).values()
+        assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only 'dates full'")
+                            for r in runs)
     assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
 
 
@@ -186,3 +190,20 @@ def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
     new.progress({"runs": [1]})
     assert json.loads((tmp_path / "new.json").read_text()) == {"runs": [1]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "whole.json"]
+
+
+def test_moe_vs_dense_docstring_table_is_the_records():
+    """Review 20-m5: the docstring's table had gone stale (1.710 +- 0.008 over two seeds, where the
+    record holds three). Each cell is the mean +- standard deviation of its record's runs."""
+    import re
+    import statistics
+
+    doc = (BENCHMARKS / "moe_vs_dense.py").read_text()
+    for steps in (400, 800, 1600):
+        runs = json.loads((RECORDS / f"moe_vs_dense_{steps}.json").read_text())["runs"]
+        row = re.search(rf"^ +{steps} +(.*)$", doc, re.M).group(1)
+        cells = []
+        for variant in ("dense", "MoE 8x176, top-2", "MoE, no balancing"):
+            losses = [r["val_loss"] for r in runs if r["variant"] == variant]
+            cells.append(f"{statistics.mean(losses):.3f} +- {statistics.stdev(losses):.3f}")
+        assert re.findall(r"\d\.\d{3} \+- \d\.\d{3}", row) == cells, (steps, row, cells)

@@ -8,7 +8,7 @@ import torch
 
 from course_lib import runs
 from course_lib.runs import chat_sft
-from course_lib.chat_template import ChatTokenizer
+from course_lib.chat.template import ChatTokenizer
 from course_lib.checkpoint import load_checkpoint
 from course_lib.cli import main
 from course_lib.pretrained import pretrained_checkpoint

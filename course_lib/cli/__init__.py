@@ -39,12 +39,12 @@ from .. import distributed
 from .._signals import INTERRUPTED, TrainingInterrupted, pause_point
 from ..checkpoint import load_model, load_tokenizer
 from ..dates import dates_train_config
-from ..finetune import TASKS
+from ..finetune import FINETUNE_TASKS
 from ..generate import check_sampling_args, generate_text
 from ..lora import DEFAULT_TARGETS
 from ..model import GPT, GPTConfig
 from ..presets import PRESETS, get_preset
-from ..report_card import evaluate_checkpoint
+from ..evaluation.report_card import evaluate_checkpoint
 from ..runs import DEFAULT_PRESET
 from ..runs.finetune import MAX_EVAL_EXAMPLES
 from ..seq2seq import Seq2Seq
@@ -164,7 +164,7 @@ def add_finetune_parser(sub) -> None:
     p.add_argument("--checkpoint", dest="base_checkpoint", help="the pretrained GPT (a ckpt.pt written by `train`); "
                    "with --resume only needed for a LoRA run whose base has moved (the same file, checked by its "
                    "SHA-256)")
-    p.add_argument("--task", default="dates", help=f"one of: {', '.join(TASKS)} (default dates: chapter 11's "
+    p.add_argument("--task", default="dates", help=f"one of: {', '.join(FINETUNE_TASKS)} (default dates: chapter 11's "
                    "date normalisation as prompt=answer)")
     p.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (default: full fine-tuning)")
     p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
@@ -192,7 +192,7 @@ def add_params_parser(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
+    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.evaluation.report_card's."""
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0

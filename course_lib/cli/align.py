@@ -5,7 +5,7 @@ body is every training command's (:func:`course_lib.cli.common.cmd_run`); the ru
 """
 from __future__ import annotations
 
-from ..rewards import REWARDS
+from ..align.rewards import REWARDS
 from .common import add_run_options
 
 

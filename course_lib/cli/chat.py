@@ -4,9 +4,9 @@ in the terminal or (``--web``) in a browser. ``chat-sft``'s body is every traini
 """
 from __future__ import annotations
 
-from ..chat_engine import ChatEngine, load_chat_model
-from ..chat_terminal import run_terminal
-from ..chat_web import serve
+from ..chat.engine import ChatEngine, load_chat_model
+from ..chat.terminal import run_terminal
+from ..chat.web import serve
 from ..utils import check_device
 from .common import add_run_options, add_sampling_options
 

@@ -18,8 +18,8 @@ from ..align import (ALIGN_METHOD, ALIGN_TRAIN, METHODS, PAIR_TOKENS, ARITHMETIC
 from ..checkpoint import CheckpointError, build_model
 from ..config import apply_overrides, apply_resume_overrides
 from ..model import GPT, GPTConfig
-from ..preference import DPOConfig
-from ..rewards import arithmetic_items, get_reward, greedy_reward, preference_pairs, sample_groups
+from ..align.dpo import DPOConfig
+from ..align.rewards import arithmetic_items, get_reward, greedy_reward, preference_pairs, sample_groups
 from ..checkpoint import save_checkpoint
 from ..tokenizers import CharTokenizer
 from ..train import TrainConfig, Trainer

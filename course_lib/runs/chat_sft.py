@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..chat_data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
-from ..chat_template import chat_tokenizer
+from ..chat.data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
+from ..chat.template import chat_tokenizer
 from ..checkpoint import build_model, load_tokenizer
 from ..config import apply_overrides
 from ..lora_gpt import extend_vocabulary

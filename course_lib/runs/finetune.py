@@ -15,7 +15,7 @@ from pathlib import Path
 from ..checkpoint import build_model, load_tokenizer
 from ..config import apply_overrides
 from ..dates import date_test_set
-from ..finetune import TASKS, answer_batch_fn, answer_prompts, exact_match, finetune_config, task_tokenizer
+from ..finetune import FINETUNE_TASKS, answer_batch_fn, answer_prompts, exact_match, finetune_config, task_tokenizer
 from ..lora import DEFAULT_TARGETS
 from ..lora_gpt import LoRAGPT, fine_tune_model
 from ..model import GPT, GPTConfig
@@ -47,8 +47,8 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
     """Fine-tuning's defaults (LoRA: a larger learning rate) with ``settings`` applied, or a resumed
     run's stored settings (:func:`resumed_config`); the model's shape may not be set."""
     task = options.get("task") or "dates"
-    if task not in TASKS:
-        raise ValueError(f"unknown --task {task!r}; choose one of: {', '.join(TASKS)}")
+    if task not in FINETUNE_TASKS:
+        raise ValueError(f"unknown --task {task!r}; choose one of: {', '.join(FINETUNE_TASKS)}")
     if ckpt is not None:
         rank = ckpt["model_config"].get("rank") if ckpt["model_kind"] == "gpt-lora" else options.get("lora_rank")
         check_lora_options(rank, options.get("lora_alpha"), options.get("lora_targets"))

@@ -29,14 +29,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import load_text
-from .dates import date_split_days, date_test_set, sample_dates
+import torch
 
-TASKS_DIR = Path(__file__).parent / "tasks"
+from ..data import load_text
+from ..dates import date_split_days, date_test_set, sample_dates
+
+TASKS_DIR = Path(__file__).parent.parent / "tasks"
 HELDOUT_START = 0.91  # test items come from tiny Shakespeare after this share of its characters
 TRAIN_END = 0.89  # few-shot examples from before this share
 N_TEST, N_TRAIN = 200, 20
-# SHA-256 of each frozen file (python -c "from course_lib.eval_tasks import write_tasks; write_tasks()")
+# SHA-256 of each frozen file (python -c "from course_lib.evaluation.tasks import write_tasks; write_tasks()")
 TASK_SHA256 = {
     "next-line": "f04b15947d5223b446af6c9cdcd580ab563e2966fbd66323cb5600495285b2d1",
     "next-speaker": "825232ecc82ccb2ffb2643b34ca84e024e72afc227721e9bf2fced0284deabb8",
@@ -178,8 +180,6 @@ def build_next_word(seed: int = 2) -> Task:
 
 
 def build_dates(seed: int = 0) -> Task:
-    import torch
-
     test = [{"prompt": s + "=", "answer": t} for s, t in date_test_set(N_TEST, seed)]
     days = date_split_days(seed)["train"]
     train = [{"prompt": s + "=", "answer": t}
@@ -250,12 +250,16 @@ def write_tasks(folder: str | Path = TASKS_DIR) -> dict[str, str]:
 
 
 def check_task_names(names) -> list[str]:
-    """The task names of ``names`` (a list or a comma-separated string), each known, else one error."""
+    """The task names of ``names`` (a list or a comma-separated string), each known and named once,
+    else one error."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in BUILDERS]
     if unknown or not names:
         raise ValueError(f"unknown task {', '.join(unknown) or '(none given)'}: choose from {', '.join(TASK_NAMES)}")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:  # it would be scored, and printed, twice
+        raise ValueError(f"task {', '.join(twice)} is named more than once: name each task once")
     return list(names)
 
 

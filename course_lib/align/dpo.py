@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .config import Rule, check_fields
+from ..config import Rule, check_fields
 
 # --- the log-probability of an answer -----------------------------------------------------------
 
@@ -134,12 +134,17 @@ class DPOConfig:
         check_fields(self, DPO_CONFIG_RULES)  # label_smoothing < 0.5: at 0.5 a preference carries no signal
 
 
+# The most answers sampled to one prompt: one sampling batch holds a whole group, and
+# course_lib.align.rewards.sample_groups batches at most this many rows (refused at config time, not at the
+# first step, for GRPO's group_size and DPO's pair_group_size alike).
+MAX_GROUP_SIZE = 512
+
 DPO_CONFIG_RULES = {
     "beta": Rule(float, 0, bounds="()"),
     "loss_type": Rule(str, choices=DPO_LOSS_TYPES),
     "label_smoothing": Rule(float, 0, 0.5, "[)"),
     "pair_prompts": Rule(int, 1),
-    "pair_group_size": Rule(int, 2),
+    "pair_group_size": Rule(int, 2, MAX_GROUP_SIZE),
 }
 
 

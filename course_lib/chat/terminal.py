@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .chat_engine import NO_REPLY, ChatEngine, format_piece
+from .engine import NO_REPLY, ChatEngine, format_piece
 
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
 
@@ -19,7 +19,7 @@ def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=Non
     """Chat with ``engine`` until /quit or the end of input; ``read`` asks for a line (``input``),
     ``out`` is where the chat is written (standard output)."""
     out, read = out or sys.stdout, read or input
-    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}", file=out)
+    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}\n{engine.about()}", file=out)
     while True:
         try:
             line = read("you> ")

@@ -8,7 +8,7 @@ again. :meth:`ChatEngine.stream` yields the reply as it is written, in :class:`P
 - ``text``: a piece of the answer (tokens decoded as they come; a BPE character split over
   several tokens is held back until it is whole);
 - ``tool`` and ``result``: the assistant wrote an expression between ``<|calc|>`` and
-  ``<|/calc|>``; the engine evaluated it with :func:`course_lib.calculator.calculate` and fed
+  ``<|/calc|>``; the engine evaluated it with :func:`course_lib.chat.calculator.calculate` and fed
   ``<|result|>`` value ``<|/result|>`` back into the context, and the model goes on;
 - ``notice``: what the engine did to the conversation, said plainly.
 
@@ -16,11 +16,16 @@ A reply ends at the end-of-turn token ``<|end|>`` (or at any other role token: t
 the format), after ``max_reply_tokens`` sampled tokens, or when the context is full.
 
 **When the conversation outgrows the context** (the model's ``block_size``): before a reply,
-the oldest exchanges are dropped (the rule of :func:`course_lib.chat_template.fit_to_context`:
+the oldest exchanges are dropped (the rule of :func:`course_lib.chat.template.fit_to_context`:
 whole exchanges, the system message kept) until the conversation and ``min_reply_room`` tokens
 for the reply fit (default 8, an eighth of a context under 64); a reply that needs more room
-drops the oldest exchanges as it goes (never the message it answers). Each drop is said in a
-notice, and the cache is filled again from what is left. A reply that fills the context with
+drops the oldest exchanges as it goes (never the message it answers). **A follow-up goes with
+the exchange it follows**: an exchange whose message is a follow-up (``follow_up(text)``, by
+default :func:`course_lib.chat.template.is_follow_up`: "Plus 5?", "How many letters?", ...) is
+never kept without the one before it, since a model reads it as nothing but a bare question (no
+training conversation starts with one); and during a reply, the exchange a follow-up being
+answered follows is not dropped (the reply is cut instead). Each drop is said in a notice that
+names the messages dropped, and the cache is filled again from what is left. A reply that fills the context with
 nothing left to drop is cut there, with a notice. A message too long to fit even alone is
 refused (``ConversationTooLong``), and the conversation stays as it was.
 
@@ -37,16 +42,17 @@ from typing import Iterator
 
 import torch
 
-from .attention import KVCache
+from ..attention import KVCache
 from .calculator import calculate
-from .chat_template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_TOKENS, ChatTokenizer,
-                            check_conversation, exchanges_to_drop, normalize, render_message)
-from .checkpoint import load_model, load_tokenizer
-from .data import sha256_of
-from .generate import check_sampling_args, sample_next
-from .utils import check_seed
+from .template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_TOKENS, ChatTokenizer,
+                       check_conversation, exchanges_to_drop, is_follow_up, normalize, render_message)
+from ..checkpoint import load_model, load_tokenizer
+from ..data import sha256_of
+from ..generate import check_sampling_args, sample_next
+from ..tokenizers import CharTokenizer
+from ..utils import check_seed
 
-CHAT_MODEL_PATH = Path(__file__).parent / "weights" / "chat-char-cpu.pt"
+CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu.pt"
 CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
 # What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
@@ -63,12 +69,13 @@ class Piece:
 
 class ChatEngine:
     """One conversation with ``model`` (a GPT whose vocabulary is ``tokenizer``'s, a
-    :class:`~course_lib.chat_template.ChatTokenizer`). ``use_cache=False`` re-reads the whole
+    :class:`~course_lib.chat.template.ChatTokenizer`). ``use_cache=False`` re-reads the whole
     conversation for every token (the reference the cached engine is checked against)."""
 
     def __init__(self, model, tokenizer: ChatTokenizer, *, system: str | None = None, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, max_reply_tokens: int = 200,
-                 min_reply_room: int | None = None, use_cache: bool = True, calculator=calculate):
+                 min_reply_room: int | None = None, use_cache: bool = True, calculator=calculate,
+                 follow_up=is_follow_up):
         if not isinstance(tokenizer, ChatTokenizer):
             raise ValueError(f"a chat needs a ChatTokenizer (the chat template's special tokens), got "
                              f"{type(tokenizer).__name__}: fine-tune the model into a chat model first (chat-sft)")
@@ -87,7 +94,7 @@ class ChatEngine:
         self.model, self.tokenizer, self.system = model.eval(), tokenizer, system
         self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
         self.max_reply_tokens, self.min_reply_room, self.use_cache = max_reply_tokens, min_reply_room, use_cache
-        self.calculator = calculator
+        self.calculator, self.follow_up = calculator, follow_up or (lambda text: False)
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(check_seed(seed))
         self.sp = tokenizer.special_ids
@@ -118,6 +125,22 @@ class ChatEngine:
     def block_size(self) -> int:
         return self.model.config.block_size
 
+    @property
+    def longest_message(self) -> int:
+        """The most tokens a user's message may hold: alone after the system message, with its role
+        token, its ``<|end|>``, ``<|assistant|>`` and ``min_reply_room`` tokens, it fills the context."""
+        system = len(self.turn_ids[0]) if self.system is not None else 0
+        return self.block_size - system - 2 - 1 - self.min_reply_room
+
+    def about(self) -> str:
+        """What a user must know to talk to this model, in two sentences (the terminal's banner and
+        the web page say it)."""
+        unit = "characters" if isinstance(self.tokenizer.base, CharTokenizer) else "tokens"
+        return (f"The {self.block_size}-token context holds a message of at most {self.longest_message} {unit}; "
+                "when it is full, the oldest exchanges are dropped (a follow-up with its question), each drop "
+                "said. The model was trained on conversations of one question, or a question and one "
+                "follow-up: start each new topic with a reset.")
+
     # --- one reply ----------------------------------------------------------------------------------
 
     def send(self, text: str) -> str:
@@ -141,8 +164,11 @@ class ChatEngine:
         user_ids = render_message(self.tokenizer, user)[0]  # an unknown character is refused here
         dropped = self._make_room(user_ids)
         if dropped:
-            yield Piece("notice", f"(the conversation outgrew the model's {self.block_size}-token context: the "
-                                  f"oldest {dropped} exchange{'s' if dropped > 1 else ''} dropped)")
+            orphan = self.follow_up(text) and len(self.turn_ids) == (self.system is not None)
+            yield Piece("notice", f"(the conversation outgrew the model's {self.block_size}-token context: "
+                                  f"{dropped_text(dropped)}" + (f"; {'it' if len(dropped) == 1 else 'the last'} "
+                                  "was the question this follow-up needs: ask it again first" if orphan else "")
+                                  + ")")
         self.messages.append(user)
         self.turn_ids.append(user_ids)
         reply = Reply(self)
@@ -154,27 +180,47 @@ class ChatEngine:
             self.turn_ids.append([self.sp[ASSISTANT]] + reply.ids + [self.sp[END]])
             self.messages = normalize(check_conversation(self.messages))
 
-    def _make_room(self, user_ids: list[int]) -> int:
+    def _make_room(self, user_ids: list[int]) -> list[str]:
         """Drop the oldest exchanges until the conversation, ``user_ids``, ``<|assistant|>`` and
-        ``min_reply_room`` fit the context; returns how many went (the cache is refilled then)."""
+        ``min_reply_room`` fit the context, and then any follow-up left first; returns the user
+        messages of the exchanges dropped (the cache is refilled then)."""
         system = 1 if self.system is not None else 0
         lengths = [len(self.turn_ids[i]) + len(self.turn_ids[i + 1]) for i in range(system, len(self.turn_ids), 2)]
         dropped = exchanges_to_drop(len(self.turn_ids[0]) if system else 0, lengths + [len(user_ids)],
                                     self.block_size, reserve=1 + self.min_reply_room)
         if dropped:
-            del self.messages[system:system + 2 * dropped], self.turn_ids[system:system + 2 * dropped]
-            self._empty_cache()
+            dropped = self._with_follow_ups(dropped, len(lengths))
+        return self._drop(dropped)
+
+    def _with_follow_ups(self, dropped: int, exchanges: int) -> int:
+        """``dropped`` oldest exchanges, and then every follow-up they would leave first (of the
+        ``exchanges`` before the message being answered)."""
+        system = 1 if self.system is not None else 0
+        while dropped < exchanges and self.follow_up(self.messages[system + 2 * dropped]["content"]):
+            dropped += 1
         return dropped
 
-    def drop_oldest_exchange(self) -> bool:
-        """During a reply that needs more room: drop the oldest exchange before the user's message
-        being answered, if there is one (the cache is refilled then)."""
+    def _drop(self, dropped: int) -> list[str]:
         system = 1 if self.system is not None else 0
-        if len(self.turn_ids) - system < 3:  # only the message being answered is left
-            return False
-        del self.messages[system:system + 2], self.turn_ids[system:system + 2]
-        self._empty_cache()
-        return True
+        texts = [self.messages[system + 2 * i]["content"] for i in range(dropped)]
+        if dropped:
+            del self.messages[system:system + 2 * dropped], self.turn_ids[system:system + 2 * dropped]
+            self._empty_cache()
+        return texts
+
+    def drop_oldest_exchange(self) -> list[str]:
+        """During a reply that needs more room: drop the oldest exchange before the user's message
+        being answered, with the follow-ups it would leave first; returns their user messages, none
+        when only the message being answered is left, or when that message is a follow-up of the
+        exchanges this would drop (the cache is refilled then)."""
+        system = 1 if self.system is not None else 0
+        exchanges = (len(self.turn_ids) - system - 1) // 2  # before the message being answered
+        if exchanges < 1:
+            return []
+        dropped = self._with_follow_ups(1, exchanges)
+        if dropped == exchanges and self.follow_up(self.messages[-1]["content"]):
+            return []  # it would leave the follow-up being answered without its question
+        return self._drop(dropped)
 
     @torch.no_grad()
     def next_logits(self, ids: list[int]) -> torch.Tensor:
@@ -205,10 +251,10 @@ class Reply:
         prefix = e.ids + [sp[ASSISTANT]]
         sampled = calls = 0
         while True:
-            while len(prefix) + len(self.ids) >= e.block_size and e.drop_oldest_exchange():
+            while len(prefix) + len(self.ids) >= e.block_size and (dropped := e.drop_oldest_exchange()):
                 prefix = e.ids + [sp[ASSISTANT]]
-                yield Piece("notice", f"(the reply outgrew the model's {e.block_size}-token context: the oldest "
-                                      "exchange dropped)")
+                yield Piece("notice", f"(the reply outgrew the model's {e.block_size}-token context: "
+                                      f"{dropped_text(dropped)})")
             if len(prefix) + len(self.ids) >= e.block_size:
                 yield from self._flush()
                 yield Piece("notice", f"(reply cut: the {e.block_size}-token context is full)")
@@ -280,6 +326,15 @@ class Reply:
         self.segment, self.shown, self.in_tool = [], "", False
         yield Piece("tool", expression)
         yield Piece("result", result)
+
+
+def dropped_text(messages: list[str]) -> str:
+    """What a notice says of the exchanges dropped, named by their user messages (a long one cut)."""
+    quoted = [f'"{m}"' if len(m) <= 40 else f'"{m[:37]}..."' for m in messages]
+    if len(quoted) == 1:
+        return f"dropped the oldest exchange, {quoted[0]}"
+    listed = ", ".join(quoted[:-1]) + " and " + quoted[-1]
+    return f"dropped the oldest {len(quoted)} exchanges, {listed}"
 
 
 def format_piece(piece: Piece) -> str:

@@ -17,7 +17,8 @@ The routes:
   model cannot take (empty, too long, a character it cannot read) 422, and while another reply
   is being written 429 ("busy"): one model, one conversation, one reply at a time;
 - ``POST /api/reset``: start again (429 while a reply is being written);
-- ``GET /api/history``: the conversation so far (the page shows it when it loads).
+- ``GET /api/history``: the conversation so far, and what its context holds and drops
+  (:meth:`ChatEngine.about`), which the page shows when it loads.
 
 A client that disconnects mid-reply stops the generation (after the token under way); the
 conversation keeps what was written, as in the terminal.
@@ -39,7 +40,7 @@ import re
 import socket
 import threading
 
-from .chat_engine import NO_REPLY, ChatEngine
+from .engine import NO_REPLY, ChatEngine
 
 MAX_BODY_BYTES = 8192  # a request body larger than this is refused before it is read whole
 PAGE = r"""<!doctype html>
@@ -60,6 +61,7 @@ form { display: flex; gap: 0.5rem; margin-top: 0.5rem; }
 </style></head>
 <body><main>
 <h1>Chat with a small GPT</h1>
+<p id="about"></p>
 <div id="log" aria-live="polite"></div>
 <form id="form"><input id="message" autocomplete="off" placeholder="What is 12+7?" aria-label="message">
 <button id="send" type="submit">Send</button><button id="reset" type="button">Reset</button></form>
@@ -130,7 +132,9 @@ document.getElementById("reset").addEventListener("click", async () => {
   const res = await fetch("/api/reset", {method: "POST", headers: {"Content-Type": "application/json"}});
   if (res.ok) show((await res.json()).messages); else add("error", (await res.json()).detail);
 });
-fetch("/api/history").then(r => r.json()).then(h => show(h.messages));
+fetch("/api/history").then(r => r.json()).then(h => {
+  document.getElementById("about").textContent = h.about; show(h.messages);
+});
 </script></body></html>
 """.replace("NO_REPLY_TEXT", json.dumps(NO_REPLY))
 
@@ -245,8 +249,8 @@ def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES, host: s
         return HTMLResponse(PAGE, headers=PAGE_HEADERS)
 
     @app.get("/api/history")
-    def history():
-        return {"messages": server.history()}
+    def history():  # and what a user must know about this model's context (the page shows it)
+        return {"messages": server.history(), "about": engine.about()}
 
     @app.post("/api/reset")
     def reset():

@@ -9,7 +9,7 @@ reads: each message starts with a role token and ends with the end-of-turn token
 The role tokens and ``<|end|>`` are **special tokens**: new ids that no text encodes to, so a
 user who types "<|assistant|>" writes those characters, never the token (no injection through
 the text). The assistant may call the calculator by writing an expression between ``<|calc|>``
-and ``<|/calc|>``; the chat engine (:mod:`course_lib.chat_engine`) answers between
+and ``<|/calc|>``; the chat engine (:mod:`course_lib.chat.engine`) answers between
 ``<|result|>`` and ``<|/result|>``, and the assistant goes on.
 
 :class:`ChatTokenizer` wraps any tokenizer of the course (characters or byte-level BPE) and
@@ -32,10 +32,12 @@ Shapes: T tokens of one conversation; B conversations in a batch.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
-from .tokenizers import CharTokenizer, register_tokenizer, tokenizer_from_dict, train_tokenizer
-from .utils import IGNORE_INDEX
+from ..tokenizers import CharTokenizer, register_tokenizer, tokenizer_from_dict, train_tokenizer
+from ..utils import IGNORE_INDEX
 
 SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 CALC, CALC_END, RESULT, RESULT_END = "<|calc|>", "<|/calc|>", "<|result|>", "<|/result|>"
@@ -299,6 +301,20 @@ def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int, p
                                       "(or start a new conversation)")
         dropped += 1
     return dropped
+
+
+# The follow-up questions of the training conversations (course_lib.chat.data's _follow_up), which mean
+# nothing without the exchange before them: the chat engine drops such an exchange together with the one
+# it follows (course_lib.chat.engine)
+FOLLOW_UP = re.compile(r"(plus|minus|times) \d+\??|how many letters\??|its length\??|which (year|month|day)\??",
+                       re.IGNORECASE)
+
+
+def is_follow_up(text: str) -> bool:
+    """Whether the user's ``text`` is one of the training conversations' follow-up questions
+    ("Plus 5?", "How many letters?", "Which year?", ...: the second exchange of a follow-up
+    conversation), which a model can answer only with the exchange it follows."""
+    return bool(FOLLOW_UP.fullmatch(text.strip()))
 
 
 # --- training examples --------------------------------------------------------------------------------

@@ -3,11 +3,11 @@ or a reward loss in place of next-token prediction, so that a run keeps everythi
 atomic checkpoints, Ctrl-C between two steps, a bit-for-bit resume, a progress bar.
 
 Both start from a GPT checkpoint (the *base*, e.g. a model fine-tuned on the task) and learn two-digit
-addition (:mod:`course_lib.rewards`):
+addition (:mod:`course_lib.align.rewards`):
 
 - **DPO** samples G answers per prompt from the base once, at the start, keeps a right and a wrong
   answer to the same prompt (right: rewarded, by the exact reward unless told otherwise) as a
-  (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
+  (chosen, rejected) pair (:func:`course_lib.align.rewards.preference_pairs`),
   and trains on those pairs against the frozen base as its reference. The pairs are stored in the
   checkpoint, so a resumed run trains on the same ones.
 - **SFT**, the control (:class:`SFTTrainer`): next-token training on the *right* answers to the
@@ -15,7 +15,7 @@ addition (:mod:`course_lib.rewards`):
   starting model (:func:`sft_start`: the chat model, shown a few hundred sums in this format).
 - **GRPO** samples a group of G answers per prompt from the *current* policy at every step, from the
   run's batch generator (saved in every checkpoint: a resumed run samples the same answers), rewards
-  them by code and takes one step on the clipped objective (:mod:`course_lib.grpo`). The KL to the
+  them by code and takes one step on the clipped objective (:mod:`course_lib.align.grpo`). The KL to the
   base is always measured (and penalised when ``beta > 0``).
 
 At each evaluation both print the share of held-out prompts answered right (greedy decoding). The
@@ -27,16 +27,16 @@ import copy
 
 import torch
 
-from ._signals import pause_point
-from .config import apply_overrides
+from .._signals import pause_point
+from ..config import apply_overrides
 from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
-from .preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
+from .dpo import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
 from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, sample_groups,
                       score_groups)
-from .speed import autocast
-from .finetune import encode_examples
-from .lora_gpt import SHAPE_KEPT
-from .train import TrainConfig, Trainer
+from ..speed import autocast
+from ..finetune import encode_examples
+from ..lora_gpt import SHAPE_KEPT
+from ..train import TrainConfig, Trainer
 
 METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
 ARITHMETIC_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
@@ -182,10 +182,16 @@ START_SFT = dict(max_iters=300, batch_size=32, learning_rate=1e-3, min_lr=1e-4, 
 
 
 def sft_start(model, tokenizer, settings: dict | None = None, device: str = "cpu", progress: bool = False):
-    """``model`` (e.g. :func:`course_lib.chat_engine.load_chat_model`'s) after ``START_SFT`` (or
-    ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched."""
+    """``model`` (e.g. :func:`course_lib.chat.engine.load_chat_model`'s) after ``START_SFT`` (or
+    ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched.
+    Reproducible whatever came before: dropout's masks (a model with dropout > 0) come from torch's
+    global generator, seeded here with the config's seed inside a fork, so the caller's generator is
+    left as it was (a chapter's later cells draw the same numbers with or without this call)."""
     config = apply_overrides(TrainConfig(**START_SFT), settings or {}, SHAPE_KEPT)
-    trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config, device=device,
-                         tokenizer=tokenizer, progress=progress, verbose=False)
-    trainer.train()
+    kind = torch.device(device).type
+    with torch.random.fork_rng(devices=[] if kind == "cpu" else None, device_type="cuda" if kind == "cpu" else kind):
+        torch.manual_seed(config.seed)
+        trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config,
+                             device=device, tokenizer=tokenizer, progress=progress, verbose=False)
+        trainer.train()
     return trainer.model

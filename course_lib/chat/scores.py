@@ -41,11 +41,12 @@ from __future__ import annotations
 import re
 import statistics
 
-from .chat_data import EXTRA_CHARS, TASKS
-from .chat_engine import ChatEngine, Piece
-from .chat_template import END, chat_tokenizer, render_prompt
-from .data import load_text
-from .evaluation import bootstrap_interval, exact_match, loglikelihood_tokens, mean_stderr
+from .data import EXTRA_CHARS, CHAT_TASKS
+from .engine import ChatEngine, Piece
+from .template import END, chat_tokenizer, render_prompt
+from ..data import load_text
+from ..evaluation import bootstrap_interval, exact_match, loglikelihood_tokens, mean_stderr
+from ..lora_gpt import extend_vocabulary
 
 TOOL_TASKS = ("arithmetic", "follow-up")  # the tasks scored with and without the calculator
 MAX_REPLY_TOKENS = 48  # the longest reply in the data has 41 characters
@@ -115,8 +116,8 @@ def score_task(model, tokenizer, conversations: list[dict], task: str, calculato
                max_reply_tokens: int = MAX_REPLY_TOKENS, progress: bool = False, lines=None, words=None) -> dict:
     """One task's row: its conversations in ``conversations`` played and scored by the task's rule
     (module docstring); the summary, the per-item scores (for paired tests) and the final replies."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
+    if task not in CHAT_TASKS:
+        raise ValueError(f"unknown task {task!r}: choose from {', '.join(CHAT_TASKS)}")
     from tqdm.auto import tqdm
 
     items = [c for c in conversations if c["task"] == task]
@@ -167,7 +168,7 @@ def speaker_preference(model, tokenizer, conversations: list[dict], progress: bo
             "per_item": per_item}
 
 
-def score_model(model, tokenizer, conversations: list[dict], tasks=TASKS, without_calculator=TOOL_TASKS,
+def score_model(model, tokenizer, conversations: list[dict], tasks=CHAT_TASKS, without_calculator=TOOL_TASKS,
                 progress: bool = False) -> list[dict]:
     """Every task's row with the calculator (speak-as also :func:`speaker_preference`'s row), then the
     ``without_calculator`` tasks' rows without it."""
@@ -191,7 +192,5 @@ def before_fine_tuning(model, base_tokenizer):
     """``(model, tokenizer)``: a pretrained GPT (and its tokenizer) as the chat fine-tune starts
     from it (``runs.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
     the old), to score it "before"."""
-    from .lora_gpt import extend_vocabulary
-
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
     return extend_vocabulary(model, tokenizer.vocab_size - model.config.vocab_size).eval(), tokenizer

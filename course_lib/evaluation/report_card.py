@@ -1,5 +1,5 @@
 """A report card for a language model (chapter 16, ``python -m course_lib eval``): bits per byte
-on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.eval_tasks`) scored with
+on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.evaluation.tasks`) scored with
 its standard error, a 95% bootstrap interval and its chance level.
 
 A task whose text the model's tokenizer cannot encode (digits for a model that only knows
@@ -9,16 +9,17 @@ error when it was asked for by name.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
 
-from .checkpoint import CheckpointError, load_model, load_tokenizer
-from .data import load_text
-from .eval_tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
-from .evaluation import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
+from ..checkpoint import CheckpointError, load_model, load_tokenizer
+from ..data import load_text
+from .tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
+from . import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
                          mean_stderr, multiple_choice, parse_number)
-from .utils import check_output_file, write_text_atomic
+from ..utils import check_output_file, write_text_atomic
 
 HELDOUT_CHARS = 20_000  # bits per byte are measured on this much held-out text
 
@@ -50,6 +51,13 @@ def cannot_encode(tokenizer, task: Task, shots: int = 0) -> str | None:
     return None
 
 
+def check_shots(task: Task, shots: int, other_fix: str = "") -> None:
+    """One error line when ``task`` has fewer training items than ``shots`` worked examples."""
+    if shots > len(task.train):
+        raise ValueError(f"task {task.name} has {len(task.train)} training items for few-shot examples, "
+                         f"not {shots}: give --shots {len(task.train)} or fewer{other_fix}")
+
+
 def _summary(per_item: list[float], seed: int = 0) -> dict:
     lo, hi = bootstrap_interval(per_item, seed=seed)
     return {"score": sum(per_item) / len(per_item), "stderr": mean_stderr(per_item), "interval": [lo, hi]}
@@ -61,9 +69,7 @@ def evaluate_task(model, tokenizer, task: Task, limit: int | None = None, shots:
     from its train items before each. Returns the score (``acc``, or ``exact_match``), its standard
     error and bootstrap interval, the chance level and the per-item scores (for paired tests)."""
     items = task.test[:limit] if limit else task.test
-    if shots > len(task.train):
-        raise ValueError(f"task {task.name} has {len(task.train)} training items for few-shot examples, "
-                         f"not {shots}")
+    check_shots(task, shots)
     shot_items = task.train[:shots]
     row = {"task": task.name, "kind": task.kind, "chance": task.chance, "n": len(items), "shots": shots}
     if task.kind == "choice":
@@ -94,6 +100,10 @@ def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: i
         if explicit and reasons[task.name]:
             raise ValueError(f"this model's tokenizer cannot encode task {task.name} ({reasons[task.name][:120]}); "
                              "leave --tasks out to run every task it can encode")
+    for task in loaded:  # too few worked examples: before any work too, not after the tasks before it
+        if not reasons[task.name]:
+            check_shots(task, shots, ", or leave it out of --tasks" if explicit else
+                        ", or name other tasks in --tasks")
     text = heldout_text(heldout_chars)
     bpb, why_no_bpb = None, None
     try:
@@ -134,14 +144,21 @@ def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None, 
                         shots: int = 0, device: str = "cpu", progress: bool = True) -> dict:
     """``python -m course_lib eval``: load a checkpoint of any decoder kind, print its report card,
     and write it as JSON to ``json_path`` when given (``-``: standard output, the table then goes to
-    standard error). Bad arguments fail before any work, a ``json_path`` that is the checkpoint, a
-    device or a folder included (:func:`course_lib.utils.check_output_file`)."""
+    standard error). Bad arguments fail before any work (the model is not even loaded), ``shots``
+    beyond a task's training items and a ``json_path`` that is the checkpoint, a device or a folder
+    included (:func:`course_lib.utils.check_output_file`)."""
     if tasks is not None:
         tasks = check_task_names(tasks)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
     if shots < 0:
         raise ValueError(f"--shots must be 0 or more, got {shots}")
+    asked = [load_task(n) for n in (tasks or TASK_NAMES)]
+    short = [task for task in asked if shots > len(task.train)]
+    if tasks is not None and short:
+        check_shots(short[0], shots, ", or leave it out of --tasks")
+    if short and len(short) == len(asked):  # no task has enough (else report_card checks those it can encode)
+        check_shots(max(short, key=lambda task: len(task.train)), shots)
     if json_path is not None:
         check_output_file(json_path, inputs=[path])
     model, ckpt = load_model(path, device)
@@ -159,5 +176,19 @@ def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None, 
 
 
 def _write_json(path: str | Path, card: dict, inputs=()) -> None:
-    """The card as JSON, atomically (a reader never sees half a file), never over an input."""
-    write_text_atomic(path, json.dumps(card, indent=1) + "\n", inputs=inputs)
+    """The card as JSON, atomically (a reader never sees half a file), never over an input. JSON has
+    no infinity or NaN (Python's ``Infinity`` token breaks other readers: a counting bigram with
+    smoothing 0 has infinite bits per byte), so such a number is written as the string "Infinity",
+    "-Infinity" or "NaN", which Python's ``float`` and JavaScript's ``Number`` read back."""
+    write_text_atomic(path, json.dumps(_strict_json(card), indent=1, allow_nan=False) + "\n", inputs=inputs)
+
+
+def _strict_json(value):
+    """``value`` with every float that is not finite replaced by its name (see :func:`_write_json`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value

@@ -40,21 +40,21 @@ from pathlib import Path
 import torch
 
 from .calculator import calculate
-from .chat_template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
-from .data import load_text
-from .dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
-from .tokenizers import CharTokenizer
-from .train import TrainConfig
+from .template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
+from ..data import load_text
+from ..dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
+from ..tokenizers import CharTokenizer
+from ..train import TrainConfig
 
-CHAT_PATH = Path(__file__).parent / "tasks" / "chat.json"
-# The SHA-256 of CHAT_PATH: python -c "from course_lib import chat_data; print(chat_data.write_conversations())"
+CHAT_PATH = Path(__file__).parent.parent / "tasks" / "chat.json"
+# The SHA-256 of CHAT_PATH: python -c "from course_lib.chat import data; print(chat_data.write_conversations())"
 CHAT_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
 SPLITS = ("train", "val", "test")
 SIZES = {"train": 4000, "val": 400, "test": 400}  # conversations per split
 EXTRA_CHARS = "0123456789+-*/()="  # what the conversations write beyond tiny Shakespeare's 65 characters
 MAX_TOKENS = 65  # the character template's length of the longest conversation: block_size 64 + 1
 MIN_LINES = 20  # a speaker the assistant can speak as has at least this many first lines (8 to 40 characters)
-TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
+CHAT_TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
 IDENTITY = (  # (question, answer)
     ("Who are you?", "I am a small GPT that read Shakespeare."),
     ("What are you?", "A small language model."),
@@ -221,7 +221,7 @@ def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, l
     for split in SPLITS:
         out[split] = []
         while len(out[split]) < sizes[split]:
-            task = TASKS[len(out[split]) % len(TASKS)]
+            task = CHAT_TASKS[len(out[split]) % len(CHAT_TASKS)]
             args = (pools[split], rng, split) if task in NEEDS_SPLIT else (pools[split], rng)
             messages = MAKERS[task](*args)
             if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:  # else draw again
@@ -251,7 +251,7 @@ def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH, s
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"the conversations {path} are missing from this installation: reinstall course_lib, "
-                                "or write them with course_lib.chat_data.write_conversations()")
+                                "or write them with course_lib.chat.data.write_conversations()")
     data = path.read_bytes()
     digest, expected = hashlib.sha256(data).hexdigest(), sha256 or CHAT_SHA256
     if digest != expected:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import Rule, check_fields
-from .preference import completion_logprobs
+from ..config import Rule, check_fields
+from .dpo import MAX_GROUP_SIZE, completion_logprobs
 
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -64,7 +64,7 @@ class GRPOConfig:
 
 
 GRPO_CONFIG_RULES = {
-    "group_size": Rule(int, 2),  # one answer has no group to be compared with
+    "group_size": Rule(int, 2, MAX_GROUP_SIZE),  # one answer has no group to be compared with
     "beta": Rule(float, 0),
     "epsilon": Rule(float, 0, 1, "(]"),
     "epsilon_high": Rule(float, 0, bounds="()"),
