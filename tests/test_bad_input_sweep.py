@@ -207,6 +207,12 @@ def table(box: Path) -> list:
          "a-file"),
         ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"), "--resume", "--device",
                                                       "cpu"], "not `chat-sft`"),
+        # induction (chapter 21)
+        ("induction: a bad --set", "cli", ["induction", "--set", "learning_rate=-1", "--out", new, "--device", "cpu"],
+         "learning_rate must be"),
+        ("induction: --out a file", "cli", ["induction", "--out", str(box / "a-file"), "--device", "cpu"], "a-file"),
+        ("induction: --resume a train run", "cli", ["induction", "--out", str(box / "gpt"), "--resume", "--device",
+                                                    "cpu"], "not `induction`"),
         # chat
         ("chat: missing checkpoint", "cli", ["chat", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
         ("chat: random bytes", "cli", ["chat", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),

@@ -32,6 +32,7 @@ TINY = {
     "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
     "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
     "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
+    "induction_phase": (["--iters", "2", "--fixed-iters", "2", "--probe-every", "1", "--seeds", "0,1"], "--json"),
     "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
     "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
                       "--variants", "dense", "MoE, no balancing"], "--out"),

@@ -275,7 +275,8 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     lora = LoRAGPT.from_base(gpt_path, extend_tokenizer(gpt_tok, TASK_CHARS), rank=2)
     paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
              "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
-    assert set(paths) == set(MODELS) - {"seq2seq"}, "a new decoder kind: add a checkpoint of it here"
+    # attn-only (chapter 21) reads ids of a synthetic task and stores no tokenizer: there is no text to sample
+    assert set(paths) == set(MODELS) - {"seq2seq", "attn-only"}, "a new decoder kind: add a checkpoint of it here"
     for kind, path in paths.items():
         capsys.readouterr()
         assert main(["sample", "--checkpoint", str(path), "--prompt", "RO", "--tokens", "7", "--device", "cpu"]) == 0, \

@@ -18,6 +18,7 @@ in :mod:`course_lib.cli.common`).
     python -m course_lib grpo --checkpoint runs/sft/ckpt.pt --reward exact --set group_size=8 --out runs/grpo
     python -m course_lib chat-sft --out runs/chat                 # chapter 17: the shipped model into a chat model
     python -m course_lib chat --checkpoint runs/chat/ckpt.pt      # talk to it (--web: in the browser)
+    python -m course_lib induction --out runs/induction           # chapter 21: the phase change (--fixed-offset: the control)
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -123,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser, add_chat_parsers, add_align_parsers):
+                add_eval_parser, add_chat_parsers, add_align_parsers, add_induction_parser):
         add(sub)
     return parser
 
@@ -186,6 +187,15 @@ def add_finetune_parser(sub) -> None:
     add_run_options(p, "runs/ft")
     p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact "
                    f"match (1 to {MAX_EVAL_EXAMPLES:,})")
+
+
+def add_induction_parser(sub) -> None:
+    p = sub.add_parser("induction", help="chapter 21: train the 2-layer attention-only model on repeated segments, "
+                       "writing DIR/ckpt.pt")
+    # default None, not False: a resume tells "not given" (continue as started) from "given" (must match)
+    p.add_argument("--fixed-offset", action="store_true", default=None,
+                   help="the control: every row repeats at distance 16 (default: the length drawn per row, 8-24)")
+    add_run_options(p, "runs/induction")
 
 
 def add_params_parser(sub) -> None:
