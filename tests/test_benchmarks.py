@@ -27,6 +27,7 @@ TINY = {
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
     "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu"],
                    "--out"),
+    "chat_robustness": (["--limit", "3"], "--json"),
     "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"], "--record"),
     "chat_sft": (["--iters", "1", "--seeds", "0", "--out-dir", "{tmp}/chat"], None),
     "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
