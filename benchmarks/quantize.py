@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="QAT seeds, e.g. 0,1,2")
     p.add_argument("--variants", nargs="+", default=["qat", "control"], choices=["qat", "control"],
                    help="QAT, and its control: the same fine-tune without fake quantization")
+    p.add_argument("--granularities", nargs="+", default=["row", "group"], choices=["row", "group"])
     p.add_argument("--val-windows", type=count, default=None, help="the first N windows (default all)")
     p.add_argument("--speed-repeats", type=count, default=30)
     p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"], choices=["ptq", "qat", "speed"])
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     print(f"float: {fp['bpc']:.4f} bpc, {record['float']['bytes_fp16']:,} bytes in float16", flush=True)
     record["ptq"], record["qat"] = [], []
     if "ptq" in args.parts:
-        for granularity, group in GRANULARITIES:
+        for granularity, group in [g for g in GRANULARITIES if g[0] in args.granularities]:
             for bits in BITS:
                 config = QuantConfig(bits=bits, granularity=granularity, group_size=group or 32)
                 for method, build in (("rtn", lambda: quantize_rtn(model, config)),
@@ -130,6 +131,8 @@ def main(argv=None) -> int:
                     record_out.progress(record)
     if "qat" in args.parts:
         config = QuantConfig(bits=args.qat_bits, granularity="group", group_size=32)
+        s, _ = score(quantize_rtn(model, config)[0], x, y, base)  # the gap to recover, on the same windows
+        record["rtn_same_windows"] = {"bits": args.qat_bits, "granularity": "group", "group_size": 32, **s}
         for seed in args.seeds:
             for fake in [v == "qat" for v in args.variants]:
                 t = time.perf_counter()
