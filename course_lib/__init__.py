@@ -19,7 +19,7 @@ from . import gpt2, llama, hf_moe  # noqa: E402,F401  register GPT.from_pretrain
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer  # registers the "bpe" tokenizer type
-from .chat_template import ChatTokenizer  # registers the "chat" tokenizer type (ch. 17)
+from .chat.template import ChatTokenizer  # noqa: F401  registers the "chat" tokenizer type (ch. 17)
 from .bpe_train import train_bpe
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text

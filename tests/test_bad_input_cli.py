@@ -105,6 +105,9 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     return [
         # text input: one reader (course_lib.data.read_text_file)
         ("missing text file", ["train", "--text", str(tmp / "nope.txt")], 2, "no such text file"),
+        # issue 46 R2: a short form and a --set of the same setting that disagree (one was silently dropped)
+        ("--max-iters against --set max_iters", ["train", *text, "--max-iters", "7", "--set", "max_iters=5"], 2,
+         "--max-iters 7 and --set max_iters=5 disagree: give the setting once"),
         ("a folder as --text", ["train", "--text", str(tmp)], 2, "it is a folder"),
         ("empty text file", ["train", "--text", str(tmp / "empty.txt")], 2, "is empty"),
         ("text shorter than a window", ["train", "--text", str(tmp / "short.txt")], 2, "too short"),
@@ -303,7 +306,7 @@ def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("resume a full fine-tune with LoRA", [*ft, "--lora-rank", "2", "--out", ftf, "--resume"], 2,
          "--lora-rank 2: .* was fine-tuned with full fine-tuning"),
         ("resume a LoRA run on another base", [*ft[:2], str(tmp / "done" / "ckpt.pt"), "--out", ftl, "--resume"], 2,
-         "fine-tunes .*base/ckpt.pt \\(SHA-256 .*\\), and --checkpoint .* is another file"),
+         "--checkpoint .*: .* starts from .*base/ckpt.pt \\(SHA-256 .*\\), and that is another file"),
         ("resume a full fine-tune with train", ["train", "--out", ftf, "--resume", "--max-iters", "5"], 2,
          r"made by `finetune`, not `train`: resume it with `python -m course_lib finetune --out"),
         ("resume a LoRA fine-tune with train", ["train", "--out", ftl, "--resume"], 2,

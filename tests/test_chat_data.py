@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from course_lib.calculator import calculate
-from course_lib.chat_data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
+from course_lib.chat.calculator import calculate
+from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
                                   build_conversations, char_chat_tokenizer, conversations_bytes, load_conversations,
                                   write_conversations)
-from course_lib.chat_template import check_conversation, render
+from course_lib.chat.template import check_conversation, render
 from course_lib.data import load_text
 from course_lib.dates import DATE_FORMATS, format_date
 
@@ -132,7 +132,7 @@ def test_conversations_bytes_is_one_conversation_per_line():
 def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     import torch
 
-    from course_lib.chat_data import chat_batch_fn, rendered_pairs
+    from course_lib.chat.data import chat_batch_fn, rendered_pairs
     from course_lib.utils import IGNORE_INDEX
 
     tokenizer = char_chat_tokenizer()

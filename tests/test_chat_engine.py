@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib.chat_engine import MAX_TOOL_CALLS, Chat, ChatEngine, Piece, format_piece, load_chat_model
-from course_lib.chat_template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer, ConversationTooLong,
+from course_lib.chat.engine import MAX_TOOL_CALLS, Chat, ChatEngine, Piece, format_piece, load_chat_model
+from course_lib.chat.template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer, ConversationTooLong,
                                       chat_tokenizer, render)
 from course_lib.checkpoint import save_checkpoint
 from course_lib.data import load_text
@@ -209,7 +209,7 @@ def test_reset_forgets_all_but_the_system_message():
 
 
 def test_the_shipped_chat_model_loads_and_is_checked(tmp_path, monkeypatch):
-    import course_lib.chat_engine as chat_engine
+    import course_lib.chat.engine as chat_engine
 
     model, tokenizer = load_chat_model()  # the shipped one, its SHA-256 checked
     assert tokenizer.vocab_size == model.config.vocab_size and END in tokenizer.special_ids

@@ -19,9 +19,9 @@ import anyio  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from chat_helpers import TOK, Cycling, ids_of  # noqa: E402
-from course_lib.chat_engine import NO_REPLY, ChatEngine  # noqa: E402
-from course_lib.chat_template import CALC, CALC_END, END  # noqa: E402
-from course_lib.chat_web import MAX_BODY_BYTES, ChatServer, check_port, create_app  # noqa: E402
+from course_lib.chat.engine import NO_REPLY, ChatEngine  # noqa: E402
+from course_lib.chat.template import CALC, CALC_END, END  # noqa: E402
+from course_lib.chat.web import MAX_BODY_BYTES, ChatServer, check_port, create_app  # noqa: E402
 
 REPLY = ids_of(CALC, "2+3", CALC_END, "5", END)
 
@@ -118,7 +118,7 @@ def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
 def test_json_nested_too_deeply_is_a_400_and_one_log_line(body, caplog):
     """Review 2026-11-28 W1 (rows 3-4): the parser's RecursionError is a bad request, not a 500 with a traceback."""
     client, _, engine = client_for()
-    with caplog.at_level("WARNING", logger="course_lib.chat_web"):
+    with caplog.at_level("WARNING", logger="course_lib.chat.web"):
         response = client.post("/api/chat", content=body, headers=JSON)
     assert response.status_code == 400 and "must be JSON" in response.json()["detail"]
     assert [r.getMessage() for r in caplog.records] == [

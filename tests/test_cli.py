@@ -285,7 +285,7 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
 
 
 def test_resume_command_repeats_the_arguments_with_resume_once():
-    from course_lib.cli_common import resume_command
+    from course_lib.cli.common import resume_command
 
     assert resume_command(["train", "--text", "my poems.txt", "--resume", "--out", "x"]) == \
         "python -m course_lib train --text 'my poems.txt' --out x --resume"

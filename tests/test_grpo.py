@@ -1,4 +1,4 @@
-"""course_lib.grpo: group advantages, the clipped objective, the k3 KL and the four averagings,
+"""course_lib.align.grpo: group advantages, the clipped objective, the k3 KL and the four averagings,
 checked by hand, by properties, and against TRL 1.16 itself (slow: TRL's start-up).
 
 The TRL tests compare with:
@@ -22,9 +22,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.grpo import GRPOConfig, group_advantages, grpo_batch_loss, grpo_loss, kl_k3, masked_mean
+from course_lib.align.grpo import GRPOConfig, group_advantages, grpo_batch_loss, grpo_loss, kl_k3, masked_mean
 from course_lib.model import GPT, GPTConfig
-from course_lib.preference import completion_logprobs
+from course_lib.align.dpo import completion_logprobs
 
 # --- advantages ---------------------------------------------------------------------------------
 

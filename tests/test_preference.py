@@ -1,4 +1,4 @@
-"""course_lib.preference: the log-probability of an answer and the DPO loss, checked by hand,
+"""course_lib.align.dpo: the log-probability of an answer and the DPO loss, checked by hand,
 by properties, and against TRL 1.16 itself (slow: TRL's start-up).
 
 The TRL tests compare with:
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.model import GPT, GPTConfig
-from course_lib.preference import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss, dpo_metrics,
+from course_lib.align.dpo import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss, dpo_metrics,
                                    implicit_rewards, pack_completions, pack_pairs, sequence_logprobs,
                                    token_logprobs)
 

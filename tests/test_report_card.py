@@ -1,4 +1,4 @@
-"""course_lib.report_card: a task's score with its interval and chance, the report card (tasks a
+"""course_lib.evaluation.report_card: a task's score with its interval and chance, the report card (tasks a
 tokenizer cannot encode are skipped, or an error when named), its table and JSON, and
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
@@ -11,9 +11,9 @@ from course_lib.bigram import BigramLanguageModel
 from course_lib.checkpoint import save_checkpoint
 from course_lib.cli import main
 from course_lib.data import load_text
-from course_lib.eval_tasks import load_task
+from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
-from course_lib.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
+from course_lib.evaluation.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
                                     heldout_text, report_card)
 from course_lib.tokenizers import CharTokenizer, train_tokenizer
 
@@ -92,8 +92,8 @@ def checkpoints(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["gpt", "rope", "bigram"])
 def test_the_eval_command_prints_the_card_and_writes_json(checkpoints, name, tmp_path, capsys, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
     out = tmp_path / "card.json"
     argv = ["eval", "--checkpoint", str(checkpoints / f"{name}.pt"), "--tasks", "next-line,next-word",
             "--limit", "3", "--json", str(out), "--device", "cpu"]
@@ -118,12 +118,12 @@ def test_evaluate_checkpoint_checks_its_arguments_before_loading(tmp_path):
 @pytest.fixture
 def no_evaluation(monkeypatch):
     """eval must refuse a bad --json before it loads or scores anything."""
-    import course_lib.report_card
+    import course_lib.evaluation.report_card
 
     def fail(*args, **kwargs):
         raise AssertionError("the --json path was checked after the work")
 
-    monkeypatch.setattr(course_lib.report_card, "load_model", fail)
+    monkeypatch.setattr(course_lib.evaluation.report_card, "load_model", fail)
 
 
 def bad_json_paths(folder, ckpt):
@@ -154,8 +154,8 @@ def test_eval_refuses_a_bad_json_path_before_any_work_and_writes_nothing(checkpo
 
 def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
                                                                           monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     monkeypatch.chdir(tmp_path)
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2", "--json", "-"]
     assert main(argv) == 0
@@ -165,8 +165,8 @@ def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkp
 
 
 def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     (tmp_path / "real.json").write_text("old")
     (tmp_path / "link.json").symlink_to("real.json")
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2",

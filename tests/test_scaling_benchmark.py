@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from benchmark_loader import load_benchmark
 
-from course_lib.isoflop import FAMILY, plan_run
+from course_lib.scaling.isoflop import FAMILY, plan_run
 from course_lib.scaling import LossLaw
 
 

@@ -6,8 +6,8 @@ import inspect
 import math
 import textwrap
 
-from ..calculator import calculate
-from ..chat_template import END, chat_tokenizer, render
+from ..chat.calculator import calculate
+from ..chat.template import END, chat_tokenizer, render
 from ..tokenizers import CharTokenizer
 from . import call, describe, fail, passed
 

@@ -41,11 +41,12 @@ from __future__ import annotations
 import re
 import statistics
 
-from .chat_data import EXTRA_CHARS, TASKS
-from .chat_engine import ChatEngine, Piece
-from .chat_template import END, chat_tokenizer, render_prompt
-from .data import load_text
-from .evaluation import bootstrap_interval, exact_match, loglikelihood_tokens, mean_stderr
+from .data import EXTRA_CHARS, TASKS
+from .engine import ChatEngine, Piece
+from .template import END, chat_tokenizer, render_prompt
+from ..data import load_text
+from ..evaluation import bootstrap_interval, exact_match, loglikelihood_tokens, mean_stderr
+from ..lora_gpt import extend_vocabulary
 
 TOOL_TASKS = ("arithmetic", "follow-up")  # the tasks scored with and without the calculator
 MAX_REPLY_TOKENS = 48  # the longest reply in the data has 41 characters
@@ -189,9 +190,7 @@ def across_seeds(scores: list[float]) -> dict:
 
 def before_fine_tuning(model, base_tokenizer):
     """``(model, tokenizer)``: a pretrained GPT (and its tokenizer) as the chat fine-tune starts
-    from it (``runs_assistant.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
+    from it (``runs.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
     the old), to score it "before"."""
-    from .lora_gpt import extend_vocabulary
-
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
     return extend_vocabulary(model, tokenizer.vocab_size - model.config.vocab_size).eval(), tokenizer

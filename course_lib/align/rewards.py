@@ -3,7 +3,7 @@ samples (chapter 18).
 
 **The task.** Two-digit addition without a calculator, ``"64+91="`` -> ``"155"`` then END: its
 answer is checked by code, and small models get it partly right. The test items are chapter 16's
-frozen ``arithmetic`` task (:func:`course_lib.eval_tasks.load_task`), which its harness scores
+frozen ``arithmetic`` task (:func:`course_lib.evaluation.tasks.load_task`), which its harness scores
 with intervals; training prompts are every other pair of two-digit numbers.
 
 **Rewards.** A reward is a function ``reward(prompt, completion) -> float`` of the texts.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .eval_tasks import load_task
-from .generate import generate
+from ..evaluation.tasks import load_task
+from ..generate import generate
 from .grpo import group_advantages
 
 END = "\n"  # an answer ends with a newline (chapter 16's tasks stop there)
@@ -180,7 +180,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
 
 def score_groups(groups: list[Group], scale_rewards: str = "group") -> tuple[torch.Tensor, torch.Tensor]:
     """The rewards (N,) of the groups' answers, side by side, and GRPO's advantages (N,)
-    (:func:`course_lib.grpo.group_advantages`)."""
+    (:func:`course_lib.align.grpo.group_advantages`)."""
     if not groups:
         raise ValueError("no groups to score")
     sizes = {len(g.rewards) for g in groups}
@@ -192,7 +192,7 @@ def score_groups(groups: list[Group], scale_rewards: str = "group") -> tuple[tor
 
 def flatten(groups: list[Group]) -> tuple[list[list[int]], list[list[int]]]:
     """The groups' (prompt ids, completion ids), one row per answer (N rows), for
-    :func:`course_lib.grpo.grpo_batch_loss`."""
+    :func:`course_lib.align.grpo.grpo_batch_loss`."""
     prompts = [g.prompt_ids for g in groups for _ in g.completion_ids]
     return prompts, [c for g in groups for c in g.completion_ids]
 

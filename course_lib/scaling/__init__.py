@@ -1,6 +1,6 @@
 """Scaling laws fitted to measured runs (chapter 19): Chinchilla's approaches 2 and 3
 (Hoffmann et al. 2022), with bootstrap intervals. Nothing here trains: the runs come from
-:mod:`course_lib.isoflop` (or any list of ``(N, D, C, loss)``).
+:mod:`course_lib.scaling.isoflop` (or any list of ``(N, D, C, loss)``).
 
 - Approach 2, IsoFLOP profiles: at each compute budget C, the final loss against log N is fitted
   by a parabola; its vertex is the compute-optimal size N_opt(C) (and, against log D, the

@@ -8,7 +8,7 @@ again. :meth:`ChatEngine.stream` yields the reply as it is written, in :class:`P
 - ``text``: a piece of the answer (tokens decoded as they come; a BPE character split over
   several tokens is held back until it is whole);
 - ``tool`` and ``result``: the assistant wrote an expression between ``<|calc|>`` and
-  ``<|/calc|>``; the engine evaluated it with :func:`course_lib.calculator.calculate` and fed
+  ``<|/calc|>``; the engine evaluated it with :func:`course_lib.chat.calculator.calculate` and fed
   ``<|result|>`` value ``<|/result|>`` back into the context, and the model goes on;
 - ``notice``: what the engine did to the conversation, said plainly.
 
@@ -16,7 +16,7 @@ A reply ends at the end-of-turn token ``<|end|>`` (or at any other role token: t
 the format), after ``max_reply_tokens`` sampled tokens, or when the context is full.
 
 **When the conversation outgrows the context** (the model's ``block_size``): before a reply,
-the oldest exchanges are dropped (the rule of :func:`course_lib.chat_template.fit_to_context`:
+the oldest exchanges are dropped (the rule of :func:`course_lib.chat.template.fit_to_context`:
 whole exchanges, the system message kept) until the conversation and ``min_reply_room`` tokens
 for the reply fit (default 8, an eighth of a context under 64); a reply that needs more room
 drops the oldest exchanges as it goes (never the message it answers). Each drop is said in a
@@ -37,16 +37,16 @@ from typing import Iterator
 
 import torch
 
-from .attention import KVCache
+from ..attention import KVCache
 from .calculator import calculate
-from .chat_template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_TOKENS, ChatTokenizer,
+from .template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_TOKENS, ChatTokenizer,
                             check_conversation, exchanges_to_drop, normalize, render_message)
-from .checkpoint import load_model, load_tokenizer
-from .data import sha256_of
-from .generate import check_sampling_args, sample_next
-from .utils import check_seed
+from ..checkpoint import load_model, load_tokenizer
+from ..data import sha256_of
+from ..generate import check_sampling_args, sample_next
+from ..utils import check_seed
 
-CHAT_MODEL_PATH = Path(__file__).parent / "weights" / "chat-char-cpu.pt"
+CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu.pt"
 CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
 # What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
@@ -63,7 +63,7 @@ class Piece:
 
 class ChatEngine:
     """One conversation with ``model`` (a GPT whose vocabulary is ``tokenizer``'s, a
-    :class:`~course_lib.chat_template.ChatTokenizer`). ``use_cache=False`` re-reads the whole
+    :class:`~course_lib.chat.template.ChatTokenizer`). ``use_cache=False`` re-reads the whole
     conversation for every token (the reference the cached engine is checked against)."""
 
     def __init__(self, model, tokenizer: ChatTokenizer, *, system: str | None = None, temperature: float = 0.0,

@@ -40,14 +40,14 @@ from pathlib import Path
 import torch
 
 from .calculator import calculate
-from .chat_template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
-from .data import load_text
-from .dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
-from .tokenizers import CharTokenizer
-from .train import TrainConfig
+from .template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
+from ..data import load_text
+from ..dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
+from ..tokenizers import CharTokenizer
+from ..train import TrainConfig
 
-CHAT_PATH = Path(__file__).parent / "tasks" / "chat.json"
-# The SHA-256 of CHAT_PATH: python -c "from course_lib import chat_data; print(chat_data.write_conversations())"
+CHAT_PATH = Path(__file__).parent.parent / "tasks" / "chat.json"
+# The SHA-256 of CHAT_PATH: python -c "from course_lib.chat import data; print(chat_data.write_conversations())"
 CHAT_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
 SPLITS = ("train", "val", "test")
 SIZES = {"train": 4000, "val": 400, "test": 400}  # conversations per split
@@ -251,7 +251,7 @@ def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH, s
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"the conversations {path} are missing from this installation: reinstall course_lib, "
-                                "or write them with course_lib.chat_data.write_conversations()")
+                                "or write them with course_lib.chat.data.write_conversations()")
     data = path.read_bytes()
     digest, expected = hashlib.sha256(data).hexdigest(), sha256 or CHAT_SHA256
     if digest != expected:

@@ -1,5 +1,5 @@
 """A report card for a language model (chapter 16, ``python -m course_lib eval``): bits per byte
-on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.eval_tasks`) scored with
+on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.evaluation.tasks`) scored with
 its standard error, a 95% bootstrap interval and its chance level.
 
 A task whose text the model's tokenizer cannot encode (digits for a model that only knows
@@ -13,12 +13,12 @@ import re
 import sys
 from pathlib import Path
 
-from .checkpoint import CheckpointError, load_model, load_tokenizer
-from .data import load_text
-from .eval_tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
-from .evaluation import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
+from ..checkpoint import CheckpointError, load_model, load_tokenizer
+from ..data import load_text
+from .tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
+from . import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
                          mean_stderr, multiple_choice, parse_number)
-from .utils import check_output_file, write_text_atomic
+from ..utils import check_output_file, write_text_atomic
 
 HELDOUT_CHARS = 20_000  # bits per byte are measured on this much held-out text
 

@@ -1,38 +1,14 @@
 """``python -m course_lib chat-sft`` and ``chat``: chapter 17's chat fine-tune and the chat itself,
-in the terminal or (``--web``) in a browser.
+in the terminal or (``--web``) in a browser. ``chat-sft``'s body is every training command's
+(:func:`course_lib.cli.common.cmd_run`); the run is :mod:`course_lib.runs.chat_sft`'s.
 """
 from __future__ import annotations
 
-from .chat_engine import ChatEngine, load_chat_model
-from .chat_terminal import run_terminal
-from .chat_web import serve
-from .cli_common import add_run_options, add_sampling_options, report_resume, run_settings, run_trainer
-from .pretrained import pretrained_checkpoint
-from .run_folder import open_run
-from .runs_assistant import resume_chat_sft_run, start_chat_sft_run
-from .utils import check_device
-
-
-def cmd_chat_sft(args) -> int:
-    """Chapter 17's chat fine-tune: the same crash safety and ``--resume`` as every run."""
-    settings = run_settings(args)
-    with open_run(args.out, args.resume, "chat-sft") as folder:
-        if folder.checkpoint is not None:
-            trainer = resume_chat_sft_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
-                                          from_scratch=args.from_scratch, device=args.device,
-                                          checkpoint=folder.checkpoint)
-        else:
-            base = args.checkpoint or pretrained_checkpoint()
-            trainer = start_chat_sft_run(base, settings, from_scratch=bool(args.from_scratch), device=args.device,
-                                         out_dir=folder.path)
-        report_resume(trainer, folder, args.resume)
-        what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
-        print(f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on {trainer.device}; "
-              f"{trainer.config.max_iters} iterations, checkpoints in {folder.path}")
-        run_trainer(args, trainer)
-    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat with "
-          f"`python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
-    return 0
+from ..chat.engine import ChatEngine, load_chat_model
+from ..chat.terminal import run_terminal
+from ..chat.web import serve
+from ..utils import check_device
+from .common import add_run_options, add_sampling_options
 
 
 def cmd_chat(args) -> int:
@@ -47,13 +23,12 @@ def cmd_chat(args) -> int:
 def add_chat_sft_parser(sub) -> None:
     p = sub.add_parser("chat-sft", help="fine-tune a pretrained GPT into a chat model on the shipped conversations, "
                        "writing DIR/ckpt.pt")
-    p.add_argument("--checkpoint", help="the pretrained GPT (default: the one course_lib ships); with --resume "
-                   "only the run's own base (or a copy) is accepted")
+    p.add_argument("--checkpoint", dest="base_checkpoint", help="the pretrained GPT (default: the one course_lib "
+                   "ships); with --resume only the run's own base (or a copy) is accepted")
     # default None, not False: a resume tells "not given" (continue as started) from "given" (must match)
     p.add_argument("--from-scratch", action="store_true", default=None,
                    help="the control: a fresh GPT of the same shape")
     add_run_options(p, "runs/chat")
-    p.set_defaults(func=cmd_chat_sft)
 
 
 def add_chat_parser(sub) -> None:

@@ -22,11 +22,11 @@ from dataclasses import replace
 
 import torch
 
-from .losses import sequence_loss
-from .model import GPTConfig
-from .presets import get_preset
-from .runs import make_trainer
-from .sizing import flops_per_token, parameter_breakdown
+from ..losses import sequence_loss
+from ..model import GPTConfig
+from ..presets import get_preset
+from ..runs import make_trainer
+from ..sizing import flops_per_token, parameter_breakdown
 
 BASE_PRESET = "shakespeare-char-cpu"  # the book's GPT-2-style block: LayerNorm, GELU MLP of 4C, untied head
 HEAD_SIZE = 16  # n_head = n_embd / 16 (one head of all the channels below 32)

@@ -29,14 +29,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import load_text
-from .dates import date_split_days, date_test_set, sample_dates
+import torch
 
-TASKS_DIR = Path(__file__).parent / "tasks"
+from ..data import load_text
+from ..dates import date_split_days, date_test_set, sample_dates
+
+TASKS_DIR = Path(__file__).parent.parent / "tasks"
 HELDOUT_START = 0.91  # test items come from tiny Shakespeare after this share of its characters
 TRAIN_END = 0.89  # few-shot examples from before this share
 N_TEST, N_TRAIN = 200, 20
-# SHA-256 of each frozen file (python -c "from course_lib.eval_tasks import write_tasks; write_tasks()")
+# SHA-256 of each frozen file (python -c "from course_lib.evaluation.tasks import write_tasks; write_tasks()")
 TASK_SHA256 = {
     "next-line": "f04b15947d5223b446af6c9cdcd580ab563e2966fbd66323cb5600495285b2d1",
     "next-speaker": "825232ecc82ccb2ffb2643b34ca84e024e72afc227721e9bf2fced0284deabb8",
@@ -106,7 +108,7 @@ def _next_line_items(lines, n: int, rng: random.Random) -> list[dict]:
     items = []
     picks = rng.sample(range(2, len(lines)), n)
     for p in picks:
-        (i0, a, _), (i1, b, s1), (i2, true, s2) = lines[p - 2], lines[p - 1], lines[p]
+        (i0, a, _), (_, b, s1), (i2, true, s2) = lines[p - 2], lines[p - 1], lines[p]
         if not (i2 - i0 == 2 and s1 == s2):  # three consecutive lines of one speech
             continue
         far = [ln for j, ln, _ in lines if abs(j - i2) > 200 and ln != true]
@@ -178,8 +180,6 @@ def build_next_word(seed: int = 2) -> Task:
 
 
 def build_dates(seed: int = 0) -> Task:
-    import torch
-
     test = [{"prompt": s + "=", "answer": t} for s, t in date_test_set(N_TEST, seed)]
     days = date_split_days(seed)["train"]
     train = [{"prompt": s + "=", "answer": t}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .config import Rule, check_fields
+from ..config import Rule, check_fields
 
 # --- the log-probability of an answer -----------------------------------------------------------
 

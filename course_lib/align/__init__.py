@@ -3,11 +3,11 @@ or a reward loss in place of next-token prediction, so that a run keeps everythi
 atomic checkpoints, Ctrl-C between two steps, a bit-for-bit resume, a progress bar.
 
 Both start from a GPT checkpoint (the *base*, e.g. a model fine-tuned on the task) and learn two-digit
-addition (:mod:`course_lib.rewards`):
+addition (:mod:`course_lib.align.rewards`):
 
 - **DPO** samples G answers per prompt from the base once, at the start, keeps a right and a wrong
   answer to the same prompt (right: rewarded, by the exact reward unless told otherwise) as a
-  (chosen, rejected) pair (:func:`course_lib.rewards.preference_pairs`),
+  (chosen, rejected) pair (:func:`course_lib.align.rewards.preference_pairs`),
   and trains on those pairs against the frozen base as its reference. The pairs are stored in the
   checkpoint, so a resumed run trains on the same ones.
 - **SFT**, the control (:class:`SFTTrainer`): next-token training on the *right* answers to the
@@ -15,37 +15,31 @@ addition (:mod:`course_lib.rewards`):
   starting model (:func:`sft_start`: the chat model, shown a few hundred sums in this format).
 - **GRPO** samples a group of G answers per prompt from the *current* policy at every step, from the
   run's batch generator (saved in every checkpoint: a resumed run samples the same answers), rewards
-  them by code and takes one step on the clipped objective (:mod:`course_lib.grpo`). The KL to the
+  them by code and takes one step on the clipped objective (:mod:`course_lib.align.grpo`). The KL to the
   base is always measured (and penalised when ``beta > 0``).
 
 At each evaluation both print the share of held-out prompts answered right (greedy decoding). The
-runs are built by :mod:`course_lib.runs` (``start_dpo_run``, ``resume_grpo_run``...).
+runs are built by :mod:`course_lib.runs.align` (``start_dpo_run``, ``resume_grpo_run``...).
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, fields
-from pathlib import Path
 
 import torch
 
-from ._signals import pause_point
-from .checkpoint import CheckpointError, build_model, load_model, load_tokenizer
-from .config import apply_overrides, apply_resume_overrides
+from .._signals import pause_point
+from ..config import apply_overrides
 from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
-from .lora_gpt import file_sha256
-from .model import GPT, GPTConfig
-from .preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
-from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, preference_pairs, sample_groups,
+from .dpo import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
+from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, sample_groups,
                       score_groups)
-from .speed import autocast
-from .finetune import encode_examples
-from .runs import resumed_config
-from .train import TrainConfig, Trainer
-from .utils import seed_everything
+from ..speed import autocast
+from ..finetune import encode_examples
+from ..lora_gpt import SHAPE_KEPT
+from ..train import TrainConfig, Trainer
 
 METHODS = {"dpo": DPOConfig, "grpo": GRPOConfig}
-TASK_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
+ARITHMETIC_CHARS = "0123456789+=" + END  # what the base model's tokenizer must be able to write
 # Starting points for a small character GPT on two-digit addition (chapter 18's benchmark tunes them):
 # a small learning rate, as preference tuning moves a trained model only a little.
 ALIGN_TRAIN = {
@@ -58,56 +52,12 @@ ALIGN_METHOD = {"dpo": {}, "grpo": {"max_completion_length": 6}}  # an answer: u
 N_VAL = 200  # training items held back to validate on (chapter 16's test items are never trained on)
 EVAL_ITEMS = 100  # prompts of each split answered greedily at every evaluation
 PAIR_TOKENS = 6  # the longest answer sampled for DPO's pairs (3 digits and END, and room to spare)
-SHAPE_KEPT = {f.name: "DPO and GRPO keep the base model's shape; only training and method settings can be set"
-              for f in fields(GPTConfig)}
 
 
 def task_splits(seed: int = 0) -> dict[str, list[dict]]:
     """The arithmetic training items, split into "train" and "val" (the last ``N_VAL``)."""
     items = arithmetic_items("train", seed)
     return {"train": items[:-N_VAL], "val": items[-N_VAL:]}
-
-
-def align_configs(method: str, settings: dict | None, stored_method=None, path=None, ckpt=None):
-    """``(TrainConfig, DPOConfig or GRPOConfig)`` from ``--set`` settings: a key of the method's
-    config goes there, any other to the training settings (the model's shape may not be set).
-    A resumed run (checkpoint ``path``, read as ``ckpt``, whose method settings are ``stored_method``)
-    keeps its method settings and all but ``runs.RESUMABLE_SETTINGS``: its pairs, split and rollouts
-    were made with them."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
-    names = {f.name for f in fields(METHODS[method])}
-    settings = settings or {}
-    method_set = {k: v for k, v in settings.items() if k in names}
-    train_set = {k: v for k, v in settings.items() if k not in names}
-    if ckpt is None:
-        train = apply_overrides(TrainConfig(**ALIGN_TRAIN[method]), train_set, SHAPE_KEPT)
-        return train, apply_overrides(METHODS[method](**ALIGN_METHOD[method]), method_set)
-    train = resumed_config(path, ckpt, train_set, SHAPE_KEPT)
-    return train, apply_resume_overrides(stored_method, method_set, (), path, f"its {method.upper()} settings")
-
-
-def load_base(base_checkpoint, device: str, max_answer: int = PAIR_TOKENS):
-    """The base GPT (frozen: it is the reference), its checkpoint's tokenizer, path and SHA-256;
-    refused unless it is a GPT whose tokenizer can write the task's answers."""
-    path = Path(base_checkpoint).resolve()
-    base, ckpt = load_model(path, device)
-    if type(base) is not GPT:
-        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: DPO and GRPO start from a GPT "
-                         "checkpoint (written by `python -m course_lib train` or a full `finetune`)")
-    tokenizer = load_tokenizer(ckpt, path) if ckpt.get("tokenizer") else None
-    try:
-        assert tokenizer is not None and tokenizer.decode(tokenizer.encode(TASK_CHARS)) == TASK_CHARS
-    except (AssertionError, ValueError, KeyError):
-        raise ValueError(f"{base_checkpoint}'s tokenizer cannot write the arithmetic task's characters "
-                         f"{TASK_CHARS!r}: start from a model trained on text with digits, '+' and '=' "
-                         "(e.g. fine-tuned on the task)") from None
-    longest = len(tokenizer.encode("99+99=")) + max(PAIR_TOKENS, max_answer)
-    if longest > base.config.block_size:
-        raise ValueError(f"{base_checkpoint} has block_size {base.config.block_size}, shorter than a prompt and its "
-                         f"longest answer ({longest} tokens): lower max_completion_length or use a longer-context base")
-    base.requires_grad_(False)
-    return base, tokenizer, path, file_sha256(path)
 
 
 class _AlignTrainer(Trainer):
@@ -232,84 +182,10 @@ START_SFT = dict(max_iters=300, batch_size=32, learning_rate=1e-3, min_lr=1e-4, 
 
 
 def sft_start(model, tokenizer, settings: dict | None = None, device: str = "cpu", progress: bool = False):
-    """``model`` (e.g. :func:`course_lib.chat_engine.load_chat_model`'s) after ``START_SFT`` (or
+    """``model`` (e.g. :func:`course_lib.chat.engine.load_chat_model`'s) after ``START_SFT`` (or
     ``settings`` over it) steps of SFT on the training sums: a new model, ``model`` is untouched."""
     config = apply_overrides(TrainConfig(**START_SFT), settings or {}, SHAPE_KEPT)
     trainer = SFTTrainer(copy.deepcopy(model).requires_grad_(True), task_splits(config.seed), config, device=device,
                          tokenizer=tokenizer, progress=progress, verbose=False)
     trainer.train()
     return trainer.model
-
-
-# --- building runs: course_lib.runs calls these ------------------------------------------------------
-
-
-def sample_pairs(base, tokenizer, items: dict, dpo: DPOConfig, seed: int, reward=None) -> dict:
-    """DPO's pairs for each split, from the base's own answers (a seeded generator of their own):
-    an answer ``reward`` scores above 0.5 (default: the right sum) is preferred to one it does not."""
-    generator = torch.Generator().manual_seed(seed)
-    pairs = {}
-    for split in ("train", "val"):
-        prompts = [item["prompt"] for item in items[split][:dpo.pair_prompts if split == "train" else EVAL_ITEMS]]
-        groups = sample_groups(base, tokenizer, prompts, dpo.pair_group_size, PAIR_TOKENS, generator,
-                               reward or get_reward("exact"))
-        pairs[split] = preference_pairs(groups)
-        if not pairs[split]:
-            raise ValueError(f"the base model's answers to every sampled {split} prompt were all rewarded or all "
-                             "not, so there is no pair to prefer: DPO needs a model that is right only sometimes")
-    return pairs
-
-
-def start_align_run(method: str, base_checkpoint, settings: dict | None = None, *, reward: str = "exact",
-                    device: str = "cpu", out_dir=None, progress: bool = True) -> Trainer:
-    """A new DPO or GRPO run from ``base_checkpoint`` (see the module's docstring)."""
-    config, method_config = align_configs(method, settings)
-    get_reward(reward)  # refuse an unknown reward before any work
-    base, tokenizer, path, sha = load_base(base_checkpoint, device, getattr(method_config, "max_completion_length", 0))
-    # Seeded as every other run: dropout's masks (a base with dropout > 0) come from torch's global
-    # generator, so two runs of the same command must start it alike; checkpoints store its state.
-    seed_everything(config.seed)
-    policy = copy.deepcopy(base).requires_grad_(True)  # the policy starts as the base; the base stays frozen
-    items = task_splits(config.seed)
-    trained_on = {"command": method, "task": "arithmetic", "reward": reward, "base_checkpoint": str(path),
-                  "base_sha256": sha, "method": asdict(method_config)}
-    options = dict(device=device, out_dir=out_dir, tokenizer=tokenizer, progress=progress)
-    if method == "dpo":
-        trained_on["pairs"] = sample_pairs(base, tokenizer, items, method_config, config.seed,
-                                           get_reward(reward))
-        trainer = DPOTrainer(policy, base, method_config, items, trained_on["pairs"], config, **options)
-    else:
-        trainer = GRPOTrainer(policy, base, method_config, items, reward, config, **options)
-    trainer.trained_on = trained_on
-    return trainer
-
-
-def resume_align_run(method: str, path, ckpt: dict, settings: dict | None = None, *, base_checkpoint=None,
-                     device: str = "cpu", progress: bool = True) -> Trainer:
-    """The DPO or GRPO run saved in ``path`` (already read as ``ckpt``), continued; its base is the
-    recorded file, or ``base_checkpoint`` when it holds the same bytes (a moved base)."""
-    saved = ckpt.get("trained_on") or {}
-    if "method" not in saved or "base_sha256" not in saved:
-        raise CheckpointError(f"{path} does not record its {method} settings and base model, so it cannot be resumed")
-    config, method_config = align_configs(method, settings, METHODS[method](**saved["method"]), path, ckpt)
-    base_path = Path(base_checkpoint or saved["base_checkpoint"])
-    if not base_path.is_file() or file_sha256(base_path) != saved["base_sha256"]:
-        raise ValueError(f"{path} was trained from {saved['base_checkpoint']} "
-                         f"(SHA-256 {saved['base_sha256'][:12]}...), "
-                         f"and {base_path} is {'another file' if base_path.is_file() else 'missing'}: give that base "
-                         "model (or a copy of it) as --checkpoint")
-    base, tokenizer, base_path, _ = load_base(base_path, device, getattr(method_config, "max_completion_length", 0))
-    trained_on = {**saved, "base_checkpoint": str(base_path), "method": asdict(method_config)}
-    items = task_splits(config.seed)
-    options = dict(device=device, out_dir=Path(path).parent, tokenizer=tokenizer, progress=progress)
-    model = build_model(ckpt, path)
-    if method == "dpo":
-        trainer = DPOTrainer(model, base, method_config, items, saved["pairs"], config, **options)
-    else:
-        trainer = GRPOTrainer(model, base, method_config, items, saved["reward"], config, **options)
-    trainer.load_state(ckpt, path)
-    if trainer.step > config.max_iters:
-        raise ValueError(f"{path} is at step {trainer.step}, past max_iters {config.max_iters}: give "
-                         f"--set max_iters={trainer.step} or more, or leave it out")
-    trainer.trained_on = trained_on
-    return trainer

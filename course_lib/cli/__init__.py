@@ -1,6 +1,7 @@
 """Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval
-/ chat-sft / chat / dpo / grpo`` (chapter 17's two in :mod:`course_lib.cli_chat`, chapter 18's in
-:mod:`course_lib.cli_align`; what they all share in :mod:`course_lib.cli_common`).
+/ chat-sft / chat / dpo / grpo`` (chapter 17's two in :mod:`course_lib.cli.chat`, chapter 18's in
+:mod:`course_lib.cli.align`; what they all share, the one body of every training command included,
+in :mod:`course_lib.cli.common`).
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -31,36 +32,30 @@ import argparse
 import signal
 import sys
 import threading
-import time
 from dataclasses import fields
-from pathlib import Path
 
-from . import distributed
-from ._signals import INTERRUPTED, TrainingInterrupted, pause_point
-from .checkpoint import load_model, load_tokenizer
-from .cli_align import add_align_parsers
-from .cli_chat import add_chat_parsers
-from .cli_common import (DEVICES, add_run_options, add_sampling_options, main_process, report_resume, run_settings,
-                         run_trainer)
-from .config import settings_from_pairs
-from .dates import date_test_set, dates_train_config
-from .finetune import TASKS, answer_prompts, exact_match
-from .generate import check_sampling_args, generate_text
-from .lora import DEFAULT_TARGETS
-from .lora_gpt import LoRAGPT
-from .model import GPT, GPTConfig
-from .presets import PRESETS, get_preset
-from .report_card import evaluate_checkpoint
-from .run_folder import open_run
-from .runs import (DEFAULT_PRESET, resume_dates_run, resume_finetune_run, resume_run, start_dates_run,
-                   start_finetune_run, start_run)
-from .seq2seq import Seq2Seq
-from .sizing import count_parameters, flops_per_token, parameter_breakdown
-from .train import TrainConfig
-from .translate import translate
-from .utils import check_device
+from .. import distributed
+from .._signals import INTERRUPTED, TrainingInterrupted, pause_point
+from ..checkpoint import load_model, load_tokenizer
+from ..dates import dates_train_config
+from ..finetune import TASKS
+from ..generate import check_sampling_args, generate_text
+from ..lora import DEFAULT_TARGETS
+from ..model import GPT, GPTConfig
+from ..presets import PRESETS, get_preset
+from ..evaluation.report_card import evaluate_checkpoint
+from ..runs import DEFAULT_PRESET
+from ..runs.finetune import MAX_EVAL_EXAMPLES
+from ..seq2seq import Seq2Seq
+from ..sizing import count_parameters, flops_per_token, parameter_breakdown
+from ..train import TrainConfig
+from ..translate import translate
+from ..utils import check_device
+from .align import add_align_parsers
+from .chat import add_chat_parsers
+from .common import DEVICES, add_run_options, add_sampling_options, cmd_run  # noqa: F401 (cmd_run: the parsers')
 
-MAX_EVAL_EXAMPLES = 100_000  # finetune's final exact match: more held-out dates than this only takes longer
+
 
 
 def cmd_params(args) -> int:
@@ -76,71 +71,7 @@ def cmd_params(args) -> int:
     return 0
 
 
-# --- train: GPT pretraining --------------------------------------------------------------------------
-
-
-def train_settings(args) -> dict[str, str]:
-    """``--set KEY=VALUE`` pairs, with ``--max-iters``, ``--dtype`` and ``--compile`` (their short forms)."""
-    settings = settings_from_pairs(args.set)
-    if args.max_iters is not None:
-        settings["max_iters"] = str(args.max_iters)
-    if args.dtype is not None:
-        settings["dtype"] = args.dtype
-    if args.compile:
-        settings["compile"] = "true"
-    return settings
-
-
-def cmd_train(args) -> int:
-    name = ("stdin" if args.text == "-" else Path(args.text).stem) if args.text else (args.preset or DEFAULT_PRESET)
-    with open_run(args.out or f"runs/{name}", args.resume, "train", claim=main_process()) as folder:
-        options = dict(preset=args.preset, text_file=args.text, device=args.device)
-        if folder.checkpoint is not None:
-            run = resume_run(folder.checkpoint_path, train_settings(args), checkpoint=folder.checkpoint, **options)
-        else:
-            run = start_run(settings=train_settings(args), out_dir=folder.path, **options)
-        report_resume(run.trainer, folder, args.resume)
-        return report_training(args, run, name)
-
-
-def report_training(args, run, name: str) -> int:
-    trainer, tokenizer = run.trainer, run.tokenizer
-    if distributed.is_main():
-        processes = f" x {distributed.world_size()} processes" if distributed.is_distributed() else ""
-        print(f"{name}: {trainer.model.num_parameters():,} parameters, {type(tokenizer).__name__} with "
-              f"{tokenizer.vocab_size} tokens, on {trainer.device}{processes}; {trainer.config.max_iters} "
-              f"iterations, checkpoints in {trainer.out_dir}")
-    pause_point("start")
-    start = time.perf_counter()
-    run_trainer(args, trainer)
-    if not distributed.is_main():
-        return 0
-    speed = f", {trainer.tokens_per_s:,.0f} tokens/s" if trainer.tokens_per_s else ""
-    speed += f", MFU {100 * trainer.mfu:.1f}%" if trainer.mfu is not None else ""
-    print(f"done in {time.perf_counter() - start:.1f} s{speed}: val loss {trainer.history['val_loss'][-1]:.4f}; "
-          f"saved {trainer.checkpoint_path}")
-    pause_point("final-sample")
-    prompt = "\n" if "\n" in run.text else run.text[0]
-    print(generate_text(trainer.model, tokenizer, prompt, 200, seed=trainer.config.seed))
-    return 0
-
-
 # --- train-dates and translate: chapter 11's encoder-decoder --------------------------------------------
-
-
-def cmd_train_dates(args) -> int:
-    if args.max_iters is not None and args.max_iters < 1:
-        raise ValueError(f"--max-iters must be at least 1, got {args.max_iters}")
-    with open_run(args.out, args.resume, "train-dates") as folder:
-        if folder.checkpoint is not None:
-            trainer = resume_dates_run(folder.checkpoint_path, args.max_iters, device=args.device,
-                                       checkpoint=folder.checkpoint)
-        else:
-            trainer = start_dates_run(folder.path, args.max_iters, device=args.device)
-        report_resume(trainer, folder, args.resume)
-        run_trainer(args, trainer)
-    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}")
-    return 0
 
 
 def cmd_translate(args) -> int:
@@ -173,52 +104,6 @@ def cmd_sample(args) -> int:
     return 0
 
 
-# --- finetune: chapter 15 ----------------------------------------------------------------------------
-
-
-def lora_options(args) -> dict:
-    """The LoRA options as given (None where left out), ``--lora-targets`` split at the commas."""
-    targets = None if args.lora_targets is None else tuple(t.strip() for t in args.lora_targets.split(","))
-    return dict(lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
-                lora_targets=targets and tuple(t for t in targets if t))
-
-
-def cmd_finetune(args) -> int:
-    """The same checks, crash safety and ``--resume`` as ``train``; then the task's exact match."""
-    if not 1 <= args.eval_examples <= MAX_EVAL_EXAMPLES:  # checked before training, not after
-        raise ValueError(f"--eval-examples must be an integer in [1, {MAX_EVAL_EXAMPLES:,}] (held-out dates for "
-                         f"the final exact match), got {args.eval_examples}")
-    options = dict(task=args.task, device=args.device, **lora_options(args))
-    settings = run_settings(args)
-    with open_run(args.out, args.resume, "finetune") as folder:
-        if folder.checkpoint is not None:
-            trainer = resume_finetune_run(folder.checkpoint_path, settings, base_checkpoint=args.checkpoint,
-                                          checkpoint=folder.checkpoint, **options)
-        elif not args.checkpoint:
-            raise ValueError("--checkpoint is needed to start a fine-tuning run: the pretrained GPT, e.g. "
-                             "runs/cpu/ckpt.pt from `python -m course_lib train --out runs/cpu`")
-        else:
-            trainer = start_finetune_run(args.checkpoint, settings, out_dir=folder.path, **options)
-        report_resume(trainer, folder, args.resume)
-        model, trained = trainer.model, sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-        kind = f"LoRA rank {model.config.rank}" if isinstance(model, LoRAGPT) else "full fine-tuning"
-        print(f"fine-tuning on {args.task} ({kind}): {trained:,} of {model.num_parameters():,} parameters trained, "
-              f"on {trainer.device}; {trainer.config.max_iters} iterations, checkpoints in {folder.path}")
-        run_trainer(args, trainer)
-    return report_finetune(trainer, args.eval_examples)
-
-
-def report_finetune(trainer, n_examples: int) -> int:
-    """The task's exact match on held-out dates, and three answers."""
-    pairs, model, tokenizer = date_test_set(n_examples), trainer.model, trainer.tokenizer
-    print(f"done: val loss {trainer.history['val_loss'][-1]:.4f}; exact match on {len(pairs)} held-out dates "
-          f"{exact_match(model, tokenizer, pairs):.1%}; saved {trainer.checkpoint_path}")
-    sources = [s for s, _ in pairs[:3]]
-    for source, answer in zip(sources, answer_prompts(model, tokenizer, sources)):
-        print(f"  {source}  ->  {answer}")
-    return 0
-
-
 # --- the parsers ---------------------------------------------------------------------------------------
 
 
@@ -236,18 +121,12 @@ def add_train_parser(sub) -> None:
     p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
     p.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET}; with --resume, the run's)")
-    p.add_argument("--text", metavar="FILE", help="train on this UTF-8 text file instead of the preset's corpus "
-                   "(its tokenizer is built from it; 90%% train, 10%% validation); - reads standard input")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one model or training setting of the preset; repeat for more (see below)")
-    p.add_argument("--max-iters", type=int, help="the same as --set max_iters=N")
-    p.add_argument("--out", help="output folder (default runs/PRESET, or runs/NAME for --text NAME.txt)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", choices=DEVICES, help="default: cuda, else mps, else cpu")
+    p.add_argument("--text", metavar="FILE", dest="text_file", help="train on this UTF-8 text file instead of the "
+                   "preset's corpus (its tokenizer is built from it; 90%% train, 10%% validation); - reads standard input")
+    add_run_options(p, None, "override one model or training setting of the preset; repeat for more (see below)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (the same as --set dtype=...; "
                    "fp16 needs a CUDA GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (the same as --set compile=true)")
-    p.set_defaults(func=cmd_train)
 
 
 def add_sample_parser(sub) -> None:
@@ -262,12 +141,8 @@ def add_sample_parser(sub) -> None:
 def add_dates_parsers(sub) -> None:
     """``train-dates`` and ``translate``: chapter 11's encoder-decoder."""
     p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
-    p.add_argument("--out", default="runs/dates", help="output folder (default runs/dates)")
-    p.add_argument("--max-iters", type=int, help=f"training steps (default: the chapter's "
-                   f"{dates_train_config().max_iters})")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out if it has a checkpoint")
-    p.add_argument("--device", choices=DEVICES)
-    p.set_defaults(func=cmd_train_dates)
+    add_run_options(p, "runs/dates", f"override one training setting (default: the chapter's, "
+                    f"{dates_train_config().max_iters} steps); repeat for more")
 
     p = sub.add_parser("translate", help="translate texts with an encoder-decoder checkpoint (train-dates)")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train-dates`")
@@ -277,21 +152,27 @@ def add_dates_parsers(sub) -> None:
     p.set_defaults(func=cmd_translate)
 
 
+def comma_list(text: str) -> tuple[str, ...]:
+    """``--lora-targets a,b``: the names between the commas, blanks left out."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
 def add_finetune_parser(sub) -> None:
     p = sub.add_parser("finetune", help="fine-tune a pretrained GPT checkpoint on a task (full or LoRA), "
                        "writing DIR/ckpt.pt")
-    p.add_argument("--checkpoint", help="the pretrained GPT (a ckpt.pt written by `train`); with --resume only "
-                   "needed for a LoRA run whose base has moved (the same file, checked by its SHA-256)")
+    p.add_argument("--checkpoint", dest="base_checkpoint", help="the pretrained GPT (a ckpt.pt written by `train`); "
+                   "with --resume only needed for a LoRA run whose base has moved (the same file, checked by its "
+                   "SHA-256)")
     p.add_argument("--task", default="dates", help=f"one of: {', '.join(TASKS)} (default dates: chapter 11's "
                    "date normalisation as prompt=answer)")
     p.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (default: full fine-tuning)")
     p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
-    p.add_argument("--lora-targets", metavar="NAMES", help="comma-separated linear layers to adapt (default: the "
-                   f"attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are mlp.c_fc,mlp.c_proj)")
+    p.add_argument("--lora-targets", metavar="NAMES", type=comma_list, help="comma-separated linear layers to adapt "
+                   f"(default: the attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are "
+                   "mlp.c_fc,mlp.c_proj)")
     add_run_options(p, "runs/ft")
-    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact match "
-                   f"(1 to {MAX_EVAL_EXAMPLES:,})")
-    p.set_defaults(func=cmd_finetune)
+    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact "
+                   f"match (1 to {MAX_EVAL_EXAMPLES:,})")
 
 
 def add_params_parser(sub) -> None:
@@ -301,7 +182,7 @@ def add_params_parser(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.report_card's."""
+    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.evaluation.report_card's."""
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0

@@ -39,7 +39,7 @@ import re
 import socket
 import threading
 
-from .chat_engine import NO_REPLY, ChatEngine
+from .engine import NO_REPLY, ChatEngine
 
 MAX_BODY_BYTES = 8192  # a request body larger than this is refused before it is read whole
 PAGE = r"""<!doctype html>

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .chat_engine import NO_REPLY, ChatEngine, format_piece
+from .engine import NO_REPLY, ChatEngine, format_piece
 
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
 

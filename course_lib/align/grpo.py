@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import Rule, check_fields
-from .preference import completion_logprobs
+from ..config import Rule, check_fields
+from .dpo import completion_logprobs
 
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")

@@ -9,7 +9,7 @@ reads: each message starts with a role token and ends with the end-of-turn token
 The role tokens and ``<|end|>`` are **special tokens**: new ids that no text encodes to, so a
 user who types "<|assistant|>" writes those characters, never the token (no injection through
 the text). The assistant may call the calculator by writing an expression between ``<|calc|>``
-and ``<|/calc|>``; the chat engine (:mod:`course_lib.chat_engine`) answers between
+and ``<|/calc|>``; the chat engine (:mod:`course_lib.chat.engine`) answers between
 ``<|result|>`` and ``<|/result|>``, and the assistant goes on.
 
 :class:`ChatTokenizer` wraps any tokenizer of the course (characters or byte-level BPE) and
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import torch
 
-from .tokenizers import CharTokenizer, register_tokenizer, tokenizer_from_dict, train_tokenizer
-from .utils import IGNORE_INDEX
+from ..tokenizers import CharTokenizer, register_tokenizer, tokenizer_from_dict, train_tokenizer
+from ..utils import IGNORE_INDEX
 
 SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 CALC, CALC_END, RESULT, RESULT_END = "<|calc|>", "<|/calc|>", "<|result|>", "<|/result|>"

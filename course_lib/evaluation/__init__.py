@@ -11,7 +11,7 @@ text (``encode(context + continuation)``) whose first ``len(encode(context))`` t
 context. Where a BPE token spans the join of the two texts, that split is wrong (lm-eval then
 feeds ids that need not spell the text, or stops on an empty continuation): the split moves back
 to the last token boundary before the join, and the continuation's tokens spell the end of the
-context that shares their first token, then the continuation (:mod:`course_lib.eval_pairs`
+context that shares their first token, then the continuation (:mod:`course_lib.evaluation.pairs`
 gives the rule and its reasons).
 
 **Shared context, computed once.** The four choices of a multiple-choice item share their
@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .eval_pairs import encode_pair
-from .generate import generate, generate_batch
+from .pairs import encode_pair
+from ..generate import generate, generate_batch
 
 # --- log-likelihood of a continuation ---------------------------------------------------------------
 
@@ -162,7 +162,7 @@ def loglikelihood(model, tokenizer, requests: Sequence[tuple[str, str]], batch_s
                   progress: bool = False, share_context: bool = True) -> list[tuple[float, bool]]:
     """``[(log-likelihood, is_greedy)]`` for text requests ``(context, continuation)``, with
     lm-eval's semantics where no token spans the join (see the module's docstring and
-    :func:`course_lib.eval_pairs.encode_pair`)."""
+    :func:`course_lib.evaluation.pairs.encode_pair`)."""
     pairs = [encode_pair(tokenizer, c, x) for c, x in requests]
     return loglikelihood_tokens(model, pairs, batch_size, progress, share_context)
 
