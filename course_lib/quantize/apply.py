@@ -25,9 +25,14 @@ FLOAT_BYTES = 2  # what is not quantized is stored in float16, like the shipped 
 
 
 def weight_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The modules whose 2-D ``weight`` is quantized: embeddings and linear layers, in model order."""
-    return [(name, m) for name, m in model.named_modules()
-            if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.dim() == 2]
+    """The modules whose 2-D ``weight`` is quantized: embeddings and linear layers, in model order;
+    a weight shared by two modules (tied embeddings) only under its first (it is stored once)."""
+    seen, out = set(), []
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.dim() == 2 and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            out.append((name, m))
+    return out
 
 
 def quantize_rtn(model: nn.Module, config: QuantConfig) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
