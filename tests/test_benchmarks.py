@@ -38,6 +38,8 @@ TINY = {
     "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
                       "--variants", "dense", "MoE, no balancing"], "--out"),
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
+    "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group", "--qat-steps", "1",
+                  "--seeds", "0", "--speed-repeats", "1"], "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
@@ -132,6 +134,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
     (None, "speculative", ["--tokens", "60"], "must fit in block_size 64"),
     (None, "speculative", ["--repeats", "0"], MUST_BE_1),
+    (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"], "write seeds as 0,1,2"),
+    (None, "quantize", ["--qat-bits", "1"], "must be at least 2, got 1"),
 ]
 
 

@@ -1,0 +1,162 @@
+"""Chapter 23's measurements on the shipped model (course_lib/pretrained.py): round-to-nearest and
+GPTQ at 8, 6, 4 and 3 bits, per row and per group of 32, and quantization-aware training (QAT) at
+3 bits per group of 32 with its control (the same fine-tune without fake quantization, rounded
+afterwards), 3 seeds each; then int8 matrix products against float32 on this CPU.
+
+Quality: bits per character over the whole validation split cut into consecutive windows of the
+model's block size (64), with 95% percentile-bootstrap intervals over the windows, for the score
+and for its paired difference with the float model. Size: the bytes of every tensor written
+(course_lib.quantize.apply.stored_bytes). GPTQ calibrates on 128 random windows of the training
+split (seed 0). Speed: ``torch._int_mm`` (int8 x int8 -> int32) against a float32 ``@`` and against
+dequantize-then-multiply, interleaved so that the load hits all alike, with the load average.
+
+    PYTHONPATH=$PWD python benchmarks/quantize.py --update-record
+
+writes course_lib/records/quantize.json, which the chapter reads.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_args import RECORDS, add_record_options, at_least, count, record_file, seed_list  # noqa: E402
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+
+SHIPPED = RECORDS / "quantize.json"
+BITS = (8, 6, 4, 3)
+GRANULARITIES = (("row", None), ("group", 32))
+
+
+def score(model, x, y, base=None):
+    """Bits per character with its interval, and the paired difference with ``base``'s windows."""
+    from course_lib.quantize.apply import bits_per_char, bootstrap_interval, window_losses
+    losses = window_losses(model, x, y)
+    out = {"bpc": bits_per_char(losses), "bpc_ci": bootstrap_interval(losses)}
+    if base is not None:
+        out["delta_bpc"] = bits_per_char(losses - base)
+        out["delta_ci"] = bootstrap_interval(losses - base)
+    return out, losses
+
+
+def speed(repeats: int) -> dict:
+    """int8 x int8 -> int32 (torch._int_mm) against float32, and against unpacking 4-bit codes and
+    multiplying in float32, on an activation (M, K) times a weight (K, N), interleaved."""
+    import torch
+    from course_lib.quantize.rtn import QuantConfig, quantize
+    M, K, N = 1024, 512, 512
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    a8 = torch.randint(-128, 128, (M, K), dtype=torch.int8, generator=g)
+    w8 = torch.randint(-128, 128, (K, N), dtype=torch.int8, generator=g)
+    q4 = quantize(w.T.contiguous(), QuantConfig(bits=4, granularity="group", group_size=32))
+    try:
+        torch._int_mm(a8, w8)
+        has_int_mm = True
+    except (RuntimeError, AttributeError) as e:
+        has_int_mm = str(e).splitlines()[0]
+    runs = {"fp32 matmul": lambda: a @ w, "dequantize int4 + fp32 matmul": lambda: a @ q4.dequantize().T}
+    if has_int_mm is True:
+        runs["int8 _int_mm"] = lambda: torch._int_mm(a8, w8)
+    times = {k: [] for k in runs}
+    load_before = os.getloadavg()
+    for r in range(repeats):
+        for k in list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]:
+            t = time.perf_counter()
+            runs[k]()
+            times[k].append(time.perf_counter() - t)
+    return {"shape": [M, K, N], "repeats": repeats, "int_mm": has_int_mm, "threads": torch.get_num_threads(),
+            "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
+            "best_ms": {k: 1e3 * min(v) for k, v in times.items()},
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--calibration", type=count, default=128, help="GPTQ's calibration windows")
+    p.add_argument("--qat-steps", type=count, default=200, help="steps of each QAT fine-tune")
+    p.add_argument("--qat-bits", type=at_least(2), default=3)
+    p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="QAT seeds, e.g. 0,1,2")
+    p.add_argument("--variants", nargs="+", default=["qat", "control"], choices=["qat", "control"],
+                   help="QAT, and its control: the same fine-tune without fake quantization")
+    p.add_argument("--granularities", nargs="+", default=["row", "group"], choices=["row", "group"])
+    p.add_argument("--val-windows", type=count, default=None, help="the first N windows (default all)")
+    p.add_argument("--speed-repeats", type=count, default=30)
+    p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"], choices=["ptq", "qat", "speed"])
+    add_record_options(p, SHIPPED, "--json")
+    args = p.parse_args(argv)
+    apply_reference_environment()  # before torch is imported
+    wait_passively()
+    record_out = record_file(p, args, SHIPPED, "--json")
+    import torch
+
+    from course_lib.data import load_text, train_val_split
+    from course_lib.pretrained import load_pretrained
+    from course_lib.quantize.apply import quantize_gptq, quantize_rtn, stored_bytes, windows
+    from course_lib.quantize.qat import qat_trainer, remove_fake_quantize
+    from course_lib.quantize.rtn import QuantConfig
+
+    model, tokenizer = load_pretrained()
+    train, val = train_val_split(torch.tensor(tokenizer.encode(load_text())))
+    x, y = windows(val, model.config.block_size, args.val_windows)
+    starts = torch.randint(0, len(train) - 65, (args.calibration,), generator=torch.Generator().manual_seed(0))
+    calibration = torch.stack([train[s:s + model.config.block_size] for s in starts])
+    record = {"command": "python benchmarks/quantize.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "val_windows": len(x), "val_chars": x.numel(), "calibration_windows": args.calibration,
+              "torch": torch.__version__, "loadavg_start": os.getloadavg()}
+    fp, base = score(model, x, y)
+    record["float"] = {**fp, "bytes_fp16": stored_bytes(model)}
+    print(f"float: {fp['bpc']:.4f} bpc, {record['float']['bytes_fp16']:,} bytes in float16", flush=True)
+    record["ptq"], record["qat"] = [], []
+    if "ptq" in args.parts:
+        for granularity, group in [g for g in GRANULARITIES if g[0] in args.granularities]:
+            for bits in BITS:
+                config = QuantConfig(bits=bits, granularity=granularity, group_size=group or 32)
+                for method, build in (("rtn", lambda: quantize_rtn(model, config)),
+                                      ("gptq", lambda: quantize_gptq(model, config, calibration))):
+                    t = time.perf_counter()
+                    qmodel, stored = build()
+                    s, _ = score(qmodel, x, y, base)
+                    row = {"method": method, "bits": bits, "granularity": granularity, "group_size": group,
+                           "bytes": stored_bytes(model, stored), **s, "seconds": time.perf_counter() - t}
+                    record["ptq"].append(row)
+                    print(f"{method:4} {config.name:22} {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}) "
+                          f"{row['bytes']:,} bytes", flush=True)
+                    record_out.progress(record)
+    if "qat" in args.parts:
+        config = QuantConfig(bits=args.qat_bits, granularity="group", group_size=32)
+        s, _ = score(quantize_rtn(model, config)[0], x, y, base)  # the gap to recover, on the same windows
+        record["rtn_same_windows"] = {"bits": args.qat_bits, "granularity": "group", "group_size": 32, **s}
+        for seed in args.seeds:
+            for fake in [v == "qat" for v in args.variants]:
+                t = time.perf_counter()
+                trainer = qat_trainer(model, train, config, args.qat_steps, seed, fake=fake)
+                trainer.train()
+                trained = remove_fake_quantize(trainer.model)
+                qmodel, stored = quantize_rtn(trained, config)
+                s, _ = score(qmodel, x, y, base)
+                f, _ = score(trained, x, y, base)
+                row = {"method": "qat" if fake else "fine-tune then rtn", "bits": args.qat_bits,
+                       "granularity": "group", "group_size": 32, "seed": seed, "steps": args.qat_steps,
+                       "bytes": stored_bytes(trained, stored), **s, "float_bpc": f["bpc"],
+                       "seconds": time.perf_counter() - t}
+                record["qat"].append(row)
+                print(f"{row['method']:18} seed {seed}: {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}); "
+                      f"its float weights {f['bpc']:.4f}", flush=True)
+                record_out.progress(record)
+    if "speed" in args.parts:
+        record["speed"] = speed(args.speed_repeats)
+        print(record["speed"], flush=True)
+    record["loadavg_end"] = os.getloadavg()
+    record_out.finish(record, say=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
