@@ -108,6 +108,9 @@ RIGHT = {
     "ch22.check_accept_probability": ("test_exercises_ch22", "accept"),
     "ch22.check_expected_tokens": ("test_exercises_ch22", "expected_tokens"),
     "ch22.check_residual": ("test_exercises_ch22", "residual"),
+    "ch23.check_asymmetric": ("test_exercises_ch23", "quantize_asymmetric"),
+    "ch23.check_quantize_with_grid": ("test_exercises_ch23", "quantize_with_grid"),
+    "ch23.check_symmetric_per_row": ("test_exercises_ch23", "quantize_rows"),
 }
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);
