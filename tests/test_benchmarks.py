@@ -34,6 +34,8 @@ TINY = {
     "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
     "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
     "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
+    "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0", "--eval-batches", "1",
+                          "--recall-iters", "1", "--pairs", "2"], "--json"),
     "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
                       "--variants", "dense", "MoE, no balancing"], "--out"),
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
@@ -122,6 +124,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "finetune_dates", ["--out", "x.json", "--update-record"], "name two files: give one"),
     (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
+    (None, "linear_attention", ["--parts", "speed"], "--parts: choose from memory, compare, recall"),
+    (None, "linear_attention", ["--iters", "0"], MUST_BE_1),
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
 ]
 
