@@ -16,7 +16,8 @@ Three parts, one record (course_lib/records/linear_attention.json), which chapte
   the same seeds and batches; the validation loss on the same held-out batches. The one comparison
   declared before running: LLLA minus A, paired by seed.
 - ``recall``: the same three trained on associative recall (``probes.recall_batch``: ``--pairs`` pairs,
-  then 8 questions) for ``--recall-iters`` steps each; the share of questions answered.
+  then up to 8 questions; keys and values 32 tokens each) for ``--recall-iters`` steps each; the share
+  of questions answered on 512 held-out sequences.
 """
 from __future__ import annotations
 

@@ -167,3 +167,27 @@ def test_flops_per_token_counts_attentions_context_and_the_states_updates():
     a, l = (HybridGPT(HybridConfig(**SMALL, layers=x)) for x in ("A", "L"))
     assert a.flops_per_token(context=128) > a.flops_per_token(context=64)  # attention grows with T
     assert l.flops_per_token(context=128) == l.flops_per_token(context=64)  # the state does not
+
+
+# --- the probes -----------------------------------------------------------------------------------
+
+
+def test_recall_batch_asks_for_the_value_that_followed_each_key():
+    from course_lib.linear_attention.probes import IGNORE, recall_batch
+    x, y = recall_batch(4, pairs=5, questions=3, keys=10, values=7, generator=torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 2 * 5 + 2 * 3 - 1)
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        stored = dict(zip(row_x[0:10:2], row_x[1:10:2]))  # key -> value of the context
+        assert len(stored) == 5 and all(k < 10 <= v < 17 for k, v in stored.items())
+        asked = [(t, target) for t, target in enumerate(row_y) if target != IGNORE]
+        assert len(asked) == 3 and all(target == stored[row_x[t]] for t, target in asked)
+    with pytest.raises(ValueError, match="questions <= pairs <= keys"):
+        recall_batch(1, pairs=11, questions=1, keys=10, values=3)
+
+
+def test_a_fixed_state_recalls_worse_as_it_fills_and_softmax_attention_does_not():
+    from course_lib.linear_attention.probes import state_capacity
+    few, many = state_capacity(16, 4), state_capacity(16, 64)
+    assert few["delta rule"] > 0.9 > 0.5 > many["delta rule"]
+    assert min(few["softmax attention"], many["softmax attention"]) > 0.99
+    assert state_capacity(64, 64)["delta rule"] > many["delta rule"]  # a larger state holds more
