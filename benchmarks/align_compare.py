@@ -57,14 +57,14 @@ import torch  # noqa: E402
 from bench_args import add_record_options, count, device, record_file, seed_number  # noqa: E402
 from course_lib import align  # noqa: E402
 from course_lib.align import START_SFT, SFTTrainer, sft_start, task_splits  # noqa: E402
-from course_lib.chat_engine import load_chat_model  # noqa: E402
+from course_lib.chat.engine import load_chat_model  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
 from course_lib.evaluation import bootstrap_interval  # noqa: E402
-from course_lib.grpo import kl_k3, masked_mean  # noqa: E402
-from course_lib.preference import completion_logprobs  # noqa: E402
-from course_lib.rewards import (END, arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
+from course_lib.align.grpo import kl_k3, masked_mean  # noqa: E402
+from course_lib.align.dpo import completion_logprobs  # noqa: E402
+from course_lib.align.rewards import (END, arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
                                 greedy_answers, sample_groups, units_digit_reward)
-from course_lib.runs_assistant import start_dpo_run, start_grpo_run  # noqa: E402
+from course_lib.runs import start_dpo_run, start_grpo_run  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "align_compare.json"

@@ -40,9 +40,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from course_lib.gpt2 import from_pretrained  # noqa: E402
-from course_lib.grpo import GRPOConfig, grpo_loss  # noqa: E402
-from course_lib.preference import DPOConfig, completion_logprobs, dpo_batch_loss, pack_pairs  # noqa: E402
-from course_lib.rewards import flatten, sample_groups, score_groups  # noqa: E402
+from course_lib.align.grpo import GRPOConfig, grpo_loss  # noqa: E402
+from course_lib.align.dpo import DPOConfig, completion_logprobs, dpo_batch_loss, pack_pairs  # noqa: E402
+from course_lib.align.rewards import flatten, sample_groups, score_groups  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from eval_helpers import char_hf_tokenizer, tiny_gpt2  # noqa: E402
 

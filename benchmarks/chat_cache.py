@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 from bench_args import add_record_options, count, preset, record_file, threads
 
-from course_lib.chat_data import char_chat_tokenizer, load_conversations
-from course_lib.chat_engine import ChatEngine
+from course_lib.chat.data import char_chat_tokenizer, load_conversations
+from course_lib.chat.engine import ChatEngine
 from course_lib.model import GPT
 from course_lib.presets import get_preset
 

@@ -1,6 +1,6 @@
 """Chapter 17's per-task scores: the chat fine-tunes of ``benchmarks/chat_sft.py`` at the chosen
 step count (from the pretrained model and from scratch, 3 seeds each) and the pretrained model
-before fine-tuning, each playing the test split's conversations (``course_lib.chat_eval``: greedy,
+before fine-tuning, each playing the test split's conversations (``course_lib.chat.scores``: greedy,
 the tool loop on; arithmetic and follow-ups also without the calculator).
 
     python benchmarks/chat_scores.py --models-dir /work/chat_models [--iters 1000] [--seeds 0 1 2] --update-record
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench_args import add_record_options, count, record_file, seed_number, threads  # noqa: E402
-from course_lib.chat_data import load_conversations  # noqa: E402
-from course_lib.chat_engine import load_chat_model  # noqa: E402
-from course_lib.chat_eval import across_seeds, before_fine_tuning, score_model  # noqa: E402
+from course_lib.chat.data import load_conversations  # noqa: E402
+from course_lib.chat.engine import load_chat_model  # noqa: E402
+from course_lib.chat.scores import across_seeds, before_fine_tuning, score_model  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 from course_lib.pretrained import load_pretrained  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Chapter 17's chat model: the shipped pretrained GPT fine-tuned on the shipped conversations
 (``python -m course_lib chat-sft``), against the from-scratch control at equal steps, for several
-step counts and seeds. Each run is the CLI's run (``runs_assistant.start_chat_sft_run``), so its
+step counts and seeds. Each run is the CLI's run (``runs.start_chat_sft_run``), so its
 checkpoint resumes bit for bit; the benchmark only loops over settings and keeps the results.
 
     python benchmarks/chat_sft.py --device cuda --iters 1000 3000 6000 --seeds 0 1 2 --out-dir runs/chat_sft
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from bench_args import RecordFile, add_record_options, count, device, record_file, seed_number  # noqa: E402
 from course_lib.checkpoint import load_checkpoint, write_atomic  # noqa: E402
 from course_lib.pretrained import pretrained_checkpoint  # noqa: E402
-from course_lib.runs_assistant import start_chat_sft_run  # noqa: E402
+from course_lib.runs import start_chat_sft_run  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_sft_runs.json"
 

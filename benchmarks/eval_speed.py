@@ -95,7 +95,7 @@ def main(argv=None) -> None:
     from lm_eval.models.huggingface import HFLM
 
     from course_lib import evaluation as ev
-    from course_lib.eval_tasks import load_task
+    from course_lib.evaluation.tasks import load_task
     from course_lib.gpt2 import from_pretrained
     from eval_helpers import char_hf_tokenizer, tiny_gpt2
 

@@ -36,6 +36,7 @@ import argparse
 import fcntl
 import json
 import os
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -217,6 +218,8 @@ def main(argv=None) -> int:
     base, tok0 = load_pretrained()
     text = load_text("tinyshakespeare")
     text_ids = torch.tensor(tok0.encode(text[:int(0.9 * len(text))]))  # replay: the pretraining split
+    command = "python benchmarks/finetune_dates.py " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     todo = [(n, seed) for n in names for seed in args.seeds]  # each run's seeds together
     for i, (name, seed) in enumerate(todo):
         task = RUNS[name]["task"]
@@ -226,6 +229,7 @@ def main(argv=None) -> int:
         if key in read_records(out) or (args.claims and not claim(args.claims, key)):
             continue
         record = run_one(name, RUNS[name], seed, steps, n_eval, base, tok0, text_ids)
+        record["command"] = command  # the command that made it (chapter 15 prints each run's settings)
         store(out, key, record)
         print(f"[{i + 1}/{len(todo)}] {key}: exact match {record['exact_match']:.1%}, Shakespeare loss "
               f"{record['loss']:.3f} (old vocab {record['old_vocab_loss']:.3f}, new mass {record['new_mass']:.3f}), "

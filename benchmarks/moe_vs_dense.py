@@ -14,7 +14,8 @@ C=128, T=64, batch 12, tiny Shakespeare by characters):
 
 - dense: one SwiGLU MLP of hidden size 352 per block;
 - MoE: 8 experts of hidden size 176 per block, top-2 (each token runs 2 x 176 = 352 hidden
-  units, as the dense model does), balancing loss 0.01 (Switch Transformer's coefficient);
+  units, as the dense model does), balancing loss 0.01 (Switch Transformer's coefficient; the loss
+  itself pooled over both layers, as Hugging Face computes it: course_lib.moe.load_balancing_loss);
 - MoE, no balancing: the same with moe_aux_coef = 0.
 
 Each variant trains with the same seeds, the same batches and the CPU preset's schedule, one run
@@ -24,14 +25,16 @@ held-out batch. The validation loss is the cross-entropy on ``--eval-batches`` h
 the same for every run. Writes its record only when asked: to --out FILE, or with --update-record to
 course_lib/records/moe_vs_dense_<iters>.json, which chapter 20 prints.
 
-Measured on 2026-11-26 (the project's 2-core machine shared with other jobs, load average 17 to 39, so
-the timings are not comparable; two processes of two threads, seeds 0,1 and 2,3), validation loss mean
-and standard deviation over seeds:
+Measured on 2026-11-26 (the project's 2-core machine shared with other jobs, load average 8 to 39, so
+the timings are not comparable; two processes of two threads, seeds 0,1 and 2,3; at 1600 steps the run
+of 'MoE, no balancing' seed 1 was rerun alone with --variants, one thread, and merged, and its seed 3
+never finished), validation loss mean and standard deviation over seeds, as the records
+course_lib/records/moe_vs_dense_<steps>.json hold them (chapter 20 prints them with paired tests):
 
     steps  dense           MoE 8x176 top-2   MoE, no balancing
     400    2.049 +- 0.014  2.054 +- 0.008    2.058 +- 0.005
     800    1.897 +- 0.011  1.883 +- 0.014    1.879 +- 0.021
-    1600   1.757 +- 0.021  1.723 +- 0.008    1.710 +- 0.008 (seeds 0 and 2 only: stopped for time)
+    1600   1.757 +- 0.021  1.723 +- 0.008    1.712 +- 0.007 (seeds 0, 1 and 2; the others 0-3)
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Trains (CPU, one thread, the pinned numeric environment's seeds) and evaluates, 
 the counting bigram model of chapter 2 (instant), the shipped CPU GPT (course_lib/weights, no
 training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedrun model of
 chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
-the dates task (full, and LoRA rank 8). Each model gets `course_lib.report_card.report_card` with
+the dates task (full, and LoRA rank 8). Each model gets `course_lib.evaluation.report_card.report_card` with
 --limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
 model, so a long run that is stopped keeps what it finished; a record is only written when asked
 (--json FILE or --update-record), and only continued with the same --limit (its cards are compared
@@ -38,7 +38,7 @@ from course_lib.data import load_text, train_val_split  # noqa: E402
 from course_lib.evaluation import text_nll  # noqa: E402
 from course_lib.finetune import finetune_config  # noqa: E402
 from course_lib.pretrained import pretrained_checkpoint  # noqa: E402
-from course_lib.report_card import heldout_text, report_card  # noqa: E402
+from course_lib.evaluation.report_card import heldout_text, report_card  # noqa: E402
 from course_lib.runs import start_run  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
 

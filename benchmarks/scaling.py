@@ -13,7 +13,7 @@ seeds, the scaling laws fitted to it, and a prediction for a larger budget writt
 1. The sweep: every budget of ``--budgets`` (training FLOPs, counted exactly by course_lib.sizing:
    6N + 12 L T C per token, times the tokens) trains the widths ``SIZES`` names for it (5 each) at every
    seed of ``--seeds`` (1337, 1, 2), each for the whole steps of 32 x 64 characters its budget buys, with
-   a cosine schedule that ends at its last step (course_lib.isoflop). Every run is scored on the whole
+   a cosine schedule that ends at its last step (course_lib.scaling.isoflop). Every run is scored on the whole
    validation split (the last 10% of the text, 111,540 characters, every token once). The record is
    written after every run, so a stopped sweep keeps what it finished, and ``--resume`` skips those runs.
 2. The fits (course_lib.scaling): IsoFLOP parabolas and the power laws N_opt(C), D_opt(C)
@@ -57,7 +57,6 @@ import datetime
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +73,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from course_lib.data import load_text  # noqa: E402
-from course_lib.isoflop import FAMILY, LADDER, TRAIN, plan_run, train_planned  # noqa: E402
+from course_lib.scaling.isoflop import FAMILY, LADDER, TRAIN, plan_run, train_planned  # noqa: E402
 from course_lib.runs import split_tokens  # noqa: E402
 from course_lib.scaling import fit_loss_law, isoflop_frontier  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
@@ -111,9 +110,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the first design's windows (FIRST_SIZES at 2e11 and 4e11, seed 1337), not the sweep")
     p.add_argument("--resume", action="store_true", help="keep the record's finished runs, train the others")
     p.add_argument("--repetition", action="store_true",
-                   help="the repetition control (not part of the held-out test): REPETITION's runs trained on the "
-                        "first half of the training split, so the same N and D make twice the passes; added to the "
-                        "record under repetition_control, the prediction untouched")
+                   help="the repetition control (not part of the held-out test): REPETITION's runs trained on "
+                        f"half of the training split (every other one of its {REPETITION_CHUNKS} chunks, so that the half spans the "
+                        "whole text), so the same N and D make twice the passes; added to the record under "
+                        "repetition_control, the prediction untouched")
     p.add_argument("--out", type=Path, default=None, help="the record (JSON); without it (or --update-record) "
                    "nothing is written")
     p.add_argument("--update-record", action="store_true", help="write the shipped record "
@@ -330,7 +330,7 @@ def main(argv=None) -> None:
                   cpu_count=os.cpu_count(), torch=torch.__version__, train=TRAIN, ladder=LADDER, budgets=args.budgets,
                   seeds=args.seeds, sizes={f"{b:g}": args.sizes[b] for b in args.budgets}, train_tokens=len(train),
                   val_tokens=len(val), flops="exact: course_lib.sizing.flops_per_token (6N + 12 L T C) x D",
-                  N="course_lib.isoflop.matmul_parameters: all parameters but the token and position tables",
+                  N="course_lib.scaling.isoflop.matmul_parameters: all parameters but the token and position tables",
                   runs=[], prediction=None, held_out=None, predictions=[], superseded=[])
     if args.resume and args.out.exists():  # (--resume always has an --out: check_record)
         old = json.loads(args.out.read_text())

@@ -19,12 +19,13 @@ from . import gpt2, llama, hf_moe  # noqa: E402,F401  register GPT.from_pretrain
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer  # registers the "bpe" tokenizer type
-from .chat_template import ChatTokenizer  # registers the "chat" tokenizer type (ch. 17)
+from .chat.template import ChatTokenizer  # noqa: F401  registers the "chat" tokenizer type (ch. 17)
 from .bpe_train import train_bpe
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
 from .seq2seq import Seq2Seq, Seq2SeqConfig
 from . import bigram, lora_gpt, linear_attention  # noqa: E402,F401  every model kind registers on `import course_lib`
+from .induction import model as _induction_model  # noqa: E402,F401  the attn-only kind (chapter 21)
 from .utils import pick_device, seed_everything
 
 __version__ = "0.1.0"

@@ -123,7 +123,7 @@ def dates_test_pairs(n: int = 500) -> list[tuple[str, str]]:
 
 # --- the run's settings: course_lib.runs builds fine-tuning runs with them ------------------------
 
-TASKS = ("dates",)
+FINETUNE_TASKS = ("dates",)
 # Chapter 15's recipe; benchmarks/finetune_dates.py runs it with seeds and stores what it measures in
 # course_lib/records/finetune_runs.json. LoRA takes a larger learning rate because an Adam step on B
 # moves the weight only by about lr * (alpha / r) * |A|, with A small (Kaiming-uniform) at the start.

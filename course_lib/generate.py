@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 
 import torch
 import torch.nn.functional as F
 
 from .attention import KVCache
+from .data import pad_batch
 from .utils import check_seed
 
 
@@ -161,8 +163,6 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     model); masked keys get exactly zero weight. Greedy and sampled tokens are equal unless two
     tokens tie to within that rounding.
     """
-    from .data import pad_batch  # data imports nothing from here; kept local to keep generate light
-
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     block_size = model.config.block_size
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
@@ -249,8 +249,6 @@ def compare_cache_speed(model, idx: torch.Tensor, max_new_tokens: int, repeats: 
     ``cache`` (new tokens per second), ``speedup`` (their ratio) and ``same_tokens``
     (whether both produced exactly the same tokens).
     """
-    import time
-
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     device = idx.device

@@ -29,6 +29,11 @@ from .lora import DEFAULT_TARGETS, add_lora, check_rank, lora_layers, lora_param
 from .model import GPT, GPTConfig
 from .registry import register_model
 
+# A run that starts from a base model (a fine-tune, the chat fine-tune, DPO, GRPO, chapter 18's
+# starting SFT) keeps the base's shape: given as a setting, any model field is refused with this.
+SHAPE_KEPT = {f.name: "a run from a base model keeps its shape; only training (and method) settings can be set"
+              for f in fields(GPTConfig)}
+
 
 @torch.no_grad()
 def extend_vocabulary(model: GPT, n_new: int) -> GPT:

@@ -1,12 +1,11 @@
 """The GPT: config, feed-forward, Transformer block and the full model (chapters 5-6).
 How big it is (parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizing`.
 
-Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its own and each
-off by default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned
-table), ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention). The decoders of 2025-26
-add ``qk_norm`` and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1's long context) and
-``sliding_window`` (Mistral), also off by default.
-Chapter 20's ``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`).
+Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its own and each off by
+default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned table),
+``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention); the decoders of 2025-26 add ``qk_norm``
+and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1) and ``sliding_window`` (Mistral). Chapter 20's
+``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`).
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
@@ -33,9 +32,8 @@ from .utils import IGNORE_INDEX
 ACTIVATIONS = {"gelu": lambda: nn.GELU(), "relu": lambda: nn.ReLU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("standard", "swiglu")  # C -> hidden -> activation -> C, or the gated SwiGLU of chapter 14
-# SwiGLU's default hidden size: 8/3 C (three matrices of C x 8C/3 hold as many weights as two of
-# C x 4C), rounded up to a multiple of 32 so the matmuls keep kernel-friendly shapes (Llama rounds
-# to 256 at C = 4096). C = 128 -> 352, C = 768 -> 2048.
+# SwiGLU's default hidden size: 8/3 C (three matrices of C x 8C/3 hold as many weights as two of C x 4C),
+# rounded up to a multiple of 32 for kernel-friendly matmuls (Llama: 256 at C = 4096). C = 128 -> 352.
 SWIGLU_MULTIPLE = 32
 
 
@@ -366,9 +364,9 @@ class GPT(nn.Module):
         forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * span * c.n_head * c.head_size
         return 3 * forward if training else forward
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None):
+    def check_inputs(self, idx, targets=None, cache=None, position_ids=None) -> int:
+        """:meth:`forward`'s guards, each a ValueError that names the fix (shapes, the context
+        length, token ids in the vocabulary, positions); returns the cache's length (0 without)."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}: add the batch "
                              "dimension with idx[None] (or idx.unsqueeze(0)) for a single sequence")
@@ -382,16 +380,25 @@ class GPT(nn.Module):
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             what = "position embeddings" if self.wpe is not None else "RoPE angles"
-            raise ValueError(
-                f"sequence length {past + T} exceeds block_size {self.config.block_size}: the model has "
-                f"{what} for {self.config.block_size} positions only. Crop the context to its "
-                f"last {self.config.block_size} tokens (idx[:, -block_size:]) or train with a larger block_size."
-            )
+            raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}: the model has "
+                             f"{what} for {self.config.block_size} positions only. Crop the context to its last "
+                             f"{self.config.block_size} tokens (idx[:, -block_size:]) or train with a larger block_size.")
         if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(
-                f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size {self.config.vocab_size}), "
-                f"got ids from {int(idx.min())} to {int(idx.max())}: was the text encoded with another tokenizer?"
-            )
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size "
+                             f"{self.config.vocab_size}), got ids from {int(idx.min())} to {int(idx.max())}: was the "
+                             "text encoded with another tokenizer?")
+        pos = position_ids
+        if pos is not None and tuple(pos.shape) not in ((T,), (B, T)):
+            raise ValueError(f"position_ids has shape {tuple(pos.shape)}, expected ({T},) or ({B}, {T})")
+        if pos is not None and pos.numel() and (pos.min() < 0 or pos.max() >= self.config.block_size):
+            raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size "
+                             f"{self.config.block_size}), got {int(pos.min())} to {int(pos.max())}")
+        return past
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None):
+        past, (B, T) = self.check_inputs(idx, targets, cache, position_ids), idx.shape
         mask = None
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask, B, past + T, T)
@@ -402,14 +409,7 @@ class GPT(nn.Module):
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
             else:
                 position_ids = torch.arange(past, past + T, device=idx.device)  # (T,)
-        else:
-            if tuple(position_ids.shape) not in ((T,), (B, T)):
-                raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}, expected ({T},) or ({B}, {T})")
-            if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.config.block_size):
-                raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size "
-                                 f"{self.config.block_size}), got {int(position_ids.min())} to {int(position_ids.max())}")
-        pos = position_ids
-        rope = None
+        pos, rope = position_ids, None
         if self.wpe is not None:
             x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
         else:  # RoPE: positions enter inside attention, as rotations of queries and keys

@@ -48,9 +48,17 @@ def expert_load(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def load_balancing_loss(router_logits: torch.Tensor | Sequence[torch.Tensor], top_k: int) -> torch.Tensor:
-    """The auxiliary loss of the Switch Transformer (eq. 4-6), as Mixtral and Qwen3-MoE compute it:
-    E * sum_e f_e * P_e, with f_e the number of top-k slots expert e receives per token and P_e
-    its mean router probability, over all the tokens of all the layers given together.
+    """The load-balancing loss as Hugging Face's Mixtral and Qwen3-MoE compute it: E * sum_e f_e * P_e,
+    with f_e the number of top-k slots expert e receives per token and P_e its mean router
+    probability, over all the tokens of all the layers given together (pooled).
+
+    Pooled, this is not the Switch Transformer's loss (eq. 4-6), which is computed per MoE layer
+    and summed. Pooling adds the counts and probabilities of experts that share an index in
+    different layers, though they are unrelated, so one layer's imbalance can cancel another's:
+    with E = 8 and k = 2, a layer that sends every token to experts 0-3 only and another that sends
+    every token to experts 4-7 only score 4.0 each, and 2.0 (= k, the best score) pooled, while each
+    leaves half its experts idle. Switch's per-layer loss is this function called on each layer's
+    (N, E) logits alone, summed over the layers.
 
     f carries no gradient (counting is not differentiable); P does, and the loss is smallest when
     the probabilities are spread as evenly as the counts: k when every expert gets N*k/E slots,

@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .lora import target_layers
+
 BLOCK_SIZE = 64  # QLoRA's block size for the weights
 NF4_OFFSET = 0.9677083  # the outermost quantile used (bitsandbytes' create_normal_map, Dettmers et al. 2023)
 
@@ -106,8 +108,6 @@ class NF4Linear(nn.Linear):
 def quantize_linears(model: nn.Module, targets, block_size: int = BLOCK_SIZE) -> nn.Module:
     """Replace the ``nn.Linear`` layers of ``model`` that ``targets`` name (as in ``lora.add_lora``)
     by :class:`NF4Linear`, in place; returns ``model``. Everything else stays in float."""
-    from .lora import target_layers
-
     for name, layer in target_layers(model, tuple(targets)).items():
         if isinstance(layer, NF4Linear):
             raise ValueError(f"{name} is already quantised")

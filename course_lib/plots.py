@@ -9,6 +9,8 @@ from matplotlib.lines import Line2D
 import numpy as np
 import torch
 
+from .sizing import format_count
+
 
 def _axes(ax, figsize=(6, 4)):
     if ax is None:
@@ -171,8 +173,6 @@ def plot_parameter_shares(breakdowns: dict[str, dict[str, int]], ax=None,
                           title: str = "Where the parameters live"):
     """Stacked bars, one per named model, of each part's share of the parameters (in %), with
     the total written above each bar. ``breakdowns``: {label: course_lib.sizing.parameter_breakdown(config)}."""
-    from .sizing import format_count
-
     ax = _axes(ax, figsize=(8, 4.5))
     labels = list(breakdowns)
     parts = [p for p in next(iter(breakdowns.values())) if any(b.get(p, 0) for b in breakdowns.values())]

@@ -6,7 +6,7 @@ full 2000 steps on tiny Shakespeare, stored in float16 (1.6 MB instead of 3.2 MB
 float32 again once loaded). :func:`pretrained_checkpoint` checks its SHA-256 before anything uses
 it, so a damaged or swapped file is an error, not a silently different model.
 
-The file is produced by ``python -m course_lib.tools pretrained`` (:func:`train_pretrained`),
+The file is produced by ``python -m course_lib.tools pretrained`` (:func:`course_lib.tools.pretrained.train_pretrained`),
 deterministically: the same seed, data, AVX2 kernels (the pinned numeric environment of
 ``course_lib.tools.numerics``) and one thread give the same bytes on one host, every time; another
 CPU vendor computes other last bits under the same pin (``course_lib.tools.op_fingerprints``), so
@@ -15,8 +15,9 @@ Measured: 1,678,351 bytes, about 2 CPU-minutes to make. It is the preset's run w
 validation loss on the whole validation split (``course_lib.losses.sequence_loss``, float16 weights
 computed in float32) is 1.864, the one figure the book quotes for this run,
 ``course_lib.presets.CPU_PRESET_VAL_LOSS`` (tests/test_quoted_figures.py recomputes it).
-:func:`train_pretrained` reports a 50-batch estimate instead (1.860 when the file was made), and
-chapter 15's ``text_loss`` averages 20 random batches of 32 windows. A reader can train the same model with
+:func:`course_lib.tools.pretrained.train_pretrained` reports a 50-batch estimate instead (1.860 when the file
+was made), and chapter 15's ``course_lib.forgetting.vocab_split_loss`` averages 20 random batches of 32
+windows. A reader can train the same model with
 ``python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu`` (in float32).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, load_model, load_tokenizer, save_checkpoint
+from .checkpoint import CheckpointError, load_model, load_tokenizer
 from .data import sha256_of
 
 PRESET = "shakespeare-char-cpu"
@@ -55,24 +56,3 @@ def load_pretrained(device: str | torch.device = "cpu"):
     path = pretrained_checkpoint()
     model, ckpt = load_model(path, device)
     return model, load_tokenizer(ckpt, path)
-
-
-def train_pretrained(out: str | Path = PRETRAINED_PATH, progress: bool = True) -> tuple[Path, float]:
-    """Train the preset from scratch and write it in float16 to ``out``. Returns the path and
-    the final validation loss (of the float16 weights, measured in float32)."""
-    from .data import get_batch
-    from .losses import estimate_loss
-    from .runs import start_run
-
-    torch.set_num_threads(THREADS)
-    run = start_run(PRESET, device="cpu", progress=progress)  # what `python -m course_lib train` builds
-    trainer, tokenizer, val_data = run.trainer, run.tokenizer, run.val_data
-    trainer.train()
-    model = trainer.model
-    model.half()
-    path = save_checkpoint(out, model, tokenizer=tokenizer, train_config=trainer.config, step=trainer.step,
-                           history=trainer.history)
-    model.float()
-    block = model.config.block_size
-    loss = estimate_loss(model, lambda split, g: get_batch(val_data, block, 64, g), 50, splits=("val",))["val"]
-    return path, loss

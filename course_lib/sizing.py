@@ -5,6 +5,8 @@ Shapes: C = n_embd, T = block_size, V = vocab_size, L = n_layer.
 """
 from __future__ import annotations
 
+import torch
+
 from .utils import check_fits_in_memory
 
 # ``GPTConfig`` in the annotations is course_lib.model's, not imported: model imports this module
@@ -106,8 +108,6 @@ GPU_PEAK_FLOPS = {
 
 def gpu_peak_flops(device) -> float | None:
     """The peak FLOP/s of the CUDA GPU ``device``, or None when it is not a CUDA GPU of the table."""
-    import torch
-
     device = torch.device(device)
     if device.type != "cuda":
         return None

@@ -14,6 +14,7 @@ byte-level BPE (chapter 9).
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -93,8 +94,6 @@ def load_tokenizer_file(path: str | Path) -> Tokenizer:
 def check_token_id(i, vocab_size: int) -> int:
     """``i`` as an int if it is a token id in [0, vocab_size), else a ValueError that says why
     (a float such as 1.7 is never silently rounded to an id)."""
-    import numbers
-
     if not isinstance(i, numbers.Integral) or isinstance(i, bool):
         raise ValueError(f"token ids must be integers, got {i!r} of type {type(i).__name__}")
     if not 0 <= i < vocab_size:

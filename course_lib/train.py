@@ -154,13 +154,16 @@ class Trainer:
 
     def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None, val_data: torch.Tensor | None = None,
                  config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
-                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True):
+                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True,
+                 trained_on: dict | None = None):
         self.config = config or TrainConfig()
         if hasattr(model, "check_fits"):  # a GPT: a step's activations refused in one line, not by the allocator
             model.check_fits(model.config, self.config.batch_size)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)  # the model itself; training runs through self.train_model
         self.scaler = grad_scaler(self.device, self.config.dtype)  # fp16's loss scaling (precision checked by runs)
+        # (N,) token ids per split when the run learns from a token stream (None: from its batch_fn)
+        self.data = {"train": train_data, "val": val_data} if train_data is not None else None
         if batch_fn is None:
             if train_data is None or val_data is None:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
@@ -184,9 +187,9 @@ class Trainer:
         self.saved_step: int | None = None  # the step of the last checkpoint written
         # How to continue after an interrupt; the command line replaces it with its own command.
         self.resume_hint = "Trainer.resume({path!r}, ...)"
-        # What the run learns from, stored in its checkpoints (the command line fills it in:
-        # command, preset, text name and SHA-256) so that a resume with other data is refused.
-        self.trained_on: dict | None = None
+        # What the run learns from, stored in its checkpoints (course_lib.runs gives it: command,
+        # preset, text name and SHA-256, or base checkpoint) so that a resume with other data is refused.
+        self.trained_on = trained_on
 
     @property
     def generator(self) -> torch.Generator:
@@ -429,11 +432,16 @@ class Trainer:
             tokenizer = load_tokenizer(ckpt, path)
         trainer = cls(model, train_data, val_data, config, batch_fn=batch_fn, device=device,
                       out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress,
-                      verbose=verbose)
-        trainer.load_state(ckpt, path)
-        if trainer.step > config.max_iters:
-            raise ValueError(f"{path} is at step {trainer.step}, past max_iters {config.max_iters}: a resumed run "
-                             f"trains on up to max_iters, so give one of at least {trainer.step} (--set max_iters=N), "
-                             "or leave it out")
-        trainer.trained_on = ckpt.get("trained_on")
+                      verbose=verbose, trained_on=ckpt.get("trained_on"))
+        trainer.restore(ckpt, path)
         return trainer
+
+    def restore(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
+        """Continue the run checkpoint ``path`` (read as ``ckpt``) saved: weights, optimizer, step,
+        history and random state (:meth:`load_state`); a run already past this Trainer's
+        ``max_iters`` is refused. Every kind of run resumes through here (course_lib.runs.resume)."""
+        self.load_state(ckpt, path)
+        if self.step > self.config.max_iters:
+            raise ValueError(f"{path} is at step {self.step}, past max_iters {self.config.max_iters}: a resumed run "
+                             f"trains on up to max_iters, so give one of at least {self.step} (--set max_iters=N), "
+                             "or leave it out")

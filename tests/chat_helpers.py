@@ -4,7 +4,7 @@ import time
 import torch
 import torch.nn as nn
 
-from course_lib.chat_template import chat_tokenizer
+from course_lib.chat.template import chat_tokenizer
 from course_lib.data import load_text
 from course_lib.model import GPTConfig
 from course_lib.tokenizers import CharTokenizer

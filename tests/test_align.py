@@ -1,4 +1,4 @@
-"""course_lib.align and the dpo/grpo runs of course_lib.runs_assistant: a run resumes bit for bit (DPO's pairs
+"""course_lib.align and the dpo/grpo runs of course_lib.runs.align: a run resumes bit for bit (DPO's pairs
 and GRPO's sampling generator are in the checkpoint), keeps its reward and KL in ``history`` and on
 the progress bar, refuses bad bases and settings by name, and stops on Ctrl-C between two steps."""
 from __future__ import annotations
@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from course_lib import align
-from course_lib.align import align_configs, task_splits
+from course_lib.align import task_splits
+from course_lib.runs.align import align_configs
 from course_lib.checkpoint import save_checkpoint
 from course_lib.model import GPT, GPTConfig
-from course_lib.rewards import arithmetic_items
-from course_lib.runs_assistant import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
+from course_lib.align.rewards import arithmetic_items
+from course_lib.runs import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
 from course_lib.tokenizers import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,7 @@ def test_settings_go_to_the_method_or_the_training():
     train, grpo = align_configs("grpo", {"beta": "0.04", "learning_rate": "1e-4", "group_size": "4"})
     assert grpo.beta == 0.04 and grpo.group_size == 4 and train.learning_rate == 1e-4
     assert grpo.max_completion_length == 6  # the task's default: three digits and END
-    with pytest.raises(ValueError, match="keep the base model's shape"):
+    with pytest.raises(ValueError, match="keeps its shape"):
         align_configs("dpo", {"n_layer": "2"})
     with pytest.raises(ValueError, match="unknown setting"):
         align_configs("dpo", {"betta": "0.1"})
@@ -179,7 +180,7 @@ def test_a_resume_needs_its_own_base(base, tmp_path):
     run.train(until=1)
     run.save()
     other = make_base(tmp_path / "other.pt", seed=1)
-    with pytest.raises(ValueError, match="give that base model"):
+    with pytest.raises(ValueError, match="give that base"):
         resume_grpo_run(tmp_path / "run" / "ckpt.pt", base_checkpoint=other, device="cpu", progress=False)
     moved = tmp_path / "moved.pt"
     moved.write_bytes(Path(base).read_bytes())
@@ -292,3 +293,22 @@ def test_sft_trains_on_the_answer_only_and_sft_start_leaves_its_model_alone(base
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # a copy was trained
     assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), two.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), model.state_dict().values()))
+
+
+def test_sft_start_is_reproducible_with_dropout_and_leaves_the_callers_generator_alone(dropout_base):
+    """It drew dropout's masks from whatever state torch's global generator was in: two calls gave
+    two models (issue 46). Now seeded by its config's seed, inside a fork of the generator."""
+    from course_lib.align import sft_start
+    from course_lib.checkpoint import load_model
+
+    model, _ = load_model(dropout_base)
+    settings = {"max_iters": 2, "batch_size": 4, "eval_interval": 2, "warmup_iters": 1}
+    torch.manual_seed(1)
+    one = sft_start(model, TOKENIZER, settings)
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    torch.rand(5)  # another state before the call: the same model
+    two = sft_start(model, TOKENIZER, settings)
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), two.state_dict().values()))
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3), after)  # the call drew nothing from the caller's generator

@@ -36,7 +36,7 @@ FT = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--e
 def sandbox(tmp_path_factory) -> Path:
     """Texts, a GPT run, a train-dates run, a bigram checkpoint and damaged files, made once."""
     from course_lib.bigram import BigramLanguageModel
-    from course_lib.chat_template import ChatTokenizer
+    from course_lib.chat.template import ChatTokenizer
     from course_lib.model import GPT, GPTConfig
     from course_lib.dates import date_batch_fn, date_tokenizer
     from course_lib.seq2seq import Seq2Seq, Seq2SeqConfig
@@ -145,7 +145,7 @@ def table(box: Path) -> list:
         ("finetune: random bytes", "cli", ["finetune", "--checkpoint", str(box / "random.pt"), "--out", new, *FT],
          "is not a checkpoint"),
         ("finetune: an encoder-decoder base", "cli", ["finetune", "--checkpoint", dates, "--out", new, *FT],
-         "holds a 'seq2seq' model: fine-tune a GPT"),
+         "holds a 'seq2seq' model: a fine-tuning run starts from a GPT"),
         ("finetune: --lora-rank 10**9", "cli", ["finetune", "--checkpoint", pre, "--lora-rank", "1000000000",
                                                 "--out", new, *FT], "is larger than"),
         ("finetune: --lora-rank 0", "cli", ["finetune", "--checkpoint", pre, "--lora-rank", "0", "--out", new, *FT],
@@ -187,7 +187,7 @@ def table(box: Path) -> list:
         ("grpo: group_size 1", "cli", ["grpo", "--checkpoint", gpt, "--set", "group_size=1", "--out", new],
          "group_size must be"),
         ("grpo: a model setting", "cli", ["grpo", "--checkpoint", gpt, "--set", "n_layer=2", "--out", new],
-         "keep the base model's shape"),
+         "keeps its shape"),
         ("grpo: --reward length", "cli", ["grpo", "--checkpoint", gpt, "--reward", "length", "--out", new],
          "invalid choice"),
         ("grpo: --resume a train run", "cli", ["grpo", "--out", str(box / "gpt"), "--resume", "--device", "cpu"],
@@ -202,11 +202,17 @@ def table(box: Path) -> list:
         ("chat-sft: a bad --set", "cli", ["chat-sft", "--set", "learning_rate=-1", "--out", new, *CS],
          "learning_rate must be"),
         ("chat-sft: a model setting", "cli", ["chat-sft", "--set", "n_layer=2", "--out", new, *CS],
-         "keeps the pretrained model's shape"),
+         "keeps its shape"),
         ("chat-sft: --out a file", "cli", ["chat-sft", "--out", str(box / "a-file"), *CS],
          "a-file"),
         ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"), "--resume", "--device",
                                                       "cpu"], "not `chat-sft`"),
+        # induction (chapter 21)
+        ("induction: a bad --set", "cli", ["induction", "--set", "learning_rate=-1", "--out", new, "--device", "cpu"],
+         "learning_rate must be"),
+        ("induction: --out a file", "cli", ["induction", "--out", str(box / "a-file"), "--device", "cpu"], "a-file"),
+        ("induction: --resume a train run", "cli", ["induction", "--out", str(box / "gpt"), "--resume", "--device",
+                                                    "cpu"], "not `induction`"),
         # chat
         ("chat: missing checkpoint", "cli", ["chat", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
         ("chat: random bytes", "cli", ["chat", "--checkpoint", str(box / "random.pt")], "is not a checkpoint"),

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -33,6 +32,7 @@ TINY = {
     "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
     "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
     "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
+    "induction_phase": (["--iters", "2", "--fixed-iters", "2", "--probe-every", "1", "--seeds", "0,1"], "--json"),
     "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
     "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0", "--eval-batches", "1",
                           "--recall-iters", "1", "--pairs", "2"], "--json"),
@@ -44,6 +44,8 @@ TINY = {
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
     "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
+    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1", "--draft-steps", "2"],
+                    "--json"),
     "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
@@ -87,6 +89,10 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
     assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
     if option:
         assert isinstance(json.loads(record.read_text()), dict)
+    if name == "finetune_dates":  # review 15-m1: each run records the command that made it
+        runs = json.loads(record.read_text()).values()
+        assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only 'dates full'")
+                            for r in runs)
     assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
 
 
@@ -127,6 +133,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "linear_attention", ["--parts", "speed"], "--parts: choose from memory, compare, recall"),
     (None, "linear_attention", ["--iters", "0"], MUST_BE_1),
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
+    (None, "speculative", ["--tokens", "60"], "must fit in block_size 64"),
+    (None, "speculative", ["--repeats", "0"], MUST_BE_1),
 ]
 
 
@@ -190,3 +198,20 @@ def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
     new.progress({"runs": [1]})
     assert json.loads((tmp_path / "new.json").read_text()) == {"runs": [1]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "whole.json"]
+
+
+def test_moe_vs_dense_docstring_table_is_the_records():
+    """Review 20-m5: the docstring's table had gone stale (1.710 +- 0.008 over two seeds, where the
+    record holds three). Each cell is the mean +- standard deviation of its record's runs."""
+    import re
+    import statistics
+
+    doc = (BENCHMARKS / "moe_vs_dense.py").read_text()
+    for steps in (400, 800, 1600):
+        runs = json.loads((RECORDS / f"moe_vs_dense_{steps}.json").read_text())["runs"]
+        row = re.search(rf"^ +{steps} +(.*)$", doc, re.M).group(1)
+        cells = []
+        for variant in ("dense", "MoE 8x176, top-2", "MoE, no balancing"):
+            losses = [r["val_loss"] for r in runs if r["variant"] == variant]
+            cells.append(f"{statistics.mean(losses):.3f} +- {statistics.stdev(losses):.3f}")
+        assert re.findall(r"\d\.\d{3} \+- \d\.\d{3}", row) == cells, (steps, row, cells)

@@ -5,7 +5,7 @@ import operator
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from course_lib.calculator import (MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, CalculatorError, calculate, evaluate,
+from course_lib.chat.calculator import (MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, CalculatorError, calculate, evaluate,
                                    format_number)
 
 OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}

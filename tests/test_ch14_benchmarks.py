@@ -3,7 +3,6 @@ by course_lib.runs. It must train exactly what the benchmarks built inline befor
 records were made that way), and its fixed validation batches must not depend on the run."""
 import importlib.util
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 

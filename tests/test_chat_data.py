@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from course_lib.calculator import calculate
-from course_lib.chat_data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, TASKS,
+from course_lib.chat.calculator import calculate
+from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, CHAT_TASKS,
                                   build_conversations, char_chat_tokenizer, conversations_bytes, load_conversations,
                                   write_conversations)
-from course_lib.chat_template import check_conversation, render
+from course_lib.chat.template import check_conversation, render
 from course_lib.data import load_text
 from course_lib.dates import DATE_FORMATS, format_date
 
@@ -45,7 +45,7 @@ def test_a_damaged_or_missing_file_is_refused(tmp_path):
 def test_sizes_and_every_task_in_every_split():
     for split in SPLITS:
         assert len(DATA[split]) == SIZES[split]
-        assert {c["task"] for c in DATA[split]} == set(TASKS)
+        assert {c["task"] for c in DATA[split]} == set(CHAT_TASKS)
 
 
 def test_every_conversation_is_well_formed_fits_the_context_and_uses_known_characters():
@@ -132,7 +132,7 @@ def test_conversations_bytes_is_one_conversation_per_line():
 def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     import torch
 
-    from course_lib.chat_data import chat_batch_fn, rendered_pairs
+    from course_lib.chat.data import chat_batch_fn, rendered_pairs
     from course_lib.utils import IGNORE_INDEX
 
     tokenizer = char_chat_tokenizer()
@@ -149,3 +149,15 @@ def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     assert rendered_pairs(tokenizer, small["train"], 20)[1] > 0  # too long for 20 tokens: left out, never cut
     with pytest.raises(ValueError, match="no train conversation fits"):
         chat_batch_fn(tokenizer, 8, 5, data=small)
+
+
+def test_is_follow_up_knows_exactly_the_follow_up_questions():
+    """The chat engine drops a follow-up with the exchange it follows (review 17-M3): its test is
+    right on every conversation of every split (the second message of each follow-up, no other)."""
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.template import is_follow_up
+    for split in SPLITS:
+        for conversation in load_conversations(split):
+            users = [m["content"] for m in conversation["messages"] if m["role"] == "user"]
+            assert [is_follow_up(u) for u in users] == [False] + [True] * (len(users) - 1), users
+    assert is_follow_up(" plus 7 ") and not is_follow_up("Plus 5? And then?") and not is_follow_up("What is 2+3?")

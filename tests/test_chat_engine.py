@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib.chat_engine import MAX_TOOL_CALLS, Chat, ChatEngine, Piece, format_piece, load_chat_model
-from course_lib.chat_template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer, ConversationTooLong,
+from course_lib.chat.engine import MAX_TOOL_CALLS, Chat, ChatEngine, Piece, format_piece, load_chat_model
+from course_lib.chat.template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer, ConversationTooLong,
                                       chat_tokenizer, render)
 from course_lib.checkpoint import save_checkpoint
 from course_lib.data import load_text
@@ -166,6 +166,64 @@ def test_the_oldest_exchanges_are_dropped_with_a_notice_and_the_cache_refilled()
         assert torch.allclose(engine.next_logits(ids), model(torch.tensor([ids]))[0][0, -1], atol=1e-5)
 
 
+def test_a_follow_up_is_dropped_with_the_question_it_follows_and_the_notice_names_them():
+    """Review 17-M3: the drop rule kept "How many letters?" and dropped "Spell honour.", and the
+    model then read a follow-up with nothing before it (no training conversation starts so)."""
+    lengths = {}
+    for follow_up in (None, "default"):  # None: the old rule, by age only
+        options = {} if follow_up else {"follow_up": None}
+        engine = ChatEngine(Scripted(ids_of("ok", END), block_size=60), TOK, **options)
+        engine.send("Spell honour.")  # 19 tokens with the reply; the follow-up 21 (its reply is empty)
+        engine.send("How many letters?")
+        pieces = list(engine.stream("Who are you?"))  # 14, and 8 kept free: 62 > 60
+        notices = [p.text for p in pieces if p.kind == "notice"]
+        lengths[follow_up] = [m["content"] for m in engine.messages if m["role"] == "user"]
+    assert lengths[None] == ["How many letters?", "Who are you?"]  # an orphaned follow-up first
+    assert lengths["default"] == ["Who are you?"]
+    assert notices == ["(the conversation outgrew the model's 60-token context: dropped the oldest 2 exchanges, "
+                       '"Spell honour." and "How many letters?")']
+
+
+def test_a_follow_up_keeps_its_question_when_it_fits_and_says_when_it_cannot():
+    engine = ChatEngine(Scripted(ids_of("ok", END), block_size=50), TOK)
+    engine.send("Who are you?")
+    engine.send("What is 12*34?")
+    pieces = list(engine.stream("Plus 5?"))  # 18 + 18 + 9 + 7 > 50: the oldest goes, not the question
+    assert [p.text for p in pieces if p.kind == "notice"] == [
+        "(the conversation outgrew the model's 50-token context: dropped the oldest exchange, \"Who are you?\")"]
+    assert [m["content"] for m in engine.messages if m["role"] == "user"] == ["What is 12*34?", "Plus 5?"]
+    engine = ChatEngine(Scripted(ids_of("ok", END), block_size=36), TOK)
+    engine.send("What is 1234+5678?")  # 24 tokens; "Plus 5?" 9 and 5 kept free: 38 > 36
+    notices = [p.text for p in engine.stream("Plus 5?") if p.kind == "notice"]
+    assert notices == ["(the conversation outgrew the model's 36-token context: dropped the oldest exchange, "
+                       '"What is 1234+5678?"; it was the question this follow-up needs: ask it again first)']
+
+
+def test_a_reply_to_a_follow_up_is_cut_rather_than_drop_its_question():
+    script = ids_of("ok", END, "a")  # then "a" for ever: the second reply needs room
+    for follow_up, kept in ((None, ["Plus 5?"]), ("default", ["What is 2+3?", "Plus 5?"])):
+        options = {} if follow_up else {"follow_up": None}
+        engine = ChatEngine(Scripted(script, block_size=40), TOK, max_reply_tokens=100, **options)
+        engine.send("What is 2+3?")
+        notices = [p.text for p in engine.stream("Plus 5?") if p.kind == "notice"]
+        assert [m["content"] for m in engine.messages if m["role"] == "user"] == kept
+        if follow_up:
+            assert notices == ["(reply cut: the 40-token context is full)"]
+        else:
+            assert notices[0] == ("(the reply outgrew the model's 40-token context: dropped the oldest exchange, "
+                                  '"What is 2+3?")')
+
+
+def test_about_says_the_longest_message_and_the_drop_rule():
+    engine = ChatEngine(Scripted(ids_of("ok", END)), TOK)  # 64 tokens, 9 kept free, 2 for <|user|> and <|end|>
+    about = engine.about()
+    assert engine.longest_message == 53 and "at most 53 characters" in about and "follow-up with its question" in about
+    assert "start each new topic with a reset" in about
+    engine.check_message("x" * 53)
+    with pytest.raises(ConversationTooLong):
+        engine.check_message("x" * 54)
+
+
 def test_a_message_too_long_alone_is_refused_and_the_conversation_kept():
     engine = ChatEngine(Scripted(ids_of("ok", END), block_size=32), TOK, min_reply_room=8)
     engine.send("Hi")
@@ -209,7 +267,7 @@ def test_reset_forgets_all_but_the_system_message():
 
 
 def test_the_shipped_chat_model_loads_and_is_checked(tmp_path, monkeypatch):
-    import course_lib.chat_engine as chat_engine
+    import course_lib.chat.engine as chat_engine
 
     model, tokenizer = load_chat_model()  # the shipped one, its SHA-256 checked
     assert tokenizer.vocab_size == model.config.vocab_size and END in tokenizer.special_ids

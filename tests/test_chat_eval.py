@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from chat_helpers import TOK, Cycling, ids_of
-from course_lib import chat_eval
-from course_lib.chat_engine import ChatEngine
-from course_lib.chat_template import CALC, CALC_END, END
+from course_lib.chat import scores as chat_eval
+from course_lib.chat.engine import ChatEngine
+from course_lib.chat.template import CALC, CALC_END, END
 from course_lib.evaluation import bootstrap_interval, mean_stderr
 
 RECORD = Path(chat_eval.__file__).parent / "records" / "chat_scores.json"
@@ -164,8 +164,8 @@ def test_before_fine_tuning_keeps_the_pretrained_logits_over_the_old_tokens():
 @pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_record_replays():
     """The shipped model's first replies in the record are what it answers today, greedy."""
-    from course_lib.chat_data import load_conversations
-    from course_lib.chat_engine import load_chat_model
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.engine import load_chat_model
     record = json.loads(RECORD.read_text())
     shipped = record["models"]["pretrained-it1000-lr0.001-s0"]["rows"]
     model, tok = load_chat_model()

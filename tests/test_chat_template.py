@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib.chat_template import (ASSISTANT, CALC, CALC_END, CHAT_SPECIALS, END, RESULT, RESULT_END, USER,
+from course_lib.chat.template import (ASSISTANT, CALC, CALC_END, CHAT_SPECIALS, END, RESULT, RESULT_END, USER,
                                       ChatTokenizer, ConversationTooLong, chat_tokenizer, check_conversation, collate,
                                       exchanges, fit_to_context, normalize, parse, render, render_prompt, training_pair)
 from course_lib.data import load_text

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from chat_helpers import TOK, Cycling, ids_of
-from course_lib.chat_engine import ChatEngine
-from course_lib.chat_template import CALC, CALC_END, END
-from course_lib.chat_terminal import NO_REPLY, run_terminal
+from course_lib.chat.engine import ChatEngine
+from course_lib.chat.template import CALC, CALC_END, END
+from course_lib.chat.terminal import NO_REPLY, run_terminal
 from course_lib.checkpoint import save_checkpoint
 from course_lib.cli import main
 from course_lib.model import GPT, GPTConfig
@@ -75,6 +75,7 @@ def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkp
     assert main(["chat", "--checkpoint", str(chat_checkpoint), "--max-tokens", "5"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"chatting with {chat_checkpoint} (64-token context)") and "(reply cut after 5 tokens)" in out
+    assert "a message of at most 53 characters" in out and "start each new topic with a reset" in out  # 17-M3
 
     def ctrl_c(prompt):
         raise KeyboardInterrupt
@@ -84,7 +85,7 @@ def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkp
 
 
 def test_a_missing_or_changed_shipped_chat_model_is_one_line(capsys, monkeypatch, tmp_path):
-    import course_lib.chat_engine as chat_engine
+    import course_lib.chat.engine as chat_engine
 
     monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", tmp_path / "missing.pt")
     assert main(["chat"]) == 2

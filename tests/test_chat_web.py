@@ -19,9 +19,9 @@ import anyio  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from chat_helpers import TOK, Cycling, ids_of  # noqa: E402
-from course_lib.chat_engine import NO_REPLY, ChatEngine  # noqa: E402
-from course_lib.chat_template import CALC, CALC_END, END  # noqa: E402
-from course_lib.chat_web import MAX_BODY_BYTES, ChatServer, check_port, create_app  # noqa: E402
+from course_lib.chat.engine import NO_REPLY, ChatEngine  # noqa: E402
+from course_lib.chat.template import CALC, CALC_END, END  # noqa: E402
+from course_lib.chat.web import MAX_BODY_BYTES, ChatServer, check_port, create_app  # noqa: E402
 
 REPLY = ids_of(CALC, "2+3", CALC_END, "5", END)
 
@@ -54,8 +54,10 @@ def test_the_page_and_a_streamed_reply_with_its_calculator_call():
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         got = events("".join(response.iter_text()))
     assert got == [("tool", "2+3"), ("result", "5"), ("text", "5"), ("done", "")]
-    history = client.get("/api/history").json()["messages"]
+    answer = client.get("/api/history").json()
+    history = answer["messages"]
     assert history == engine.messages and history[0] == {"role": "user", "content": "What is 2+3?"}
+    assert answer["about"] == engine.about() and "start each new topic with a reset" in answer["about"]  # 17-M3
     assert client.post("/api/reset", headers=JSON).json() == {"messages": []} and engine.messages == []
 
 
@@ -118,7 +120,7 @@ def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
 def test_json_nested_too_deeply_is_a_400_and_one_log_line(body, caplog):
     """Review 2026-11-28 W1 (rows 3-4): the parser's RecursionError is a bad request, not a 500 with a traceback."""
     client, _, engine = client_for()
-    with caplog.at_level("WARNING", logger="course_lib.chat_web"):
+    with caplog.at_level("WARNING", logger="course_lib.chat.web"):
         response = client.post("/api/chat", content=body, headers=JSON)
     assert response.status_code == 400 and "must be JSON" in response.json()["detail"]
     assert [r.getMessage() for r in caplog.records] == [
@@ -246,6 +248,7 @@ def chat_page(url):
 def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
     url, engine = served
     with chat_page(url) as (sync_api, page):
+        sync_api.expect(page.locator("#about")).to_have_text(engine.about())  # what the context holds and drops
         page.evaluate(COUNT_UPDATES)
         page.fill("#message", "What is 2+3?")
         page.click("#send")

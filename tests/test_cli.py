@@ -278,7 +278,8 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
              "hybrid": save_checkpoint(tmp_path / "hybrid.pt", hybrid, tokenizer=tok),
              "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
-    assert set(paths) == set(MODELS) - {"seq2seq"}, "a new decoder kind: add a checkpoint of it here"
+    # attn-only (chapter 21) reads ids of a synthetic task and stores no tokenizer: there is no text to sample
+    assert set(paths) == set(MODELS) - {"seq2seq", "attn-only"}, "a new decoder kind: add a checkpoint of it here"
     for kind, path in paths.items():
         capsys.readouterr()
         assert main(["sample", "--checkpoint", str(path), "--prompt", "RO", "--tokens", "7", "--device", "cpu"]) == 0, \
@@ -288,7 +289,7 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
 
 
 def test_resume_command_repeats_the_arguments_with_resume_once():
-    from course_lib.cli_common import resume_command
+    from course_lib.cli.common import resume_command
 
     assert resume_command(["train", "--text", "my poems.txt", "--resume", "--out", "x"]) == \
         "python -m course_lib train --text 'my poems.txt' --out x --resume"

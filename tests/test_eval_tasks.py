@@ -1,4 +1,4 @@
-"""course_lib.eval_tasks: every shipped task is rebuilt by its code into the same bytes (and
+"""course_lib.evaluation.tasks: every shipped task is rebuilt by its code into the same bytes (and
 SHA-256), its test items are held out, its chance level is right, and a damaged file is refused."""
 import hashlib
 import re
@@ -7,7 +7,7 @@ import pytest
 
 from course_lib.data import load_text
 from course_lib.dates import date_split_days
-from course_lib.eval_tasks import (BUILDERS, HELDOUT_START, TASK_NAMES, TASK_SHA256, TASKS_DIR, check_task_names,
+from course_lib.evaluation.tasks import (BUILDERS, HELDOUT_START, TASK_NAMES, TASK_SHA256, TASKS_DIR, check_task_names,
                                    load_task, task_bytes, write_tasks)
 
 
@@ -38,6 +38,8 @@ def test_unknown_task_names_are_one_error():
         check_task_names("mmlu,dates")
     with pytest.raises(ValueError, match="none given"):
         check_task_names(",")
+    with pytest.raises(ValueError, match="task next-word is named more than once: name each task once"):
+        check_task_names("next-word, dates,next-word")  # review 2026-11-28 row 64 (E3): it was scored twice
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)

@@ -215,7 +215,7 @@ def reference():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     lm_eval_hf = pytest.importorskip("lm_eval.models.huggingface")
-    from course_lib.eval_tasks import load_task
+    from course_lib.evaluation.tasks import load_task
     from course_lib.gpt2 import from_pretrained
     from eval_helpers import char_hf_tokenizer, tiny_gpt2
 
@@ -255,7 +255,7 @@ def test_packed_shared_context_equals_lm_eval(reference):
     packed path itself, checked against the reference (one forward row per item, not per request)."""
     from lm_eval.api.instance import Instance
 
-    from course_lib.eval_tasks import load_task
+    from course_lib.evaluation.tasks import load_task
     block = reference["ours"].config.block_size
     items = [i for i in load_task("next-speaker").test
              if len(i["context"]) + sum(len(c) for c in i["choices"]) <= block - 4][:8]

@@ -1,4 +1,4 @@
-"""course_lib.eval_pairs (issue 48): log-likelihood requests where a byte-level BPE token spans the
+"""course_lib.evaluation.pairs (issue 48): log-likelihood requests where a byte-level BPE token spans the
 join of context and continuation. Every request gets a finite score, the score is the one the rule
 of eval_pairs defines (computed here by hand from the model's logits, the split found by brute
 force), and where a token boundary lies at the join the ids and scores are lm-eval's own (its
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from course_lib import evaluation as ev
 from course_lib.bpe import BPETokenizer
 from course_lib.data import load_text
-from course_lib.eval_pairs import complete_context_tokens, encode_pair
+from course_lib.evaluation.pairs import complete_context_tokens, encode_pair
 from course_lib.model import GPT, GPTConfig
 
 TEXT = load_text()

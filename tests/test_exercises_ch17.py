@@ -198,13 +198,61 @@ def calculate_with_filtered_eval(text):
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def calculate_with_builtins_eval(text):
+    """Review 17-M2: the filtered eval spelt builtins.eval, which the check let pass."""
+    import builtins
+    if "**" in text or any(c not in "0123456789+-*/(). " for c in text):
+        return "error: not arithmetic"
+    try:
+        value = builtins.eval(text)
+    except (SyntaxError, ZeroDivisionError) as e:
+        return f"error: {e}"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def calculate_with_getattr_eval(text):
+    """Review 17-M2: getattr(builtins, "eval"), the same function by another name."""
+    import builtins
+    if "**" in text or any(c not in "0123456789+-*/(). " for c in text):
+        return "error: not arithmetic"
+    run = getattr(builtins, "eval")
+    try:
+        value = run(text)
+    except (SyntaxError, ZeroDivisionError) as e:
+        return f"error: {e}"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def calculate_with_imported_eval(text):
+    from builtins import eval as run  # noqa: A004
+    if "**" in text or any(c not in "0123456789+-*/(). " for c in text):
+        return "error: not arithmetic"
+    try:
+        value = run(text)
+    except (SyntaxError, ZeroDivisionError) as e:
+        return f"error: {e}"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def calculate_with_a_compiled_regex(text):
+    """A parser that uses re.compile to read spaces: compile, but not Python's: it must pass."""
+    import re
+    spaces = re.compile(r"\s+")
+    return calculate(spaces.sub(" ", text))
+
+
 def test_calculator_correct(capsys):
     ch17.check_calculator(calculate)
+    assert "Correct!" in capsys.readouterr().out
+    ch17.check_calculator(calculate_with_a_compiled_regex)
     assert "Correct!" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (calculate_with_eval, "eval"),
                                             (calculate_with_filtered_eval, "calls eval"),
+                                            (calculate_with_builtins_eval, "calls eval"),
+                                            (calculate_with_getattr_eval, "calls eval"),
+                                            (calculate_with_imported_eval, "through builtins"),
                                             (calculate_left_to_right, "bind tighter"),
                                             (lambda text: 19, "not a string"), (lambda text: "19", "expected '14'")])
 def test_calculator_wrong(wrong, message):

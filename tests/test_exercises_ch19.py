@@ -23,7 +23,7 @@ def all_parameters(config, tokens):
 
 
 def six_nd(config, tokens):
-    from course_lib.isoflop import matmul_parameters
+    from course_lib.scaling.isoflop import matmul_parameters
     return 6 * matmul_parameters(config) * tokens
 
 

@@ -102,6 +102,12 @@ RIGHT = {
     "ch20.check_active_parameters": ("test_exercises_ch20", "active"),
     "ch20.check_balancing_loss": ("test_exercises_ch20", "balancing_loss"),
     "ch20.check_top_k_weights": ("test_exercises_ch20", "top_k_weights"),
+    "ch21.check_induction_score": ("test_exercises_ch21", "induction_score"),
+    "ch21.check_mean_ablation": ("test_exercises_ch21", "mean_ablate"),
+    "ch21.check_previous_token_score": ("test_exercises_ch21", "previous_token_score"),
+    "ch22.check_accept_probability": ("test_exercises_ch22", "accept"),
+    "ch22.check_expected_tokens": ("test_exercises_ch22", "expected_tokens"),
+    "ch22.check_residual": ("test_exercises_ch22", "residual"),
 }
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);

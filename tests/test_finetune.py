@@ -149,8 +149,8 @@ def test_cli_lora_run_resumes_and_checks_its_base(pretrained, tmp_path, capsys):
     assert code == 2 and "LoRA rank 2" in err and err.count("\n") == 1
     base.unlink()
     code, _, err = run(capsys, *common, "--max-iters", "4", "--resume")
-    assert code == 2 and "is missing" in err and err.count("\n") == 1
-    assert err.startswith("error: the base model of this LoRA checkpoint") and "put the base checkpoint back" in err
+    assert code == 2 and "and that is missing" in err and err.count("\n") == 1
+    assert "a resumed run keeps its base: give that base (or a copy of it)" in err
     code, _, err = run(capsys, "sample", "--checkpoint", str(tmp_path / "ft" / "ckpt.pt"))
     assert code == 2 and err.startswith("error: the base model of this LoRA checkpoint") and err.count("\n") == 1
 
@@ -158,7 +158,7 @@ def test_cli_lora_run_resumes_and_checks_its_base(pretrained, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--task", "poems"], "unknown --task 'poems'"),
     (["--lora-rank", "0"], "rank must be a positive integer"),
-    (["--set", "n_layer=2"], "keeps the pretrained model's shape"),
+    (["--set", "n_layer=2"], "keeps its shape"),
     (["--set", "colour=red"], "unknown setting"),
     (["--lora-rank", "2", "--lora-targets", "q_proj"], "match no layer"),
 ])
@@ -215,12 +215,12 @@ def test_a_run_that_saves_while_another_waits_for_the_folder_is_not_overwritten(
 
 
 def test_ctrl_c_during_the_final_evaluation_says_the_run_is_saved(pretrained, tmp_path, capsys, monkeypatch):
-    import course_lib.cli as cli
+    import course_lib.runs.finetune as finetune_runs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "exact_match", interrupted)
+    monkeypatch.setattr(finetune_runs, "exact_match", interrupted)
     code, _, err = run(capsys, "finetune", "--checkpoint", str(pretrained), *FAST, "--out", str(tmp_path / "ft"))
     assert code == 130 and err.count("\n") == 1
     assert f"the run is complete and saved in {tmp_path / 'ft' / 'ckpt.pt'} (step 1)" in err

@@ -135,7 +135,7 @@ def test_a_checkpoint_trained_on_the_gpu_samples_on_the_cpu(tmp_path, capsys):
 
 
 def test_a_chat_fine_tune_trains_resumes_and_chats_on_the_gpu(tmp_path, capsys):
-    from course_lib.chat_engine import ChatEngine, load_chat_model
+    from course_lib.chat.engine import ChatEngine, load_chat_model
 
     out = tmp_path / "chat"
     args = ["chat-sft", "--out", str(out), "--set", "batch_size=4", "--set", "eval_interval=2", "--set", "eval_iters=1"]
@@ -148,7 +148,7 @@ def test_a_chat_fine_tune_trains_resumes_and_chats_on_the_gpu(tmp_path, capsys):
 
 
 def test_the_shipped_chat_model_uses_its_calculator_on_the_gpu():
-    from course_lib.chat_engine import ChatEngine, load_chat_model
+    from course_lib.chat.engine import ChatEngine, load_chat_model
 
     model, tokenizer = load_chat_model(device="cuda")
     assert next(model.parameters()).device.type == "cuda"

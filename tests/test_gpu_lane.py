@@ -96,3 +96,27 @@ def test_chapters_run_in_the_hosts_environment_and_errors_are_one_line(monkeypat
     assert results[0]["error"] is None and results[1]["error"] == "ValueError: a bad cell"
     env = seen[0][1]
     assert env["ATEN_CPU_CAPABILITY"] == "host-value" and str(ROOT) in env["PYTHONPATH"].split(":")
+
+
+def test_a_bad_json_path_is_refused_before_any_work_and_the_file_is_written_atomically(monkeypatch, capsys, tmp_path):
+    """--json wrote its file with Path.write_text after the whole lane (issue 46): a folder or a device
+    failed after hours of work, and a reader could see half a file. Now checked first, on any machine,
+    and written through course_lib.utils.write_text_atomic, as eval's --json."""
+    (tmp_path / "adir").mkdir()
+    for path, why in ((tmp_path / "adir", "is a folder: name a file in it"), ("/dev/null", "is not a regular file")):
+        monkeypatch.setattr(gpu_lane, "cuda_available", lambda: pytest.fail("worked before checking --json"))
+        assert tools_main(["gpu-lane", "--json", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --json {path} ") and why in err and err.count("\n") == 1
+    _fake_lane(monkeypatch)
+    written = []
+    monkeypatch.setattr(gpu_lane, "write_text_atomic", lambda path, text: written.append(path))
+    assert tools_main(["gpu-lane", "--json", str(tmp_path / "lane.json")]) == 0
+    assert written == [str(tmp_path / "lane.json")]
+
+
+def test_json_dash_writes_the_details_to_stdout_and_the_summary_to_stderr(monkeypatch, capsys):
+    _fake_lane(monkeypatch)
+    assert tools_main(["gpu-lane", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["unit"]["counts"]["passed"] == 978 and err.startswith("gpu-test on Fake GPU")

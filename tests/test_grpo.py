@@ -1,4 +1,4 @@
-"""course_lib.grpo: group advantages, the clipped objective, the k3 KL and the four averagings,
+"""course_lib.align.grpo: group advantages, the clipped objective, the k3 KL and the four averagings,
 checked by hand, by properties, and against TRL 1.16 itself (slow: TRL's start-up).
 
 The TRL tests compare with:
@@ -22,9 +22,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.grpo import GRPOConfig, group_advantages, grpo_batch_loss, grpo_loss, kl_k3, masked_mean
+from course_lib.align.grpo import GRPOConfig, group_advantages, grpo_batch_loss, grpo_loss, kl_k3, masked_mean
 from course_lib.model import GPT, GPTConfig
-from course_lib.preference import completion_logprobs
+from course_lib.align.dpo import completion_logprobs
 
 # --- advantages ---------------------------------------------------------------------------------
 
@@ -127,6 +127,10 @@ def test_config_refuses_bad_settings():
                 {"beta": -1.0}, {"importance_sampling_level": "word"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GRPOConfig(**bad)
+    # review 2026-11-28 rows 92-93 (A2): refused here, naming the limit, not at the first step by sample_groups
+    with pytest.raises(ValueError, match=r"GRPOConfig.group_size must be an integer in \[2, 512\], got 513"):
+        GRPOConfig(group_size=513)
+    assert GRPOConfig(group_size=512).group_size == 512
 
 
 def test_masked_mean():

@@ -1,8 +1,8 @@
-"""course_lib.isoflop: the sweep's shapes, what a budget buys each, and one run trained to its plan."""
+"""course_lib.scaling.isoflop: the sweep's shapes, what a budget buys each, and one run trained to its plan."""
 import pytest
 import torch
 
-from course_lib.isoflop import (FAMILY, LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters, plan_run, shape_config,
+from course_lib.scaling.isoflop import (FAMILY, LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters, plan_run, shape_config,
                                 train_planned)
 from course_lib.model import GPT
 from course_lib.sizing import flops_per_token

@@ -11,7 +11,7 @@ from model_helpers import change_one_token, cli_train_resume_and_sample, logits_
 from hypothesis import given, settings, strategies as st
 
 from course_lib import GPT, GPTConfig
-from course_lib.attention import KVCache, causal_mask, sliding_window_mask
+from course_lib.attention import causal_mask, sliding_window_mask
 from course_lib.generate import generate, generate_batch
 from course_lib.llama import config_from_hf, weight_map
 from course_lib.rope import rope_frequencies, scale_frequencies

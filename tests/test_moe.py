@@ -41,6 +41,17 @@ def test_balancing_loss_is_k_when_balanced_and_k_times_e_when_collapsed():
     torch.testing.assert_close(load_balancing_loss(layers, k), load_balancing_loss(torch.cat(layers), k))
 
 
+def test_the_pooled_loss_scores_two_unbalanced_layers_as_balanced():
+    """The docstring's example (review 20-M3): pooled over layers (Hugging Face's way), two layers that
+    each leave half of their 8 experts idle score k, the best score; Switch's per-layer loss does not."""
+    pairs = torch.tensor([[0, 1], [2, 3]]).repeat(32, 1)  # (64, 2): each token's two experts, among 0-3
+    first = torch.full((64, 8), -20.0).scatter(1, pairs, 5.0)  # layer 0: experts 0-3 only
+    second = torch.full((64, 8), -20.0).scatter(1, pairs + 4, 5.0)  # layer 1: experts 4-7 only
+    assert load_balancing_loss(first, 2).item() == pytest.approx(4.0)
+    assert load_balancing_loss(second, 2).item() == pytest.approx(4.0)
+    assert load_balancing_loss([first, second], 2).item() == pytest.approx(2.0)
+
+
 def test_expert_load_counts_the_slots():
     logits = torch.tensor([[3.0, 2.0, 1.0], [3.0, 1.0, 2.0], [1.0, 2.0, 3.0], [3.0, 2.0, 0.0]])
     torch.testing.assert_close(expert_load(logits, 2), torch.tensor([3, 3, 2]) / 8.0)

@@ -1,4 +1,4 @@
-"""course_lib.preference: the log-probability of an answer and the DPO loss, checked by hand,
+"""course_lib.align.dpo: the log-probability of an answer and the DPO loss, checked by hand,
 by properties, and against TRL 1.16 itself (slow: TRL's start-up).
 
 The TRL tests compare with:
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.model import GPT, GPTConfig
-from course_lib.preference import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss, dpo_metrics,
+from course_lib.align.dpo import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss, dpo_metrics,
                                    implicit_rewards, pack_completions, pack_pairs, sequence_logprobs,
                                    token_logprobs)
 
@@ -147,6 +147,8 @@ def test_dpo_config_refuses_bad_settings():
         DPOConfig(loss_type="kto")
     with pytest.raises(ValueError, match="label_smoothing"):
         DPOConfig(loss_type="robust", label_smoothing=0.5)
+    with pytest.raises(ValueError, match=r"DPOConfig.pair_group_size must be an integer in \[2, 512\], got 1000"):
+        DPOConfig(pair_group_size=1000)  # review 2026-11-28 rows 90-91 (A2): it named max_rows, not the option
     with pytest.raises(ValueError, match="ipo loss divides"):
         x = torch.zeros(1)
         dpo_loss(x, x, x, x, loss_type="ipo")

@@ -45,7 +45,7 @@ def test_the_measured_page_and_the_benchmark_quote_the_recorded_figure_and_name_
     # speedrun.py's row quotes the three seeds' whole-split losses as the record has them
     result = json.loads((RECORDS / "speedrun_results.json").read_text())
     losses = sorted(r["val_loss"] for r in result["runs"]["shakespeare-char-cpu"])
-    assert f"whole-validation-split loss" in _measured_row("speedrun.py")
+    assert "whole-validation-split loss" in _measured_row("speedrun.py")
     assert f"against {losses[0]:.3f}-{losses[-1]:.3f}" in _measured_row("speedrun.py")
 
 
@@ -107,7 +107,7 @@ def test_the_measured_page_quotes_the_eval_speed_record():
 def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
     """book/measured.md's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
     chat model is the run the record names (its final validation loss is the one stored in it)."""
-    from course_lib.chat_engine import CHAT_MODEL_PATH
+    from course_lib.chat.engine import CHAT_MODEL_PATH
     from course_lib.checkpoint import load_checkpoint
 
     rec = json.loads((RECORDS / "chat_sft_runs.json").read_text())

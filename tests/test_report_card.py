@@ -1,8 +1,9 @@
-"""course_lib.report_card: a task's score with its interval and chance, the report card (tasks a
+"""course_lib.evaluation.report_card: a task's score with its interval and chance, the report card (tasks a
 tokenizer cannot encode are skipped, or an error when named), its table and JSON, and
 `python -m course_lib eval` on every decoder kind the project writes."""
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -11,9 +12,9 @@ from course_lib.bigram import BigramLanguageModel
 from course_lib.checkpoint import save_checkpoint
 from course_lib.cli import main
 from course_lib.data import load_text
-from course_lib.eval_tasks import load_task
+from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
-from course_lib.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
+from course_lib.evaluation.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task, first_word, format_card,
                                     heldout_text, report_card)
 from course_lib.tokenizers import CharTokenizer, train_tokenizer
 
@@ -92,8 +93,8 @@ def checkpoints(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["gpt", "rope", "bigram"])
 def test_the_eval_command_prints_the_card_and_writes_json(checkpoints, name, tmp_path, capsys, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)  # a fast test; the default is 20,000
     out = tmp_path / "card.json"
     argv = ["eval", "--checkpoint", str(checkpoints / f"{name}.pt"), "--tasks", "next-line,next-word",
             "--limit", "3", "--json", str(out), "--device", "cpu"]
@@ -118,12 +119,12 @@ def test_evaluate_checkpoint_checks_its_arguments_before_loading(tmp_path):
 @pytest.fixture
 def no_evaluation(monkeypatch):
     """eval must refuse a bad --json before it loads or scores anything."""
-    import course_lib.report_card
+    import course_lib.evaluation.report_card
 
     def fail(*args, **kwargs):
         raise AssertionError("the --json path was checked after the work")
 
-    monkeypatch.setattr(course_lib.report_card, "load_model", fail)
+    monkeypatch.setattr(course_lib.evaluation.report_card, "load_model", fail)
 
 
 def bad_json_paths(folder, ckpt):
@@ -152,10 +153,33 @@ def test_eval_refuses_a_bad_json_path_before_any_work_and_writes_nothing(checkpo
     assert os.listdir(tmp_path / "adir") == []
 
 
+def test_eval_refuses_too_many_shots_before_any_work(checkpoints, capsys, no_evaluation, monkeypatch):
+    """Review row 65 (E4): --shots beyond the tasks' training items was refused after the bits-per-byte
+    pass (and, with every task, after the tasks before the short one); now before the model is loaded."""
+    ckpt = str(checkpoints / "gpt.pt")
+    for argv, phrase in ((["--shots", "100000"], "task next-line has 20 training items for few-shot examples, not "
+                          "100000: give --shots 20 or fewer"),
+                         (["--tasks", "next-word", "--shots", "21"], "task next-word has 20 training items .*not 21: "
+                          "give --shots 20 or fewer, or leave it out of --tasks")):
+        assert main(["eval", "--checkpoint", ckpt, "--limit", "3", *argv]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(f"error: {phrase}" + chr(10), err), err
+    import course_lib.evaluation.report_card  # a task the tokenizer encodes, with too few: before the bits per byte
+
+    def fail(*args, **kwargs):
+        raise AssertionError("shots were checked after the work")
+
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", fail)
+    tok = train_tokenizer({"type": "bpe", "vocab_size": 260}, load_text()[:3000])
+    with pytest.raises(ValueError, match="task gsm8k-style has 2 training items .*not 3: give --shots 2 or fewer, "
+                       "or name other tasks in --tasks"):
+        report_card(tiny(tok.vocab_size), tok, limit=1, shots=3, heldout_chars=300)
+
+
 def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkpoints, tmp_path, capsys,
                                                                           monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     monkeypatch.chdir(tmp_path)
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2", "--json", "-"]
     assert main(argv) == 0
@@ -165,8 +189,8 @@ def test_eval_json_dash_writes_the_card_to_stdout_and_the_table_to_stderr(checkp
 
 
 def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, monkeypatch):
-    import course_lib.report_card
-    monkeypatch.setattr(course_lib.report_card, "HELDOUT_CHARS", 1500)
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
     (tmp_path / "real.json").write_text("old")
     (tmp_path / "link.json").symlink_to("real.json")
     argv = ["eval", "--checkpoint", str(checkpoints / "gpt.pt"), "--tasks", "next-word", "--limit", "2",
@@ -174,3 +198,23 @@ def test_eval_json_through_a_symlink_writes_its_target(checkpoints, tmp_path, mo
     assert main(argv) == 0
     assert (tmp_path / "link.json").is_symlink()  # row 70: the link is kept, its target written
     assert json.loads((tmp_path / "real.json").read_text())["tasks"][0]["task"] == "next-word"
+
+
+def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, tmp_path, capsys, monkeypatch):
+    """Review row 63 (E2): a counting bigram with smoothing 0 has infinite bits per byte; the table
+    says inf, and the JSON file held the token Infinity, which JSON.parse and jq do not read."""
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "bits_per_byte", lambda *a, **k: float("inf"))
+    out = tmp_path / "card.json"
+    argv = ["eval", "--checkpoint", str(checkpoints / "bigram.pt"), "--tasks", "next-word", "--limit", "2",
+            "--json", str(out)]
+    assert main(argv) == 0
+    assert "bits per byte (held-out tiny Shakespeare, 20,000 characters): inf" in capsys.readouterr().out
+
+    def refuse(name):
+        raise AssertionError(f"not JSON: {name}")
+
+    card = json.loads(out.read_text(), parse_constant=refuse)  # Infinity, -Infinity and NaN are refused
+    assert card["bits_per_byte"] == "Infinity" and float(card["bits_per_byte"]) == float("inf")
+    strict = course_lib.evaluation.report_card._strict_json({"a": [float("nan"), -float("inf"), 1.5], "b": (2, "x")})
+    assert strict == {"a": ["NaN", "-Infinity", 1.5], "b": [2, "x"]}

@@ -1,4 +1,4 @@
-"""course_lib.rewards: the arithmetic task, its rewards (two of them hackable), seeded groups of
+"""course_lib.align.rewards: the arithmetic task, its rewards (two of them hackable), seeded groups of
 samples that resume exactly, GRPO's scores and DPO's pairs from a model's own answers."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.eval_tasks import load_task
+from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
-from course_lib.rewards import (Group, answer_text, arithmetic_items, cut_at_end, exact_answer_reward,
+from course_lib.align.rewards import (Group, answer_text, arithmetic_items, cut_at_end, exact_answer_reward,
                                 expected_answer, flatten, format_reward, get_reward, greedy_answers,
                                 greedy_reward, greedy_scores, preference_pairs,
                                 sample_group, sample_groups, score_groups, units_digit_reward)
@@ -140,7 +140,7 @@ def test_preference_pairs_pair_a_right_and_a_wrong_answer_to_the_same_prompt():
 
 
 def test_pairs_from_sampled_groups_feed_dpo():
-    from course_lib.preference import DPOConfig, dpo_batch_loss, pack_pairs
+    from course_lib.align.dpo import DPOConfig, dpo_batch_loss, pack_pairs
 
     model = tiny_model()
     groups = sample_groups(model, TOKENIZER, ["12+34=", "5+6="], 6, 5, torch.Generator().manual_seed(1),

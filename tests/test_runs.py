@@ -77,7 +77,7 @@ def test_the_precision_is_checked_once_where_the_run_is_built(monkeypatch):
 
     calls = []
     real = speed.check_precision
-    for module in (runs, speed):
+    for module in (runs.kind, speed):
         monkeypatch.setattr(module, "check_precision", lambda device, dtype: calls.append((device, dtype)) or
                             real(device, dtype))
     data = torch.randint(65, (400,))

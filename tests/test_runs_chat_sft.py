@@ -1,4 +1,4 @@
-"""The chat fine-tune as a kind of run (course_lib.runs_assistant): built from the shipped pretrained
+"""The chat fine-tune as a kind of run (course_lib.runs.chat_sft): built from the shipped pretrained
 model, resumed bit for bit, refused when resumed by another command, and the command line's
 ``chat-sft``."""
 import re
@@ -6,8 +6,9 @@ import re
 import pytest
 import torch
 
-from course_lib import runs, runs_assistant
-from course_lib.chat_template import ChatTokenizer
+from course_lib import runs
+from course_lib.runs import chat_sft
+from course_lib.chat.template import ChatTokenizer
 from course_lib.checkpoint import load_checkpoint
 from course_lib.cli import main
 from course_lib.pretrained import pretrained_checkpoint
@@ -18,11 +19,11 @@ QUIET = dict(device="cpu", progress=False)
 
 def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
     base = pretrained_checkpoint()
-    straight = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"}, out_dir=tmp_path / "straight", **QUIET)
+    straight = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"}, out_dir=tmp_path / "straight", **QUIET)
     straight.train()
-    first = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"}, out_dir=tmp_path / "split", **QUIET)
+    first = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"}, out_dir=tmp_path / "split", **QUIET)
     first.train()
-    resumed = runs_assistant.resume_chat_sft_run(tmp_path / "split" / "ckpt.pt", {"max_iters": "3"}, **QUIET)
+    resumed = runs.resume_chat_sft_run(tmp_path / "split" / "ckpt.pt", {"max_iters": "3"}, **QUIET)
     assert resumed.step == 2
     resumed.train()
     assert resumed.history["loss"] == straight.history["loss"]
@@ -34,20 +35,20 @@ def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_
     with pytest.raises(ValueError, match="made by `chat-sft`, not `finetune`"):
         runs.resume_finetune_run(tmp_path / "split" / "ckpt.pt", **QUIET)
     with pytest.raises(ValueError, match="made by `train`, not `chat-sft`"):
-        runs_assistant.resume_chat_sft_run(base, **QUIET)
+        runs.resume_chat_sft_run(base, **QUIET)
 
 
 def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_scratch(tmp_path):
     base = pretrained_checkpoint()
-    tuned = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, **QUIET)
-    control = runs_assistant.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True, **QUIET)
+    tuned = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, **QUIET)
+    control = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True, **QUIET)
     assert isinstance(tuned.tokenizer, ChatTokenizer) and tuned.model.config == control.model.config
     pretrained = load_checkpoint(base)["model"]["blocks.0.attn.c_attn.weight"].float()
     assert torch.equal(tuned.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
     assert not torch.equal(control.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
     assert control.trained_on["from_scratch"] is True
-    with pytest.raises(ValueError, match="keeps the pretrained model's shape"):
-        runs_assistant.start_chat_sft_run(base, {"n_layer": "2"}, **QUIET)
+    with pytest.raises(ValueError, match="keeps its shape"):
+        runs.start_chat_sft_run(base, {"n_layer": "2"}, **QUIET)
 
 
 def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
@@ -76,8 +77,8 @@ def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_p
     other = save_checkpoint(tmp_path / "other.pt", GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16)))
     refused = [(["--from-scratch"], "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
                                     "resumed run keeps how it started; leave --from-scratch out"),
-               (["--checkpoint", str(other)], f"--checkpoint {other}: .*ckpt.pt fine-tunes .*, and that is another "
-                                              "file; a resumed run keeps its base: leave --checkpoint out"),
+               (["--checkpoint", str(other)], f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
+                                              "file; a resumed run keeps its base: .*leave --checkpoint out"),
                (["--set", "seed=7"], "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps")]
     for extra, phrase in refused:
         capsys.readouterr()
@@ -95,9 +96,9 @@ def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path)
     moved.write_bytes(b"the base")
     from course_lib.lora_gpt import file_sha256
     scratch = {"from_scratch": True, "base_checkpoint": str(base), "base_sha256": file_sha256(base)}
-    check = runs_assistant._check_same_start
+    check = chat_sft._check_same_start
     check(tmp_path / "ckpt.pt", scratch, moved, True)  # a moved copy of the base is the base
     with pytest.raises(ValueError, match="from_scratch=False: .* is a chat fine-tune from scratch"):
         check(tmp_path / "ckpt.pt", scratch, None, False)
-    with pytest.raises(ValueError, match="no such file exists"):
+    with pytest.raises(ValueError, match="and that is missing"):
         check(tmp_path / "ckpt.pt", scratch, tmp_path / "gone.pt", None)

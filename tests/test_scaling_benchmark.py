@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from benchmark_loader import load_benchmark
 
-from course_lib.isoflop import FAMILY, plan_run
+from course_lib.scaling.isoflop import FAMILY, plan_run
 from course_lib.scaling import LossLaw
 
 
@@ -205,3 +205,12 @@ def test_the_record_is_written_only_when_asked_and_never_restarted(bench, tmp_pa
     assert shipped.read_text() == whole and sorted(p.name for p in tmp_path.iterdir()) == ["shipped.json", "small.txt"]
     bench.main(["--update-record", "--resume", "--seeds", "5", "6", "--budgets", "1.25e10", "--no-predict"])
     assert len(json.loads(shipped.read_text())["runs"]) == 10  # continued, the first five kept
+
+
+def test_the_repetition_help_says_how_the_half_is_drawn(bench, capsys):
+    """Review 19-m7: --help said "the first half of the training split"; the control trains on every
+    other one of REPETITION_CHUNKS chunks (half_split), so that the half spans the whole text."""
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "first half" not in text and f"every other one of its {bench.REPETITION_CHUNKS} chunks" in text

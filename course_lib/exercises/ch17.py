@@ -6,8 +6,8 @@ import inspect
 import math
 import textwrap
 
-from ..calculator import calculate
-from ..chat_template import END, chat_tokenizer, render
+from ..chat.calculator import calculate
+from ..chat.template import END, chat_tokenizer, render
 from ..tokenizers import CharTokenizer
 from . import call, describe, fail, passed
 
@@ -115,17 +115,34 @@ def check_assistant_mask(fn) -> None:
     passed("fine-tuning trains what the assistant writes, in every turn, and nothing else.")
 
 
+RUNS_CODE = ("eval", "exec", "compile")
+
+
 def _calls_to_eval(fn) -> str | None:
-    """The name of the first call to ``eval``, ``exec`` or ``compile`` in ``fn``'s source (None when there
-    is none, or when the source cannot be read, e.g. a built-in): a filter in front of ``eval`` hides it
-    from the answers, not from the source."""
+    """How ``fn``'s source reaches ``eval``, ``exec`` or ``compile`` ("calls eval()", None when it does not,
+    or when the source cannot be read, e.g. a built-in): a filter in front of ``eval`` hides it from the
+    answers, not from the source. Spelt ``eval(...)``, ``builtins.eval(...)``, ``getattr(builtins, "eval")``,
+    ``f = eval`` or through ``__builtins__``, it is the same function."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return None
+    through = ("builtins", "__builtins__")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec", "compile"):
-            return node.func.id
+        if isinstance(node, ast.Name) and node.id in RUNS_CODE:
+            return f"calls {node.id}()"
+        # x.eval(...), getattr(x, "eval"); not .compile, which re.compile also is
+        if isinstance(node, ast.Attribute) and node.attr in ("eval", "exec"):
+            return f"calls {node.attr}()"
+        if isinstance(node, ast.Constant) and node.value in ("eval", "exec"):
+            return f"calls {node.value}()"
+    for node in ast.walk(tree):  # then any way to it through the builtins module
+        if ((isinstance(node, ast.Name) and node.id in through)
+                or (isinstance(node, ast.Attribute) and node.attr in through)
+                or (isinstance(node, ast.Constant) and node.value in through)  # __import__("builtins")
+                or (isinstance(node, ast.Import) and any(a.name == "builtins" for a in node.names))
+                or (isinstance(node, ast.ImportFrom) and node.module == "builtins")):
+            return "reaches eval through builtins"
     return None
 
 
@@ -135,8 +152,9 @@ def check_calculator(fn) -> None:
     anything else: no ``eval``."""
     called = _calls_to_eval(fn)
     if called:
-        fail(f"your calculate calls {called}(): that is Python's {called}, which runs any code a model writes, "
-             "filtered or not.", "read the text character by character: only digits, + - * / ( ) and spaces are allowed")
+        fail(f"your calculate {called}: that is Python's eval, exec or compile, which runs any code a model "
+             "writes, filtered or not.",
+             "read the text character by character: only digits, + - * / ( ) and spaces are allowed")
     cases = ["2+3*4", "(2+3)*4", "10-4-3", "7/2", "8/2", "2*(3+4)-5", "100/8/5", " 12 + 7 ", "-3+5"]
     bad = ["2**3", "1/0", "2*(3", "abs(-2)", "3+", "", "1 2", "x+1"]
     for text in cases:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..grpo import group_advantages
-from ..preference import dpo_loss
+from ..align.grpo import group_advantages
+from ..align.dpo import dpo_loss
 from . import call, expect_close, expect_tensor, fail, passed
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..isoflop import matmul_parameters
+from ..scaling.isoflop import matmul_parameters
 from ..model import GPTConfig
 from ..scaling import LossLaw, isoflop_minimum
 from ..sizing import count_parameters, flops_per_token

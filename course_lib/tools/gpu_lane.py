@@ -22,8 +22,8 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from ..utils import check_output_file, write_text_atomic
 from .chapters import ROOT, chapter_notebooks
 
 SKIP_LINE = "gpu-test: skipped: no CUDA GPU here (torch.cuda.is_available() is False); run it on a GPU machine"
@@ -111,7 +111,9 @@ def chapter_numbers(text: str) -> list[int] | None:
 
 
 def _cmd_lane(args) -> int:
-    numbers = chapter_numbers(args.chapters)  # bad input is refused on any machine
+    numbers = chapter_numbers(args.chapters)  # bad input is refused on any machine, before any work
+    if args.json:
+        check_output_file(args.json)  # not a folder, a device or a read-only file (- : standard output)
     if not cuda_available():
         print(SKIP_LINE)
         return 0
@@ -121,10 +123,10 @@ def _cmd_lane(args) -> int:
     unit = None if args.skip_unit else run_unit_tests(args.workers)
     chapters = None if args.skip_chapters else run_chapters(numbers, args.timeout)
     lines = summary(device, unit, chapters)
-    print("\n".join(lines))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "torch": torch.__version__, "unit": unit,
-                                               "chapters": chapters}, indent=1) + "\n")
+    print("\n".join(lines), file=sys.stderr if args.json == "-" else sys.stdout)  # stdout stays pure JSON
+    if args.json:  # atomically: a reader never sees half a file
+        write_text_atomic(args.json, json.dumps({"device": device, "torch": torch.__version__, "unit": unit,
+                                                 "chapters": chapters}, indent=1) + "\n")
     failed = (unit is not None and unit["exit"] != 0) or any(c["error"] for c in chapters or [])
     return 1 if failed else 0
 
@@ -137,6 +139,7 @@ def add_parser(subparsers):
     p.add_argument("--skip-chapters", action="store_true", help="do not execute the chapters")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="pytest processes (default 4)")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per notebook cell (default 1200)")
-    p.add_argument("--json", default="", help="also write the details (device, counts, chapter times) to FILE")
+    p.add_argument("--json", default="", metavar="FILE", help="also write the details (device, counts, chapter "
+                   "times) as JSON to FILE (-: standard output); never over a device or a folder")
     p.set_defaults(func=_cmd_lane)
     return p

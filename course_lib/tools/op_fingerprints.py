@@ -24,7 +24,6 @@ odd sizes that change a GEMM's blocking.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import platform

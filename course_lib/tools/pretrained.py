@@ -15,8 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from ..checkpoint import save_checkpoint
+from ..data import get_batch, sha256_of
+from ..losses import estimate_loss
+from ..pretrained import PRESET, PRETRAINED_PATH, PRETRAINED_SHA256, THREADS
+from ..runs import start_run
+from . import numerics  # numerics.unsupported_host asks a subprocess (tests replace it there)
+
 # The child stops quietly on Ctrl-C (the parent says the one line): the file is written once, at the end.
-CHILD = ("import sys\nfrom course_lib.pretrained import train_pretrained\ntry:\n"
+CHILD = ("import sys\nfrom course_lib.tools.pretrained import train_pretrained\ntry:\n"
          "    path, loss = train_pretrained(sys.argv[1])\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
          "print(f'val loss {loss:.4f} (50 batches of 64)')")
 
@@ -47,16 +56,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..data import sha256_of
-    from ..pretrained import PRETRAINED_PATH, PRETRAINED_SHA256, THREADS
-    from .numerics import reference_environment, unsupported_host
-
     path = Path(args.out) if args.out else PRETRAINED_PATH
     check_writable(path)
-    why = unsupported_host()
+    why = numerics.unsupported_host()
     if why:
         raise ValueError(f"this host cannot compute the reference numbers ({why}): make the file on x86-64 with AVX2")
-    env = reference_environment(threads=THREADS)
+    env = numerics.reference_environment(threads=THREADS)
     with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], env=env) as child:
         try:
             returncode = child.wait()
@@ -77,3 +82,20 @@ def run(args) -> int:
           (" (as course_lib.pretrained.PRETRAINED_SHA256)" if digest == PRETRAINED_SHA256
            else ": put it into course_lib.pretrained.PRETRAINED_SHA256"))
     return 0
+
+
+def train_pretrained(out: str | Path = PRETRAINED_PATH, progress: bool = True) -> tuple[Path, float]:
+    """Train the preset from scratch and write it in float16 to ``out``. Returns the path and
+    the final validation loss (of the float16 weights, measured in float32)."""
+    torch.set_num_threads(THREADS)
+    run = start_run(PRESET, device="cpu", progress=progress)  # what `python -m course_lib train` builds
+    trainer, tokenizer, val_data = run.trainer, run.tokenizer, run.val_data
+    trainer.train()
+    model = trainer.model
+    model.half()
+    path = save_checkpoint(out, model, tokenizer=tokenizer, train_config=trainer.config, step=trainer.step,
+                           history=trainer.history)
+    model.float()
+    block = model.config.block_size
+    loss = estimate_loss(model, lambda split, g: get_batch(val_data, block, 64, g), 50, splits=("val",))["val"]
+    return path, loss

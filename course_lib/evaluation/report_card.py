@@ -1,0 +1,194 @@
+"""A report card for a language model (chapter 16, ``python -m course_lib eval``): bits per byte
+on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.evaluation.tasks`) scored with
+its standard error, a 95% bootstrap interval and its chance level.
+
+A task whose text the model's tokenizer cannot encode (digits for a model that only knows
+Shakespeare's 65 characters) is listed as skipped when every task is asked for, and is an
+error when it was asked for by name.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from ..checkpoint import CheckpointError, load_model, load_tokenizer
+from ..data import load_text
+from .tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
+from . import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
+                         mean_stderr, multiple_choice, parse_number)
+from ..utils import check_output_file, write_text_atomic
+
+HELDOUT_CHARS = 20_000  # bits per byte are measured on this much held-out text
+
+
+def heldout_text(chars: int | None = None) -> str:
+    """The first ``chars`` (default :data:`HELDOUT_CHARS`) characters of tiny Shakespeare after
+    :data:`HELDOUT_START`."""
+    text = load_text()
+    return text[int(HELDOUT_START * len(text)):][:chars or HELDOUT_CHARS]
+
+
+def first_word(text: str) -> str:
+    """The first word of a generated text (letters and apostrophes), '' if none."""
+    found = re.match(r"\s*([A-Za-z']+)", text)
+    return found.group(1) if found else ""
+
+
+PARSERS = {None: None, "first-word": first_word, "number": parse_number}
+
+
+def cannot_encode(tokenizer, task: Task, shots: int = 0) -> str | None:
+    """Why ``tokenizer`` cannot encode ``task``'s texts with ``shots`` worked examples (one line),
+    or None when it can."""
+    alphabet = "".join(sorted(set("".join(task.texts(shots)))))
+    try:
+        tokenizer.encode(alphabet)
+    except (ValueError, KeyError) as e:
+        return str(e).split("\n")[0]
+    return None
+
+
+def check_shots(task: Task, shots: int, other_fix: str = "") -> None:
+    """One error line when ``task`` has fewer training items than ``shots`` worked examples."""
+    if shots > len(task.train):
+        raise ValueError(f"task {task.name} has {len(task.train)} training items for few-shot examples, "
+                         f"not {shots}: give --shots {len(task.train)} or fewer{other_fix}")
+
+
+def _summary(per_item: list[float], seed: int = 0) -> dict:
+    lo, hi = bootstrap_interval(per_item, seed=seed)
+    return {"score": sum(per_item) / len(per_item), "stderr": mean_stderr(per_item), "interval": [lo, hi]}
+
+
+def evaluate_task(model, tokenizer, task: Task, limit: int | None = None, shots: int = 0, batch_size: int = 32,
+                  progress: bool = False) -> dict:
+    """Score ``model`` on ``task``'s first ``limit`` test items, with ``shots`` worked examples
+    from its train items before each. Returns the score (``acc``, or ``exact_match``), its standard
+    error and bootstrap interval, the chance level and the per-item scores (for paired tests)."""
+    items = task.test[:limit] if limit else task.test
+    check_shots(task, shots)
+    shot_items = task.train[:shots]
+    row = {"task": task.name, "kind": task.kind, "chance": task.chance, "n": len(items), "shots": shots}
+    if task.kind == "choice":
+        prefix = "".join(s["context"] + task.delimiter + s["choices"][s["gold"]] + task.separator
+                         for s in shot_items)
+        scored = multiple_choice(model, tokenizer, [{**i, "context": prefix + i["context"]} for i in items],
+                                 batch_size, progress, delimiter=task.delimiter)
+        row.update(metric="acc", **_summary(scored["acc"]), per_item=scored["acc"])
+        norm = _summary(scored["acc_norm"])
+        row.update(acc_norm=norm["score"], acc_norm_stderr=norm["stderr"], per_item_norm=scored["acc_norm"])
+        return row
+    shots_text = [(s["prompt"], s.get("solution", s["answer"])) for s in shot_items]
+    prompts = [few_shot_prompt(shots_text, i["prompt"], task.separator) for i in items]
+    outputs = greedy_generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, progress)
+    per_item = exact_match(outputs, [i["answer"] for i in items], PARSERS[task.parser])
+    row.update(metric="exact_match", **_summary(per_item), per_item=per_item, outputs=outputs)
+    return row
+
+
+def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: int = 0, name: str = "model",
+                heldout_chars: int | None = None, progress: bool = False) -> dict:
+    """Bits per byte on held-out text and every task's score. ``tasks``: names (a list or
+    comma-separated); None means every task, skipping those the tokenizer cannot encode."""
+    explicit = tasks is not None
+    loaded = [load_task(n) for n in (check_task_names(tasks) if explicit else TASK_NAMES)]
+    reasons = {task.name: cannot_encode(tokenizer, task, shots) for task in loaded}
+    for task in loaded:  # a task asked for by name that cannot run fails before any work
+        if explicit and reasons[task.name]:
+            raise ValueError(f"this model's tokenizer cannot encode task {task.name} ({reasons[task.name][:120]}); "
+                             "leave --tasks out to run every task it can encode")
+    for task in loaded:  # too few worked examples: before any work too, not after the tasks before it
+        if not reasons[task.name]:
+            check_shots(task, shots, ", or leave it out of --tasks" if explicit else
+                        ", or name other tasks in --tasks")
+    text = heldout_text(heldout_chars)
+    bpb, why_no_bpb = None, None
+    try:
+        bpb = bits_per_byte(model, tokenizer, text, progress=progress)
+    except ValueError as e:  # a tokenizer of another alphabet than Shakespeare's
+        why_no_bpb = str(e).splitlines()[0][:120]
+    rows = []
+    for task in loaded:
+        if reasons[task.name]:
+            rows.append({"task": task.name, "kind": task.kind, "chance": task.chance,
+                         "skipped": reasons[task.name][:120]})
+        else:
+            rows.append(evaluate_task(model, tokenizer, task, limit, shots, progress=progress))
+    return {"model": name, "bits_per_byte": bpb, "bits_per_byte_skipped": why_no_bpb, "heldout_chars": len(text),
+            "shots": shots, "tasks": rows}
+
+
+def format_card(card: dict) -> str:
+    """The report card as a text table."""
+    bpb = card["bits_per_byte"]
+    lines = [f"report card: {card['model']}",
+             f"bits per byte (held-out tiny Shakespeare, {card['heldout_chars']:,} characters): "
+             + (f"{bpb:.3f}" if bpb is not None else f"n/a ({card.get('bits_per_byte_skipped')})"),
+             f"{'task':<13} {'metric':<12} {'score':>6} {'+-se':>6} {'95% interval':>15} {'chance':>7} {'n':>4}"]
+    for r in card["tasks"]:
+        if "skipped" in r:
+            lines.append(f"{r['task']:<13} skipped: cannot encode ({r['skipped'][:60]})")
+            continue
+        lo, hi = r["interval"]
+        lines.append(f"{r['task']:<13} {r['metric']:<12} {r['score']:6.3f} {r['stderr']:6.3f} "
+                     f"{f'[{lo:.3f}, {hi:.3f}]':>15} {r['chance']:7.3f} {r['n']:4d}")
+        if "acc_norm" in r:
+            lines.append(f"{'':<13} {'acc_norm':<12} {r['acc_norm']:6.3f} {r['acc_norm_stderr']:6.3f}")
+    return "\n".join(lines)
+
+
+def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None, json_path: str | Path | None = None,
+                        shots: int = 0, device: str = "cpu", progress: bool = True) -> dict:
+    """``python -m course_lib eval``: load a checkpoint of any decoder kind, print its report card,
+    and write it as JSON to ``json_path`` when given (``-``: standard output, the table then goes to
+    standard error). Bad arguments fail before any work (the model is not even loaded), ``shots``
+    beyond a task's training items and a ``json_path`` that is the checkpoint, a device or a folder
+    included (:func:`course_lib.utils.check_output_file`)."""
+    if tasks is not None:
+        tasks = check_task_names(tasks)
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {limit}")
+    if shots < 0:
+        raise ValueError(f"--shots must be 0 or more, got {shots}")
+    asked = [load_task(n) for n in (tasks or TASK_NAMES)]
+    short = [task for task in asked if shots > len(task.train)]
+    if tasks is not None and short:
+        check_shots(short[0], shots, ", or leave it out of --tasks")
+    if short and len(short) == len(asked):  # no task has enough (else report_card checks those it can encode)
+        check_shots(max(short, key=lambda task: len(task.train)), shots)
+    if json_path is not None:
+        check_output_file(json_path, inputs=[path])
+    model, ckpt = load_model(path, device)
+    if not hasattr(model.config, "block_size") or ckpt.get("model_kind") == "seq2seq":
+        raise CheckpointError(f"{path} holds an encoder-decoder ({ckpt.get('model_kind')}), and eval scores "
+                              "decoder-only language models: give a checkpoint written by `train` or `finetune`")
+    card = report_card(model, load_tokenizer(ckpt, path), tasks, limit, shots, name=str(path), progress=progress)
+    to_stdout = json_path is not None and str(json_path) == "-"
+    print(format_card(card), file=sys.stderr if to_stdout else sys.stdout)  # stdout stays pure JSON
+    if json_path is not None:
+        _write_json(json_path, card, inputs=[path])
+        if not to_stdout:
+            print(f"wrote {json_path}")
+    return card
+
+
+def _write_json(path: str | Path, card: dict, inputs=()) -> None:
+    """The card as JSON, atomically (a reader never sees half a file), never over an input. JSON has
+    no infinity or NaN (Python's ``Infinity`` token breaks other readers: a counting bigram with
+    smoothing 0 has infinite bits per byte), so such a number is written as the string "Infinity",
+    "-Infinity" or "NaN", which Python's ``float`` and JavaScript's ``Number`` read back."""
+    write_text_atomic(path, json.dumps(_strict_json(card), indent=1, allow_nan=False) + "\n", inputs=inputs)
+
+
+def _strict_json(value):
+    """``value`` with every float that is not finite replaced by its name (see :func:`_write_json`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value

@@ -1,0 +1,107 @@
+"""Chapter 17's chat fine-tune (``python -m course_lib chat-sft``) as a kind of run
+(:mod:`course_lib.runs.kind`): the GPT in a base checkpoint (by default the one course_lib ships)
+fine-tuned on the shipped conversations, every weight trained on the assistant's tokens only.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..chat.data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
+from ..chat.template import chat_tokenizer
+from ..checkpoint import build_model, load_tokenizer
+from ..config import apply_overrides
+from ..lora_gpt import extend_vocabulary
+from ..model import GPT
+from ..pretrained import pretrained_checkpoint
+from ..train import Trainer
+from ..utils import seed_everything
+from .kind import (SHAPE_KEPT, Plan, RunKind, base_record, load_base_gpt, register_kind, resume, resumed_config,
+                   same_base, start)
+
+
+def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
+    if ckpt is not None:
+        trained_on = ckpt["trained_on"] or {}
+        if trained_on.get("data_sha256") != CHAT_SHA256:
+            raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
+                             f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
+        _check_same_start(path, trained_on, options.get("base_checkpoint"), options.get("from_scratch"))
+        return Plan(resumed_config(path, ckpt, settings, SHAPE_KEPT))
+    return Plan(apply_overrides(chat_sft_config(), settings, SHAPE_KEPT))
+
+
+def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
+    batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device)
+    return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
+                   trained_on=trained_on, **options)
+
+
+def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None, from_scratch=None) -> Trainer:
+    """The base's tokenizer gets the conversations' characters and the chat template's special
+    tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
+    fresh GPT of the same shape and vocabulary."""
+    base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(), "chat fine-tuning")
+    tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
+    seed_everything(plan.train.seed)  # a fresh model's weights (the control): the run's first random numbers
+    n_new = tokenizer.vocab_size - base.config.vocab_size
+    model = (GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch
+             else extend_vocabulary(base, n_new))
+    trained_on = {"command": "chat-sft", **base_record(path, sha), "from_scratch": bool(from_scratch),
+                  "data_sha256": CHAT_SHA256}
+    return _trainer(model, tokenizer, plan, device, trained_on, out_dir=out_dir, progress=progress, verbose=verbose)
+
+
+def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratch) -> None:
+    """A resumed chat fine-tune keeps how it started: ``base_checkpoint`` and ``from_scratch``,
+    when given, must be the recorded ones (the base by its SHA-256: a moved copy is the same
+    base). The model is in the checkpoint; a differing option would be silently ignored."""
+    if from_scratch is not None and bool(from_scratch) != bool(trained_on.get("from_scratch")):
+        option, started = (("--from-scratch", "from the pretrained model") if from_scratch else
+                           ("from_scratch=False", "from scratch (the control)"))
+        raise ValueError(f"{option}: {path} is a chat fine-tune {started}, and a resumed run keeps how it started; "
+                         f"leave {option} out to continue it, or start a new run in another --out")
+    if base_checkpoint is not None and "base_sha256" in trained_on:
+        same_base(path, trained_on, base_checkpoint)
+
+
+def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
+             from_scratch=None) -> Trainer:
+    model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
+    return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent, progress=progress,
+                    verbose=verbose)
+
+
+def _describe(trainer: Trainer) -> str:
+    what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
+    return (f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on {trainer.device}; "
+            f"{trainer.config.max_iters} iterations, checkpoints in {trainer.out_dir}")
+
+
+def _report(trainer: Trainer):
+    yield (f"val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat with "
+            f"`python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
+
+
+CHAT_SFT = register_kind(RunKind(
+    command="chat-sft", plan=_plan, build=_build, rebuild=_rebuild, describe=_describe, report=_report,
+    example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
+                            {"base_checkpoint": str(pretrained_checkpoint())}),
+    options=("base_checkpoint", "from_scratch"), default_out=lambda options: "runs/chat"))
+
+
+def start_chat_sft_run(base_checkpoint: str | Path | None = None, settings: dict | None = None, *,
+                       from_scratch: bool = False, device: str | None = None, out_dir=None,
+                       progress: bool = True) -> Trainer:
+    """A new chat fine-tune of the GPT in ``base_checkpoint`` (default: the shipped model)."""
+    return start(CHAT_SFT, settings, base_checkpoint=base_checkpoint, from_scratch=from_scratch, device=device,
+                 out_dir=out_dir, progress=progress)
+
+
+def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None,
+                        from_scratch: bool | None = None, device: str | None = None, progress: bool = True,
+                        checkpoint: dict | None = None) -> Trainer:
+    """The chat fine-tune saved in ``path``, continued on the same conversations; ``base_checkpoint``
+    and ``from_scratch``, if given, must be how it started."""
+    return resume(CHAT_SFT, path, settings, base_checkpoint=base_checkpoint, from_scratch=from_scratch,
+                  device=device, progress=progress, checkpoint=checkpoint)
