@@ -108,6 +108,9 @@ RIGHT = {
     "ch22.check_accept_probability": ("test_exercises_ch22", "accept"),
     "ch22.check_expected_tokens": ("test_exercises_ch22", "expected_tokens"),
     "ch22.check_residual": ("test_exercises_ch22", "residual"),
+    "ch24.check_chunk_decay": ("test_exercises_ch24", "chunk_decay"),
+    "ch24.check_delta_write": ("test_exercises_ch24", "delta_write"),
+    "ch24.check_gated_step": ("test_exercises_ch24", "gated_step"),
 }
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);

@@ -36,7 +36,8 @@ def check_delta_write(fn) -> None:
     k = l2norm(torch.randn(1, 1, dk, generator=g))
     v = torch.randn(1, 1, dv, generator=g)
     S_new = call(fn, torch.randn(1, 1, dk, dv, generator=g), k, v, torch.ones(1, 1))
-    expect_close((S_new * k[..., None]).sum(-2), v, "reading k back after a write with beta = 1")
+    expect_close((S_new * k[..., None]).sum(-2), v, "reading k back after a write with beta = 1",
+                 "with a unit key and beta = 1 the delta rule replaces the value stored under k by v")
     passed("the error of the prediction is written, along a unit key: with beta = 1, reading k gives v.")
 
 
