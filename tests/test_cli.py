@@ -257,7 +257,7 @@ def test_the_bpe_preset_trains_its_tokenizer_on_your_text_and_samples(tmp_path, 
 
 
 def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
-    """bigram (chapter 2's Trainer), gpt (`train`) and gpt-lora (`finetune --lora-rank`); an
+    """bigram (chapter 2's Trainer), gpt (`train`), gpt-lora (`finetune --lora-rank`) and hybrid (chapter 24); an
     encoder-decoder is sent to `translate` (tests/test_bad_input_cli.py)."""
     from course_lib.bigram import BigramConfig, BigramLanguageModel
     from course_lib.checkpoint import load_checkpoint, load_tokenizer, save_checkpoint
@@ -273,7 +273,10 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     gpt_path = pretrain_tiny_gpt(tmp_path / "gpt", max_iters=2)
     gpt_tok = load_tokenizer(load_checkpoint(gpt_path))
     lora = LoRAGPT.from_base(gpt_path, extend_tokenizer(gpt_tok, TASK_CHARS), rank=2)
+    from course_lib.linear_attention import HybridConfig, HybridGPT
+    hybrid = HybridGPT(HybridConfig(vocab_size=tok.vocab_size, block_size=8, n_layer=2, n_embd=16, n_head=2))
     paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
+             "hybrid": save_checkpoint(tmp_path / "hybrid.pt", hybrid, tokenizer=tok),
              "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
     # attn-only (chapter 21) reads ids of a synthetic task and stores no tokenizer: there is no text to sample
     assert set(paths) == set(MODELS) - {"seq2seq", "attn-only"}, "a new decoder kind: add a checkpoint of it here"

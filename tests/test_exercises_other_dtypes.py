@@ -111,6 +111,9 @@ RIGHT = {
     "ch23.check_asymmetric": ("test_exercises_ch23", "quantize_asymmetric"),
     "ch23.check_quantize_with_grid": ("test_exercises_ch23", "quantize_with_grid"),
     "ch23.check_symmetric_per_row": ("test_exercises_ch23", "quantize_rows"),
+    "ch24.check_chunk_decay": ("test_exercises_ch24", "chunk_decay"),
+    "ch24.check_delta_write": ("test_exercises_ch24", "delta_write"),
+    "ch24.check_gated_step": ("test_exercises_ch24", "gated_step"),
 }
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);
