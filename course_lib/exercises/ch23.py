@@ -93,7 +93,8 @@ def check_quantize_with_grid(fn) -> None:
         w = torch.randn(20, generator=g)
         scale = (w.abs().max() / hi).repeat(20) * torch.linspace(0.3, 1.0, 20)  # rows whose grid is too small
         q = call(fn, w.clone(), scale.clone(), bits)
-        expect_tensor(q, (20,), "q")
+        expect_tensor(q, (20,), "q", "one code per weight: torch.round(w / scale).clamp(lo, hi), a tensor "
+                      "shaped like w")
         q = torch.as_tensor(q).detach()
         if q.min() < lo or q.max() > hi:
             fail(f"your codes run from {q.min():g} to {q.max():g}: weights past the grid were not clamped to "
@@ -104,5 +105,6 @@ def check_quantize_with_grid(fn) -> None:
             if torch.equal(q.long(), torch.clamp(torch.round(w / scale), -hi, hi).long()):
                 fail(f"you clamp to [-{hi}, {hi}]: the code {lo} is one of the {2 ** bits} codes too.",
                      f"clamp(-2**(bits-1), 2**(bits-1) - 1), i.e. [{lo}, {hi}]")
-            fail("q is not clamp(round(w / scale), -2**(bits-1), 2**(bits-1) - 1).")
+            fail("q is not clamp(round(w / scale), -2**(bits-1), 2**(bits-1) - 1).",
+                 "divide by the scale, round to the nearest integer, then clamp to the code range")
     passed("codes on the fixed grid, clamped at both ends.")
