@@ -14,7 +14,7 @@ from course_lib.chat.engine import ChatEngine
 from course_lib.chat.template import CALC, CALC_END, END
 from course_lib.evaluation import bootstrap_interval, mean_stderr
 
-RECORD = Path(chat_eval.__file__).parent / "records" / "chat_scores.json"
+RECORD = Path(chat_eval.__file__).parent.parent / "records" / "chat_scores.json"
 
 
 def conversation(task, *turns):
