@@ -14,7 +14,7 @@ import torch
 
 from course_lib import align
 from course_lib.align import task_splits
-from course_lib.runs.align import align_configs
+from course_lib.runs.align import align_configs, arithmetic_base
 from course_lib.checkpoint import save_checkpoint
 from course_lib.model import GPT, GPTConfig
 from course_lib.align.rewards import arithmetic_items
@@ -27,14 +27,7 @@ DPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 4, "pair_prompts": 
 GRPO_SET = {"max_iters": 4, "eval_interval": 2, "batch_size": 2, "group_size": 4}
 
 
-def make_base(path: Path, block_size: int = 16, seed: int = 0, dropout: float = 0.0) -> Path:
-    """A random GPT over the task's characters: it writes a number then END often enough for the
-    format reward (right sums are too rare for tests to rely on)."""
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=32,
-                          dropout=dropout))
-    save_checkpoint(path, model, tokenizer=TOKENIZER)
-    return path
+make_base = arithmetic_base  # the smallest runs' base: a random GPT over the task's characters
 
 
 @pytest.fixture(autouse=True)
