@@ -11,11 +11,14 @@ per configuration and seed, written after each run; a recorded run is skipped. U
         [--out FILE | --update-record]
 
 Chapter 15 prints the full fine-tunes with mean pooling (``--only "full mean"``), three seeds.
+Each entry keeps the command that made it (``command``); the three stored before commands were kept
+carry ``command_reconstructed``: the command that reproduces their settings, not a copy of the one typed.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -86,6 +89,8 @@ def main(argv=None) -> int:
     out = record_file(parser, args, RECORDS, "--out", continues=True).path  # keyed runs: only added to
     torch.set_num_threads(1)
     _, tok = load_pretrained()
+    command = "python benchmarks/classify_speakers.py " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     for seed in args.seeds:
         splits = speaker_splits(seed=seed)
         T = 64
@@ -96,7 +101,7 @@ def main(argv=None) -> int:
             result = probe(splits, tok, pooling, seed) if method == "probe" else full(splits, tok, pooling, seed,
                                                                                        args.steps)
             store(out, key, dict(method=method, pooling=pooling, seed=seed, steps=args.steps if method == "full"
-                                      else None, **baselines(splits, T), **result))
+                                      else None, **baselines(splits, T), **result, command=command))
             print(f"{key}: held out {result['val_accuracy']:.1%}, training {result['train_accuracy']:.1%}",
                   flush=True)
     return 0

@@ -28,7 +28,10 @@ continues where it stopped. Without either, the results are printed only. Usage:
 
 Defaults are the chapter's: 200 steps and 100 held-out dates for the dates runs, 300 steps and
 200 held-out words for the unscrambling runs. One run takes about a minute of one core (one
-thread) on an idle machine; each record stores its seconds and the load average beside them.
+thread) on an idle machine; each record stores its seconds and the load average beside them, and
+the command that made it (``command``). The runs stored before commands were kept carry
+``command_reconstructed``: the command that reproduces their settings (steps, held-out size, seeds and
+learning rate all equal its defaults), not a copy of the one typed.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ import torch
 from bench_args import add_record_options, count, record_file, seed_number
 
 from course_lib.data import load_text
-from course_lib.finetune import (SEP, END, TASK_CHARS, answer_batch_fn, dates_test_pairs, exact_match,
+from course_lib.finetune import (SEP, END, TASK_CHARS, answer_batch_fn, dates_test_pairs, answers_exact_match,
                                  extend_tokenizer, finetune_config)
 from course_lib.forgetting import replay_batch_fn, vocab_split_loss
 from course_lib.generate import generate_batch
@@ -185,8 +188,8 @@ def run_one(name: str, s: dict, seed: int, steps: int, n_eval: int, base, tok0, 
     forgetting = vocab_split_loss(model, val_ids, tok0.vocab_size)
     record = dict(name=name, seed=seed, steps=steps, **s,
                   learning_rate=config.learning_rate, batch_size=config.batch_size,
-                  exact_match=exact_match(model, tok, pairs), n_eval=len(pairs),
-                  train_exact_match=exact_match(model, tok, train_pairs) if train_pairs else None,
+                  exact_match=answers_exact_match(model, tok, pairs), n_eval=len(pairs),
+                  train_exact_match=answers_exact_match(model, tok, train_pairs) if train_pairs else None,
                   eval_step=trainer.history["eval_step"], val_loss=trainer.history["val_loss"],
                   trained=sum(p.numel() for p in model.parameters() if p.requires_grad),
                   sample=sample(model, tok), seconds=round(seconds, 1), load_average=os.getloadavg()[0],

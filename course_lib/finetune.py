@@ -94,7 +94,7 @@ def answer_prompts(model, tokenizer, sources: list[str], max_new_tokens: int = 1
     return [tokenizer.decode(row[len(p):]).split(END)[0] for row, p in zip(out, prompts)]
 
 
-def exact_match(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 250) -> float:
+def answers_exact_match(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 250) -> float:
     """Share of held-out ``(source, target)`` pairs answered exactly right with greedy decoding
     (chapter 11's metric, :func:`course_lib.translate.share_answered_exactly`, so the two models
     compare on the same pairs: ``date_test_set``)."""

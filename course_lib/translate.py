@@ -1,6 +1,6 @@
 """Decoding the encoder-decoder Transformer of :mod:`course_lib.seq2seq` (chapter 11): greedy
 decoding, beam search with length normalisation, and :func:`translate`, which turns texts into
-texts with either; :func:`exact_match` scores a model on (source, target) pairs.
+texts with either; :func:`translations_exact_match` scores a model on (source, target) pairs.
 
 Shapes: B batch, S source length, t the decoder input so far, V vocabulary size, K beam size.
 """
@@ -168,7 +168,7 @@ def share_answered_exactly(answer, pairs: list[tuple[str, str]], batch_size: int
     return right / max(1, len(pairs))
 
 
-def exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]], beam_size: int = 1,
+def translations_exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]], beam_size: int = 1,
                 batch_size: int = 250) -> float:
     """Share of (source, target) pairs translated exactly right."""
     return share_answered_exactly(lambda sources: translate(model, tokenizer, sources, beam_size), pairs, batch_size)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from course_lib.checkpoint import load_checkpoint, load_model
 from course_lib.cli import main
 from course_lib.data import load_text
-from course_lib.finetune import (END, SEP, TASK_CHARS, answer_prompts, encode_examples, exact_match, extend_tokenizer,
+from course_lib.finetune import (END, SEP, TASK_CHARS, answer_prompts, encode_examples, answers_exact_match, extend_tokenizer,
                                  longest_example, text_loss)
 from course_lib.lora_gpt import extend_vocabulary
 from course_lib.tokenizers import CharTokenizer
@@ -90,7 +90,7 @@ def test_exact_match_counts_whole_answers(monkeypatch):
     pairs = [("a", "2021-03-03"), ("b", "1999-01-01"), ("c", "2000-12-31"), ("d", "1950-01-01")]
     answers = {"a": "2021-03-03", "b": "1999-01-0", "c": "2000-12-31", "d": "1950-01-011"}
     monkeypatch.setattr(ft, "answer_prompts", lambda model, tok, sources: [answers[s] for s in sources])
-    assert exact_match(None, None, pairs, batch_size=3) == 2 / 4  # a prefix or an extra character is wrong
+    assert answers_exact_match(None, None, pairs, batch_size=3) == 2 / 4  # a prefix or an extra character is wrong
 
 
 def test_longest_example_fits_the_cpu_preset():
@@ -220,7 +220,7 @@ def test_ctrl_c_during_the_final_evaluation_says_the_run_is_saved(pretrained, tm
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(finetune_runs, "exact_match", interrupted)
+    monkeypatch.setattr(finetune_runs, "answers_exact_match", interrupted)
     code, _, err = run(capsys, "finetune", "--checkpoint", str(pretrained), *FAST, "--out", str(tmp_path / "ft"))
     assert code == 130 and err.count("\n") == 1
     assert f"the run is complete and saved in {tmp_path / 'ft' / 'ckpt.pt'} (step 1)" in err

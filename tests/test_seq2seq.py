@@ -17,7 +17,7 @@ from course_lib.dates import (DATE_ALPHABET, DATE_FORMATS, date_batch_fn, date_s
 from course_lib.seq2seq import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, Seq2Seq, Seq2SeqConfig, encode_batch,
                                 label_smoothed_cross_entropy, shift_right, torch_reference_logits)
 from course_lib.tokenizers import CharTokenizer, tokenizer_from_dict
-from course_lib.translate import beam_search, exact_match, greedy_decode, length_penalty, translate
+from course_lib.translate import beam_search, greedy_decode, length_penalty, translate, translations_exact_match
 from course_lib.train import TrainConfig, Trainer
 from course_lib.utils import IGNORE_INDEX
 
@@ -278,11 +278,11 @@ def test_exact_match_is_one_for_right_answers_and_zero_for_wrong_ones(beam_size)
     copier = CopyModel(tiny(vocab_size=tok.vocab_size))
     sources = ["abc", "d", "cab", "abcdabcd", "bb"]
     assert translate(copier, tok, sources, beam_size=beam_size) == sources
-    assert exact_match(copier, tok, [(s, s) for s in sources], beam_size=beam_size, batch_size=2) == 1.0
-    assert exact_match(copier, tok, [(s, s + "a") for s in sources], beam_size=beam_size) == 0.0
+    assert translations_exact_match(copier, tok, [(s, s) for s in sources], beam_size=beam_size, batch_size=2) == 1.0
+    assert translations_exact_match(copier, tok, [(s, s + "a") for s in sources], beam_size=beam_size) == 0.0
     # two right answers of five: 2 / 5
     pairs = [(s, s if k in (1, 3) else s[::-1] + "x") for k, s in enumerate(sources)]
-    assert exact_match(copier, tok, pairs, beam_size=beam_size, batch_size=3) == 2 / 5
+    assert translations_exact_match(copier, tok, pairs, beam_size=beam_size, batch_size=3) == 2 / 5
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -353,7 +353,7 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
     pairs = date_test_set(20)
     own = translate(loaded, tok2, [source for source, _ in pairs])
     targets = [t + "x" if i % 4 == 0 else t for i, t in enumerate(own)]
-    assert exact_match(loaded, tok2, list(zip([s for s, _ in pairs], targets)), batch_size=7) == 15 / 20
+    assert translations_exact_match(loaded, tok2, list(zip([s for s, _ in pairs], targets)), batch_size=7) == 15 / 20
 
 
 def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..checkpoint import build_model, load_tokenizer
 from ..config import apply_overrides
 from ..dates import date_test_set
-from ..finetune import FINETUNE_TASKS, answer_batch_fn, answer_prompts, exact_match, finetune_config, task_tokenizer
+from ..finetune import FINETUNE_TASKS, answer_batch_fn, answer_prompts, answers_exact_match, finetune_config, task_tokenizer
 from ..lora import DEFAULT_TARGETS
 from ..lora_gpt import LoRAGPT, fine_tune_model
 from ..model import GPT, GPTConfig
@@ -125,7 +125,7 @@ def _report(trainer: Trainer, eval_examples: int = 500):
     """The task's exact match on held-out dates, then three answers."""
     pairs, model, tokenizer = date_test_set(eval_examples), trainer.model, trainer.tokenizer
     yield (f"val loss {trainer.history['val_loss'][-1]:.4f}; exact match on {len(pairs)} held-out dates "
-           f"{exact_match(model, tokenizer, pairs):.1%}; saved {trainer.checkpoint_path}")
+           f"{answers_exact_match(model, tokenizer, pairs):.1%}; saved {trainer.checkpoint_path}")
     sources = [s for s, _ in pairs[:3]]
     for source, answer in zip(sources, answer_prompts(model, tokenizer, sources)):
         yield f"  {source}  ->  {answer}"
