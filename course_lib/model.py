@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
-from .moe import MoEFeedForward, load_balancing_loss
+from .moe import BALANCINGS, MoEFeedForward, balancing_loss, check_moe_options
 from .registry import PRETRAINED_LOADERS, register_model
 from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
@@ -40,7 +40,8 @@ SWIGLU_MULTIPLE = 32
 # Fields the repr shows only when set (the options of chapter 14's later sections; see GPTConfig.__repr__).
 LATER_FIELDS = ("head_dim", "qk_norm", "rope_scaling", "rope_factor", "rope_low_freq_factor",
                 "rope_high_freq_factor", "rope_original_context", "sliding_window",  # chapter 14
-                "moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef")  # chapter 20
+                "moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
+                "moe_bias_rate")  # chapter 20
 
 
 # What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
@@ -78,11 +79,13 @@ GPT_CONFIG_RULES = {
     "moe_norm_topk": Rule(bool),
     "moe_shared_expert": Rule(bool),
     "moe_aux_coef": Rule(float, 0.0),
+    "moe_balancing": Rule(str, choices=BALANCINGS), "moe_bias_rate": Rule(float, 0.0, None, "(]"),
 }
 
 
 # Fields that act only with another one set (an example of it): without it they would be silently ignored.
-NEEDS_ANOTHER = {**dict.fromkeys(("moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef"), "moe_experts=8"),
+NEEDS_ANOTHER = {**dict.fromkeys(("moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
+                                  "moe_bias_rate"), "moe_experts=8"),  # moe.check_moe_options: the rest
                  **dict.fromkeys(("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                                   "rope_original_context"), "rope_scaling='llama3'")}
 
@@ -121,6 +124,8 @@ class GPTConfig:
     moe_norm_topk: bool = True  # the k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
     moe_shared_expert: bool = False  # one more expert that every token goes through (DeepSeek-MoE)
     moe_aux_coef: float = 0.01  # the load-balancing loss's weight in the training loss (Switch: 0.01)
+    moe_balancing: str = "pooled"  # "pooled" (Hugging Face), "per-layer" (Switch) or "bias" (no aux loss)
+    moe_bias_rate: float = 1e-3  # "bias": the selection bias's step per training forward (DeepSeek-V3)
 
     def __post_init__(self):
         check_fields(self, GPT_CONFIG_RULES)
@@ -148,9 +153,7 @@ class GPTConfig:
             if getattr(self, needed) is None and getattr(self, name) != default:
                 raise ValueError(f"{name}={getattr(self, name)!r} takes effect only with {needed}: set it too (e.g. "
                                  f"{example}), or leave {name} at its default {default!r}")
-        if self.moe_experts is not None and self.moe_top_k > self.moe_experts:
-            raise ValueError(f"moe_top_k ({self.moe_top_k}) cannot exceed moe_experts ({self.moe_experts}): each "
-                             "token picks k different experts. Lower moe_top_k or add experts.")
+        check_moe_options(self)
 
     @property
     def head_size(self) -> int:
@@ -246,8 +249,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention.from_config(config)
         self.ln_2 = make_norm(config)
         make_mlp = (lambda: SwiGLU(config)) if config.mlp == "swiglu" else (lambda: FeedForward(config))
-        moe = getattr(config, "moe_experts", None)  # chapter 11's Seq2SeqConfig has no experts
-        self.mlp = MoEFeedForward(config, make_mlp) if moe else make_mlp()
+        self.mlp = MoEFeedForward(config, make_mlp) if getattr(config, "moe_experts", None) else make_mlp()  # ch. 11: none
 
     def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -308,9 +310,8 @@ class GPT(nn.Module):
 
     @staticmethod
     def check_fits(config: GPTConfig, batch_size: int | None = None) -> None:
-        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``)
-        needs more than this machine's memory (:func:`course_lib.sizing.check_gpt_fits`). Called where sizes come
-        from outside, not by GPT(), which may build models far larger than the machine on the meta device."""
+        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``) needs more than
+        this machine's memory (:func:`course_lib.sizing.check_gpt_fits`). Called where sizes come from outside, not by GPT()."""
         check_gpt_fits(config, batch_size)
 
     @staticmethod
@@ -432,9 +433,8 @@ class GPT(nn.Module):
         return [b.mlp.router_logits for b in self.blocks if isinstance(b.mlp, MoEFeedForward)]
 
     def balancing_loss(self) -> torch.Tensor:
-        """The load-balancing loss of the last forward, over all layers' tokens together
-        (:func:`course_lib.moe.load_balancing_loss`, as Hugging Face's Mixtral and Qwen3-MoE)."""
-        return load_balancing_loss(self.router_logits(), self.config.moe_top_k)
+        """The last forward's balancing loss, as ``moe_balancing`` asks (:func:`course_lib.moe.balancing_loss`)."""
+        return balancing_loss(self.router_logits(), self.config.moe_top_k, self.config.moe_balancing)
 
 
 def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:

@@ -168,6 +168,7 @@ def test_a_gpt_larger_than_the_machine_builds_on_the_meta_device_and_check_fits_
 @pytest.mark.parametrize("field, value, needed", [
     ("moe_top_k", 4, "moe_experts"), ("moe_norm_topk", False, "moe_experts"),  # review 2026-11-28 M1, rows 21-26
     ("moe_shared_expert", True, "moe_experts"), ("moe_aux_coef", 0.5, "moe_experts"),
+    ("moe_balancing", "bias", "moe_experts"),  # chapter 20's balancing options (moe_bias_rate: test_moe)
     ("rope_factor", 8.0, "rope_scaling"), ("rope_original_context", 4, "rope_scaling"),
     ("rope_low_freq_factor", 2.0, "rope_scaling"), ("rope_high_freq_factor", 8.0, "rope_scaling"),
 ])

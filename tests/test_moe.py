@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from course_lib import GPT, GPTConfig
-from course_lib.moe import MoEFeedForward, expert_load, load_balancing_loss, route
+from course_lib.moe import (MoEFeedForward, expert_load, load_balancing_loss, per_layer_balancing_loss, route,
+                            slot_shares)
 from course_lib.sizing import active_parameters, count_parameters, flops_per_token, parameter_breakdown
 
 MOE = GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32, norm="rmsnorm", rope_theta=10000.0,
@@ -50,6 +51,99 @@ def test_the_pooled_loss_scores_two_unbalanced_layers_as_balanced():
     assert load_balancing_loss(first, 2).item() == pytest.approx(4.0)
     assert load_balancing_loss(second, 2).item() == pytest.approx(4.0)
     assert load_balancing_loss([first, second], 2).item() == pytest.approx(2.0)
+    assert per_layer_balancing_loss([first, second], 2).item() == pytest.approx(4.0)  # each layer's own 4.0
+
+
+def test_per_layer_loss_is_the_mean_of_single_layer_calls_and_the_model_trains_with_the_one_asked():
+    layers = [torch.randn(10, 4, generator=torch.Generator().manual_seed(i)) * 2 for i in range(3)]
+    single = [load_balancing_loss(r, 2) for r in layers]
+    torch.testing.assert_close(per_layer_balancing_loss(layers, 2), sum(single) / 3)  # Switch sums: 3x this
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    for balancing, fn in (("pooled", load_balancing_loss), ("per-layer", per_layer_balancing_loss)):
+        torch.manual_seed(0)
+        model = GPT(replace(MOE, moe_balancing=balancing, moe_aux_coef=0.5))
+        _, loss = model(x, x)
+        aux = fn(model.router_logits(), 2)
+        model.eval()
+        torch.testing.assert_close(loss, model(x, x)[1] + 0.5 * aux)
+        assert model.balancing_loss().item() == pytest.approx(aux.item())
+
+
+def test_the_top1_trap_no_router_gradient_when_the_single_weight_is_renormalised():
+    """Review 20-M4: with k = 1 and moe_norm_topk every weight is p/p = 1 and the router learns nothing
+    from the loss; GPTConfig refuses it, naming the fix (Switch's un-normalised gate)."""
+    logits = torch.randn(6, 4, requires_grad=True)
+    weights, _ = route(logits, 1, norm_topk=True)
+    assert torch.equal(weights, torch.ones(6, 1))
+    (weights * torch.randn(6, 1)).sum().backward()
+    assert logits.grad.abs().max() < 1e-6  # 0 up to rounding
+    logits.grad = None
+    (route(logits, 1, norm_topk=False)[0] * torch.randn(6, 1)).sum().backward()
+    assert logits.grad.abs().max() > 1e-3
+    with pytest.raises(ValueError, match=r"^moe_top_k=1 with moe_norm_topk=True .* set moe_norm_topk=False"):
+        replace(MOE, moe_top_k=1)
+    replace(MOE, moe_top_k=1, moe_norm_topk=False)  # the Switch Transformer's gate: accepted
+
+
+def test_the_selection_bias_moves_the_choice_only_never_the_weights_or_their_gradient():
+    logits = torch.randn(12, 6, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    bias = torch.tensor([0.3, -0.2, 0.0, 0.1, -0.4, 0.25])
+    weights, experts = route(logits, 2, norm_topk=False, bias=bias)
+    probs = F.softmax(logits, -1)
+    assert torch.equal(experts, (probs.detach() + bias).topk(2, -1).indices)  # the bias chose
+    torch.testing.assert_close(weights, probs.gather(1, experts))  # the weights are the plain probabilities
+    cot = torch.randn(12, 2)
+    (grad,) = torch.autograd.grad((weights * cot).sum(), logits)
+    (expected,) = torch.autograd.grad((F.softmax(logits, -1).gather(1, experts) * cot).sum(), logits)
+    torch.testing.assert_close(grad, expected)  # the bias adds no term to the gradient
+    shifted = route(logits, 2, norm_topk=False, bias=bias + 5.0)  # only differences between experts matter
+    assert torch.equal(shifted[1], experts) and torch.equal(shifted[0], weights)
+    assert torch.equal(route(logits, 2, bias=torch.zeros(6))[1], route(logits, 2)[1])  # zero bias: no change
+
+
+def test_the_bias_moves_a_skewed_router_toward_balance_in_training_only():
+    torch.manual_seed(0)
+    layer = GPT(replace(MOE, moe_balancing="bias", moe_bias_rate=0.01)).blocks[0].mlp
+    with torch.no_grad():
+        layer.router.weight.normal_(0.0, 0.3)
+        layer.router.weight[0] += 0.05  # positive inputs lean towards expert 0
+    x = torch.rand(2, 16, 32)
+    layer.eval()
+    layer(x)
+    assert torch.equal(layer.selection_bias, torch.zeros(4))  # evaluation does not move it
+    before = slot_shares(layer.chosen, 4)
+    assert before.max() > 0.45 and before.min() < 0.05  # two experts take nearly every slot
+    layer.train()
+    layer(x)
+    busiest, idlest = before.argmax(), before.argmin()
+    assert layer.selection_bias[busiest] == pytest.approx(-0.01)  # over-used: lowered by u
+    assert layer.selection_bias[idlest] == pytest.approx(0.01)  # under-used: raised by u
+    with torch.no_grad():
+        for _ in range(100):
+            layer(x)
+    layer.eval()
+    layer(x)
+    after = slot_shares(layer.chosen, 4)
+    assert after.max() < 0.3 and after.min() > 0.2  # near the even 0.25
+    assert not any(n == "selection_bias" for n, _ in layer.named_parameters())  # the optimizer never sees it
+    assert "selection_bias" in layer.state_dict()  # but checkpoints do
+
+
+def test_bias_balancing_adds_no_auxiliary_loss_and_its_options_need_each_other():
+    torch.manual_seed(0)
+    model = GPT(replace(MOE, moe_balancing="bias"))
+    x = torch.randint(0, 50, (2, 16))
+    logits, loss = model(x, x)
+    torch.testing.assert_close(loss, F.cross_entropy(logits.view(-1, 50), x.view(-1)))
+    with pytest.raises(ValueError, match=r"^moe_bias_rate=0.01 takes effect only with moe_balancing='bias'"):
+        replace(MOE, moe_bias_rate=0.01)
+    with pytest.raises(ValueError, match=r"^moe_aux_coef=0.5 does nothing with moe_balancing='bias'"):
+        replace(MOE, moe_balancing="bias", moe_aux_coef=0.5)
+    with pytest.raises(ValueError, match="moe_balancing must be one of 'pooled', 'per-layer', 'bias'"):
+        replace(MOE, moe_balancing="switch")
+    with pytest.raises(ValueError, match="moe_bias_rate"):
+        replace(MOE, moe_balancing="bias", moe_bias_rate=0.0)
+    assert "selection_bias" not in str(list(GPT(MOE).state_dict())) and MOE.moe_balancing == "pooled"
 
 
 def test_expert_load_counts_the_slots():
@@ -103,7 +197,7 @@ def test_dense_default_is_unchanged_and_bad_options_are_clear():
         GPTConfig(moe_experts=2, moe_aux_coef=-1.0)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(moe_shared_expert=True, moe_top_k=1), dict(mlp="standard", bias=True),
+@pytest.mark.parametrize("options", [dict(), dict(moe_shared_expert=True, moe_top_k=1, moe_norm_topk=False), dict(mlp="standard", bias=True),
                                      dict(tie_weights=False, rope_theta=None)])
 def test_sizing_knows_total_and_active_parameters(options):
     c = replace(MOE, **options)
@@ -136,6 +230,12 @@ def test_cli_trains_resumes_bitwise_and_samples_an_moe_model(tmp_path, capsys):
     config = GPTConfig.from_dict(a["model_config"])
     assert (config.moe_experts, config.moe_top_k, config.moe_shared_expert) == (4, 2, True)
     assert "blocks.1.mlp.experts.3.c_gate.weight" in a["model"] and "blocks.0.mlp.router.weight" in a["model"]
+
+
+def test_cli_resumes_the_selection_bias_bitwise(tmp_path, capsys):
+    a = cli_train_resume_and_sample(tmp_path, capsys, [*MOE_SET, "--set", "moe_balancing=bias",
+                                                       "--set", "moe_bias_rate=0.01"])
+    assert a["model"]["blocks.0.mlp.selection_bias"].abs().sum() > 0  # it moved, and resumed bit for bit
 
 
 def test_repr_shows_the_moe_options_only_when_set():  # earlier chapters print GPTConfig()

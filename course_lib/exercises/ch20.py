@@ -140,7 +140,7 @@ def check_active_parameters(fn) -> None:
     with ``moe_experts`` E and ``moe_top_k`` k: everything but the (E - k) unchosen experts per layer."""
     base = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, norm="rmsnorm",
                      rope_theta=10000.0, mlp="swiglu", tie_weights=False)
-    for options in (dict(moe_experts=8, moe_top_k=2, ffn_hidden=176), dict(moe_experts=4, moe_top_k=1),
+    for options in (dict(moe_experts=8, moe_top_k=2, ffn_hidden=176), dict(moe_experts=4, moe_top_k=1, moe_norm_topk=False),
                     dict(moe_experts=16, moe_top_k=4, ffn_hidden=64, n_layer=2)):
         c = replace(base, **options)
         got = as_integer(call_with_hints(fn, {"NoneType": "config.ffn_hidden is None when the config does not set "
