@@ -6,15 +6,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib.induction.ablation import (ablate, composition_score, head_matrices, head_means, k_composition,
-                                           random_composition_baseline)
-from course_lib.induction.analysis import examine
+from course_lib.induction.ablation import (ablate, composition_score, cut_path, head_matrices, head_means,
+                                           k_composition, random_composition_baseline)
+from course_lib.induction.analysis import examine, group_losses, offset_attention, path_table, top_heads
 from course_lib.induction.model import AttnOnlyConfig, AttnOnlyTransformer, token_losses
 from course_lib.induction.scores import (all_scores, attention_patterns, duplicate_token_pattern, head_scores,
                                          induction_pattern, previous_token_pattern, stripe_scores)
 from course_lib.induction.task import RepeatTask, batch_fn, repeat_mask, repeat_rows
-from course_lib.induction.training import (crossing_step, induction_trainer, mean_interval, measure, probe_rows,
-                                           train_config, train_with_probes)
+from course_lib.induction.training import (best_induction_score, crossing_step, induction_trainer, mean_interval,
+                                           measure, probe_rows, repeat_loss_rows, train_config,
+                                           train_with_probes)
 
 
 def small_model(seed=0, **changes):
@@ -180,6 +181,65 @@ def test_bad_ablations_are_refused(args, phrase):
             pass
 
 
+def qkv_of_layer_1(model, idx):
+    """Layer 1's queries, keys and values (B, nh, T, hs) in one forward pass, read at the hook points."""
+    seen = {}
+    attn = model.attn[1]
+    handles = [getattr(attn, f"hook_{p}").register_forward_hook(lambda m, a, t, p=p: seen.__setitem__(p, t))
+               for p in "qkv"]
+    logits, _ = model(idx)
+    for handle in handles:
+        handle.remove()
+    return seen, logits
+
+
+@pytest.mark.parametrize("path", ["q", "k", "v"])
+def test_a_path_cut_changes_one_input_of_the_target_heads_only(path):
+    model = small_model()
+    idx = torch.randint(0, 16, (3, 20), generator=torch.Generator().manual_seed(8))
+    full, _ = qkv_of_layer_1(model, idx)
+    with ablate(model, 0, 1, "zero"):  # head 0.1 removed from the whole stream
+        without, _ = qkv_of_layer_1(model, idx)
+    with cut_path(model, (0, [1]), (1, [0]), path, "zero"):
+        cut, _ = qkv_of_layer_1(model, idx)
+    assert not model.ln[1]._forward_pre_hooks and not model.attn[0].hook_z._forward_hooks  # all removed
+    for p in "qkv":
+        expected = without[p][:, 0] if p == path else full[p][:, 0]  # target head 0
+        assert torch.allclose(cut[p][:, 0], expected, atol=1e-6), p
+        assert torch.equal(cut[p][:, 1], full[p][:, 1])  # head 1.1 is not a target
+    assert not torch.allclose(without[path][:, 0], full[path][:, 0], atol=1e-4)  # the cut did something
+
+
+def test_a_mean_cut_writes_the_source_heads_mean_and_leaves_the_model_as_it_was():
+    model = small_model()
+    rows = torch.randint(0, 16, (6, 20), generator=torch.Generator().manual_seed(9))
+    means = head_means(model, rows)
+    full, logits = qkv_of_layer_1(model, rows)
+    with ablate(model, 0, 0, "mean", means):
+        averaged, _ = qkv_of_layer_1(model, rows)
+    with cut_path(model, (0, [0]), (1, [0, 1]), "k", "mean", means):
+        cut, cut_logits = qkv_of_layer_1(model, rows)
+        again, _ = qkv_of_layer_1(model, rows)  # a second pass inside the block cuts the same way
+    assert torch.allclose(cut["k"], averaged["k"], atol=1e-6) and torch.equal(again["k"], cut["k"])
+    assert torch.equal(cut["q"], full["q"]) and not torch.allclose(cut_logits, logits)
+    assert torch.equal(qkv_of_layer_1(model, rows)[1], logits)  # nothing left behind
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (((0, [0]), (1, [0]), "o"), "path must be"),
+    (((1, [0]), (1, [0]), "k"), "earlier layer to a later"),
+    (((0, [0]), (2, [0]), "k"), "earlier layer to a later"),
+    (((0, []), (1, [0]), "k"), "need heads"),
+    (((0, [0]), (1, [3]), "k"), "need heads"),
+    (((0, [0]), (1, [0]), "k", "half"), "how must be"),
+    (((0, [0]), (1, [0]), "k", "mean"), "needs the heads"),
+])
+def test_bad_path_cuts_are_refused(args, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        with cut_path(small_model(), *args):
+            pass
+
+
 def test_composition_score_is_one_for_aligned_maps_and_zero_for_orthogonal_ones():
     u, v, w, z = torch.eye(4)
     A = torch.outer(u, v)
@@ -222,8 +282,14 @@ def test_a_short_run_is_probed_and_reproducible():
         curves.append(train_with_probes(trainer, task, 3, rows))
     assert curves[0] == curves[1] and curves[0]["step"] == [0, 3, 6]
     assert abs(curves[0]["repeat"][0] - task.chance_loss) < 0.05 and abs(curves[0]["icl_score"][0]) < 0.05
+    assert curves[0]["induction_score"][0] == best_induction_score(induction_trainer(task, train_config(6, 3)).model,
+                                                                   rows[0])
     report = examine(trainer.model, task, *rows)
     assert len(report["ablation"]["zero"]) == 2 and len(report["ablation"]["mean"][1]) == 4
+    assert "positional" not in report and set(report["paths"]) == {"q", "k", "v"}
+    groups = report["groups"]
+    assert sorted(groups["top_layer1"]["heads"] + groups["other_layer1"]["heads"]) == [[1, h] for h in range(4)]
+    assert len(report["paths_to_layer1"]["k"]["per_head"]) == 4
     with pytest.raises(ValueError, match="probe_every"):
         train_with_probes(trainer, task, 0, rows)
 
@@ -241,6 +307,41 @@ def test_measure_of_a_uniform_guess_is_chance_everywhere():
     m = measure(Uniform(), task, *probe_rows(task, 8))
     assert m["repeat"] == pytest.approx(math.log(32)) and m["other"] == pytest.approx(math.log(32))
     assert m["icl_score"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_top_heads_split_a_layer_by_its_score():
+    assert top_heads(torch.tensor([0.1, 0.4, 0.3, 0.2])) == ([1, 2], [0, 3])
+    assert top_heads(torch.tensor([0.5, 0.1])) == ([0], [1])
+
+
+def test_group_and_path_losses_equal_the_hooks_they_stand_for():
+    model, task = small_model(), RepeatTask(vocab_size=16, seq_len=20, min_repeat=4, max_repeat=8)
+    rows, lengths = repeat_rows(task, 16, torch.Generator().manual_seed(10))
+    means = head_means(model, rows)
+    with ablate(model, 0, 0, "mean", means), ablate(model, 1, 1, "mean", means):
+        expected = repeat_loss_rows(model, task, rows, lengths).mean().item()
+    assert group_losses(model, task, rows, lengths, [(0, 0), (1, 1)], "mean", means)["repeat"][0] == expected
+    table = path_table(model, task, rows, lengths, [1], means)
+    with cut_path(model, (0, [0]), (1, [1]), "k", "mean", means):
+        assert table["k"]["per_head"][0][0] == repeat_loss_rows(model, task, rows, lengths).mean().item()
+    with cut_path(model, (0, [0, 1]), (1, [1]), "v", "mean", means):
+        assert table["v"]["layer0"][0] == repeat_loss_rows(model, task, rows, lengths).mean().item()
+
+
+def test_offset_attention_reads_one_diagonal_over_the_queries_given():
+    patterns = torch.zeros(2, 1, 2, 6, 6)
+    patterns[:, 0, 0, torch.arange(3, 6), torch.arange(0, 3)] = 1.0  # head 0 looks 3 back
+    assert offset_attention(patterns, 3, torch.arange(3, 6)).tolist() == [[1.0, 0.0]]
+    assert offset_attention(patterns, 2, torch.arange(3, 6)).tolist() == [[0.0, 0.0]]
+
+
+def test_a_fixed_offset_model_gets_the_positional_tests():
+    fixed = RepeatTask(vocab_size=16, seq_len=20, min_repeat=6, max_repeat=6)
+    variable = RepeatTask(vocab_size=16, seq_len=20, min_repeat=4, max_repeat=8)
+    rows, lengths = repeat_rows(fixed, 8, torch.Generator().manual_seed(11))
+    report = examine(small_model(), fixed, rows, lengths, transfer=(variable, *probe_rows(variable, 8)))
+    positional = report["positional"]
+    assert len(positional["offset_attention"]) == 2 and abs(positional["transfer"] - math.log(16)) < 0.1
 
 
 def test_a_model_too_small_for_the_task_is_refused():

@@ -1,5 +1,6 @@
-"""Interventions on heads (chapter 21): zero- and mean-ablation through forward hooks, and the
-composition scores of Elhage et al. (2021) read from the weights.
+"""Interventions on heads (chapter 21): zero- and mean-ablation through forward hooks, the cut of
+one path between two layers (path patching of one input of later heads), and the composition
+scores of Elhage et al. (2021) read from the weights.
 
 Ablating head h of a layer replaces its output z (B, T, nh, hs), before the output projection,
 by zeros or by its mean over reference rows at each position (mean-ablation keeps what the head
@@ -14,6 +15,7 @@ import contextlib
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 ABLATIONS = ("zero", "mean")
 
@@ -54,6 +56,70 @@ def ablate(model: nn.Module, layer: int, head: int, how: str = "zero", means: li
         yield model
     finally:
         handle.remove()
+
+
+PATHS = ("q", "k", "v")
+
+
+@contextlib.contextmanager
+def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int, list[int]], path: str = "k",
+             how: str = "mean", means: list[torch.Tensor] | None = None):
+    """Within the block, the output of the ``source`` heads ``(layer, [heads])`` is removed from one
+    input only, ``path`` (their queries, keys or values), of the ``target`` heads ``(layer, [heads])``
+    of a later layer: those heads compute that input from the residual stream with the source heads'
+    direct contribution replaced by zeros (``how="zero"``) or by its mean over reference rows
+    (``how="mean"``, ``means`` from :func:`head_means`); their other inputs, every other head and the
+    unembedding still see the full stream. The key-path cut of a previous-token head into an induction
+    head is the causal test of K-composition. Only the direct path is cut: with layers between the
+    two, what the source heads wrote reaches the target also through them."""
+    (s_layer, s_heads), (t_layer, t_heads) = source, target
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS} (the input of the target heads to cut), got {path!r}")
+    if how not in ABLATIONS:
+        raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
+    n_layer, n_head = len(model.attn), model.attn[0].n_head
+    if not 0 <= s_layer < t_layer < n_layer:
+        raise ValueError(f"a path runs from an earlier layer to a later one of the {n_layer}: "
+                         f"got source layer {s_layer}, target layer {t_layer}")
+    if not s_heads or not t_heads or not all(0 <= h < n_head for h in [*s_heads, *t_heads]):
+        raise ValueError(f"source and target need heads among 0..{n_head - 1}, got {s_heads} and {t_heads}")
+    if how == "mean" and means is None:
+        raise ValueError("a mean cut needs the heads' mean outputs: pass means=head_means(model, rows)")
+    attn, norm = model.attn[t_layer], model.ln[t_layer]
+    hs = attn.head_size
+    W_O = model.attn[s_layer].c_proj.weight.T.reshape(n_head, hs, -1)  # (nh, hs, C): what each head writes
+    seen = {}
+
+    def keep_z(module, args, z):  # z (B, T, nh, hs) of the source layer
+        seen["z"] = z
+
+    def keep_stream(module, args):  # the residual stream (B, T, C) the target layer reads
+        seen["stream"] = args[0]
+
+    def replace(module, args, t):  # t (B, nh, T, hs): the target layer's q, k or v
+        z, stream = seen.pop("z"), seen.pop("stream")
+        B, T = z.shape[:2]
+        heads = list(s_heads)
+        kept = torch.zeros_like(z[:, :, heads]) if how == "zero" else means[s_layer][:T, heads].expand(B, T, -1, -1)
+        delta = torch.einsum("bthd,hdc->btc", z[:, :, heads] - kept, W_O[heads])  # (B, T, C)
+        C = stream.shape[-1]
+        which = PATHS.index(path)
+        W, b = attn.c_attn.weight[which * C:(which + 1) * C], attn.c_attn.bias[which * C:(which + 1) * C]
+        normed = norm(stream - delta)  # this call passes keep_stream too: forget what it kept
+        seen.clear()
+        cut = F.linear(normed, W, b).view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        t = t.clone()
+        t[:, t_heads] = cut[:, t_heads]
+        return t
+
+    handles = [model.attn[s_layer].hook_z.register_forward_hook(keep_z),
+               norm.register_forward_pre_hook(keep_stream),
+               getattr(attn, f"hook_{path}").register_forward_hook(replace)]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def head_matrices(model: nn.Module, layer: int, fold_norm: bool = True) -> dict[str, torch.Tensor]:

@@ -11,8 +11,10 @@ without them it had not come after 1200 (one seed each, in development).
 Hook points are ``nn.Identity`` modules that the forward pass calls on the tensors worth
 reading: a forward hook registered on one of them sees that tensor and may return a
 replacement. ``attn.hook_pattern`` carries the attention weights (B, nh, T, T) after the
-softmax, ``attn.hook_z`` each head's output before the output projection (B, T, nh, hs).
-The same names as TransformerLens's ``hook_pattern`` and ``hook_z``.
+softmax, ``attn.hook_z`` each head's output before the output projection (B, T, nh, hs), and
+``attn.hook_q``, ``attn.hook_k``, ``attn.hook_v`` each head's queries, keys and values
+(B, nh, T, hs), so that one input of a head can be replaced alone (path patching). The same names
+as TransformerLens's ``hook_pattern``, ``hook_z``, ``hook_q``, ``hook_k`` and ``hook_v``.
 
 Shapes: B batch, T time, C = n_embd channels, nh heads, hs = C / nh head size, V vocabulary.
 """
@@ -75,6 +77,7 @@ class HookedAttention(nn.Module):
         self.n_head, self.head_size = config.n_head, config.head_size
         self.c_attn = nn.Linear(C, 3 * C)  # q, k, v of every head, head h in channels h*hs..(h+1)*hs
         self.c_proj = nn.Linear(C, C)
+        self.hook_q, self.hook_k, self.hook_v = nn.Identity(), nn.Identity(), nn.Identity()
         self.hook_pattern = nn.Identity()
         self.hook_z = nn.Identity()
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
@@ -84,6 +87,7 @@ class HookedAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3x (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, nh, T, T)
         scores = scores.masked_fill(~self.causal[:T, :T], float("-inf"))
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, T), each row sums to 1

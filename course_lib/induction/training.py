@@ -18,6 +18,7 @@ import torch
 from ..train import Trainer, TrainConfig
 from ..utils import seed_everything
 from .model import AttnOnlyConfig, AttnOnlyTransformer, token_losses
+from .scores import all_scores, attention_patterns
 from .task import RepeatTask, batch_fn, repeat_mask, repeat_rows
 
 # The settings of chapter 21's runs. Measured on 2 CPU cores (benchmarks/induction_phase.py): with
@@ -65,10 +66,12 @@ def probe_rows(task: RepeatTask, n_rows: int = 256, seed: int = 2021) -> tuple[t
 
 def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
     """The loss (nats) on the predictable second copy (``repeat``), on every other predicted token
-    (``other``), and the in-context learning score: the mean loss of the last ``ICL_WINDOW``
-    tokens of a row minus that of its tokens 1..ICL_WINDOW (Olsson et al.'s late-minus-early
-    token loss; negative when the context helps). Every row's last 7 tokens lie in the
-    predictable part of its second copy (L >= 8), its first ones in the unpredictable start."""
+    (``other``), and the in-context learning score: the mean loss of the last ``ICL_WINDOW`` tokens
+    of a row minus that of its tokens 1..ICL_WINDOW (Olsson et al.'s late-minus-early token loss;
+    negative when the context helps). Every row's last 7 tokens lie in the predictable part of its
+    second copy (L >= 8), its first ones in the unpredictable start: on these rows the in-context
+    learning score is a function of the same losses as ``repeat`` and ``other``, no separate
+    evidence (:func:`best_induction_score` is one read from the attention instead)."""
     losses = token_losses(model, rows.to(next(model.parameters()).device)).cpu()  # (B, T), column 0 NaN
     mask = repeat_mask(lengths, task.seq_len)
     other = ~mask
@@ -76,6 +79,13 @@ def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor, length
     late, early = losses[:, -ICL_WINDOW:].mean(), losses[:, 1:1 + ICL_WINDOW].mean()
     return {"repeat": losses[mask].mean().item(), "other": losses[other].mean().item(),
             "icl_score": (late - early).item()}
+
+
+def best_induction_score(model: torch.nn.Module, rows: torch.Tensor) -> float:
+    """The highest induction score (:mod:`.scores`) of a head of the model's last layer on
+    ``rows`` (B, T): read from the attention weights, not from any loss."""
+    patterns = attention_patterns(model, rows.to(next(model.parameters()).device))  # (B, L, nh, T, T)
+    return all_scores(patterns, rows)["induction"][-1].max().item()
 
 
 def repeat_loss_rows(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor,
@@ -89,16 +99,17 @@ def repeat_loss_rows(model: torch.nn.Module, task: RepeatTask, rows: torch.Tenso
 def train_with_probes(trainer: Trainer, task: RepeatTask, probe_every: int, rows=None) -> dict[str, list]:
     """Train ``trainer`` to its ``max_iters`` from where it stands, measuring (:func:`measure`)
     at its current step and every ``probe_every`` steps after. Returns lists ``step``, ``repeat``,
-    ``other``, ``icl_score``, one entry per probe."""
+    ``other``, ``icl_score``, ``induction_score``, one entry per probe."""
     if probe_every < 1:
         raise ValueError(f"probe_every must be a positive number of steps, got {probe_every}")
     rows, lengths = rows if rows is not None else probe_rows(task)
-    curve = {"step": [], "repeat": [], "other": [], "icl_score": []}
+    curve = {"step": [], "repeat": [], "other": [], "icl_score": [], "induction_score": []}
 
     def probe():
         curve["step"].append(trainer.step)
         for key, value in measure(trainer.model, task, rows, lengths).items():
             curve[key].append(value)
+        curve["induction_score"].append(best_induction_score(trainer.model, rows))
 
     probe()
     while trainer.step < trainer.config.max_iters:
