@@ -244,7 +244,10 @@ def main(argv=None, process: bool = False) -> int:
     try:
         build_parser().parse_args(argv, namespace=args)
         args.argv = argv
-        return args.func(args)
+        status = args.func(args)
+        if process:  # at once, inside the try: a Ctrl-C before this line is the except's one line
+            exit_quietly_on_ctrl_c_while_exiting(args.on_interrupt)
+        return status
     except TrainingInterrupted as stop:  # the Trainer has saved and printed how to resume
         return 128 + stop.signum
     except KeyboardInterrupt:
@@ -254,6 +257,6 @@ def main(argv=None, process: bool = False) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
-        if process:
+        if process:  # after an error too: from here on Python exits
             exit_quietly_on_ctrl_c_while_exiting(args.on_interrupt)
         distributed.teardown()  # leave the torchrun process group, if this process joined one
