@@ -119,7 +119,7 @@ def table(box: Path) -> list:
         ("sample: --seed 10**23", "cli", ["sample", "--checkpoint", gpt, "--seed", "99999999999999999999999"],
          "seed must be"),
         ("sample: --temperature nan", "cli", ["sample", "--checkpoint", gpt, "--temperature", "nan"], "temperature"),
-        ("sample: --top-p 2", "cli", ["sample", "--checkpoint", gpt, "--top-p", "2"], "top_p"),
+        ("sample: --top-p 2", "cli", ["sample", "--checkpoint", gpt, "--top-p", "2"], "--top-p must be"),
         ("sample: a prompt outside the vocabulary", "cli", ["sample", "--checkpoint", gpt, "--prompt", "\u00e9"],
          "unknown character"),
         # train-dates
