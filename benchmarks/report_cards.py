@@ -103,9 +103,11 @@ def main(argv=None) -> None:
     p.add_argument("--models", type=model_names, default=list(MODELS),
                    help=f"comma-separated, among {','.join(MODELS)}")
     p.add_argument("--limit", type=count, default=200, help="items per task")
-    p.add_argument("--work", default="runs/report_cards")
+    p.add_argument("--work", default="runs/report_cards", help="where the fine-tunes are trained (made only for them)")
     p.add_argument("--threads", type=threads, default=1)
     args = p.parse_args(argv)
+    if any(folder.exists() and not folder.is_dir() for folder in (Path(args.work), *Path(args.work).parents)):
+        p.error(f"--work {args.work}: a file stands where a folder is needed: name another folder")
     out = record_file(p, args, RECORD, "--json", continues=True)  # each model's card replaces its own
     result = out.read({"models": {}})
     if out and result.get("models") and result.get("limit") != args.limit:
@@ -116,8 +118,7 @@ def main(argv=None) -> None:
     shown = out.path.resolve().relative_to(ROOT) if out and out.path.resolve().is_relative_to(ROOT) else out.path
     result.update(command=f"python benchmarks/report_cards.py --json {shown}", limit=args.limit,
                   threads=args.threads, machine=os.uname().machine)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work)  # made by the fine-tunes that write there, not before: a refused run leaves nothing
     for name in args.models:
         torch.manual_seed(1337)
         t0 = time.time()

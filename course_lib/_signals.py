@@ -40,6 +40,26 @@ def _exit_at_start_up(signum, frame) -> None:
     raise SystemExit(INTERRUPTED)
 
 
+def exit_quietly_on_ctrl_c_while_exiting(what: str) -> None:
+    """Once the command has returned: a Ctrl-C while Python shuts down (torch's exit hooks, the
+    finalizers) prints one line saying ``what`` (e.g. that the run is saved) and exits with
+    status 130 at once, instead of a traceback from the middle of an exit hook. Only for a real
+    ``python -m course_lib`` process: it ends the process."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, RuntimeError):  # a closed stream, or one being written
+                pass
+        os.write(2, f"interrupted (Ctrl-C) while exiting: {what}\n".encode())
+        os._exit(INTERRUPTED)
+
+    signal.signal(signal.SIGINT, stop)
+
+
 def pause_point(name: str) -> None:
     """A test hook, inert unless ``COURSE_LIB_TEST_PAUSE_AT`` names this point ("step", or
     "step:25" for its 25th visit): then print ``paused at NAME`` and wait (up to a minute) for

@@ -24,21 +24,27 @@ MAX_NEW_TOKENS = 100_000
 
 
 def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                        max_new_tokens: int | None = None) -> None:
+                        max_new_tokens: int | None = None, names: dict | None = None) -> None:
     """The one check of the sampling arguments (the API and the command line both call it):
-    a clear ValueError for a value out of range, NaN or infinity included."""
+    a clear ValueError for a value out of range, NaN or infinity included. ``names``: what to
+    call each argument in the message (the command line's options, e.g. ``{"top_k": "--top-k"}``)."""
+    def name(arg: str) -> str:
+        return (names or {}).get(arg, arg)
+
     if not _is_number(temperature) or not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be >= 0 (0 means greedy) and finite, got {temperature!r}")
+        raise ValueError(f"{name('temperature')} must be >= 0 (0 means greedy) and finite, got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
-        raise ValueError(f"top_k must be an integer >= 1 (or None for no cut-off), got {top_k!r}")
+        raise ValueError(f"{name('top_k')} must be an integer >= 1 (or None for no cut-off), got {top_k!r}")
     if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
+        raise ValueError(f"{name('top_p')} must be in (0, 1] (1 keeps every token), got {top_p!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, numbers.Integral)
                                        or isinstance(max_new_tokens, bool) or max_new_tokens < 0):
-        raise ValueError(f"max_new_tokens must be an integer >= 0 (how many tokens to add), got {max_new_tokens!r}")
+        raise ValueError(f"{name('max_new_tokens')} must be an integer >= 0 (how many tokens to add), "
+                         f"got {max_new_tokens!r}")
     if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
-        raise ValueError(f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (every token is kept in memory until the "
-                         f"end), got {max_new_tokens:,}: generate a shorter text, or continue it in several calls")
+        raise ValueError(f"{name('max_new_tokens')} must be at most {MAX_NEW_TOKENS:,} (every token is kept in memory "
+                         f"until the end), got {max_new_tokens:,}: generate a shorter text, or continue it in several "
+                         "calls")
 
 
 def _is_number(x) -> bool:

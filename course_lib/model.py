@@ -78,7 +78,7 @@ GPT_CONFIG_RULES = {
     "moe_top_k": Rule(int, 1),
     "moe_norm_topk": Rule(bool),
     "moe_shared_expert": Rule(bool),
-    "moe_aux_coef": Rule(float, 0.0),
+    "moe_aux_coef": Rule(float, 0.0, 10.0),  # Switch: 0.01; far beyond, the loss overflows (review 2026-11-28 M2)
     "moe_balancing": Rule(str, choices=BALANCINGS), "moe_bias_rate": Rule(float, 0.0, None, "(]"),
 }
 

@@ -101,6 +101,31 @@ def check_token_id(i, vocab_size: int) -> int:
     return int(i)
 
 
+def unwritable(tokenizer: Tokenizer, text: str) -> str:
+    """The distinct characters of ``text`` that ``tokenizer`` cannot encode, in sorted order ('' when
+    it encodes them all). Where a fixed text (a task, the chat conversations, held-out Shakespeare)
+    meets a model's own tokenizer, the callers say which characters are missing and what to do,
+    instead of the encoder's advice to edit a text the user never gave."""
+    chars = sorted(set(text))
+
+    def encodes(s: str) -> bool:
+        try:
+            tokenizer.encode(s)
+        except (ValueError, KeyError):
+            return False
+        return True
+
+    return "" if encodes("".join(chars)) else "".join(c for c in chars if not encodes(c))
+
+
+def describe_chars(chars: str, most: int = 12) -> str:
+    """``chars`` for a message, whole: ``'G', 'K' and 'Q'``, the first ``most`` then how many more."""
+    shown = [repr(c) for c in chars[:most]]
+    if len(chars) > most:
+        return ", ".join(shown) + f" and {len(chars) - most} more"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
 @register_tokenizer("char")
 class CharTokenizer:
     """A character-level tokenizer: one id per character, plus optional special tokens.

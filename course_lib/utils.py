@@ -9,9 +9,15 @@ import os
 import random
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
+
+try:
+    import resource  # Unix only: the address-space limit (ulimit -v)
+except ImportError:  # Windows
+    resource = None
 
 DEFAULT_SEED = 1337  # the seed of every chapter, preset and command-line run
 IGNORE_INDEX = -100  # a target equal to this is left out of the loss (PyTorch's default)
@@ -75,15 +81,53 @@ def physical_memory() -> int | None:
         return None
 
 
+def _read_int(path: str, field: str | None = None) -> int | None:
+    """An integer from a file of /proc or /sys (``field``: the value of ``field:`` in it, in kB), or
+    None where the file, the field or a number is missing ("max": no limit)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    if field is not None:
+        found = [line.split()[1:2] for line in text.splitlines() if line.startswith(field + ":")]
+        return int(found[0][0]) * 1024 if found and found[0] and found[0][0].isdigit() else None
+    return int(text.strip()) if text.strip().isdigit() else None
+
+
+def available_memory() -> tuple[int, str] | None:
+    """The memory this process can still allocate, in bytes, and what bounds it: the least of the
+    machine's available memory (Linux's MemAvailable, else its physical memory), what is left
+    under its cgroup's memory limit (a container, a CI runner) and what is left of its address
+    space under ``ulimit -v``. None where the OS says none of these. The total memory is no
+    bound: a check against it passed a batch that then failed to allocate (review 2026-11-28)."""
+    room = []
+    free = _read_int("/proc/meminfo", "MemAvailable")
+    if free is not None:
+        room.append((free, "available on this machine"))
+    elif physical_memory() is not None:
+        room.append((physical_memory(), "of this machine"))
+    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2, then v1
+                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        cap, current = _read_int(limit), _read_int(used)
+        if cap is not None and cap < 2**60:  # v1 writes "no limit" as a huge number
+            room.append((max(cap - (current or 0), 0), "left under this process's memory limit (its cgroup)"))
+            break
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
+    if soft is not None and soft != resource.RLIM_INFINITY:
+        room.append((max(soft - (_read_int("/proc/self/status", "VmSize") or 0), 0),
+                     "left under its address-space limit (ulimit -v)"))
+    return min(room) if room else None
+
+
 def check_fits_in_memory(n_numbers: int, what: str, fix: str, bytes_per_number: int = 4) -> None:
     """A :class:`TooLargeError` naming ``what`` and ``fix`` when ``n_numbers`` float32 numbers
-    need more than this machine's memory: said before allocating, instead of the allocator's
-    traceback or the out-of-memory killer."""
-    memory = physical_memory()
+    need more than the memory this process can still allocate (:func:`available_memory`): said
+    before allocating, instead of the allocator's traceback or the out-of-memory killer."""
+    room = available_memory()
     needed = n_numbers * bytes_per_number
-    if memory is not None and needed > memory:
+    if room is not None and needed > room[0]:
         raise TooLargeError(f"{what} needs at least {n_numbers:,} numbers ({needed / 2**30:,.1f} GiB in float32), more "
-                            f"than this machine's memory ({memory / 2**30:,.1f} GiB): {fix}")
+                            f"than the {room[0] / 2**30:,.1f} GiB of memory {room[1]}: {fix}")
 
 
 @contextlib.contextmanager

@@ -259,8 +259,8 @@ def test_ok_ropetiny_a_rope_theta_below_1_is_refused():
 @pytest.mark.parametrize("build, phrase", [
     (lambda: make_trainer("shakespeare-char-cpu", torch.zeros(64, dtype=torch.long), torch.zeros(64, dtype=torch.long),
                           {"vocab_size": 10**12, "n_embd": 16, "n_head": 2, "n_layer": 1}),
-     r"a GPT of vocab_size 1,000,000,000,000, n_embd 16 and n_layer 1 needs at least .* more than this "
-     r"machine's memory .*: choose smaller sizes"),
+     r"a GPT of vocab_size 1,000,000,000,000, n_embd 16 and n_layer 1 needs at least .* more than the .* GiB of "
+     r"memory .*: choose smaller sizes"),
     (lambda: __import__("course_lib.bigram").bigram.BigramLanguageModel(10**7),
      r"a bigram model of vocab_size 10,000,000 \(a V x V table\) needs at least 100,000,000,000,000 numbers"),
 ], ids=["api_cfg_hugevocab", "bigram_hugevocab"])
@@ -271,6 +271,28 @@ def test_a_model_larger_than_the_machine_is_refused_before_allocating(build, phr
 
     with pytest.raises(TooLargeError, match=phrase):
         build()
+
+
+def test_the_memory_check_counts_what_is_left_under_a_limit_not_the_machine_s_total():
+    """Issue 46: ``--set batch_size=1000000`` passed a check against the machine's total memory, then
+    failed to allocate under ``ulimit -v``. The check takes the least of the memory available, a
+    cgroup's limit and the address space left (here 6 GB, as the review's probe ran)."""
+    import re
+    import resource
+    import subprocess
+    import sys
+
+    code = ("from course_lib.utils import available_memory; from course_lib.sizing import check_gpt_fits; "
+            "from course_lib.model import GPTConfig; print(available_memory()[1]); "
+            "check_gpt_fits(GPTConfig(vocab_size=55, block_size=16, n_layer=1, n_head=2, n_embd=16), 1_000_000)")
+    limit = 6_000_000 * 1024
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert done.stdout.splitlines()[0] == "left under its address-space limit (ulimit -v)", done.stdout + done.stderr
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith("course_lib.utils.TooLargeError: ")
+    assert re.search(r"batch_size 1,000,000 x block_size 16\), needs at least [\d,]+ numbers \(21.8 GiB in float32\), "
+                     r"more than the [\d.]+ GiB of memory left under its address-space limit \(ulimit -v\): choose a "
+                     "smaller batch_size", done.stderr), done.stderr
 
 
 def test_hx_hugecfg_a_checkpoint_whose_config_needs_more_than_the_memory(tmp_path):

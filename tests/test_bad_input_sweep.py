@@ -119,7 +119,7 @@ def table(box: Path) -> list:
         ("sample: --seed 10**23", "cli", ["sample", "--checkpoint", gpt, "--seed", "99999999999999999999999"],
          "seed must be"),
         ("sample: --temperature nan", "cli", ["sample", "--checkpoint", gpt, "--temperature", "nan"], "temperature"),
-        ("sample: --top-p 2", "cli", ["sample", "--checkpoint", gpt, "--top-p", "2"], "top_p"),
+        ("sample: --top-p 2", "cli", ["sample", "--checkpoint", gpt, "--top-p", "2"], "--top-p must be"),
         ("sample: a prompt outside the vocabulary", "cli", ["sample", "--checkpoint", gpt, "--prompt", "\u00e9"],
          "unknown character"),
         # train-dates
@@ -221,6 +221,16 @@ def table(box: Path) -> list:
          "temperature must be"),
         ("chat: --max-tokens 0", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--max-tokens", "0"],
          "must be at least 1"),
+        ("chat: --max-tokens -1 (review 2026-11-28 c17)", "cli", ["chat", "--checkpoint", str(box / "chat.pt"),
+                                                                 "--max-tokens", "-1"],
+         "error: --max-tokens must be at least 1, got -1"),
+        ("chat: --top-k 0", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--top-k", "0"],
+         "error: --top-k must be an integer >= 1"),
+        # review 2026-11-28 C3 (c27, c28): chat-sft is advised only for what it can start from, a GPT
+        ("chat: a bigram (c27)", "cli", ["chat", "--checkpoint", str(box / "bigram.pt")],
+         "holds a 'bigram' model, not a chat model: `chat-sft` makes one from a GPT"),
+        ("chat: an encoder-decoder (c28)", "cli", ["chat", "--checkpoint", dates],
+         "holds a 'seq2seq' model, not a chat model: `chat-sft` makes one from a GPT"),
         ("chat: --web --port 0", "cli", ["chat", "--checkpoint", str(box / "chat.pt"), "--web", "--port", "0"],
          "--port must be in [1, 65535]"),
         # params

@@ -140,6 +140,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "speculative", ["--repeats", "0"], MUST_BE_1),
     (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"], "write seeds as 0,1,2"),
     (None, "quantize", ["--qat-bits", "1"], "must be at least 2, got 1"),
+    (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
 ]
 
 
@@ -184,6 +185,17 @@ def test_a_trial_run_writes_no_record(capsys, tmp_path, monkeypatch):
     assert chat_cache.main(argv) == 0
     assert '"same_tokens": true' in capsys.readouterr().out
     assert records_digest() == before and list(tmp_path.iterdir()) == []
+
+
+def test_report_cards_makes_its_work_folder_only_for_what_it_writes_there(capsys, tmp_path, monkeypatch):
+    """Issue 46: report_cards.py made runs/report_cards/ before anything, and left it empty behind a
+    refused or a trial run; only the fine-tunes write there, and they make it."""
+    monkeypatch.chdir(tmp_path)
+    report_cards = load_benchmark("report_cards", "bench_report_cards")
+    monkeypatch.setattr(report_cards, "report_card", lambda *a, **k: {"bits_per_byte": 1.0, "tasks": []})
+    monkeypatch.setattr(report_cards, "text_nll", lambda model, ids: (1.0, 1))
+    report_cards.main(["--models", "bigram", "--limit", "2"])
+    assert "bigram: bpb 1.0" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
 def test_a_progress_write_never_replaces_a_whole_record(tmp_path):

@@ -36,6 +36,14 @@ def test_a_conversation_streams_resets_and_quits():
     assert len(engine.messages) == 2  # the reset forgot the first exchange
 
 
+def test_a_known_command_with_an_argument_is_not_called_unknown():
+    """Review 2026-11-28 C1 (row 73): "/reset extra" answered "unknown command /reset"."""
+    status, text, engine = chat(["What is 2+3?", "/reset extra", "/quit now", "/quit"])
+    assert status == 0 and len(engine.messages) == 2  # neither ran: the conversation is kept, the chat went on
+    assert "(/reset takes no argument: type /reset alone: /reset starts again" in text
+    assert "(/quit takes no argument: type /quit alone: " in text and "unknown command" not in text
+
+
 def test_the_end_of_input_ends_the_chat():
     status, text, _ = chat(["Hi"])
     assert status == 0 and text.endswith("you> \n")

@@ -194,6 +194,49 @@ def test_a_port_in_use_or_out_of_range_is_refused():
         check_port("127.0.0.1", 0)
 
 
+def test_a_host_that_is_not_this_machine_s_is_named_as_the_problem():
+    """Review 2026-11-28 W4 (rows 84-85): a bad --host said "choose another --port"."""
+    fix = r": give an address of this machine: 127.0.0.1 \(the default: this machine only\), or 0.0.0.0"
+    with pytest.raises(OSError, match=r"^--host no.such.host.invalid is not a host name this machine knows \(.*\)" + fix):
+        check_port("no.such.host.invalid", 18450)
+    with pytest.raises(OSError, match=r"^--host 10.255.255.1 is not an address of this machine \(.*\)" + fix):
+        check_port("10.255.255.1", 18451)
+
+
+@pytest.mark.slow  # a real process that loads the shipped chat model
+def test_ctrl_c_stops_the_server_in_one_line_and_status_130():
+    """Review 2026-11-28 W5 (row 86): Ctrl-C on the running server printed nothing and exited 0
+    (uvicorn.run swallows the KeyboardInterrupt); now one line and 130, as every command."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "chat", "--web", "--port", str(port), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                            env=dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout.readline().startswith(f"chat page on http://127.0.0.1:{port}/")
+        deadline = time.time() + 60
+        while True:  # the line comes before uvicorn listens: wait until it answers
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.time() < deadline, "the server never listened"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "interrupted (Ctrl-C): the server stopped\n", (proc.returncode, err)
+
+
 # --- the page in a real browser ------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -213,6 +213,19 @@ def test_ctrl_c_in_the_final_sample_and_in_sample_is_one_line(tmp_path, text_fil
 
 
 @pytest.mark.slow
+def test_ctrl_c_while_python_exits_after_the_command_is_one_line(tmp_path):
+    """Review 2026-11-28 A5 (row 94): a Ctrl-C after "done: ... saved", in torch's exit hooks, gave a
+    21-line traceback and status 0; now one line, and 130, as at any other moment."""
+    out = tmp_path / "dates"
+    done = _interrupt_at([sys.executable, "-m", "course_lib", "train-dates", "--out", str(out), "--max-iters", "1",
+                          "--device", "cpu"], "exit")
+    _assert_quiet_130(done)
+    assert "done in" in done.stdout
+    assert done.stderr == f"interrupted (Ctrl-C) while exiting: the run is complete and saved in {out / 'ckpt.pt'} " \
+                          "(step 1)\n"
+
+
+@pytest.mark.slow
 def test_train_dates_resumes_from_the_command_line_after_ctrl_c(tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     cmd = lambda out, *extra: [sys.executable, "-m", "course_lib", "train-dates", "--out", str(out), "--max-iters",

@@ -188,7 +188,7 @@ def test_check_fits_counts_every_size_that_allocates(monkeypatch):
     from course_lib import utils
     from course_lib.utils import TooLargeError
 
-    monkeypatch.setattr(utils, "physical_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(utils, "available_memory", lambda: (16 * 2**30, "available on this machine"))
     small = dict(n_layer=1, n_head=2, n_embd=16, block_size=16)
     GPT.check_fits(GPTConfig(**small), batch_size=64)
     cases = [(dict(head_dim=10**8), None, r"its attention \(n_head 2 of head size 100,000,000\)"),
@@ -199,7 +199,8 @@ def test_check_fits_counts_every_size_that_allocates(monkeypatch):
              ({}, 10**6, r"a training step's activations \(batch_size 1,000,000 x block_size 16\)")]
     for extra, batch, culprit in cases:
         with pytest.raises(TooLargeError, match=f"^a GPT of vocab_size 65, n_embd 16 and n_layer 1, most of it in "
-                                                f"{culprit}, needs at least .* more than this machine's memory"):
+                                                f"{culprit}, needs at least .* more than the 16.0 GiB of memory available "
+                                                f"on this machine"):
             GPT.check_fits(GPTConfig(**{**small, **extra}), batch)
     with pytest.raises(ValueError, match=r"moe_experts must be an integer in \[1, 1024\], got 1000000"):
         GPTConfig(**small, moe_experts=10**6)  # review row 24: refused at once, not after 64 s of building

@@ -255,7 +255,7 @@ def test_a_training_batch_over_the_memory_is_refused_and_the_presets_fit(monkeyp
     from course_lib.sizing import check_gpt_fits
     from course_lib.utils import TooLargeError
 
-    monkeypatch.setattr(utils, "physical_memory", lambda: 12 * 2**30)
+    monkeypatch.setattr(utils, "available_memory", lambda: (12 * 2**30, "available on this machine"))
     chat = GPTConfig(vocab_size=88, block_size=64, n_layer=4, n_head=4, n_embd=128, tie_weights=False)
     with pytest.raises(TooLargeError, match=r"batch_size 100,000 x block_size 64\), needs at least .*: choose a "
                                             r"smaller batch_size \(grad_accum_steps=N"):

@@ -160,7 +160,7 @@ def test_a_batch_too_large_is_refused_before_the_first_step(monkeypatch):
 
     with pytest.raises(ValueError, match=r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"):
         TrainConfig(batch_size=10**9)
-    monkeypatch.setattr(utils, "physical_memory", lambda: 4 * 2**30)
+    monkeypatch.setattr(utils, "available_memory", lambda: (4 * 2**30, "available on this machine"))
     model = GPT(GPTConfig(vocab_size=10, block_size=64, n_layer=1, n_head=2, n_embd=16))
     data = torch.randint(0, 10, (500,))
     with pytest.raises(TooLargeError, match=r"a training step's activations \(batch_size 100,000 x block_size 64\)"):

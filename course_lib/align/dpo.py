@@ -139,8 +139,12 @@ class DPOConfig:
 # first step, for GRPO's group_size and DPO's pair_group_size alike).
 MAX_GROUP_SIZE = 512
 
+# The largest beta accepted (DPO's, and GRPO's KL weight): published runs use 0.01 to 0.5, and
+# beta=1e300 made the loss NaN at the first step, which the Trainer blamed on the learning rate.
+MAX_BETA = 100.0
+
 DPO_CONFIG_RULES = {
-    "beta": Rule(float, 0, bounds="()"),
+    "beta": Rule(float, 0, MAX_BETA, "(]"),  # beyond, the loss and its gradient overflow (review 2026-11-28 A1)
     "loss_type": Rule(str, choices=DPO_LOSS_TYPES),
     "label_smoothing": Rule(float, 0, 0.5, "[)"),
     "pair_prompts": Rule(int, 1),

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import Rule, check_fields
-from .dpo import MAX_GROUP_SIZE, completion_logprobs
+from .dpo import MAX_BETA, MAX_GROUP_SIZE, completion_logprobs
 
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -65,7 +65,7 @@ class GRPOConfig:
 
 GRPO_CONFIG_RULES = {
     "group_size": Rule(int, 2, MAX_GROUP_SIZE),  # one answer has no group to be compared with
-    "beta": Rule(float, 0),
+    "beta": Rule(float, 0, MAX_BETA),
     "epsilon": Rule(float, 0, 1, "(]"),
     "epsilon_high": Rule(float, 0, bounds="()"),
     "loss_type": Rule(str, choices=GRPO_LOSS_TYPES),

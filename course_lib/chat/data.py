@@ -43,7 +43,7 @@ from .calculator import calculate
 from .template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
 from ..data import load_text
 from ..dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
-from ..tokenizers import CharTokenizer
+from ..tokenizers import CharTokenizer, describe_chars, unwritable
 from ..train import TrainConfig
 
 CHAT_PATH = Path(__file__).parent.parent / "tasks" / "chat.json"
@@ -291,11 +291,23 @@ def rendered_pairs(tokenizer, conversations: list[dict], block_size: int) -> tup
     return pairs, left_out
 
 
+def conversation_text(conversations: list[dict]) -> str:
+    """Every text the messages of ``conversations`` hold (contents and their parts), joined."""
+    return "".join(m["content"] if isinstance(m["content"], str) else "".join(part["text"] for part in m["content"])
+                   for c in conversations for m in c["messages"])
+
+
 def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", data: dict | None = None):
     """A ``Trainer`` batch_fn: ``batch_size`` conversations drawn (with the Trainer's generator,
     so a resumed run draws the same) from the shipped ``train`` or ``val`` split, as x (B, T)
-    and y (B, T), T the longest in the batch. The conversations are rendered once, here."""
+    and y (B, T), T the longest in the batch. The conversations are rendered once, here; a
+    tokenizer that cannot write them is refused first, naming the characters it lacks."""
     data = data if data is not None else load_conversations()
+    missing = unwritable(tokenizer, conversation_text(data["train"] + data["val"]))
+    if missing:
+        raise ValueError(f"the model's tokenizer cannot write {describe_chars(missing)}, which the conversations use: "
+                         "fine-tune a GPT whose tokenizer was built from tiny Shakespeare (leave --checkpoint out "
+                         "for the shipped one, or train one with `python -m course_lib train`)")
     pairs = {}
     for split in ("train", "val"):
         pairs[split], left_out = rendered_pairs(tokenizer, data[split], block_size)

@@ -49,6 +49,7 @@ from .template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_
 from ..checkpoint import load_model, load_tokenizer
 from ..data import sha256_of
 from ..generate import check_sampling_args, sample_next
+from ..model import GPT
 from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
@@ -367,9 +368,19 @@ def load_chat_model(checkpoint: str | Path | None = None, device="cpu"):
     model, ckpt = load_model(path, device)
     tokenizer = load_tokenizer(ckpt, path)
     if not isinstance(tokenizer, ChatTokenizer):
-        raise ValueError(f"{path} is not a chat model (its tokenizer has no chat tokens): fine-tune it into one with "
-                         f"`python -m course_lib chat-sft --checkpoint {path} --out runs/chat`")
+        raise ValueError(_not_a_chat_model(path, model, ckpt))
     return model, tokenizer
+
+
+def _not_a_chat_model(path: Path, model, ckpt: dict) -> str:
+    """The error for a checkpoint that is not a chat model, and its fix: ``chat-sft`` fine-tunes a
+    GPT, and only a GPT (``runs.kind.load_base_gpt``'s rule), so it is advised for this checkpoint
+    only where it can start from it."""
+    if type(model) is GPT:
+        return (f"{path} is not a chat model (its tokenizer has no chat tokens): fine-tune it into one with "
+                f"`python -m course_lib chat-sft --checkpoint {path} --out runs/chat`")
+    return (f"{path} holds a {ckpt.get('model_kind')!r} model, not a chat model: `chat-sft` makes one from a GPT (a "
+            "checkpoint written by `train`), e.g. from the shipped one: `python -m course_lib chat-sft --out runs/chat`")
 
 
 class Chat:

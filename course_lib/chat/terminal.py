@@ -12,6 +12,7 @@ import sys
 
 from .engine import NO_REPLY, ChatEngine, format_piece
 
+COMMANDS = ("/reset", "/quit")
 HELP = "/reset starts again, /quit ends; Ctrl-C stops a reply, or at the prompt ends the chat"
 
 
@@ -36,7 +37,9 @@ def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=Non
             print("(a new conversation)", file=out)
             continue
         if command.startswith("/"):
-            print(f"(unknown command {command.split()[0]}: {HELP})", file=out)
+            word = command.split()[0]
+            why = f"{word} takes no argument: type {word} alone" if word in COMMANDS else f"unknown command {word}"
+            print(f"({why}: {HELP})", file=out)
             continue
         reply(engine, line, out)
 

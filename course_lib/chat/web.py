@@ -33,6 +33,7 @@ script (``X-Frame-Options``, ``Content-Security-Policy``).
 """
 
 import base64
+import errno
 import hashlib
 import json
 import logging
@@ -295,14 +296,29 @@ async def read_limited(request, limit: int) -> bytes | None:
 
 
 def check_port(host: str, port: int) -> None:
-    """Refuse, in one line, a port out of range or already taken (before the server starts)."""
+    """Refuse, in one line, a port out of range or already taken, or a host that is not an
+    address of this machine (before the server starts); each message names the option to change."""
     if not 1 <= port <= 65535:
         raise ValueError(f"--port must be in [1, 65535], got {port}")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:  # as uvicorn binds it
         try:
             s.bind((host, port))
         except OSError as e:
-            raise OSError(f"cannot serve on {host}:{port} ({e.strerror}): choose another --port") from None
+            raise OSError(_cannot_bind(host, port, e)) from None
+
+
+def _cannot_bind(host: str, port: int, e: OSError) -> str:
+    own = "give an address of this machine: 127.0.0.1 (the default: this machine only), or 0.0.0.0 (every interface)"
+    if isinstance(e, socket.gaierror):  # the name does not resolve
+        return f"--host {host} is not a host name this machine knows ({e.strerror}): {own}"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return f"--host {host} is not an address of this machine ({e.strerror}): {own}"
+    if e.errno == errno.EACCES:
+        return (f"cannot serve on {host}:{port} ({e.strerror}): a port below 1024 needs administrator rights; "
+                "choose another --port, e.g. 8000")
+    if e.errno == errno.EADDRINUSE:
+        return f"cannot serve on {host}:{port} ({e.strerror}: another program listens there): choose another --port"
+    return f"cannot serve on {host}:{port} ({e.strerror}): check --host and --port"
 
 
 def serve(engine: ChatEngine, host: str = "127.0.0.1", port: int = 8000) -> int:
@@ -314,6 +330,8 @@ def serve(engine: ChatEngine, host: str = "127.0.0.1", port: int = 8000) -> int:
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {host}: anyone who can reach this machine can chat with the model"
               + (" (and requests naming any host are answered)" if host in EVERY_INTERFACE else ""))
-    print(f"chat page on http://{host}:{port}/ (Ctrl-C stops the server)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    print(f"chat page on http://{host}:{port}/ (Ctrl-C stops the server)", flush=True)
+    # Not uvicorn.run, which swallows the KeyboardInterrupt: the Server, after it has shut down
+    # cleanly on Ctrl-C, raises it again, and the command line says so in one line, status 130.
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
     return 0

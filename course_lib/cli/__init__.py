@@ -36,11 +36,11 @@ import threading
 from dataclasses import fields
 
 from .. import distributed
-from .._signals import INTERRUPTED, TrainingInterrupted, pause_point
+from .._signals import INTERRUPTED, TrainingInterrupted, exit_quietly_on_ctrl_c_while_exiting, pause_point
 from ..checkpoint import load_model, load_tokenizer
 from ..dates import dates_train_config
 from ..finetune import FINETUNE_TASKS
-from ..generate import check_sampling_args, generate_text
+from ..generate import generate_text
 from ..lora import DEFAULT_TARGETS
 from ..model import GPT, GPTConfig
 from ..presets import PRESETS, get_preset
@@ -55,7 +55,8 @@ from ..translate import translate
 from ..utils import check_device
 from .align import add_align_parsers
 from .chat import add_chat_parsers
-from .common import DEVICES, add_run_options, add_sampling_options, cmd_run  # noqa: F401 (cmd_run: the parsers')
+from .common import (DEVICES, add_run_options, add_sampling_options, check_sampling_options,  # noqa: F401
+                     cmd_run)  # cmd_run: the parsers'
 
 
 
@@ -91,9 +92,7 @@ def cmd_translate(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    if args.tokens < 1:
-        raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
-    check_sampling_args(args.temperature, args.top_k, args.top_p, args.tokens)
+    check_sampling_options(args, args.tokens, "--tokens")
     model, ckpt = load_model(args.checkpoint, check_device(args.device))
     if isinstance(model, Seq2Seq):
         raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather than continues "
@@ -233,9 +232,11 @@ def settings_help() -> str:
             "example: --set n_layer=6 --set n_embd=192 --set learning_rate=3e-4 --set dropout=0.1")
 
 
-def main(argv=None) -> int:
+def main(argv=None, process: bool = False) -> int:
     """Run a command; every failure is one line on stderr: a bad input exits with status 2, Ctrl-C
-    with 130 (during training the Trainer saves first and says how to resume)."""
+    with 130 (during training the Trainer saves first and says how to resume). ``process``: this
+    is the whole process (``python -m course_lib``), so a Ctrl-C after the command, while Python
+    exits, is one line too."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt from here on
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -243,7 +244,10 @@ def main(argv=None) -> int:
     try:
         build_parser().parse_args(argv, namespace=args)
         args.argv = argv
-        return args.func(args)
+        status = args.func(args)
+        if process:  # at once, inside the try: a Ctrl-C before this line is the except's one line
+            exit_quietly_on_ctrl_c_while_exiting(args.on_interrupt)
+        return status
     except TrainingInterrupted as stop:  # the Trainer has saved and printed how to resume
         return 128 + stop.signum
     except KeyboardInterrupt:
@@ -253,4 +257,6 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
+        if process:  # after an error too: from here on Python exits
+            exit_quietly_on_ctrl_c_while_exiting(args.on_interrupt)
         distributed.teardown()  # leave the torchrun process group, if this process joined one

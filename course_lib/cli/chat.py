@@ -8,11 +8,12 @@ from ..chat.engine import ChatEngine, load_chat_model
 from ..chat.terminal import run_terminal
 from ..chat.web import serve
 from ..utils import check_device
-from .common import add_run_options, add_sampling_options
+from .common import add_run_options, add_sampling_options, check_sampling_options
 
 
 def cmd_chat(args) -> int:
     """Chapter 17: talk to a chat model in the terminal, or (``--web``) in a browser."""
+    check_sampling_options(args, args.max_tokens, "--max-tokens")
     model, tokenizer = load_chat_model(args.checkpoint, check_device(args.device))
     engine = ChatEngine(model, tokenizer, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         seed=args.seed, max_reply_tokens=args.max_tokens)

@@ -13,6 +13,7 @@ import time
 from .. import distributed
 from .._signals import pause_point
 from ..config import settings_from_pairs
+from ..generate import check_sampling_args
 from ..run_folder import open_run
 from ..runs import get_kind, resume, start
 from ..utils import DEFAULT_SEED
@@ -98,6 +99,15 @@ def cmd_run(args) -> int:
     for line in lines:  # what the report computes next (a sample, held-out answers) may take a while
         print(line, flush=True)
     return 0
+
+
+def check_sampling_options(args, tokens: int, option: str) -> None:
+    """``sample``'s and ``chat``'s sampling options, checked before any work, each named as the user
+    typed it (``tokens``: the value of ``option``, ``--tokens`` or ``--max-tokens``)."""
+    if tokens < 1:
+        raise ValueError(f"{option} must be at least 1, got {tokens}")
+    check_sampling_args(args.temperature, args.top_k, args.top_p, tokens, names={
+        "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "max_new_tokens": option})
 
 
 def add_sampling_options(p, temperature: float) -> None:  # sample's and chat's

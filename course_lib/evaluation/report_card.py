@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..checkpoint import CheckpointError, load_model, load_tokenizer
 from ..data import load_text
+from ..tokenizers import describe_chars, unwritable
 from .tasks import HELDOUT_START, TASK_NAMES, Task, check_task_names, load_task
 from . import (bits_per_byte, bootstrap_interval, exact_match, few_shot_prompt, greedy_generate,
                          mean_stderr, multiple_choice, parse_number)
@@ -41,14 +42,10 @@ PARSERS = {None: None, "first-word": first_word, "number": parse_number}
 
 
 def cannot_encode(tokenizer, task: Task, shots: int = 0) -> str | None:
-    """Why ``tokenizer`` cannot encode ``task``'s texts with ``shots`` worked examples (one line),
-    or None when it can."""
-    alphabet = "".join(sorted(set("".join(task.texts(shots)))))
-    try:
-        tokenizer.encode(alphabet)
-    except (ValueError, KeyError) as e:
-        return str(e).split("\n")[0]
-    return None
+    """Why ``tokenizer`` cannot encode ``task``'s texts with ``shots`` worked examples (one line,
+    whole: the characters it lacks), or None when it can."""
+    missing = unwritable(tokenizer, "".join(task.texts(shots)))
+    return f"the tokenizer cannot write {describe_chars(missing)}" if missing else None
 
 
 def check_shots(task: Task, shots: int, other_fix: str = "") -> None:
@@ -98,23 +95,24 @@ def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: i
     reasons = {task.name: cannot_encode(tokenizer, task, shots) for task in loaded}
     for task in loaded:  # a task asked for by name that cannot run fails before any work
         if explicit and reasons[task.name]:
-            raise ValueError(f"this model's tokenizer cannot encode task {task.name} ({reasons[task.name][:120]}); "
+            raise ValueError(f"this model's tokenizer cannot encode task {task.name} ({reasons[task.name]}): "
                              "leave --tasks out to run every task it can encode")
     for task in loaded:  # too few worked examples: before any work too, not after the tasks before it
         if not reasons[task.name]:
             check_shots(task, shots, ", or leave it out of --tasks" if explicit else
                         ", or name other tasks in --tasks")
     text = heldout_text(heldout_chars)
-    bpb, why_no_bpb = None, None
-    try:
-        bpb = bits_per_byte(model, tokenizer, text, progress=progress)
-    except ValueError as e:  # a tokenizer of another alphabet than Shakespeare's
-        why_no_bpb = str(e).splitlines()[0][:120]
+    missing = unwritable(tokenizer, text)  # a tokenizer of another alphabet than Shakespeare's
+    why_no_bpb = f"the tokenizer cannot write {describe_chars(missing)}" if missing else None
+    if why_no_bpb and all(reasons.values()):  # before any work, not a card of nothing with exit status 0
+        raise ValueError(f"nothing to score in {name}: {why_no_bpb} of the held-out Shakespeare, and every task "
+                         "needs characters it lacks too; evaluate a model whose tokenizer was built from tiny "
+                         "Shakespeare (`train --preset ...`, or `--text` on a text with these characters)")
+    bpb = None if why_no_bpb else bits_per_byte(model, tokenizer, text, progress=progress)
     rows = []
     for task in loaded:
         if reasons[task.name]:
-            rows.append({"task": task.name, "kind": task.kind, "chance": task.chance,
-                         "skipped": reasons[task.name][:120]})
+            rows.append({"task": task.name, "kind": task.kind, "chance": task.chance, "skipped": reasons[task.name]})
         else:
             rows.append(evaluate_task(model, tokenizer, task, limit, shots, progress=progress))
     return {"model": name, "bits_per_byte": bpb, "bits_per_byte_skipped": why_no_bpb, "heldout_chars": len(text),
@@ -130,7 +128,7 @@ def format_card(card: dict) -> str:
              f"{'task':<13} {'metric':<12} {'score':>6} {'+-se':>6} {'95% interval':>15} {'chance':>7} {'n':>4}"]
     for r in card["tasks"]:
         if "skipped" in r:
-            lines.append(f"{r['task']:<13} skipped: cannot encode ({r['skipped'][:60]})")
+            lines.append(f"{r['task']:<13} skipped: {r['skipped']}")
             continue
         lo, hi = r["interval"]
         lines.append(f"{r['task']:<13} {r['metric']:<12} {r['score']:6.3f} {r['stderr']:6.3f} "
