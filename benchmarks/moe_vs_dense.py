@@ -21,7 +21,8 @@ C=128, T=64, batch 12, tiny Shakespeare by characters):
   course_lib.moe.load_balancing_loss);
 - MoE, no balancing: the same with moe_aux_coef = 0;
 - MoE, per-layer balancing: the loss 0.01 on each layer's logits alone, averaged over the two
-  (moe_balancing="per-layer", course_lib.moe.per_layer_balancing_loss; the Switch Transformer's);
+  (moe_balancing="per-layer", course_lib.moe.per_layer_balancing_loss): the Switch Transformer's
+  per-layer loss at the pooled loss's strength per router, that is Switch's alpha = 0.005;
 - MoE, aux-loss-free bias: no auxiliary loss; a selection bias moved by 0.001 per training step
   toward an even load (moe_balancing="bias"; Wang et al. 2024, DeepSeek-V3).
 

@@ -61,6 +61,18 @@ def test_tasks_the_tokenizer_cannot_encode_are_skipped_or_refused():
         report_card(tiny(), CHARS, tasks="next-line,dates", limit=2, heldout_chars=500)
 
 
+def test_the_card_names_its_baselines_and_says_what_each_task_asks():
+    # review 2026-11-28 16-M5: "chance" of a generative task is its majority answer; a student reads
+    # what each task is from the card itself; acc_norm has its interval too
+    card = report_card(tiny(), CHARS, tasks="next-line,next-word", limit=4, heldout_chars=300)
+    table = format_card(card)
+    rows = {line.split()[0]: line for line in table.splitlines() if line[:1].strip()}
+    assert rows["next-line"].rstrip().endswith("0.250 chance    4") and "majority" in rows["next-word"]
+    acc_norm = next(line for line in table.splitlines() if line.lstrip().startswith("acc_norm"))
+    assert acc_norm.count("[") == 1 and "chance" in acc_norm
+    assert "what each task asks:" in table and load_task("next-word").description in table
+
+
 def test_the_encodability_check_covers_the_few_shot_solutions():
     # chapter 15's fine-tunes know the digits, not '#' or '*': gsm8k-style runs with no shots, and
     # with shots its worked solutions ("12 - 5 = 7. #### 7") are refused up front, before any work

@@ -45,6 +45,7 @@ from ..lora import DEFAULT_TARGETS
 from ..model import GPT, GPTConfig
 from ..presets import PRESETS, get_preset
 from ..evaluation.report_card import evaluate_checkpoint
+from ..evaluation.tasks import TASK_NAMES
 from ..runs import DEFAULT_PRESET
 from ..runs.finetune import MAX_EVAL_EXAMPLES
 from ..seq2seq import Seq2Seq
@@ -213,7 +214,8 @@ def cmd_eval(args) -> int:
 def add_eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="a checkpoint's report card: bits per byte and every task with its interval")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train` or `finetune`")
-    p.add_argument("--tasks", help="comma-separated task names (default: every task the tokenizer can encode)")
+    p.add_argument("--tasks", help=f"comma-separated task names, of {', '.join(TASK_NAMES)} (default: every "
+                   "task the tokenizer can encode; the card says what each asks)")
     p.add_argument("--limit", type=int, help="score only the first N items of each task")
     p.add_argument("--shots", type=int, default=0, help="worked examples from each task's training items")
     p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE (-: standard "

@@ -1,6 +1,7 @@
 """A report card for a language model (chapter 16, ``python -m course_lib eval``): bits per byte
 on held-out tiny Shakespeare, then every shipped task (:mod:`course_lib.evaluation.tasks`) scored with
-its standard error, a 95% bootstrap interval and its chance level.
+its standard error, a 95% bootstrap interval and its baseline (chance for multiple choice, the
+majority answer for a generative task).
 
 A task whose text the model's tokenizer cannot encode (digits for a model that only knows
 Shakespeare's 65 characters) is listed as skipped when every task is asked for, and is an
@@ -119,22 +120,36 @@ def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: i
             "shots": shots, "tasks": rows}
 
 
+def baseline_name(row: dict) -> str:
+    """What a row's ``chance`` is: a multiple-choice task's chance (1 / choices), or a generative
+    task's majority baseline (always giving the test set's most frequent answer), not chance."""
+    return "chance" if row["kind"] == "choice" else "majority"
+
+
 def format_card(card: dict) -> str:
-    """The report card as a text table."""
+    """The report card as a text table a student can read: each score with its standard error,
+    95% bootstrap interval and baseline (named: chance or the majority answer), acc_norm with its
+    own, skipped tasks with the reason whole, then one line per task saying what it asks."""
     bpb = card["bits_per_byte"]
     lines = [f"report card: {card['model']}",
              f"bits per byte (held-out tiny Shakespeare, {card['heldout_chars']:,} characters): "
              + (f"{bpb:.3f}" if bpb is not None else f"n/a ({card.get('bits_per_byte_skipped')})"),
-             f"{'task':<13} {'metric':<12} {'score':>6} {'+-se':>6} {'95% interval':>15} {'chance':>7} {'n':>4}"]
+             f"{'task':<13} {'metric':<12} {'score':>6} {'+-se':>6} {'95% interval':>15} {'baseline':>16} {'n':>4}"]
     for r in card["tasks"]:
         if "skipped" in r:
             lines.append(f"{r['task']:<13} skipped: {r['skipped']}")
             continue
         lo, hi = r["interval"]
+        baseline = f"{r['chance']:.3f} {baseline_name(r)}"
         lines.append(f"{r['task']:<13} {r['metric']:<12} {r['score']:6.3f} {r['stderr']:6.3f} "
-                     f"{f'[{lo:.3f}, {hi:.3f}]':>15} {r['chance']:7.3f} {r['n']:4d}")
+                     f"{f'[{lo:.3f}, {hi:.3f}]':>15} {baseline:>16} {r['n']:4d}")
         if "acc_norm" in r:
-            lines.append(f"{'':<13} {'acc_norm':<12} {r['acc_norm']:6.3f} {r['acc_norm_stderr']:6.3f}")
+            lo, hi = bootstrap_interval(r["per_item_norm"]) if r.get("per_item_norm") else (None, None)
+            interval = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else ""
+            lines.append(f"{'':<13} {'acc_norm':<12} {r['acc_norm']:6.3f} {r['acc_norm_stderr']:6.3f} "
+                         f"{interval:>15} {baseline:>16} {r['n']:4d}")
+    lines.append("what each task asks:")
+    lines += [f"  {r['task']:<13} {load_task(r['task']).description}" for r in card["tasks"]]
     return "\n".join(lines)
 
 
