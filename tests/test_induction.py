@@ -210,6 +210,23 @@ def test_a_path_cut_changes_one_input_of_the_target_heads_only(path):
     assert not torch.allclose(without[path][:, 0], full[path][:, 0], atol=1e-4)  # the cut did something
 
 
+def test_path_cuts_nest_each_input_cut_as_if_alone():
+    # re-review R-21-M1: the three cuts open together each give their input as when opened alone
+    from contextlib import ExitStack
+    model = small_model()
+    idx = torch.randint(0, 16, (3, 20), generator=torch.Generator().manual_seed(10))
+    alone = {}
+    for path in "qkv":
+        with cut_path(model, (0, [1]), (1, [0]), path, "zero"):
+            alone[path] = qkv_of_layer_1(model, idx)[0][path]
+    with ExitStack() as stack:
+        for path in "qkv":
+            stack.enter_context(cut_path(model, (0, [1]), (1, [0]), path, "zero"))
+        together, _ = qkv_of_layer_1(model, idx)
+    for path in "qkv":
+        assert torch.allclose(together[path], alone[path], atol=1e-6), path
+
+
 def test_a_mean_cut_writes_the_source_heads_mean_and_leaves_the_model_as_it_was():
     model = small_model()
     rows = torch.randint(0, 16, (6, 20), generator=torch.Generator().manual_seed(9))

@@ -61,6 +61,16 @@ def ablate(model: nn.Module, layer: int, head: int, how: str = "zero", means: li
 PATHS = ("q", "k", "v")
 
 
+def _norm_without_hooks(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The target layer's norm applied to ``x`` without calling the module, so that no hook on it
+    (the stream-keeping hook of another open :func:`cut_path`) sees this recomputation."""
+    if isinstance(norm, nn.LayerNorm):
+        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    if isinstance(norm, nn.Identity):
+        return x
+    raise TypeError(f"cut_path knows LayerNorm and no norm, not {type(norm).__name__}")
+
+
 @contextlib.contextmanager
 def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int, list[int]], path: str = "k",
              how: str = "mean", means: list[torch.Tensor] | None = None):
@@ -105,8 +115,7 @@ def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int,
         C = stream.shape[-1]
         which = PATHS.index(path)
         W, b = attn.c_attn.weight[which * C:(which + 1) * C], attn.c_attn.bias[which * C:(which + 1) * C]
-        normed = norm(stream - delta)  # this call passes keep_stream too: forget what it kept
-        seen.clear()
+        normed = _norm_without_hooks(norm, stream - delta)  # another open cut's hooks must not fire
         cut = F.linear(normed, W, b).view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         t = t.clone()
         t[:, t_heads] = cut[:, t_heads]
