@@ -52,8 +52,14 @@ from ..generate import check_sampling_args, sample_next
 from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
-CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu.pt"
-CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
+# The chat model `chat` loads by default: 256-token context, trained on the conversations of
+# course_lib/tasks/chat.json (records/chat_model_runs.json names its run and its commands)
+CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-256.pt"
+CHAT_MODEL_SHA256 = "NEW"
+# The first chat model (64-token context, the first conversations: chat_v1.json), kept for the records
+# that measured it and the runs that start from it (chapter 18): benchmarks/chat_sft.py, the 1000-step seed-0 run
+CHAT_V1_MODEL_PATH = CHAT_MODEL_PATH.with_name("chat-char-cpu.pt")
+CHAT_V1_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
 # What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
 # taken for a broken chat (the scores count it as wrong: it holds no answer)
@@ -354,9 +360,13 @@ def format_piece(piece: Piece) -> str:
 
 def load_chat_model(checkpoint: str | Path | None = None, device="cpu"):
     """``(model, tokenizer)`` of a chat model: ``checkpoint`` (written by ``chat-sft``), or the one
-    the package ships, checked by its SHA-256."""
+    the package ships, checked by its SHA-256 (so is the first one, ``CHAT_V1_MODEL_PATH``)."""
     path = Path(checkpoint) if checkpoint is not None else CHAT_MODEL_PATH
-    if checkpoint is None:
+    if checkpoint is not None and path.resolve() == CHAT_V1_MODEL_PATH.resolve():
+        if sha256_of(path) != CHAT_V1_MODEL_SHA256:
+            raise ValueError(f"{path} is not the first chat model this course_lib was released with (its SHA-256 "
+                             "differs): reinstall course_lib")
+    elif checkpoint is None:
         if not path.exists() or CHAT_MODEL_SHA256 is None:
             raise FileNotFoundError("no chat model ships with this course_lib yet: fine-tune one with "
                                     "`python -m course_lib chat-sft --out runs/chat`, then chat with "
