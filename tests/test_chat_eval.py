@@ -182,3 +182,17 @@ def test_the_record_replays():
     speak = [c for c in test if c["task"] == "speak-as"]
     row = chat_eval.speaker_preference(model.float(), tok, speak)  # the shipped model's right-speaker score
     assert row["per_item"] == pytest.approx(shipped["speak-as (right speaker)"]["per_item"])
+
+
+@pytest.mark.parametrize("task, turns", [
+    ("identity", ("Who are you?", "I am a small GPT that read Shakespeare.")),
+    ("dates", ("4 March 1987 in ISO form?", "1987-03-04")),
+    ("arithmetic", ("What is 2+3?", calc_answer("2+3", "5"))),
+    ("speak-as", ("Speak as ROMEO.", "What then?")),
+])
+def test_an_empty_reply_is_wrong_on_every_task(task, turns):
+    """Issue 54: a model that ends its turn at once scores 0, not a free pass (the robustness set's
+    rule is tested in tests/test_chat_robustness.py)."""
+    model = Cycling(ids_of(END))  # <|end|> at once: an empty reply
+    row = chat_eval.score_task(model, TOK, [conversation(task, *turns)], task)
+    assert row["outputs"] == [""] and row["per_item"] == [0.0]
