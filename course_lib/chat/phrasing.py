@@ -17,9 +17,16 @@ Identity questions and speak-as requests are cut by phrasing (:data:`IDENTITY_AS
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
+from pathlib import Path
 
+# The held-out robustness set (course_lib.chat.robustness builds and scores it; here, since the
+# conversations must avoid its forms and course_lib.chat.robustness imports the conversations' module)
+ROBUSTNESS_PATH = Path(__file__).parent.parent / "tasks" / "chat_robustness.json"
+ROBUSTNESS_SHA256 = "34a9e071a47185d4412b6e47b482a1614af45ac9afe86d502a99be9f4baebc24"
 ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
@@ -129,10 +136,21 @@ def form(text: str) -> str:
     return re.sub(r"\d+", "N", text)
 
 
+def load_robustness_set(path: str | Path = ROBUSTNESS_PATH, sha256: str | None = None) -> list[dict]:
+    """The frozen requests of the robustness set, after checking the file's SHA-256."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"the robustness set {path} is missing from this installation: reinstall course_lib")
+    data = path.read_bytes()
+    digest, expected = hashlib.sha256(data).hexdigest(), sha256 or ROBUSTNESS_SHA256
+    if digest != expected:
+        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was released with: the "
+                         "file is damaged or was edited. Reinstall course_lib")
+    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
 def held_out_forms() -> set[str]:
     """The forms of the robustness set's requests, which no conversation may have."""
-    from .robustness import load_robustness_set  # here, not at the top: robustness imports the engine
-
     return {form(item["request"]) for item in load_robustness_set()}
 
 
