@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from bench_args import add_record_options, count, device, record_file, seed_number  # noqa: E402
 from course_lib import align  # noqa: E402
 from course_lib.align import START_SFT, SFTTrainer, sft_start, task_splits  # noqa: E402
-from course_lib.chat.engine import load_chat_model  # noqa: E402
+from course_lib.chat.engine import CHAT_V1_MODEL_PATH, load_chat_model  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  # noqa: E402
 from course_lib.evaluation import bootstrap_interval  # noqa: E402
 from course_lib.align.grpo import kl_k3, masked_mean  # noqa: E402
@@ -94,7 +94,7 @@ def steps_for(method: str, budget: int, batch: int) -> int:
 def make_start(out_dir: Path, device: str, start_steps: int) -> Path:
     path = out_dir / f"start-{start_steps}.pt"
     if not path.exists():
-        chat, tokenizer = load_chat_model()
+        chat, tokenizer = load_chat_model(CHAT_V1_MODEL_PATH)  # chapter 17's first chat model
         settings = {"max_iters": start_steps, "eval_interval": start_steps,
                     "warmup_iters": min(START_SFT["warmup_iters"], start_steps)}
         model = sft_start(chat, tokenizer, settings, device=device)

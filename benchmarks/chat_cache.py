@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from bench_args import add_record_options, count, preset, record_file, threads
 
-from course_lib.chat.data import char_chat_tokenizer, load_conversations
+from course_lib.chat.data import CHAT_V1_PATH, CHAT_V1_SHA256, char_chat_tokenizer, load_conversations
 from course_lib.chat.engine import ChatEngine
 from course_lib.model import GPT
 from course_lib.presets import get_preset
@@ -40,8 +40,10 @@ RECORD = Path(__file__).resolve().parents[1] / "course_lib" / "records" / "chat_
 
 
 def conversation_messages(turns: int) -> list[str]:
-    """The first ``turns`` user messages of the test split's follow-up conversations."""
-    messages = [m["content"] for c in load_conversations("test") if c["task"] == "follow-up"
+    """The first ``turns`` user messages of the test split's follow-up conversations (the first
+    conversations, chat_v1.json, on which the record was measured)."""
+    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)
+    messages = [m["content"] for c in test if c["task"] == "follow-up"
                 for m in c["messages"] if m["role"] == "user"]
     return messages[:turns]
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
-from course_lib.chat.engine import load_chat_model  # noqa: E402
+from course_lib.chat.engine import CHAT_MODEL_PATH, load_chat_model  # noqa: E402
 from course_lib.chat.robustness import ROBUSTNESS_SHA256, load_robustness_set, score_robustness  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_robustness.json"
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
             print(f"{key:<11} {row['score']:6.1%} of {row['n']:>2}  (95% interval {low:.1%} to {high:.1%})")
     command = " ".join("CKPT" if a == str(args.checkpoint) else a for a in argv)  # no local path in the record
     record = {"command": f"python benchmarks/chat_robustness.py {command}".strip(),
-              "model": "CKPT" if args.checkpoint else "the shipped chat model (course_lib/weights/chat-char-cpu.pt)",
+              "model": "CKPT" if args.checkpoint else f"the shipped chat model (course_lib/weights/{CHAT_MODEL_PATH.name})",
               "set_sha256": ROBUSTNESS_SHA256, "torch": torch.__version__, "threads": args.threads,
               "seconds": round(time.perf_counter() - began, 1), "load_average": os.getloadavg()[0],
               "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **scores}

@@ -12,6 +12,11 @@ run keeps what it finished, unless that would replace a whole record): per model
 error and 95% bootstrap interval, the per-item scores; per start and task the mean and spread
 across seeds; per task the paired comparison of pretrained against scratch (per-item scores
 averaged over the seeds, chapter 16's ``paired_comparison``). The shipped model's replies are kept.
+
+The record measured the first chat models, on the test split of the first conversations
+(``course_lib/tasks/chat_v1.json``), and this script scores that split. Since issue 54 the
+conversations are others (``chat.json``) and ``chat_sft.py`` trains on them; the new chat model's
+runs and scores are in records/chat_model_runs.json (benchmarks/chat_model_runs.py).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench_args import add_record_options, count, record_file, seed_number, threads  # noqa: E402
-from course_lib.chat.data import load_conversations  # noqa: E402
+from course_lib.chat.data import CHAT_V1_PATH, CHAT_V1_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
 from course_lib.chat.scores import across_seeds, before_fine_tuning, score_model  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
@@ -74,7 +79,7 @@ def main(argv=None) -> int:
     out = record_file(p, args, RECORD, "--record")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
-    test = load_conversations("test")
+    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)  # what the record measured
     names = [f"{start}-it{args.iters}-lr{args.lr:g}-s{seed}" for start in ("pretrained", "scratch") for seed in args.seeds]
     missing = [n for n in names if not (args.models_dir / n / "model.pt").exists()]
     if missing:

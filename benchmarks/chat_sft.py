@@ -12,6 +12,11 @@ model); ``--collect`` gathers the ``run.json`` files into ``--record FILE`` (``-
 course_lib/records/chat_sft_runs.json).
 The step count is chosen on the validation loss of the pretrained runs (never on the test split),
 and the per-task scores on the test split come from ``benchmarks/chat_scores.py``.
+
+The record was made on the first conversations (``course_lib/tasks/chat_v1.json``, 64-token ones).
+Since issue 54 the runs train on the current ones (``chat.json``), of which a 64-token model keeps
+only those that fit its context; the 256-token model that ships now was trained with the commands
+in records/chat_model_runs.json.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ TINY = {
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
     "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu"],
                    "--out"),
+    "chat_model_runs": (["--shipped", "--name", "tiny", "--limit", "1"], "--json"),
     "chat_robustness": (["--limit", "3"], "--json"),
     "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"], "--record"),
     "chat_sft": (["--iters", "1", "--seeds", "0", "--out-dir", "{tmp}/chat"], None),
@@ -141,6 +142,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"], "write seeds as 0,1,2"),
     (None, "quantize", ["--qat-bits", "1"], "must be at least 2, got 1"),
     (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
+    (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
+    (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
 ]
 
 

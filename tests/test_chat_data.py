@@ -8,8 +8,10 @@ import pytest
 
 from course_lib.chat.calculator import calculate
 from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, CHAT_TASKS,
-                                  build_conversations, char_chat_tokenizer, conversations_bytes, load_conversations,
-                                  write_conversations)
+                                  _pair_split, build_conversations, char_chat_tokenizer, conversations_bytes,
+                                  load_conversations, write_conversations)
+from course_lib.chat.phrasing import ASK_LETTERS, ASK_SPELLING, in_words, normalized
+from course_lib.chat.template import is_follow_up
 from course_lib.chat.template import check_conversation, render
 from course_lib.data import load_text
 from course_lib.dates import DATE_FORMATS, format_date
@@ -62,64 +64,121 @@ def _texts(c):
     return [m["content"] for m in c["messages"]]
 
 
-def _check(c):
-    """The answer of a conversation recomputed from its question."""
+def _pattern(template: str, **groups) -> re.Pattern:
+    """A phrasing template as a regex (any case, the last punctuation mark optional: the noise)."""
+    text = re.escape(template.rstrip(".?"))
+    for name, group in groups.items():
+        text = text.replace(re.escape("{" + name + "}"), group)
+    return re.compile(text + r"[.?]?", re.IGNORECASE)
+
+
+LETTERS = [_pattern(t, c="(?P<c>[a-z])", w="(?P<w>[a-z]+)") for t in ASK_LETTERS]
+SPELLING = [_pattern(t, w="(?P<w>[a-z]+)") for t in ASK_SPELLING]
+FOLLOW = {"Plus": "+", "Minus": "-", "Times": "*"}
+
+
+def _exchanges(c):
     t = _texts(c)
-    if c["task"] == "dates" or (c["task"] == "follow-up" and "ISO" in t[0]):
-        day = datetime.date.fromisoformat(t[1])
-        assert any(format_date(day, s, k) in t[0] for s in range(len(DATE_FORMATS)) for k in range(3))
-        if len(t) > 2:
-            expect = {"Which year?": str(day.year), "Which month?": day.strftime("%B"), "Which day?": str(day.day)}
-            assert t[3] == expect[t[2]]
-    elif c["task"] in ("arithmetic", "follow-up") and isinstance(t[1], list):
-        for answer in t[1::2]:
-            call, result, text = (p["text"] for p in answer)
-            assert [p["type"] for p in answer] == ["tool", "result", "text"] and result == text == calculate(call)
-        if len(t) > 2:
-            n = re.fullmatch(r"(Plus|Minus|Times) (\d)\?", t[2])
-            op = {"Plus": "+", "Minus": "-", "Times": "*"}[n[1]]
-            assert t[3][0]["text"] == f"{t[1][2]['text']}{op}{n[2]}"
-    elif c["task"] in ("spelling", "follow-up"):
-        word = re.search(r"spell (?:the word )?([a-z]+)", t[0], flags=re.I)[1]
-        assert t[1] == "-".join(word) and word in SHAKESPEARE
-        if len(t) > 2:
-            assert t[3] == str(len(word))
-    elif c["task"] == "letters":
-        letter, word = re.fullmatch(r"(?:How many|Count the) ([a-z]) in ([a-z]+)[?.]", t[0]).groups()
-        assert t[1] == str(word.count(letter))
-    elif c["task"] == "identity":
-        assert (t[0], t[1]) in IDENTITY
+    return list(zip(t[0::2], t[1::2]))
+
+
+def _check_exchange(question, answer, before, split):
+    """One exchange's answer recomputed from its question (and the exchange before it)."""
+    if isinstance(answer, list):  # a calculation
+        call, result, text = (p["text"] for p in answer)
+        assert [p["type"] for p in answer] == ["tool", "result", "text"] and result == text == calculate(call)
+        a, op, b = re.fullmatch(r"(-?[\d.]+)([-+*/])(\d+)", call).groups()
+        if is_follow_up(question):
+            word, n = re.fullmatch(r"(Plus|Minus|Times) (\d)\?", question).groups()
+            assert (a, op, b) == (before[1][2]["text"], FOLLOW[word], n)
+        else:  # the numbers, in digits or words, and the operation are in the question
+            numbers = [in_words(int(x)) if in_words(int(x)) in question.lower() else x for x in (a, b)]
+            assert all(x in question.lower() for x in numbers), (question, call)
+            assert _pair_split(int(a), int(b)) == split
+    elif re.fullmatch(r"\d{4}-\d\d-\d\d", answer):
+        day = datetime.date.fromisoformat(answer)
+        assert any(format_date(day, s, k).lower() in question.lower() for s in range(len(DATE_FORMATS))
+                   for k in range(3))
+    elif question in ("How many letters?", "Its length?"):
+        assert answer == str(len(before[1].replace("-", "")))
+    elif question in ("Which year?", "Which month?", "Which day?"):
+        day = datetime.date.fromisoformat(before[1])
+        assert answer == {"Which year?": str(day.year), "Which month?": day.strftime("%B"),
+                          "Which day?": str(day.day)}[question]
+    elif any(p.fullmatch(question) for p in SPELLING):
+        word = next(p.fullmatch(question) for p in SPELLING if p.fullmatch(question))["w"]
+        assert answer == "-".join(word.lower())
+    elif any(p.fullmatch(question) for p in LETTERS):
+        m = next(p.fullmatch(question) for p in LETTERS if p.fullmatch(question))
+        assert answer == str(m["w"].lower().count(m["c"].lower()))
+    elif answer in {a for _, a in IDENTITY}:
+        assert (normalized(question), answer) in {(normalized(q), a) for q, a in IDENTITY}
     else:
-        speaker = re.fullmatch(r"(?:Speak as|Say a line as|Be) ([A-Z ]+)\.", t[0])[1]
-        assert f"\n\n{speaker}:\n{t[1]}\n" in SHAKESPEARE  # a real first line of that speaker
+        speaker = re.fullmatch(r".*?([A-Z][A-Z ]*[A-Z])\.", question)[1]
+        assert f"\n\n{speaker}:\n{answer}\n" in SHAKESPEARE  # a real first line of that speaker
 
 
 def test_every_answer_is_right():
     for split in SPLITS:
         for c in DATA[split]:
-            _check(c)
+            exchanges = _exchanges(c)
+            for k, (question, answer) in enumerate(exchanges):
+                _check_exchange(question, answer, exchanges[k - 1] if k else None, split)
 
 
 def _held_out_things(c):
-    t = _texts(c)
-    if c["task"] in ("dates", "spelling", "letters", "speak-as") or c["task"] == "follow-up":
-        if c["task"] == "speak-as":
-            return {("line", t[1])}
-        if c["task"] in ("dates",) or (c["task"] == "follow-up" and "ISO" in t[0]):
-            return {("day", t[1])}
-        if c["task"] == "follow-up" and isinstance(t[1], list):
-            return {("pair", tuple(map(int, re.split(r"[-+*/]", t[1][0]["text"], maxsplit=1))))}
-        word = re.findall(r"[a-z]+", t[0].split(" in ")[-1] if c["task"] == "letters" else t[0].lower())[-1]
-        return {("word", word)}
-    if c["task"] == "arithmetic":
-        return {("pair", tuple(map(int, re.split(r"[-+*/]", t[1][0]["text"], maxsplit=1))))}
-    return set()
+    """The days, words, number pairs and lines a conversation asks about."""
+    things = set()
+    for question, answer in _exchanges(c):
+        if is_follow_up(question):
+            continue
+        if isinstance(answer, list):
+            things.add(("pair", tuple(map(int, re.split(r"[-+*/]", answer[0]["text"], maxsplit=1)))))
+        elif re.fullmatch(r"\d{4}-\d\d-\d\d", answer):
+            things.add(("day", answer))
+        elif re.fullmatch(r"[a-z](-[a-z])+", answer):
+            things.add(("word", answer.replace("-", "")))
+        elif any(p.fullmatch(question) for p in LETTERS):
+            things.add(("word", next(p.fullmatch(question) for p in LETTERS if p.fullmatch(question))["w"].lower()))
+        elif c["task"] == "speak-as":
+            things.add(("line", answer))
+    return things
 
 
 def test_the_splits_share_no_day_word_line_or_pair_of_numbers():
     seen = {s: set().union(*(_held_out_things(c) for c in DATA[s])) for s in SPLITS}
     assert len(seen["test"]) > 200
     assert not seen["train"] & seen["test"] and not seen["train"] & seen["val"] and not seen["val"] & seen["test"]
+
+
+@pytest.mark.parametrize("task", CHAT_TASKS)
+def test_no_test_or_validation_conversation_or_question_occurs_in_training(task):
+    """Review 17-B1: the user turns compared normalised (lower case, letters and digits only). No
+    validation or test conversation is a training conversation, and none of their questions (every
+    user turn but a follow-up's "Plus 5?", "Which year?"...) is a user turn of any training conversation."""
+    def users(c):
+        return tuple(normalized(m["content"]) for m in c["messages"] if m["role"] == "user")
+
+    train_conversations = {users(c) for c in DATA["train"]}
+    train_turns = {u for c in DATA["train"] for u in users(c)}
+    for split in ("val", "test"):
+        mine = [c for c in DATA[split] if c["task"] == task]
+        assert mine
+        for c in mine:
+            assert users(c) not in train_conversations, (split, c)
+            questions = [normalized(m["content"]) for m in c["messages"] if m["role"] == "user"
+                         and not is_follow_up(m["content"])]
+            assert not set(questions) & train_turns, (split, c)
+
+
+def test_noise_is_in_training_only_and_phrasings_vary():
+    first = {s: [c["messages"][0]["content"] for c in DATA[s]] for s in SPLITS}
+    lower = {s: sum(q == q.lower() and q != q.upper() for q in first[s]) / len(first[s]) for s in SPLITS}
+    assert lower["train"] > 0.2  # the noise: many messages all in lower case
+    arithmetic = {c["messages"][0]["content"] for c in DATA["train"] if c["task"] == "arithmetic"}
+    assert any(" plus " in q for q in arithmetic) and any(" + " in q for q in arithmetic)
+    assert any(re.search(r"\d[-+*/]\d", q) for q in arithmetic) and any(" seven " in f" {q} " for q in arithmetic)
+    assert sum(len(_exchanges(c)) > 1 and c["task"] != "follow-up" for c in DATA["test"]) > 50  # conversations go on
 
 
 def test_conversations_bytes_is_one_conversation_per_line():
@@ -137,11 +196,11 @@ def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
 
     tokenizer = char_chat_tokenizer()
     small = {"train": DATA["train"][:50], "val": DATA["val"][:20]}
-    batch_fn = chat_batch_fn(tokenizer, 8, 64, data=small)
+    batch_fn = chat_batch_fn(tokenizer, 8, 256, data=small)
     x, y = batch_fn("train", torch.Generator().manual_seed(0))
     x2, y2 = batch_fn("train", torch.Generator().manual_seed(0))
-    assert torch.equal(x, x2) and torch.equal(y, y2) and x.shape == y.shape and x.shape[0] == 8 and x.shape[1] <= 64
-    pairs, left_out = rendered_pairs(tokenizer, small["train"], 64)
+    assert torch.equal(x, x2) and torch.equal(y, y2) and x.shape == y.shape and x.shape[0] == 8 and x.shape[1] <= 256
+    pairs, left_out = rendered_pairs(tokenizer, small["train"], 256)
     assert left_out == 0 and len(pairs) == 50
     for row in range(8):  # each row is one conversation's pair, padded with IGNORE_INDEX targets
         match = [p for p in pairs if torch.equal(p[0], x[row, :len(p[0])]) and torch.equal(p[1], y[row, :len(p[1])])]
@@ -159,5 +218,29 @@ def test_is_follow_up_knows_exactly_the_follow_up_questions():
     for split in SPLITS:
         for conversation in load_conversations(split):
             users = [m["content"] for m in conversation["messages"] if m["role"] == "user"]
-            assert [is_follow_up(u) for u in users] == [False] + [True] * (len(users) - 1), users
+            expected = [False, True] if conversation["task"] == "follow-up" else [False] * len(users)
+            assert [is_follow_up(u) for u in users] == expected, users
     assert is_follow_up(" plus 7 ") and not is_follow_up("Plus 5? And then?") and not is_follow_up("What is 2+3?")
+
+
+def test_packed_batches_fill_every_row_with_whole_conversations_in_turn():
+    """``pack``: rows of exactly block_size tokens, conversations one after another, the token
+    after each one's <|end|> (the next <|user|>) never a target; the same generator, the same rows."""
+    import torch
+
+    from course_lib.chat.data import chat_batch_fn
+    from course_lib.chat.template import USER
+    from course_lib.utils import IGNORE_INDEX
+
+    tokenizer = char_chat_tokenizer()
+    small = {"train": DATA["train"][:50], "val": DATA["val"][:20]}
+    batch_fn = chat_batch_fn(tokenizer, 4, 128, data=small, pack=True)
+    x, y = batch_fn("train", torch.Generator().manual_seed(0))
+    x2, y2 = batch_fn("train", torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 128) and torch.equal(x, x2) and torch.equal(y, y2)
+    user = tokenizer.special_ids[USER]
+    assert (x[:, 0] == user).all() and (x == user).sum(1).min() >= 2  # every row: several conversations
+    starts = (x[:, 1:] == user)
+    assert (y[:, :-1][starts] == IGNORE_INDEX).all()  # the next conversation's <|user|> is not a target
+    trained = y != IGNORE_INDEX
+    assert torch.equal(x[:, 1:][trained[:, :-1]], y[:, :-1][trained[:, :-1]])  # y is x shifted by one

@@ -279,6 +279,11 @@ def test_the_shipped_chat_model_loads_and_is_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(chat_engine, "CHAT_MODEL_PATH", tmp_path / "missing.pt")
     with pytest.raises(FileNotFoundError, match="chat-sft --out runs/chat"):
         load_chat_model()
+    first, _ = load_chat_model(chat_engine.CHAT_V1_MODEL_PATH)  # the first chat model, checked too
+    assert first.config.block_size == 64
+    monkeypatch.setattr(chat_engine, "CHAT_V1_MODEL_PATH", changed)
+    with pytest.raises(ValueError, match="first chat model"):
+        load_chat_model(changed)
 
 
 def test_load_chat_model_refuses_a_plain_gpt(tmp_path):

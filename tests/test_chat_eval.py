@@ -164,12 +164,12 @@ def test_before_fine_tuning_keeps_the_pretrained_logits_over_the_old_tokens():
 @pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_the_record_replays():
     """The shipped model's first replies in the record are what it answers today, greedy."""
-    from course_lib.chat.data import load_conversations
-    from course_lib.chat.engine import load_chat_model
-    record = json.loads(RECORD.read_text())
+    from course_lib.chat.data import CHAT_V1_PATH, CHAT_V1_SHA256, load_conversations
+    from course_lib.chat.engine import CHAT_V1_MODEL_PATH, load_chat_model
+    record = json.loads(RECORD.read_text())  # the first chat model, on the first conversations
     shipped = record["models"]["pretrained-it1000-lr0.001-s0"]["rows"]
-    model, tok = load_chat_model()
-    test = load_conversations("test")
+    model, tok = load_chat_model(CHAT_V1_MODEL_PATH)
+    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)
     for task in ("dates", "arithmetic"):
         items = [c for c in test if c["task"] == task][:3]
         row = chat_eval.score_task(model.float(), tok, items, task)
@@ -182,3 +182,17 @@ def test_the_record_replays():
     speak = [c for c in test if c["task"] == "speak-as"]
     row = chat_eval.speaker_preference(model.float(), tok, speak)  # the shipped model's right-speaker score
     assert row["per_item"] == pytest.approx(shipped["speak-as (right speaker)"]["per_item"])
+
+
+@pytest.mark.parametrize("task, turns", [
+    ("identity", ("Who are you?", "I am a small GPT that read Shakespeare.")),
+    ("dates", ("4 March 1987 in ISO form?", "1987-03-04")),
+    ("arithmetic", ("What is 2+3?", calc_answer("2+3", "5"))),
+    ("speak-as", ("Speak as ROMEO.", "What then?")),
+])
+def test_an_empty_reply_is_wrong_on_every_task(task, turns):
+    """Issue 54: a model that ends its turn at once scores 0, not a free pass (the robustness set's
+    rule is tested in tests/test_chat_robustness.py)."""
+    model = Cycling(ids_of(END))  # <|end|> at once: an empty reply
+    row = chat_eval.score_task(model, TOK, [conversation(task, *turns)], task)
+    assert row["outputs"] == [""] and row["per_item"] == [0.0]

@@ -107,7 +107,7 @@ def test_the_measured_page_quotes_the_eval_speed_record():
 def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
     """book/measured.md's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
     chat model is the run the record names (its final validation loss is the one stored in it)."""
-    from course_lib.chat.engine import CHAT_MODEL_PATH
+    from course_lib.chat.engine import CHAT_V1_MODEL_PATH
     from course_lib.checkpoint import load_checkpoint
 
     rec = json.loads((RECORDS / "chat_sft_runs.json").read_text())
@@ -122,7 +122,7 @@ def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_i
         assert f"{fmt[i].format(v[0])}-{fmt[i].format(v[-1])}" in row, (i, s, row)
     shipped = rec["chosen"]["shipped"].split()[0]
     run = next(r for r in rec["runs"] if r["name"] == shipped)
-    ckpt = load_checkpoint(CHAT_MODEL_PATH)
+    ckpt = load_checkpoint(CHAT_V1_MODEL_PATH)  # the record's run is the first chat model
     assert ckpt["step"] == run["iters"] and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"]
 
 

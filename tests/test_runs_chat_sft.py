@@ -79,7 +79,8 @@ def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_p
                                     "resumed run keeps how it started; leave --from-scratch out"),
                (["--checkpoint", str(other)], f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
                                               "file; a resumed run keeps its base: .*leave --checkpoint out"),
-               (["--set", "seed=7"], "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps")]
+               (["--set", "seed=7"], "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps"),
+               (["--pack"], "--pack: .*ckpt.pt was not trained on packed rows, and a resumed run keeps how it started")]
     for extra, phrase in refused:
         capsys.readouterr()
         assert main(args + ["--max-iters", "2", "--resume", *extra]) == 2
@@ -102,3 +103,16 @@ def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path)
         check(tmp_path / "ckpt.pt", scratch, None, False)
     with pytest.raises(ValueError, match="and that is missing"):
         check(tmp_path / "ckpt.pt", scratch, tmp_path / "gone.pt", None)
+
+
+def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
+    """``chat-sft --pack`` (issue 54): rows of block_size tokens; the checkpoint says so, a resume
+    without --pack continues packed."""
+    out = tmp_path / "chat"
+    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack", *sum((["--set", f"{k}={v}"] for k, v in
+                                                                              SETTINGS.items()), [])]
+    assert main(args + ["--max-iters", "2"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
+    args.remove("--pack")
+    assert main(args + ["--max-iters", "3", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True

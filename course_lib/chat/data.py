@@ -1,30 +1,38 @@
 """Conversations made by code, for fine-tuning a chat model and checking it (chapter 17).
 
-The data is **synthetic**, and that is deliberate: a model of 0.8M parameters that read only
-Shakespeare cannot learn open conversation, but it can learn to follow a format and answer
+The data is **synthetic**, and that is deliberate: a model of a million or two parameters that read
+only Shakespeare cannot learn open conversation, but it can learn to follow a format and answer
 questions whose answers a program can check. Every conversation here has such an answer:
 
 - ``dates``: a date in one of chapter 11's 13 formats, asked for in ISO form;
-- ``arithmetic``: a sum, difference, product or quotient of small numbers, answered through
-  the calculator (the assistant writes the call, the calculator the result, the assistant copies it);
-- ``spelling`` and ``letters``: spell a Shakespeare word letter by letter, or count one letter in it;
-- ``identity``: questions about the assistant itself, with the same true answers everywhere;
+- ``arithmetic``: a sum, difference, product or quotient of small numbers (in digits or words),
+  answered through the calculator (the assistant writes the call, the calculator the result, the
+  assistant copies it);
+- ``spelling`` and ``letters``: spell a word letter by letter, or count one letter in it (in
+  training, also strings of letters that are no word: the skill, not a list);
+- ``identity``: questions about the assistant itself, each with one true answer;
 - ``speak-as``: "Speak as ROMEO." answered with a real line of that speaker, the first line of
   one of their speeches;
 - ``follow-up``: two exchanges where the second needs the first ("Times 3?" after a sum; "How
   many letters?" after a spelling; "Which year?" after a date).
 
-**Splits.** ``train``, ``val`` and ``test`` share no date, no word, no pair of numbers and no
-line: days, words and each speaker's lines are shuffled and cut 80/10/10, number pairs go by a
-fixed rule. The held-out lines are new to the chat fine-tune, not to the pretrained model: they
-come from the whole of tiny Shakespeare, whose first 90% it read (the last 10% has too few
-speakers who also speak earlier). Identity questions are the same in every split (they are
-facts to remember, not to generalise).
+Each request is written in one of several phrasings (:mod:`course_lib.chat.phrasing`), with noise
+(case, a missing last mark) in the training split only; a quarter of the conversations of the
+one-exchange tasks come after one or two exchanges of others, so the model learns to answer the
+last question of a conversation that goes on.
 
-Every conversation fits ``MAX_TOKENS`` tokens with the character template (the pretrained
-model's block_size 64, plus the one token a training pair shifts by). The frozen file
-``course_lib/tasks/chat.json`` is what :func:`build_conversations` writes with the default seed;
-:func:`load_conversations` checks its SHA-256.
+**Splits.** ``train``, ``val`` and ``test`` share no date, no word, no pair of numbers, no line,
+and no question (review 17-B1): days, words and each speaker's lines are shuffled and cut 80/10/10,
+number pairs go by a fixed rule, identity questions and (speaker, phrasing) pairs of speak-as
+requests are cut by phrasing. tests/test_chat_data.py checks, task by task, that no validation or
+test question is a training message (compared in lower case, letters and digits only). The held-out
+lines are new to the chat fine-tune, not to the pretrained model: they come from the whole of tiny
+Shakespeare, whose first 90% it read.
+
+Every conversation fits ``MAX_TOKENS`` tokens with the character template (a block_size of 256,
+plus the one token a training pair shifts by). The frozen file ``course_lib/tasks/chat.json`` is
+what :func:`build_conversations` writes with the default seed; :func:`load_conversations` checks
+its SHA-256.
 """
 from __future__ import annotations
 
@@ -40,31 +48,32 @@ from pathlib import Path
 import torch
 
 from .calculator import calculate
+from .phrasing import (ASK_DATE, ASK_LETTERS, ASK_SPEAK_AS, ASK_SPELLING, arithmetic_request, form,
+                       held_out_forms, identity_split, noisy, speak_as_split)
 from .template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
 from ..data import load_text
 from ..dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
 from ..tokenizers import CharTokenizer, describe_chars, unwritable
 from ..train import TrainConfig
+from ..utils import IGNORE_INDEX
 
 CHAT_PATH = Path(__file__).parent.parent / "tasks" / "chat.json"
 # The SHA-256 of CHAT_PATH: python -c "from course_lib.chat import data; print(chat_data.write_conversations())"
-CHAT_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
+CHAT_SHA256 = "3f6a40eb758610de21fb791352f52ddd745b373da5e4a5dd9ed626deb0d4d953"
+# The first version of the conversations (4,000 training conversations in two to four phrasings, no
+# noise, one or two exchanges; identity's questions the same in every split, review 17-B1), on which the
+# first chat model (weights/chat-char-cpu.pt) was trained and scored: kept so that its records can be checked
+CHAT_V1_PATH = CHAT_PATH.with_name("chat_v1.json")
+CHAT_V1_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
 SPLITS = ("train", "val", "test")
-SIZES = {"train": 4000, "val": 400, "test": 400}  # conversations per split
+SIZES = {"train": 12000, "val": 400, "test": 400}  # conversations per split
 EXTRA_CHARS = "0123456789+-*/()="  # what the conversations write beyond tiny Shakespeare's 65 characters
-MAX_TOKENS = 65  # the character template's length of the longest conversation: block_size 64 + 1
+MAX_TOKENS = 257  # the character template's length of the longest conversation: block_size 256 + 1
 MIN_LINES = 20  # a speaker the assistant can speak as has at least this many first lines (8 to 40 characters)
 CHAT_TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
-IDENTITY = (  # (question, answer)
-    ("Who are you?", "I am a small GPT that read Shakespeare."),
-    ("What are you?", "A small language model."),
-    ("What is your name?", "I have no name. I am a small GPT."),
-    ("Who made you?", "The readers of a course on GPTs."),
-    ("What can you do?", "Dates, sums, spelling, and Shakespeare."),
-    ("Can you use tools?", "Yes: a calculator for sums."),
-    ("How big are you?", "About 0.8 million parameters."),
-    ("What did you read?", "Tiny Shakespeare, one million letters."),
-)
+IDENTITY = tuple(pair for split in SPLITS for pair in identity_split(split))  # (question, answer), all splits
+PREFIX_SHARE = 0.25  # of the conversations (but speak-as and follow-up) that start after one or two others
+PSEUDO_SHARE = 0.3  # of training spelling and letters requests about a string of letters, not a word
 
 
 def _user(text: str) -> dict:
@@ -109,17 +118,25 @@ def _speeches() -> dict[str, list[str]]:
 
 
 def _pools(seed: int) -> dict[str, dict]:
-    """Per split: days, words, and speaker -> lines (each speaker's lines cut 80/10/10)."""
+    """Per split: days, words, speaker -> lines (each speaker's lines cut 80/10/10), the
+    (speaker, phrasing) pairs of speak-as requests and the identity questions (cut by phrasing)."""
     rng = random.Random(seed)
     pools = {split: {} for split in SPLITS}
     for split, days in _cut(range(N_DAYS), rng).items():
         pools[split]["days"] = days
-    for split, words in _cut(_words(), rng).items():
-        pools[split]["words"] = words
+    words = _words()
+    for split, cut in _cut(words, rng).items():
+        pools[split]["words"] = cut
     lines = _speeches()
-    for speaker in sorted(s for s in lines if len(lines[s]) >= MIN_LINES):
+    speakers = sorted(s for s in lines if len(lines[s]) >= MIN_LINES)
+    for speaker in speakers:
         for split, cut in _cut(lines[speaker], rng).items():
             pools[split].setdefault("lines", {})[speaker] = cut
+    for split in SPLITS:
+        pools[split]["speak_as"] = [(s, f) for i, s in enumerate(speakers) for j, f in enumerate(ASK_SPEAK_AS)
+                                    if speak_as_split(i, j) == split]
+        pools[split]["identity"] = identity_split(split)
+    pools["train"]["pseudo"] = set(words)  # strings of letters for training must not be a word of any split
     return pools
 
 
@@ -139,8 +156,7 @@ def _date(pool, rng):
 
 def _dates(pool, rng):
     day, text = _date(pool, rng)
-    ask = rng.choice(["{} in ISO form?", "ISO date of {}?", "Write {} as ISO."])
-    return [_user(ask.format(text)), _assistant(day.isoformat())]
+    return [_user(rng.choice(ASK_DATE).format(d=text)), _assistant(day.isoformat())]
 
 
 def _numbers(split, rng):
@@ -152,33 +168,39 @@ def _numbers(split, rng):
 
 def _arithmetic(pool, rng, split):
     a, b = _numbers(split, rng)
-    expression = f"{a}{rng.choice('+-*/')}{b}"
-    ask = rng.choice(["What is {}?", "Compute {}.", "{} =?", "How much is {}?"])
-    return [_user(ask.format(expression)), _assistant(_calc(expression))]
+    op = rng.choice("+-*/")
+    return [_user(arithmetic_request(a, op, b, rng)), _assistant(_calc(f"{a}{op}{b}"))]
+
+
+def _word(pool, rng):
+    """A word of the split; in training, sometimes a string of letters (the skill, not a list)."""
+    if "pseudo" in pool and rng.random() < PSEUDO_SHARE:
+        while True:
+            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+            if word not in pool["pseudo"]:
+                return word
+    return rng.choice(pool["words"])
 
 
 def _spelling(pool, rng):
-    word = rng.choice(pool["words"])
-    ask = rng.choice(["Spell {}.", "How do you spell {}?", "Spell the word {}."])
-    return [_user(ask.format(word)), _assistant("-".join(word))]
+    word = _word(pool, rng)
+    return [_user(rng.choice(ASK_SPELLING).format(w=word)), _assistant("-".join(word))]
 
 
 def _letters(pool, rng):
-    word = rng.choice(pool["words"])
+    word = _word(pool, rng)
     letter = rng.choice(sorted(set(word)) + ["e", "a", "z"])
-    ask = rng.choice(["How many {} in {}?", "Count the {} in {}."])
-    return [_user(ask.format(letter, word)), _assistant(str(word.count(letter)))]
+    return [_user(rng.choice(ASK_LETTERS).format(c=letter, w=word)), _assistant(str(word.count(letter)))]
 
 
 def _identity(pool, rng):
-    question, answer = rng.choice(IDENTITY)
+    question, answer = rng.choice(pool["identity"])
     return [_user(question), _assistant(answer)]
 
 
 def _speak_as(pool, rng):
-    speaker = rng.choice(sorted(pool["lines"]))
-    ask = rng.choice(["Speak as {}.", "Say a line as {}.", "Be {}."])
-    return [_user(ask.format(speaker)), _assistant(rng.choice(pool["lines"][speaker]))]
+    speaker, ask = rng.choice(pool["speak_as"])
+    return [_user(ask.format(s=speaker)), _assistant(rng.choice(pool["lines"][speaker]))]
 
 
 def _follow_up(pool, rng, split):
@@ -192,10 +214,11 @@ def _follow_up(pool, rng, split):
         first = _spelling(pool, rng)
         word = first[1]["content"].replace("-", "")
         return first + [_user(rng.choice(["How many letters?", "Its length?"])), _assistant(str(len(word)))]
-    day, text = _date(pool, rng)
+    first = _dates(pool, rng)
+    day = datetime.date.fromisoformat(first[1]["content"])
     question, answer = rng.choice([("Which year?", day.year), ("Which month?", calendar.month_name[day.month]),
                                    ("Which day?", day.day)])
-    return [_user(f"{text} in ISO form?"), _assistant(day.isoformat()), _user(question), _assistant(str(answer))]
+    return first + [_user(question), _assistant(str(answer))]
 
 
 MAKERS = {"dates": _dates, "arithmetic": _arithmetic, "spelling": _spelling, "letters": _letters,
@@ -212,18 +235,35 @@ def char_chat_tokenizer():
     return chat_tokenizer(CharTokenizer.from_text(load_text("tinyshakespeare")), EXTRA_CHARS)
 
 
+def _draw(task: str, pool: dict, rng: random.Random, split: str) -> list[dict]:
+    """One conversation of ``task``; in training, its first message with noise (phrasing's ``noisy``)."""
+    messages = MAKERS[task](*((pool, rng, split) if task in NEEDS_SPLIT else (pool, rng)))
+    if split == "train" and task != "speak-as":
+        messages[0] = _user(noisy(messages[0]["content"], rng))
+    return messages
+
+
 def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, list[dict]]:
     """``{"train": [...], "val": [...], "test": [...]}``: ``{"task", "messages"}`` dicts, the tasks
-    in turn, all drawn from ``random.Random(seed)`` (the same seed, the same conversations)."""
+    in turn, all drawn from ``random.Random(seed)`` (the same seed, the same conversations). A
+    share (``PREFIX_SHARE``) of the conversations of every task but speak-as and follow-up come
+    after one or two exchanges of other tasks (a conversation goes on; the last question is the
+    one scored). A conversation with a message in the form of a robustness request is drawn again."""
     sizes = sizes or SIZES
-    pools, rng, tokenizer = _pools(seed), random.Random(seed), char_chat_tokenizer()
+    pools, rng, tokenizer, forms = _pools(seed), random.Random(seed), char_chat_tokenizer(), held_out_forms()
+    single = [t for t in CHAT_TASKS if t not in ("speak-as", "follow-up")]
     out = {}
     for split in SPLITS:
-        out[split] = []
+        out[split], pool = [], pools[split]
         while len(out[split]) < sizes[split]:
             task = CHAT_TASKS[len(out[split]) % len(CHAT_TASKS)]
-            args = (pools[split], rng, split) if task in NEEDS_SPLIT else (pools[split], rng)
-            messages = MAKERS[task](*args)
+            messages = _draw(task, pool, rng, split)
+            if task in single and rng.random() < PREFIX_SHARE:
+                before = [m for _ in range(rng.randint(1, 2)) for m in _draw(rng.choice(single), pool, rng, split)]
+                messages = before + messages
+            users = [m["content"] for m in messages if m["role"] == "user"]
+            if any(form(u) in forms for u in users):
+                continue  # never a robustness request's form (phrasing's held_out_forms)
             if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:  # else draw again
                 out[split].append({"task": task, "messages": messages})
     return out
@@ -297,11 +337,17 @@ def conversation_text(conversations: list[dict]) -> str:
                    for c in conversations for m in c["messages"])
 
 
-def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", data: dict | None = None):
+def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", data: dict | None = None,
+                  pack: bool = False):
     """A ``Trainer`` batch_fn: ``batch_size`` conversations drawn (with the Trainer's generator,
     so a resumed run draws the same) from the shipped ``train`` or ``val`` split, as x (B, T)
     and y (B, T), T the longest in the batch. The conversations are rendered once, here; a
-    tokenizer that cannot write them is refused first, naming the characters it lacks."""
+    tokenizer that cannot write them is refused first, naming the characters it lacks.
+
+    ``pack``: each row is instead conversations drawn one after another until ``block_size + 1``
+    tokens are filled (the last one cut there), so T = block_size and no compute goes to padding;
+    a row reads as one long conversation that changes topic, what a chat becomes (the model learns
+    to answer the last question, not the first)."""
     data = data if data is not None else load_conversations()
     missing = unwritable(tokenizer, conversation_text(data["train"] + data["val"]))
     if missing:
@@ -316,7 +362,20 @@ def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", dat
                              "longer): fine-tune a model with a longer context")
     pad = tokenizer.special_ids[END]
 
+    def packed_row(split: str, generator: torch.Generator):
+        xs, ys, n = [], [], 0
+        while n < block_size:
+            if xs:  # between two conversations: the first one's last token (<|end|>) is read, the target
+                xs.append(torch.tensor([pad])), ys.append(torch.tensor([IGNORE_INDEX]))  # (<|user|>) not trained
+            x, y = pairs[split][int(torch.randint(len(pairs[split]), (1,), generator=generator))]
+            xs.append(x), ys.append(y)
+            n = sum(len(t) for t in xs)
+        return torch.cat(xs)[:block_size], torch.cat(ys)[:block_size]
+
     def batch_fn(split: str, generator: torch.Generator):
+        if pack:
+            rows = [packed_row(split, generator) for _ in range(batch_size)]
+            return torch.stack([x for x, _ in rows]).to(device), torch.stack([y for _, y in rows]).to(device)
         rows = torch.randint(len(pairs[split]), (batch_size,), generator=generator).tolist()
         x, y = collate([pairs[split][i] for i in rows], pad)
         return x.to(device), y.to(device)

@@ -53,8 +53,14 @@ from ..model import GPT
 from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
-CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu.pt"
-CHAT_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"  # benchmarks/chat_sft.py, the 1000-step seed-0 run
+# The chat model `chat` loads by default: the first chat model trained further on the conversations of
+# course_lib/tasks/chat.json, 64-token context (records/chat_model_runs.json: its run, commands and scores)
+CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu-2.pt"
+CHAT_MODEL_SHA256 = "af75b25d056a1358d17005be3aac6bc70fdc2ed998bb1e008e4655442a01013e"
+# The first chat model (64-token context, the first conversations: chat_v1.json), kept for the records
+# that measured it and the runs that start from it (chapter 18): benchmarks/chat_sft.py, the 1000-step seed-0 run
+CHAT_V1_MODEL_PATH = CHAT_MODEL_PATH.with_name("chat-char-cpu.pt")
+CHAT_V1_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
 # What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
 # taken for a broken chat (the scores count it as wrong: it holds no answer)
@@ -139,8 +145,8 @@ class ChatEngine:
         unit = "characters" if isinstance(self.tokenizer.base, CharTokenizer) else "tokens"
         return (f"The {self.block_size}-token context holds a message of at most {self.longest_message} {unit}; "
                 "when it is full, the oldest exchanges are dropped (a follow-up with its question), each drop "
-                "said. The model was trained on conversations of one question, or a question and one "
-                "follow-up: start each new topic with a reset.")
+                "said. The model was trained on short conversations of a few exchanges at most: start each "
+                "new topic with a reset.")
 
     # --- one reply ----------------------------------------------------------------------------------
 
@@ -355,9 +361,13 @@ def format_piece(piece: Piece) -> str:
 
 def load_chat_model(checkpoint: str | Path | None = None, device="cpu"):
     """``(model, tokenizer)`` of a chat model: ``checkpoint`` (written by ``chat-sft``), or the one
-    the package ships, checked by its SHA-256."""
+    the package ships, checked by its SHA-256 (so is the first one, ``CHAT_V1_MODEL_PATH``)."""
     path = Path(checkpoint) if checkpoint is not None else CHAT_MODEL_PATH
-    if checkpoint is None:
+    if checkpoint is not None and path.resolve() == CHAT_V1_MODEL_PATH.resolve():
+        if sha256_of(path) != CHAT_V1_MODEL_SHA256:
+            raise ValueError(f"{path} is not the first chat model this course_lib was released with (its SHA-256 "
+                             "differs): reinstall course_lib")
+    elif checkpoint is None:
         if not path.exists() or CHAT_MODEL_SHA256 is None:
             raise FileNotFoundError("no chat model ships with this course_lib yet: fine-tune one with "
                                     "`python -m course_lib chat-sft --out runs/chat`, then chat with "

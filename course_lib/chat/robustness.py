@@ -26,10 +26,9 @@ from pathlib import Path
 
 from ..dates import format_date
 from .engine import ChatEngine
+from .phrasing import ROBUSTNESS_PATH, ROBUSTNESS_SHA256, load_robustness_set  # noqa: F401 (the set's home)
 from .scores import reply_text, summarize
 
-ROBUSTNESS_PATH = Path(__file__).parent.parent / "tasks" / "chat_robustness.json"
-ROBUSTNESS_SHA256 = "34a9e071a47185d4412b6e47b482a1614af45ac9afe86d502a99be9f4baebc24"
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 # Words to spell: some are in the training conversations' spelling list, some are not (the set
 # records which), so the score tells a learnt list from spelling.
@@ -85,19 +84,6 @@ def write_robustness_set(path: str | Path = ROBUSTNESS_PATH) -> str:
     text = "".join(json.dumps(item, sort_keys=True) + "\n" for item in build_robustness_set())
     Path(path).write_text(text, encoding="utf-8")
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def load_robustness_set(path: str | Path = ROBUSTNESS_PATH, sha256: str | None = None) -> list[dict]:
-    """The frozen requests, after checking the file's SHA-256."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"the robustness set {path} is missing from this installation: reinstall course_lib")
-    data = path.read_bytes()
-    digest, expected = hashlib.sha256(data).hexdigest(), sha256 or ROBUSTNESS_SHA256
-    if digest != expected:
-        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was released with: the "
-                         "file is damaged or was edited. Reinstall course_lib")
-    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
 
 
 def is_right(item: dict, reply: str) -> bool:

@@ -29,6 +29,8 @@ def add_chat_sft_parser(sub) -> None:
     # default None, not False: a resume tells "not given" (continue as started) from "given" (must match)
     p.add_argument("--from-scratch", action="store_true", default=None,
                    help="the control: a fresh GPT of the same shape")
+    p.add_argument("--pack", action="store_true", default=None,
+                   help="rows of block_size tokens packed with conversations one after another (no padding)")
     add_run_options(p, "runs/chat")
 
 

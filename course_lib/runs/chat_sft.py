@@ -27,20 +27,26 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
             raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
                              f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
         _check_same_start(path, trained_on, options.get("base_checkpoint"), options.get("from_scratch"))
+        if options.get("pack") is not None and bool(options["pack"]) != bool(trained_on.get("pack")):
+            raise ValueError(f"--pack: {path} was {'' if trained_on.get('pack') else 'not '}trained on packed rows, "
+                             "and a resumed run keeps how it started; leave --pack out to continue it")
         return Plan(resumed_config(path, ckpt, settings, SHAPE_KEPT))
     return Plan(apply_overrides(chat_sft_config(), settings, SHAPE_KEPT))
 
 
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
-    batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device)
+    batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device,
+                             pack=bool(trained_on.get("pack")))
     return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
                    trained_on=trained_on, **options)
 
 
-def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None, from_scratch=None) -> Trainer:
+def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None, from_scratch=None,
+           pack=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
-    fresh GPT of the same shape and vocabulary."""
+    fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
+    conversations (``chat_batch_fn``), no padding."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(), "chat fine-tuning")
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
     seed_everything(plan.train.seed)  # a fresh model's weights (the control): the run's first random numbers
@@ -48,7 +54,7 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     model = (GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch
              else extend_vocabulary(base, n_new))
     trained_on = {"command": "chat-sft", **base_record(path, sha), "from_scratch": bool(from_scratch),
-                  "data_sha256": CHAT_SHA256}
+                  "data_sha256": CHAT_SHA256, **({"pack": True} if pack else {})}
     return _trainer(model, tokenizer, plan, device, trained_on, out_dir=out_dir, progress=progress, verbose=verbose)
 
 
@@ -66,7 +72,7 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 
 
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
-             from_scratch=None) -> Trainer:
+             from_scratch=None, pack=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent, progress=progress,
                     verbose=verbose)
@@ -87,7 +93,7 @@ CHAT_SFT = register_kind(RunKind(
     command="chat-sft", plan=_plan, build=_build, rebuild=_rebuild, describe=_describe, report=_report,
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
-    options=("base_checkpoint", "from_scratch"), default_out=lambda options: "runs/chat"))
+    options=("base_checkpoint", "from_scratch", "pack"), default_out=lambda options: "runs/chat"))
 
 
 def start_chat_sft_run(base_checkpoint: str | Path | None = None, settings: dict | None = None, *,

@@ -1,0 +1,114 @@
+"""The record of every chat model tried for the shipped one (issue 54): per run, how it was trained
+(the commands, its settings, its cost in CPU minutes as measured) and its scores on both sets, each
+with chapter 16's standard error and 95% bootstrap interval: the frozen robustness set
+(``course_lib.chat.robustness``, requests in forms no conversation uses) and the test split's
+conversations (``course_lib.chat.scores``, the in-template scores).
+
+    python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
+        [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
+
+``--checkpoint`` is a chat model (a ``chat-sft`` run's ckpt.pt, or the shipped one with
+``--shipped``). Writes, when asked (``--json FILE``, or ``--update-record`` for
+course_lib/records/chat_model_runs.json), the record with this run added (or replaced, by name) to
+the runs already there; without either it prints the scores only.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from bench_args import add_record_options, count, record_file, threads  # noqa: E402
+from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
+from course_lib.chat.engine import load_chat_model  # noqa: E402
+from course_lib.chat.robustness import ROBUSTNESS_SHA256, load_robustness_set, score_robustness  # noqa: E402
+from course_lib.chat.scores import score_model  # noqa: E402
+
+RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
+
+
+def minutes(text: str) -> float:
+    """An argparse type: a number of minutes, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of minutes, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
+def summary(row: dict) -> dict:
+    return {k: row[k] for k in ("score", "stderr", "interval", "n")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, help="a chat model written by chat-sft")
+    source.add_argument("--shipped", action="store_true", help="the chat model course_lib ships")
+    p.add_argument("--name", required=True, help="the run's name in the record")
+    p.add_argument("--commands", default="", help="the commands that trained it, as one text")
+    p.add_argument("--cpu-minutes", type=minutes, help="CPU time of the training, as measured")
+    p.add_argument("--wall-minutes", type=minutes, help="wall time of the training, as measured")
+    p.add_argument("--role", choices=("shipped", "first"), help="name this run as the model that ships now, or "
+                   "the first chat model, in the record's roles")
+    p.add_argument("--limit", type=count, help="score only the first N items of each set (a quick try)")
+    p.add_argument("--threads", type=threads, default=1)
+    add_record_options(p, RECORD)
+    args = p.parse_args(argv)
+    if args.checkpoint is not None and not args.checkpoint.is_file():
+        p.error(f"--checkpoint {args.checkpoint} is not a file: give a chat-sft run's ckpt.pt")
+    out = record_file(p, args, RECORD, inputs=[args.checkpoint] if args.checkpoint else ())
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    model, tokenizer = load_chat_model(args.checkpoint)
+    model = model.float()
+    ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=False) if args.checkpoint else {}
+    robust = score_robustness(model, tokenizer, load_robustness_set()[:args.limit])
+    test = load_conversations("test")[:args.limit]
+    tasks = sorted({c["task"] for c in test}, key=lambda t: [c["task"] for c in test].index(t))
+    rows = score_model(model, tokenizer, test, tasks=tasks, without_calculator=(), progress=False)
+    in_template = {row.get("key") or row["task"]: summary(row) for row in rows}
+    for name, table in (("robustness", {k: v for k, v in robust.items() if k != "rows"}),
+                        ("in-template (test split)", in_template)):
+        print(name)
+        for key, row in table.items():
+            low, high = row["interval"]
+            print(f"  {key:<25} {row['score']:6.1%} of {row['n']:>3}  (95% interval {low:.1%} to {high:.1%})")
+    config = model.config
+    run = {"name": args.name, "commands": args.commands,
+           "parameters": model.num_parameters(),
+           "model": {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")},
+           "train_config": ckpt.get("train_config"), "trained_on": ckpt.get("trained_on"),
+           "steps": ckpt.get("step"), "final_val_loss": (ckpt.get("history") or {}).get("val_loss", [None])[-1],
+           "cpu_minutes": args.cpu_minutes, "wall_minutes": args.wall_minutes,
+           "robustness": {k: summary(v) for k, v in robust.items() if k != "rows"},
+           "robustness_replies": [{k: r[k] for k in ("request", "reply", "right")} for r in robust["rows"]],
+           "in_template": in_template, "scoring_seconds": round(time.perf_counter() - began, 1),
+           "load_average": os.getloadavg()[0],
+           "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if run["trained_on"]:
+        run["trained_on"] = {k: v for k, v in run["trained_on"].items() if k != "base_checkpoint"}  # no local path
+    old = json.loads(out.path.read_text()) if out.path is not None and out.path.exists() else {}
+    runs = [r for r in old.get("runs", []) if r["name"] != args.name] + [run]
+    roles = {**old.get("roles", {}), **({args.role: args.name} if args.role else {})}
+    record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME --commands ... "
+                         "--cpu-minutes M --wall-minutes M --update-record (one run at a time)",
+              "robustness_sha256": ROBUSTNESS_SHA256, "conversations_sha256": CHAT_SHA256,
+              "torch": torch.__version__, "threads": args.threads, "roles": roles, "runs": runs}
+    out.finish(record, say=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
