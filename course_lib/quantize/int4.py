@@ -16,9 +16,9 @@ and means ``s * q = (c - 8) * s``; an asymmetric one c in [0, 15] with integer z
 below 16 is exact in float32). What is kept is the course's format: the codes two to a byte
 (``codes``, (N, K / 2), the lower 4 bits the even column), float16 scales (N, G) and, asymmetric,
 the zero points (N, G) one to a byte; the kernel's layout is made from them when the module is
-built or loaded (a buffer not saved). Where the kernel cannot run (another device, a shape it
-refuses, float16 activations), the weight is dequantized and multiplied in float32, the same
-numbers to float rounding. The backward pass (a model trained through them: the norms' gains)
+built or loaded (a buffer not saved). Where the kernel cannot run (another device, a group size it
+refuses, float16 activations) or is the slower way (more than ``KERNEL_MAX_ROWS`` rows), the weight
+is dequantized and multiplied in float32, the same numbers to float rounding. The backward pass (a model trained through them: the norms' gains)
 multiplies by the dequantized weight.
 
 Shapes: x (..., K), W (N, K), codes (N, K / 2), scales and zeros (N, G) with G = K / group_size.
@@ -34,6 +34,10 @@ from .rtn import QuantizedTensor, unpack_bits
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # what _weight_int4pack_mm_for_cpu accepts
 ROW_MULTIPLE = 16  # N must be a multiple of 16: other row counts are padded with rows of zeros
 INNER_K_TILES = 2  # the packing's tiling (2, 4 or 8 on a CPU: the results are the same)
+# The kernel is written for few rows (decoding: one token per sequence); on many rows (a prompt, an
+# evaluation batch) dequantizing once and calling float32 GEMM is faster (benchmarks/quantize_int4.py:
+# course_lib/records/quantize_int4.json measures both at 1 to 512 rows).
+KERNEL_MAX_ROWS = 64
 
 
 def kernel_available() -> bool:
@@ -151,7 +155,8 @@ class Int4Linear(nn.Module):
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.zeros) if t is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., K) -> (..., N)
-        if self.packed is None or x.device.type != "cpu" or x.dtype != torch.float32:
+        if (self.packed is None or x.device.type != "cpu" or x.dtype != torch.float32
+                or x.numel() > KERNEL_MAX_ROWS * self.in_features):
             return F.linear(x, self.weight.to(x.dtype), self.bias)  # dequantize, then multiply
         out = _Int4MatMul.apply(x.reshape(-1, self.in_features), self).view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
