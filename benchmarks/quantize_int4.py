@@ -12,7 +12,9 @@ token decoded; larger: a batch or a prompt), the median time of ``x @ W^T`` for:
 - ``int4 nibbles + fp32``: Int4Linear's fallback, the codes two to a byte unpacked, then ``F.linear``;
 - ``int4 packed kernel``: Int4Linear with the kernel (forced, whatever the row count);
 - ``int8 packed kernel``: ``torch.ops.aten._weight_int8pack_mm`` (int8 per row, the build's other
-  weight-only kernel).
+  weight-only kernel);
+- ``int8 x int8 _int_mm``: the activations rounded to int8 per row as well, ``torch._int_mm``'s int32
+  sums, rescaled (dynamic int8 quantization, weights and activations).
 
 Memory: the bytes each variant holds for the weight between calls, and the peak of what one call
 allocates on top (torch's profiler, its memory events in order). Shapes: the shipped model's matrices
@@ -91,6 +93,12 @@ def variants(K: int, N: int, seed: int):
     s8 = q8.scales.float().view(-1)
     held_kernel = lin.packed.numel() * lin.packed.element_size() + lin.scale_and_zero.numel() * 4
 
+    w8t = w8.T.contiguous()  # (K, N)
+
+    def int8_dynamic(x):  # the activations rounded to int8 per row too, int32 sums, rescaled
+        sx = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127
+        return torch._int_mm(torch.round(x / sx).to(torch.int8), w8t) * sx * s8
+
     def kernel(x):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, 32, lin.scale_and_zero)[:, :N]
 
@@ -101,6 +109,7 @@ def variants(K: int, N: int, seed: int):
         "int4 nibbles + fp32": (lin.nbytes(), lambda x: F.linear(x, lin.weight)),
         "int4 packed kernel": (lin.nbytes() + held_kernel, kernel),
         "int8 packed kernel": (w8.numel() + 4 * s8.numel(), lambda x: torch.ops.aten._weight_int8pack_mm(x, w8, s8)),
+        "int8 x int8 _int_mm": (w8.numel() + 4 * s8.numel(), int8_dynamic),
     }, (lambda x: F.linear(x, q4.dequantize())), kernel
 
 
