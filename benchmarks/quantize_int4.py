@@ -16,8 +16,8 @@ token decoded; larger: a batch or a prompt), the median time of ``x @ W^T`` for:
 - ``int8 x int8 _int_mm``: the activations rounded to int8 per row as well, ``torch._int_mm``'s int32
   sums, rescaled (dynamic int8 quantization, weights and activations).
 
-Memory: the bytes each variant holds for the weight between calls, and the peak of what one call
-allocates on top (torch's profiler, its memory events in order). Shapes: the shipped model's matrices
+Memory: the bytes each variant holds for the weight between calls (the unpacking variants also rebuild
+the float32 matrix, 4 N K bytes, at every call). Shapes: the shipped model's matrices
 (course_lib/pretrained.py: C = 128, the MLP's 512, the LM head's 65 outputs) and a larger one.
 
     PYTHONPATH=$PWD python benchmarks/quantize_int4.py --update-record
@@ -63,19 +63,6 @@ def row_counts(text: str) -> list[int]:
     if not rows or min(rows) < 1:
         raise argparse.ArgumentTypeError(f"write row counts as 1,16,256 (each at least 1), got {text!r}")
     return rows
-
-
-def peak_bytes(fn) -> int:
-    """The peak of the bytes ``fn()`` allocates on top of what exists (the profiler's memory events)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.events() if e.name == "[memory]"), key=lambda e: e.time_range.start)
-    now = peak = 0
-    for e in events:
-        now += e.cpu_memory_usage
-        peak = max(peak, now)
-    return peak
 
 
 def variants(K: int, N: int, seed: int):
@@ -129,8 +116,7 @@ def measure(K: int, N: int, M: int, repeats: int, seed: int) -> dict:
             times[name].append(time.perf_counter() - t)
     return {"K": K, "N": N, "M": M, "kernel_max_abs_diff": err,
             "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
-            "held_bytes": {k: held for k, (held, _) in runs.items()},
-            "peak_call_bytes": {k: peak_bytes(lambda: fn(x)) for k, (_, fn) in runs.items()}}
+            "held_bytes": {k: held for k, (held, _) in runs.items()}}
 
 
 def cpu_name() -> str:
