@@ -12,8 +12,8 @@ import torch
 from course_lib import GPT, GPTConfig
 from course_lib.checkpoint import load_model, save_checkpoint
 from course_lib.quantize.apply import quantize_rtn
-from course_lib.quantize.int4 import (KERNEL_GROUP_SIZES, Int4Embedding, Int4Linear, dequantize_int4, kernel_available,
-                                      unpack_nibbles)
+from course_lib.quantize.int4 import (KERNEL_GROUP_SIZES, KERNEL_MAX_ROWS, Int4Embedding, Int4Linear, _Int4MatMul,
+                                      dequantize_int4, kernel_available, unpack_nibbles)
 from course_lib.quantize.models import QATGPT, QuantizedGPT, QuantizedGPTConfig, QATGPTConfig
 from course_lib.quantize.rtn import QuantConfig, quantize
 
@@ -50,9 +50,12 @@ def test_the_packed_kernel_equals_the_dequantized_product(shape, symmetric, grou
     qt = quantize(w, group4(group, symmetric))
     lin = Int4Linear.from_quantized(qt)
     assert lin.packed is not None  # the kernel is used (65 rows: padded to 80)
-    for rows in (1, 7):
-        x = torch.randn(2, rows, shape[1], generator=g)
-        assert close(lin(x), x @ qt.dequantize().T)
+    for rows in (1, 7):  # one row: the layer calls the kernel; more: the kernel called directly
+        x = torch.randn(rows, shape[1], generator=g)
+        out = lin(x) if rows <= KERNEL_MAX_ROWS else _Int4MatMul.apply(x, lin)
+        assert close(out, x @ qt.dequantize().T)
+    x = torch.randn(3, 5, shape[1], generator=g)  # many rows: dequantized, then multiplied
+    assert close(lin(x), x @ qt.dequantize().T)
 
 
 @needs_kernel
@@ -60,7 +63,7 @@ def test_backward_is_the_dequantized_products_and_other_dtypes_dequantize():
     qt = quantize(torch.randn(32, 64), group4())
     lin = Int4Linear.from_quantized(qt)
     x = torch.randn(5, 64, requires_grad=True)
-    lin(x).square().sum().backward()
+    _Int4MatMul.apply(x, lin).square().sum().backward()
     x2 = x.detach().clone().requires_grad_(True)
     (x2 @ qt.dequantize().T).square().sum().backward()
     assert close(x.grad, x2.grad)

@@ -34,11 +34,11 @@ from .rtn import QuantizedTensor, unpack_bits
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # what _weight_int4pack_mm_for_cpu accepts
 ROW_MULTIPLE = 16  # N must be a multiple of 16: other row counts are padded with rows of zeros
 INNER_K_TILES = 2  # the packing's tiling (2, 4 or 8 on a CPU: the results are the same)
-# The kernel is written for few rows (decoding: one token per sequence); on many rows (a prompt, an
-# evaluation batch) dequantizing once and calling float32 GEMM is faster. benchmarks/quantize_int4.py
-# measures both at 1 to 512 rows: in course_lib/records/quantize_int4.json the kernel is the faster at
-# 64 rows and the slower at 512 (measured under load: a setting to re-measure on an idle machine).
-KERNEL_MAX_ROWS = 64
+# The kernel is written for decoding (one row: one token of one sequence). benchmarks/quantize_int4.py
+# measures it against dequantize-then-multiply at 1 to 512 rows: in course_lib/records/quantize_int4.json
+# (2 threads, AVX2, load average 4 to 6) it is the faster at 1 row and the slower from 8 rows on, at every
+# shape; so it is used for one row only.
+KERNEL_MAX_ROWS = 1
 
 
 def kernel_available() -> bool:
