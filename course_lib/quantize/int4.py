@@ -35,9 +35,10 @@ KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # what _weight_int4pack_mm_for_cpu acce
 ROW_MULTIPLE = 16  # N must be a multiple of 16: other row counts are padded with rows of zeros
 INNER_K_TILES = 2  # the packing's tiling (2, 4 or 8 on a CPU: the results are the same)
 # The kernel is written for decoding (one row: one token of one sequence). benchmarks/quantize_int4.py
-# measures it against dequantize-then-multiply at 1 to 512 rows: in course_lib/records/quantize_int4.json
-# (2 threads, AVX2, load average 4 to 6) it is the faster at 1 row and the slower from 8 rows on, at every
-# shape; so it is used for one row only.
+# measures it against dequantize-then-multiply at 1 to 512 rows: in two runs (2 threads, AVX2, load
+# average 4 to 6; course_lib/records/quantize_int4.json is the second) it was the faster at one row and
+# the slower at 64 rows at 2048 x 2048 (the small shapes' times were noise at that load); so it is used
+# for one row only.
 KERNEL_MAX_ROWS = 1
 
 
