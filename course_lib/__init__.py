@@ -25,6 +25,7 @@ from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
 from .seq2seq import Seq2Seq, Seq2SeqConfig
 from . import bigram, lora_gpt, linear_attention  # noqa: E402,F401  every model kind registers on `import course_lib`
+from .quantize import models as _quantized_models  # noqa: E402,F401  gpt-int4 and gpt-qat (chapter 23)
 from .induction import model as _induction_model  # noqa: E402,F401  the attn-only kind (chapter 21)
 from .utils import pick_device, seed_everything
 

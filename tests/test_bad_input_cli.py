@@ -208,6 +208,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("translate with beam 0", ["translate", "--checkpoint", str(tmp / "dates" / "ckpt.pt"), "3 May", "--beam", "0"],
          2, "beam_size must be an integer >= 1"),
         *fine_tune_cases(tmp),
+        *quantize_cases(tmp),
         # issue 31 (../shared/reviews/2026-11-26-reliability.md): bounds, and messages that name the problem
         ("tx_devzero: --text /dev/zero", ["train", "--text", "/dev/zero", "--out", str(tmp / "x1"), *TINY], 2,
          "/dev/zero is not text: it holds [0-9,]+ NUL bytes, the first at offset 0"),
@@ -311,6 +312,36 @@ def review_1128_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
          r"`python -m course_lib chat-sft --out runs/chat`$"),
         ("c17_maxtokneg: chat --max-tokens -1 (C2)", ["chat", "--max-tokens", "-1"], 2,
          "error: --max-tokens must be at least 1, got -1"),
+    ]
+
+
+def quantize_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
+    """Chapter 23's ``quantize`` and ``qat``: settings, inputs and outputs refused before any work."""
+    base = str(tmp / "base" / "ckpt.pt")
+    q = ["quantize", base, "--out", str(tmp / "q.pt")]
+    qat = ["qat", "--checkpoint", base, "--max-iters", "1", "--device", "cpu", "--out", str(tmp / "qat")]
+    return [
+        ("quantize --bits 3", [*q, "--bits", "3"], 2, "--bits 3: quantize writes 4-bit checkpoints"),
+        ("quantize --method awq", [*q, "--method", "awq"], 2, "unknown --method 'awq'; choose one of: rtn, gptq"),
+        ("quantize --group-size 16", [*q, "--group-size", "16"], 2, "--group-size must be one of 32, 64, 128, 256"),
+        ("quantize --group-size 64 of 32 channels", [*q, "--group-size", "64"], 2,
+         "group_size 64 must divide every matrix's row"),
+        ("quantize --calibration 0", [*q, "--method", "gptq", "--calibration", "0"], 2,
+         "--calibration must be at least 1"),
+        ("quantize over its input", ["quantize", base, "--out", base], 2, "--out .*ckpt.pt"),
+        ("quantize over another checkpoint", ["quantize", base, "--out", str(tmp / "done" / "ckpt.pt")], 2,
+         "--out .*ckpt.pt .*checkpoint"),
+        ("quantize to a folder", ["quantize", base, "--out", str(tmp)], 2, "is a folder"),
+        ("quantize a bigram", ["quantize", str(tmp / "bigram.pt"), "--out", str(tmp / "q.pt")], 2,
+         "holds a 'bigram' model: quantize reads a GPT checkpoint"),
+        ("quantize a missing file", ["quantize", str(tmp / "nope.pt"), "--out", str(tmp / "q.pt")], 2, "nope.pt"),
+        ("gptq without a recorded text", [*q, "--method", "gptq"], 2, "does not record a text .*give --text FILE"),
+        ("qat --bits 1", [*qat, "--bits", "1"], 2, "bits must be an integer in \\[2, 8\\], got 1"),
+        ("qat from a bigram", ["qat", "--checkpoint", str(tmp / "bigram.pt"), "--out", str(tmp / "qat")], 2,
+         "holds a 'bigram' model: a quantization-aware training run starts from a GPT"),
+        ("qat without a recorded text", qat, 2, "does not record a text .*give --text FILE, the text to train on"),
+        ("resume a train run with qat", ["qat", "--out", str(tmp / "done"), "--resume"], 2,
+         "made by `train`, not `qat`"),
     ]
 
 

@@ -43,6 +43,7 @@ TINY = {
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
     "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group", "--qat-steps", "1",
                   "--seeds", "0", "--speed-repeats", "1"], "--json"),
+    "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"], "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
@@ -144,6 +145,9 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
     (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
     (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
+    (None, "quantize_int4", ["--rows", "0"], "each at least 1"),
+    (None, "quantize_int4", ["--large", "30,8"], "K must be a multiple of 32"),
+    (None, "quantize_int4", ["--repeats", "0"], MUST_BE_1),
 ]
 
 

@@ -273,7 +273,7 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     """bigram (chapter 2's Trainer), gpt (`train`), gpt-lora (`finetune --lora-rank`) and hybrid (chapter 24); an
     encoder-decoder is sent to `translate` (tests/test_bad_input_cli.py)."""
     from course_lib.bigram import BigramConfig, BigramLanguageModel
-    from course_lib.checkpoint import load_checkpoint, load_tokenizer, save_checkpoint
+    from course_lib.checkpoint import load_checkpoint, load_model, load_tokenizer, save_checkpoint
     from course_lib.tokenizers import CharTokenizer
     from course_lib.finetune import TASK_CHARS, extend_tokenizer
     from course_lib.lora_gpt import LoRAGPT
@@ -291,6 +291,11 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
     paths = {"bigram": save_checkpoint(tmp_path / "bigram.pt", bigram, tokenizer=tok), "gpt": gpt_path,
              "hybrid": save_checkpoint(tmp_path / "hybrid.pt", hybrid, tokenizer=tok),
              "gpt-lora": save_checkpoint(tmp_path / "lora.pt", lora, tokenizer=extend_tokenizer(gpt_tok, TASK_CHARS))}
+    from course_lib.quantize.models import QATGPT  # chapter 23: the 4-bit model (quantize) and a QAT run's
+    gpt = load_model(gpt_path)[0]
+    assert main(["quantize", str(gpt_path), "--out", str(tmp_path / "int4.pt")]) == 0
+    paths |= {"gpt-int4": tmp_path / "int4.pt",
+              "gpt-qat": save_checkpoint(tmp_path / "qat.pt", QATGPT.from_gpt(gpt, 4, 32), tokenizer=gpt_tok)}
     # attn-only (chapter 21) reads ids of a synthetic task and stores no tokenizer: there is no text to sample
     assert set(paths) == set(MODELS) - {"seq2seq", "attn-only"}, "a new decoder kind: add a checkpoint of it here"
     for kind, path in paths.items():

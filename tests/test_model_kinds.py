@@ -60,7 +60,14 @@ def small_lora(tmp_path):
     return MODELS["gpt-lora"].from_base(base, SimpleNamespace(vocab_size=SMALL["vocab_size"] + 2), rank=2)
 
 
-FACTORIES = {"gpt-lora": small_lora}  # kind -> (tmp_path -> a small model of that kind)
+def small_int4(tmp_path):
+    """gpt-int4: PyTorch's 4-bit CPU kernel takes groups of 32 weights at least, more than SMALL's
+    16 channels: the smallest model it multiplies has 32."""
+    config = small_config(GPTConfig).to_dict() | {"n_embd": 32}
+    return MODELS["gpt-int4"](MODELS["gpt-int4"].config_class(**config))
+
+
+FACTORIES = {"gpt-lora": small_lora, "gpt-int4": small_int4}  # kind -> (tmp_path -> a small model of that kind)
 
 
 def build(kind: str, tmp_path):

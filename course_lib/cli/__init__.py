@@ -1,6 +1,6 @@
 """Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval
-/ chat-sft / chat / dpo / grpo`` (chapter 17's two in :mod:`course_lib.cli.chat`, chapter 18's in
-:mod:`course_lib.cli.align`; what they all share, the one body of every training command included,
+/ chat-sft / chat / dpo / grpo / induction / quantize / qat`` (chapter 17's two in :mod:`course_lib.cli.chat`,
+chapter 18's in :mod:`course_lib.cli.align`, chapter 23's in :mod:`course_lib.cli.quantize`; what they all share, the one body of every training command included,
 in :mod:`course_lib.cli.common`).
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
@@ -19,6 +19,8 @@ in :mod:`course_lib.cli.common`).
     python -m course_lib chat-sft --out runs/chat                 # chapter 17: the shipped model into a chat model
     python -m course_lib chat --checkpoint runs/chat/ckpt.pt      # talk to it (--web: in the browser)
     python -m course_lib induction --out runs/induction           # chapter 21: the phase change (--fixed-offset: the control)
+    python -m course_lib quantize runs/cpu/ckpt.pt --bits 4 --method gptq --group-size 32 --out runs/cpu/int4.pt  # ch. 23
+    python -m course_lib qat --checkpoint runs/cpu/ckpt.pt --bits 4 --out runs/qat   # quantization-aware training
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -56,6 +58,7 @@ from ..translate import translate
 from ..utils import check_device
 from .align import add_align_parsers
 from .chat import add_chat_parsers
+from .quantize import add_quantize_parsers
 from .common import (DEVICES, add_run_options, add_sampling_options, check_sampling_options,  # noqa: F401
                      cmd_run)  # cmd_run: the parsers'
 
@@ -124,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser, add_chat_parsers, add_align_parsers, add_induction_parser):
+                add_eval_parser, add_chat_parsers, add_align_parsers, add_induction_parser, add_quantize_parsers):
         add(sub)
     return parser
 

@@ -25,18 +25,8 @@ from ..data import get_batch
 from ..train import TrainConfig, Trainer
 from ..utils import seed_everything
 from .apply import weight_modules
-from .rtn import QuantConfig, fake_quantize
-
-
-class FakeQuantize(nn.Module):
-    """A parametrization: the weight as quantized in the forward pass, the identity backward."""
-
-    def __init__(self, config: QuantConfig):
-        super().__init__()
-        self.config = config
-
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
-        return w + (fake_quantize(w, self.config) - w).detach()
+from .models import FakeQuantize
+from .rtn import QuantConfig
 
 
 def add_fake_quantize(model: nn.Module, config: QuantConfig) -> nn.Module:
