@@ -169,14 +169,15 @@ def test_expert_iteration_trains_only_on_accepted_samples(base, monkeypatch):
     settings = {"batch_size": 4, "learning_rate": 1e-3, "eval_interval": 2, "eval_iters": 1, "warmup_iters": 1}
     before = [p.clone() for p in model.parameters()]
     _, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2, prompts_per_round=4,
-                                  samples=2, steps_per_round=2, settings=settings, reward=lambda p, c: 0.0)
+                                  samples=2, settings=settings, reward=lambda p, c: 0.0)
     assert [h["accepted"] for h in history] == [0, 0] and "loss" not in history[0]  # nothing verified: no step
     trained, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2,
-                                        prompts_per_round=4, samples=4, steps_per_round=2, settings=settings,
-                                        reward=format_reward)
+                                        prompts_per_round=4, samples=4, settings=settings, reward=format_reward,
+                                        epochs=2)
     assert [h["round"] for h in history] == [0, 1] and all(h["prompts"] == 4 for h in history)
     assert all(0 < h["accepted"] <= 16 and 0 < h["solved"] <= 4 and "loss" in h for h in history)
+    assert all(h["steps"] == -(-2 * h["accepted"] // 4) for h in history)  # 2 epochs of batches of 4, rounded up
     assert not all(torch.equal(a, b) for a, b in zip(before, trained.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the copies trained, not model
     with pytest.raises(ValueError, match="at least 1"):
-        expert_iteration(model, tokenizer, task_splits(0), 0, 4, 2, 2, settings)
+        expert_iteration(model, tokenizer, task_splits(0), 0, 4, 2, settings)

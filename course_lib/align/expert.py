@@ -16,6 +16,7 @@ gradient-accumulation steps so that the accumulated gradient is that of the whol
 """
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -55,21 +56,24 @@ def verified_samples(model, tokenizer, items: list[dict], n: int, generator: tor
 
 
 def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_round: int, samples: int,
-                     steps_per_round: int, settings: dict, seed: int = 0, device: str = "cpu",
-                     reward=exact_answer_reward):
-    """``rounds`` rounds of expert iteration from ``model`` (changed in place and returned, with
-    one dict per round: prompts, accepted samples, distinct prompts solved, validation accuracy).
+                     settings: dict, seed: int = 0, device: str = "cpu", reward=exact_answer_reward,
+                     epochs: float = 1.0):
+    """``rounds`` rounds of expert iteration from ``model`` (trained in place and returned, with
+    one dict per round: prompts, accepted samples, distinct prompts solved, SFT steps, the last
+    loss and validation accuracy).
 
     Each round draws ``prompts_per_round`` of ``items["train"]`` (a seeded choice), samples
-    ``samples`` answers to each, and runs ``steps_per_round`` steps of SFT (``settings``: a
-    ``TrainConfig``'s, e.g. the learning rate and batch size) on the accepted ones. A round that
-    accepts nothing trains nothing. ``reward``: the verifier (default the exact sum).
+    ``samples`` answers to each, and runs SFT (``settings``: a ``TrainConfig``'s, e.g. the
+    learning rate and batch size) for ``epochs`` passes over the accepted ones, rounded up to whole
+    steps: a few dozen accepted sums trained on for many steps are learnt by heart, and the model
+    collapses onto them. A round that accepts nothing trains nothing. ``reward``: the verifier
+    (default the exact sum).
     """
     from . import SFTTrainer  # the trainers import this module's neighbours: imported when called
     from ..train import TrainConfig
 
-    if min(rounds, prompts_per_round, samples, steps_per_round) < 1:
-        raise ValueError("rounds, prompts_per_round, samples and steps_per_round must each be at least 1")
+    if min(rounds, prompts_per_round, samples) < 1 or not epochs > 0:
+        raise ValueError("rounds, prompts_per_round and samples must each be at least 1, and epochs positive")
     pick = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
     history = []
@@ -77,14 +81,17 @@ def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_rou
         prompts = pick.sample(items["train"], min(prompts_per_round, len(items["train"])))
         kept = verified_samples(model, tokenizer, prompts, samples, generator, reward)
         entry = {"round": r, "prompts": len(prompts), "accepted": len(kept),
-                 "solved": len({k["prompt"] for k in kept})}
+                 "solved": len({k["prompt"] for k in kept}), "steps": 0}
         if kept:
-            config = TrainConfig(**{**settings, "max_iters": steps_per_round, "seed": seed * 1000 + r})
+            config = TrainConfig(**{**settings, "seed": seed * 1000 + r})
+            steps = math.ceil(epochs * len(kept) / config.batch_size)
+            config = TrainConfig(**{**settings, "seed": seed * 1000 + r, "max_iters": steps,
+                                    "eval_interval": steps, "warmup_iters": min(config.warmup_iters, steps)})
             trainer = SFTTrainer(model.requires_grad_(True), {"train": kept, "val": items["val"]}, config,
                                  device=device, tokenizer=tokenizer, progress=False, verbose=False)
             trainer.train()
             model = trainer.model
-            entry["val_accuracy"] = trainer.history["val_accuracy"][-1]
-            entry["loss"] = trainer.history["loss"][-1]
+            entry.update({"steps": steps, "val_accuracy": trainer.history["val_accuracy"][-1],
+                          "loss": trainer.history["loss"][-1]})
         history.append(entry)
     return model, history
