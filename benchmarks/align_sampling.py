@@ -15,10 +15,11 @@ highest in ``align_compare.json`` among the rates it ran with every seed (GRPO: 
 choice 3e-5; SFT and DPO: their chosen rates, the only ones with three seeds there). **Expert
 iteration** (``course_lib.align.expert``): rounds of sampling ``EI_SAMPLES`` answers to each of
 ``EI_PROMPTS`` training prompts from the current model, keeping the right ones, and SFT on them
-(SFT's batch and rate, not tuned for it) for one epoch over the right ones, rounded up to whole steps:
-per round ``EI_PROMPTS * EI_SAMPLES * 12`` token passes of sampling and SFT's 1,920 a step, rounds
-until the budget is spent. (A first version trained each round for a fixed share of the budget, 17
-steps of 64 on about 70 right sums: it learnt them by heart and collapsed, 0.03 greedy.)
+(SFT's batch and rate, not tuned for it) for one epoch over the right ones, rounded up to whole steps,
+one SFT run (one AdamW state) across the rounds: per round ``EI_PROMPTS * EI_SAMPLES * 12`` token
+passes of sampling and SFT's 1,920 a step, rounds until the budget is spent. (Two first versions
+collapsed, 0.03 and 0.01 greedy: 17 steps a round on about 70 right sums, learnt by heart; then one
+epoch a round with a fresh AdamW each round, whose first step moves every weight by the full rate.)
 
 **Sampling, per final model** (and the start): ``N_SAMPLES`` answers at temperature 1 to each of
 the 200 test sums: per sum the number right (pass@k for every k up to 64 follows, Chen et al.'s
@@ -118,17 +119,20 @@ def run_ei(lr: float, seed: int, budget: int, start: Path, device: str):
     token passes are spent: a round is not begun when what is left would not pay its sampling."""
     model, ckpt = load_model(start, device)
     tokenizer = load_tokenizer(ckpt, start)
-    settings = {"learning_rate": lr, "min_lr": lr / 10, "batch_size": BATCH["sft"], "warmup_iters": 1,
-                "eval_iters": 1, "weight_decay": 0.0, "grad_clip": 1.0}
-    sampling = EI_PROMPTS * EI_SAMPLES * (PROMPT + ANSWER)
-    began, spent, history, items = time.perf_counter(), 0, [], task_splits(seed)
-    while budget - spent >= sampling + step_cost("sft", BATCH["sft"]):
-        model, rounds = expert_iteration(model, tokenizer, items, 1, EI_PROMPTS, EI_SAMPLES, settings,
-                                         seed * 1000 + len(history), device)
-        spent += sampling + rounds[0]["steps"] * step_cost("sft", BATCH["sft"])
-        history.append({**rounds[0], "round": len(history)})
+    sft_step, sampling = step_cost("sft", BATCH["sft"]), EI_PROMPTS * EI_SAMPLES * (PROMPT + ANSWER)
+    horizon = budget // sft_step  # the schedule's horizon: more SFT steps than the budget can buy
+    settings = {"learning_rate": lr, "min_lr": lr / 10, "batch_size": BATCH["sft"], "max_iters": horizon,
+                "warmup_iters": max(1, horizon // 20), "eval_interval": horizon, "eval_iters": 1,
+                "weight_decay": 0.0, "grad_clip": 1.0}
+
+    def spent(history):
+        return sum(sampling + h["steps"] * sft_step for h in history)
+
+    began = time.perf_counter()
+    model, history = expert_iteration(model, tokenizer, task_splits(seed), 10**6, EI_PROMPTS, EI_SAMPLES, settings,
+                                      seed, device, keep_going=lambda h: budget - spent(h) >= sampling + sft_step)
     return model, tokenizer, {"steps": sum(h["steps"] for h in history), "rounds": len(history),
-                              "token_passes": spent, "seconds": round(time.perf_counter() - began, 2),
+                              "token_passes": spent(history), "seconds": round(time.perf_counter() - began, 2),
                               "ei_rounds": history}
 
 

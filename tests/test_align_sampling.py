@@ -166,7 +166,8 @@ def test_verified_samples_keep_only_what_the_verifier_pays(base):
 def test_expert_iteration_trains_only_on_accepted_samples(base, monkeypatch):
     monkeypatch.setattr(align, "EVAL_ITEMS", 4)
     model, tokenizer = base
-    settings = {"batch_size": 4, "learning_rate": 1e-3, "eval_interval": 2, "eval_iters": 1, "warmup_iters": 1}
+    settings = {"batch_size": 4, "learning_rate": 1e-3, "eval_interval": 2, "eval_iters": 1, "warmup_iters": 1,
+                "max_iters": 100}
     before = [p.clone() for p in model.parameters()]
     _, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2, prompts_per_round=4,
                                   samples=2, settings=settings, reward=lambda p, c: 0.0)
@@ -176,6 +177,9 @@ def test_expert_iteration_trains_only_on_accepted_samples(base, monkeypatch):
                                         epochs=2)
     assert [h["round"] for h in history] == [0, 1] and all(h["prompts"] == 4 for h in history)
     assert all(0 < h["accepted"] <= 16 and 0 < h["solved"] <= 4 and "loss" in h for h in history)
+    _, stopped = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), 5, 4, 4, settings,
+                                  reward=format_reward, keep_going=lambda h: len(h) < 2)
+    assert len(stopped) == 2  # keep_going said stop before the third round
     assert all(h["steps"] == -(-2 * h["accepted"] // 4) for h in history)  # 2 epochs of batches of 4, rounded up
     assert not all(torch.equal(a, b) for a, b in zip(before, trained.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the copies trained, not model

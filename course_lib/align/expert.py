@@ -57,41 +57,44 @@ def verified_samples(model, tokenizer, items: list[dict], n: int, generator: tor
 
 def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_round: int, samples: int,
                      settings: dict, seed: int = 0, device: str = "cpu", reward=exact_answer_reward,
-                     epochs: float = 1.0):
-    """``rounds`` rounds of expert iteration from ``model`` (trained in place and returned, with
-    one dict per round: prompts, accepted samples, distinct prompts solved, SFT steps, the last
-    loss and validation accuracy).
+                     epochs: float = 1.0, keep_going=None):
+    """Up to ``rounds`` rounds of expert iteration from ``model`` (trained in place and returned,
+    with one dict per round: prompts, accepted samples, distinct prompts solved, SFT steps, the
+    last loss and validation accuracy).
 
     Each round draws ``prompts_per_round`` of ``items["train"]`` (a seeded choice), samples
-    ``samples`` answers to each, and runs SFT (``settings``: a ``TrainConfig``'s, e.g. the
-    learning rate and batch size) for ``epochs`` passes over the accepted ones, rounded up to whole
-    steps: a few dozen accepted sums trained on for many steps are learnt by heart, and the model
-    collapses onto them. A round that accepts nothing trains nothing. ``reward``: the verifier
-    (default the exact sum).
+    ``samples`` answers to each, and trains on the accepted ones for ``epochs`` passes, rounded up
+    to whole steps: a few dozen sums trained on for many steps are learnt by heart. One SFT run
+    (``settings``: a ``TrainConfig``'s; its ``max_iters`` the horizon of the learning-rate schedule
+    and the most steps in all) continues from round to round with its optimiser state, as one
+    fine-tuning on a growing stream of data: a fresh AdamW each round would take a full-size first
+    step each time. A round that accepts nothing trains nothing. ``reward``: the verifier (default
+    the exact sum). ``keep_going(history)``: asked before each round (e.g. a compute budget).
     """
     from . import SFTTrainer  # the trainers import this module's neighbours: imported when called
     from ..train import TrainConfig
 
     if min(rounds, prompts_per_round, samples) < 1 or not epochs > 0:
         raise ValueError("rounds, prompts_per_round and samples must each be at least 1, and epochs positive")
+    config = TrainConfig(**{**settings, "seed": seed})
     pick = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
-    history = []
+    history, trainer = [], None
     for r in range(rounds):
+        if (keep_going is not None and not keep_going(history)) or (trainer and trainer.step >= config.max_iters):
+            break
         prompts = pick.sample(items["train"], min(prompts_per_round, len(items["train"])))
         kept = verified_samples(model, tokenizer, prompts, samples, generator, reward)
         entry = {"round": r, "prompts": len(prompts), "accepted": len(kept),
                  "solved": len({k["prompt"] for k in kept}), "steps": 0}
         if kept:
-            config = TrainConfig(**{**settings, "seed": seed * 1000 + r})
-            steps = math.ceil(epochs * len(kept) / config.batch_size)
-            config = TrainConfig(**{**settings, "seed": seed * 1000 + r, "max_iters": steps,
-                                    "eval_interval": steps, "warmup_iters": min(config.warmup_iters, steps)})
-            trainer = SFTTrainer(model.requires_grad_(True), {"train": kept, "val": items["val"]}, config,
-                                 device=device, tokenizer=tokenizer, progress=False, verbose=False)
-            trainer.train()
+            if trainer is None:
+                trainer = SFTTrainer(model.requires_grad_(True), {"train": kept, "val": items["val"]}, config,
+                                     device=device, tokenizer=tokenizer, progress=False, verbose=False)
+            trainer.items["train"] = kept
+            before = trainer.step
+            trainer.train(until=before + math.ceil(epochs * len(kept) / config.batch_size))
             model = trainer.model
-            entry.update({"steps": steps, "val_accuracy": trainer.history["val_accuracy"][-1],
-                          "loss": trainer.history["loss"][-1]})
+            entry.update({"steps": trainer.step - before, "loss": trainer.history["loss"][-1]})
         history.append(entry)
     return model, history
