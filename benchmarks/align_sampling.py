@@ -2,7 +2,10 @@
 expert iteration as a fourth method, and the budget at which each method pays.
 
     python benchmarks/align_sampling.py --update-record                 # 1x: chapter 18's budget
-    python benchmarks/align_sampling.py --budgets 8 --record course_lib/records/align_budget.json
+    python benchmarks/align_sampling.py --budgets 4 --record course_lib/records/align_budget.json
+
+(The shipped records were made by these commands split into processes run side by side, by seed or
+method, each with its own ``--record``, their runs then put together: the records' ``commands``.)
     python benchmarks/align_sampling.py --tiny --out-dir /tmp/s --record /tmp/s/record.json   # a smoke test
 
 Every run starts from chapter 18's start (``benchmarks/align_compare.py``'s ``start-300.pt``, made the
