@@ -17,8 +17,9 @@ longest (a prompt of 6 tokens, an answer of at most 6), so a step's cost is fixe
 - SFT, a batch of B sums: ``3 * B * 10`` (rows "a+b=" + sum + END, shifted by one);
 - DPO, B pairs: ``(3 + 1) * 2B * 12`` (policy trained, reference scored), plus sampling its pairs
   once at the start, ``pair_prompts * G * 12``;
-- GRPO, B prompts of G answers: ``B * G * (12 + 3 * 12)`` (sampling, then training; no
-  reference scored at beta = 0).
+- GRPO, B prompts of G answers: ``B * G * (12 + 3 * 12)`` (sampling, then training). The
+  reference is scored at every step too, only to log the KL (beta = 0: it does not steer the
+  training), and so is the policy's entropy: neither is charged.
 
 The budget is ``--budget`` GRPO steps' worth; each method runs as many steps as it buys. Wall
 seconds are recorded too (they differ: small batches use the CPU less well).
@@ -130,9 +131,8 @@ def kl_to_start(model, start_model, tokenizer, items, seed: int = 0) -> float:
     return masked_mean(kl_k3(logps, ref_logps), mask.to(logps.dtype)).item()
 
 
-def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str,
-            batch: int) -> dict:
-    """One run from ``start``, scored on the validation and test sums."""
+def train_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str, batch: int):
+    """One run from ``start``: its trainer (trained), its steps and its seconds."""
     steps = steps_for(method, budget, batch)
     settings = {"max_iters": steps, "learning_rate": lr, "min_lr": lr / 10, "seed": seed, "batch_size": batch,
                 "warmup_iters": max(1, steps // 20), "eval_interval": max(1, steps // 5), "eval_iters": 1,
@@ -151,7 +151,13 @@ def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: 
                                  progress=False)
     trainer.verbose = False
     trainer.train()
-    seconds = time.perf_counter() - began
+    return trainer, steps, time.perf_counter() - began
+
+
+def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str,
+            batch: int) -> dict:
+    """One run from ``start``, scored on the validation and test sums."""
+    trainer, steps, seconds = train_one(method, reward, lr, seed, budget, start, device, batch)
     h = trainer.history
     out = {"method": method, "reward": reward, "learning_rate": lr, "seed": seed, "steps": steps, "batch": batch,
            "token_passes": setup_cost(method) + steps * step_cost(method, batch), "seconds": round(seconds, 2),

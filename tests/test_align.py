@@ -3,6 +3,7 @@ and GRPO's sampling generator are in the checkpoint), keeps its reward and KL in
 the progress bar, refuses bad bases and settings by name, and stops on Ctrl-C between two steps."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -115,9 +116,12 @@ def test_grpo_keeps_reward_and_kl_per_step_and_shows_them(base, tmp_path):
                          out_dir=tmp_path, progress=False)
     run.verbose = False
     run.train()
-    assert len(run.history["reward"]) == len(run.history["kl"]) == 4
+    assert len(run.history["reward"]) == len(run.history["kl"]) == len(run.history["entropy"]) == 4
     assert all(0 <= r <= 1 for r in run.history["reward"]) and run.history["kl"][-1] > 0  # it moved off the base
-    assert {"reward", "kl"} <= set(run.postfix())
+    # a random GPT over 14 characters: each next-token distribution is near uniform, entropy near log 14
+    assert all(0 < e <= math.log(14) + 1e-6 for e in run.history["entropy"])
+    assert run.history["entropy"][0] > 0.8 * math.log(14)
+    assert {"reward", "kl", "entropy"} <= set(run.postfix())
     assert run.history["eval_step"] == [0, 2, 4] and len(run.history["val_accuracy"]) == 3
     assert all(p.grad is None for p in run.reference.parameters())
 

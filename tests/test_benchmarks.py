@@ -22,6 +22,7 @@ SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__m
 TINY = {
     "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"], "--json"),
     "align_compare": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
+    "align_sampling": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
     "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
     "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
@@ -132,6 +133,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (103, "finetune_dates", ["--seeds", "-1"], "must be at least 0, got -1"),
     (104, "align_compare", ["--budget", "0", "--tiny"], MUST_BE_1),
     (105, "align_compare", ["--seeds", "1", "--tiny"], "--tiny sets the budget and the seeds: leave out --seeds"),
+    (None, "align_sampling", ["--budgets", "0"], MUST_BE_1),
     (None, "finetune_dates", ["--out", "x.json", "--update-record"], "name two files: give one"),
     (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),

@@ -30,7 +30,8 @@ import torch
 from .._signals import pause_point
 from ..config import apply_overrides
 from .grpo import GRPOConfig, grpo_loss, kl_k3, masked_mean
-from .dpo import DPOConfig, completion_logprobs, dpo_batch_loss, pack_completions, pack_pairs
+from .dpo import DPOConfig, completion_logprobs, dpo_batch_loss, model_logits, pack_completions, pack_pairs
+from .sampling import per_token_entropy
 from .rewards import (END, arithmetic_items, flatten, get_reward, greedy_reward, sample_groups,
                       score_groups)
 from ..speed import autocast
@@ -126,8 +127,10 @@ class DPOTrainer(_AlignTrainer):
 class GRPOTrainer(_AlignTrainer):
     """Trains a GPT with GRPO: each step samples ``batch_size`` prompts' groups of G answers from
     the current policy (with the run's batch generator), rewards them with ``reward`` and takes
-    one step (the ratio to the sampling policy is 1 at that step: TRL's default, num_iterations=1)."""
-    METRICS = ("reward", "kl")
+    one step (the ratio to the sampling policy is 1 at that step: TRL's default, num_iterations=1).
+    Each step also logs the policy's mean per-token entropy on the sampled answers (nats, at the
+    sampling temperature): RL that sharpens the policy shows it falling."""
+    METRICS = ("reward", "kl", "entropy")
 
     def __init__(self, model, reference, grpo: GRPOConfig, items: dict, reward: str, config: TrainConfig, **options):
         self.reward_name, self.reward = reward, get_reward(reward)
@@ -158,8 +161,19 @@ class GRPOTrainer(_AlignTrainer):
             self.scaler.scale(loss / len(batches)).backward()
             total += loss.item() / len(batches)
             kl = masked_mean(kl_k3(logps.detach(), ref_logps), mask.to(logps.dtype)).item()
-            self.last = {"reward": rewards.mean().item(), "kl": kl}
+            self.last = {"reward": rewards.mean().item(), "kl": kl, "entropy": self.entropy(prompts, completions)}
         return total
+
+    @torch.no_grad()
+    def entropy(self, prompts, completions) -> float:
+        """Mean entropy of the policy's next-token distribution over the answers' tokens: a pass
+        in eval mode (no dropout, so no random number is drawn and training is unchanged)."""
+        was_training = self.model.training
+        self.model.eval()
+        input_ids, completion_mask = pack_completions(prompts, completions, self.pad_id, self.device)
+        logits = model_logits(self.model, input_ids)[:, :-1] / self.method.temperature  # (N, T-1, V)
+        self.model.train(was_training)
+        return masked_mean(per_token_entropy(logits), completion_mask[:, 1:].float()).item()
 
 
 class SFTTrainer(_AlignTrainer):

@@ -113,7 +113,9 @@ def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over the answer tokens (``mask`` 1); a per-answer (B, 1) ``x`` is averaged
-    over answers."""
+    over answers. With no answer token at all (``mask`` all 0) it returns 0, not NaN: the sum, 0,
+    is divided by 1 (some libraries return NaN there, 0 / 0; a logged 0 never poisons a running
+    mean, but it can hide an empty batch: check ``mask.sum()`` when that matters)."""
     if x.size(1) == 1:
         return x.mean()
     return (x * mask).sum() / mask.sum().clamp(min=1)
