@@ -192,6 +192,10 @@ def table(box: Path) -> list:
          "invalid choice"),
         ("grpo: --resume a train run", "cli", ["grpo", "--out", str(box / "gpt"), "--resume", "--device", "cpu"],
          "made by `train`"),
+        # quantize and qat (chapter 23; their full rows are in test_bad_input_cli.quantize_cases)
+        ("quantize: --bits 3", "cli", ["quantize", gpt, "--bits", "3", "--out", new], "quantize writes 4-bit"),
+        ("qat: unknown setting", "cli", ["qat", "--checkpoint", gpt, "--set", "betta=1", "--out", new],
+         "unknown setting"),
         # chat-sft
         ("chat-sft: missing base", "cli", ["chat-sft", "--checkpoint", str(box / "nope.pt"), "--out", new, *CS],
          "no checkpoint at"),
