@@ -21,7 +21,7 @@ from ..model import GPT, GPTConfig
 from ..align.dpo import DPOConfig
 from ..align.rewards import arithmetic_items, get_reward, greedy_reward, preference_pairs, sample_groups
 from ..checkpoint import save_checkpoint
-from ..tokenizers import CharTokenizer
+from ..tokenizers import CharTokenizer, describe_chars, unwritable
 from ..train import TrainConfig, Trainer
 from ..utils import seed_everything
 from .kind import (SHAPE_KEPT, Plan, RunKind, base_record, load_base_gpt, register_kind, resume, resumed_config,
@@ -51,12 +51,11 @@ def load_arithmetic_base(base_checkpoint, device: str, max_answer: int = PAIR_TO
     """The base GPT (frozen: it is the reference), its checkpoint's tokenizer, path and SHA-256;
     refused unless its tokenizer can write the task's answers within its context."""
     base, tokenizer, path, sha = load_base_gpt(base_checkpoint, "DPO or GRPO", device)
-    try:
-        assert tokenizer is not None and tokenizer.decode(tokenizer.encode(ARITHMETIC_CHARS)) == ARITHMETIC_CHARS
-    except (AssertionError, ValueError, KeyError):
+    missing = ARITHMETIC_CHARS if tokenizer is None else unwritable(tokenizer, ARITHMETIC_CHARS)
+    if missing:
         raise ValueError(f"{base_checkpoint}'s tokenizer cannot write the arithmetic task's characters "
-                         f"{ARITHMETIC_CHARS!r}: start from a model trained on text with digits, '+' and '=' "
-                         "(e.g. fine-tuned on the task)") from None
+                         f"{ARITHMETIC_CHARS!r} (it lacks {describe_chars(missing)}): start from a model trained on "
+                         "text with digits, '+' and '=' (e.g. fine-tuned on the task)")
     longest = len(tokenizer.encode("99+99=")) + max(PAIR_TOKENS, max_answer)
     if longest > base.config.block_size:
         raise ValueError(f"{base_checkpoint} has block_size {base.config.block_size}, shorter than a prompt and its "
