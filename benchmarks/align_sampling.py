@@ -155,6 +155,9 @@ def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str
         for key in ("reward", "kl", "entropy", "rewards/accuracies", "rewards/margins"):
             if key in h:
                 out.setdefault("curves", {})[key] = [round(x, 4) for x in h[key]]
+        out["batch"] = BATCH[method]
+        if method == "dpo":  # the pairs sampled once, then re-read: steps * batch / pairs passes over them
+            out["pairs"] = len(trainer.trained_on["pairs"]["train"])
     out.update({"method": method, "learning_rate": lr, "seed": seed})
     out["test"] = evaluate(model, tokenizer, seed)
     return out

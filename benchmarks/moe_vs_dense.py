@@ -54,6 +54,7 @@ loss, mean and standard deviation over seeds 0-3, as the records hold them:
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -62,7 +63,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from bench_args import count, record_file, seed_list, threads
+from bench_args import code_commit, count, record_file, seed_list, threads
 
 from course_lib import GPT, Trainer
 from course_lib.data import get_batch, load_text, train_val_split
@@ -171,7 +172,10 @@ def main(argv=None) -> None:
             run = dict(variant=name, seed=seed, val_loss=round(loss, 4), train_s=round(train_s, 1),
                        tokens_per_s=round(tokens / train_s, 1), parameters=model.num_parameters(),
                        flops_per_token=model.flops_per_token(), loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
-                       load_steps=load_steps, loads=loads)
+                       load_steps=load_steps, loads=loads,
+                       # per run, since a record merges runs made on different days (--merge)
+                       made_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       commit=code_commit())
             runs.append(run)
             print(f"{name:20s} seed {seed}: val {loss:.4f}  {train_s:6.1f} s  {run['tokens_per_s']:8.0f} tok/s  "
                   f"{run['parameters']:,} params  load avg {load1:.1f}", flush=True)
