@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_ruff_finds_nothing():
     ruff = shutil.which("ruff") or pytest.fail("ruff is missing: pip install -r requirements.txt")
-    found = subprocess.run([ruff, "check", "--no-cache", "course_lib", "tests", "benchmarks"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    found = subprocess.run([ruff, "check", "--no-cache", "course_lib", "tests", "benchmarks"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stdout[-3000:] + found.stderr[-1000:]
 
 
@@ -23,6 +23,8 @@ def test_ruff_would_see_an_unused_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n")
     ruff = shutil.which("ruff") or pytest.fail("ruff is missing")
-    found = subprocess.run([ruff, "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
+    found = subprocess.run([ruff, "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"),
+                            str(bad)],
                            capture_output=True, text=True, timeout=60)
-    assert found.returncode == 1 and "F401" in found.stdout, found.stdout + found.stderr + sys.version
+    assert (found.returncode == 1
+            and "F401" in found.stdout), found.stdout + found.stderr + sys.version
