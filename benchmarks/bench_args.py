@@ -26,8 +26,7 @@ RECORDS = ROOT / "course_lib" / "records"
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer (course_lib.utils.MAX_SEED)
 
 
-# --- argument types: argparse turns an ArgumentTypeError into "error: argument --X: <message>"
-# -----
+# --- argument types: argparse turns an ArgumentTypeError into "error: argument --X: <message>" ---
 
 
 def at_least(low: int):

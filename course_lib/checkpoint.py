@@ -229,15 +229,15 @@ def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
         if hasattr(cls, "check_fits"):
             cls.check_fits(config)
         return cls(config)
-    # a model that loads more files (a LoRA model's base) says what is wrong itself
     except CheckpointError:
+        # a model that loads more files (a LoRA model's base) says what is wrong itself
         raise
     except TooLargeError as e:  # checked before allocating (see utils.check_fits_in_memory)
         raise CheckpointError(f"{path} holds a {kind} model too large for this machine: {e}, or a "
                               "damaged config; load it on a larger machine, or use another "
                               "checkpoint") from None
-    # the allocator's own refusal, when the machine has less free
     except (MemoryError, RuntimeError) as e:
+        # the allocator's own refusal, when the machine has less free
         if not isinstance(e, MemoryError) and "allocate" not in str(e):
             raise
         raise CheckpointError(f"{path} holds a {kind} model too large for the free memory of this "

@@ -25,9 +25,8 @@ HELDOUT = TEXT[500_000:600_000]
 UNICODE = "naïve café, déjà vu — ‘quoted’ and “double” © Ærøskøbing; 日本語 is 3 bytes each. " * 3
 
 # (context, continuation) whose join a token of the BPE below spans, each for a reason named
-# the whole text has as many tokens as the context: lm-eval stops
 SPANNING = [("Of th", "e king"),       # " the" is one token: the context's " th" is its tail
-            ("Of th", "e"),
+            ("Of th", "e"),  # the whole text has as many tokens as the context: lm-eval stops
             ("wh", "at"),              # the same, at the very start
             ("my lo", "rd, I come"),
             ("CORIOLAN", "US:\nGo"),   # "CORIOLANUS" is one token

@@ -28,16 +28,16 @@ def test_previous_token_score_correct(right, capsys):
     assert_leaves_rng_alone(ch21.check_previous_token_score, right)
 
 
-# above the diagonal
-# mean over heads
 @pytest.mark.parametrize("wrong, phrase", [
     # the current token
     (lambda p: p.diagonal(0, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),
     (lambda p: p.diagonal(-2, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),  # two back
+    # above the diagonal
     (lambda p: p.diagonal(1, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),
     # ARENA's mean over the diagonal
     (lambda p: p.diagonal(-1, -2, -1).mean((0, -1)), "T - 1 entries"),
     (lambda p: p.diagonal(-1, -2, -1).sum(-1).mean(0), "values differ"),  # not divided by T
+    # mean over heads
     (lambda p: p.diagonal(-1, -2, -1).sum(-1).mean(1) / p.shape[-1], "expected shape"),
 ])
 def test_previous_token_score_wrong(wrong, phrase):

@@ -126,8 +126,7 @@ RIGHT = {
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);
 # chapter 15's check_lora_forward and check_lora_init were the last, now refused with a dtype hint.
-# none left; a case that crashes goes here, strict, until it is fixed
-KNOWN_TRACEBACKS: set[str] = set()
+KNOWN_TRACEBACKS: set[str] = set()  # none left; a case that crashes goes here, strict, until fixed
 
 
 def _resolve(entry):

@@ -137,8 +137,8 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
                 positions[b, :len(pos)] = torch.tensor(pos)
             logits, _ = model(ids.to(device), attention_mask=mask.to(device),
                               position_ids=positions.to(device))
-        # right padding: a causal model's real positions never see it (lm-eval passes no mask)
         else:
+            # right padding: a causal model's real positions never see it (lm-eval passes no mask)
             logits, _ = model(ids.to(device))
         logprobs = F.log_softmax(_at_least_float32(logits), dim=-1).cpu()  # (B, T, V)
         for b, r in enumerate(batch):

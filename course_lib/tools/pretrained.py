@@ -71,10 +71,9 @@ def run(args) -> int:
     with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], env=env) as child:
         try:
             returncode = child.wait()
-        # the child got the same Ctrl-C: wait for it to stop, then one line
         except KeyboardInterrupt:
-            # a second Ctrl-C: still one line
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            # the child got the same Ctrl-C: wait for it to stop, then one line
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: one line
             try:
                 child.wait(timeout=60)
             except subprocess.TimeoutExpired:
