@@ -186,13 +186,13 @@ def no_temperature(logits, temperature, top_k, top_p):
     return F.softmax(_filters(logits, top_k, top_p), dim=-1)
 
 
-# top_p=None not handled
 @pytest.mark.parametrize("wrong, message", [
     (temperature_last, "after the filters"),
     (top_p_first, "top-p before top-k"),
     (no_filters, "nothing was filtered"),
     (returns_logits, "not probability distributions"),
     (no_temperature, "values differ"),  # the case with only a temperature
+    # top_p=None not handled
     (lambda logits, t, k, p: library_top_p(logits / t, p), "raised TypeError"),
     (lambda logits, t, k, p: None, "returned None"),
 ])

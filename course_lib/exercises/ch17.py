@@ -155,9 +155,9 @@ def _calls_to_eval(fn) -> str | None:
         if isinstance(node, ast.Constant) and node.value in ("eval", "exec"):
             return f"calls {node.value}()"
     for node in ast.walk(tree):  # then any way to it through the builtins module
-        # __import__("builtins")
         if ((isinstance(node, ast.Name) and node.id in through)
                 or (isinstance(node, ast.Attribute) and node.attr in through)
+                # __import__("builtins")
                 or (isinstance(node, ast.Constant) and node.value in through)
                 or (isinstance(node, ast.Import) and any(a.name == "builtins" for a in node.names))
                 or (isinstance(node, ast.ImportFrom) and node.module == "builtins")):
