@@ -65,8 +65,8 @@ from course_lib.evaluation import bootstrap_interval  # noqa: E402
 from course_lib.align.grpo import kl_k3, masked_mean  # noqa: E402
 from course_lib.align.dpo import completion_logprobs  # noqa: E402
 from course_lib.align.rewards import (END, arithmetic_items, exact_answer_reward,  # noqa: E402
-                                      format_reward,
-                                greedy_answers, sample_groups, units_digit_reward)
+                                      format_reward, greedy_answers, sample_groups,
+                                      units_digit_reward)
 from course_lib.runs import start_dpo_run, start_grpo_run  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402
 
@@ -87,12 +87,12 @@ def step_cost(method: str, batch: int, group: int = GROUP) -> int:
             "grpo": batch * group * (row + 3 * row)}[method]
 
 
-def setup_cost(method: str) -> int:
-    return PAIR_PROMPTS * PAIR_GROUP * (PROMPT + ANSWER) if method == "dpo" else 0
+def setup_cost(method: str, pair_prompts: int = PAIR_PROMPTS) -> int:
+    return pair_prompts * PAIR_GROUP * (PROMPT + ANSWER) if method == "dpo" else 0
 
 
-def steps_for(method: str, budget: int, batch: int) -> int:
-    return max(1, (budget - setup_cost(method)) // step_cost(method, batch))
+def steps_for(method: str, budget: int, batch: int, pair_prompts: int = PAIR_PROMPTS) -> int:
+    return max(1, (budget - setup_cost(method, pair_prompts)) // step_cost(method, batch))
 
 
 def make_start(out_dir: Path, device: str, start_steps: int) -> Path:
@@ -136,9 +136,10 @@ def kl_to_start(model, start_model, tokenizer, items, seed: int = 0) -> float:
 
 
 def train_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str,
-              batch: int):
-    """One run from ``start``: its trainer (trained), its steps and its seconds."""
-    steps = steps_for(method, budget, batch)
+              batch: int, pair_prompts: int = PAIR_PROMPTS):
+    """One run from ``start``: its trainer (trained), its steps and its seconds. ``pair_prompts``:
+    DPO's training prompts whose sampled answers make its pairs (charged before its first step)."""
+    steps = steps_for(method, budget, batch, pair_prompts)
     settings = {"max_iters": steps, "learning_rate": lr, "min_lr": lr / 10, "seed": seed,
                 "batch_size": batch, "warmup_iters": max(1, steps // 20),
                 "eval_interval": max(1, steps // 5), "eval_iters": 1, "weight_decay": 0.0,
@@ -152,7 +153,7 @@ def train_one(method: str, reward: str, lr: float, seed: int, budget: int, start
     elif method == "dpo":
         trainer = start_dpo_run(
             start,
-            {**settings, "pair_prompts": PAIR_PROMPTS, "pair_group_size": PAIR_GROUP},
+            {**settings, "pair_prompts": pair_prompts, "pair_group_size": PAIR_GROUP},
             reward=reward,
             device=device,
             progress=False,

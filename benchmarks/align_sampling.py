@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from align_compare import (ANSWER, BATCH, PROMPT, make_start, setup_cost, step_cost,  # noqa: E402
-                           train_one)
+from align_compare import (ANSWER, BATCH, PAIR_PROMPTS, PROMPT, make_start,  # noqa: E402
+                           setup_cost, step_cost, train_one)
 from bench_args import (RECORDS, add_record_options, at_least, count, device,  # noqa: E402
                         record_file, seed_number)
 from course_lib import align  # noqa: E402
@@ -156,16 +156,18 @@ def run_ei(lr: float, seed: int, budget: int, start: Path, device: str):
                               "ei_rounds": history}
 
 
-def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str) -> dict:
+def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str,
+        pair_prompts: int = PAIR_PROMPTS) -> dict:
     if method == "ei":
         model, tokenizer, out = run_ei(lr, seed, budget, start, device)
     else:
         trainer, steps, seconds = train_one(method, "exact", lr, seed, budget, start, device,
-                                            BATCH[method])
+                                            BATCH[method], pair_prompts)
         model, tokenizer, h = trainer.model, trainer.tokenizer, trainer.history
         out = {
             "steps": steps,
-            "token_passes": setup_cost(method) + steps * step_cost(method, BATCH[method]),
+            "token_passes": setup_cost(method, pair_prompts)
+            + steps * step_cost(method, BATCH[method]),
             "seconds": round(seconds, 2),
             "val_accuracy": h["val_accuracy"],
             "eval_step": h["eval_step"],
@@ -177,6 +179,11 @@ def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str
         for key in ("reward", "kl", "entropy", "rewards/accuracies", "rewards/margins"):
             if key in h:
                 out.setdefault("curves", {})[key] = [round(x, 4) for x in h[key]]
+        out["batch"] = BATCH[method]
+        # the pairs sampled once, then re-read: steps * batch / pairs passes over them
+        if method == "dpo":
+            out["pairs"] = len(trainer.trained_on["pairs"]["train"])
+            out["pair_prompts"] = pair_prompts
     out.update({"method": method, "learning_rate": lr, "seed": seed})
     out["test"] = evaluate(model, tokenizer, seed)
     return out
@@ -192,6 +199,14 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=at_least(1), default=1)
     p.add_argument("--out-dir", default="runs/align_compare",
                    help="where the start is (made if missing)")
+    p.add_argument("--dpo-pairs", choices=("fixed", "scaled"), default="fixed",
+                   help="DPO's pairs: sampled from 512 prompts at every budget (fixed, the "
+                        "default), or from 512 times the budget's multiple (scaled: a larger "
+                        "budget buys more preference data, not more passes over the same pairs); "
+                        "runs named ...-pairs-scaled")
+    p.add_argument("--dpo-rates", type=float, nargs="+", default=None,
+                   help="DPO at each of these rates (runs named ...-lrR) instead of its chosen "
+                        "rate: to choose the rate on validation over seeds")
     add_record_options(p, RECORD, "--record")
     p.add_argument("--tiny", action="store_true", help="a smoke test: a tiny budget and one seed")
     args = p.parse_args(argv)
@@ -241,19 +256,26 @@ def main(argv=None) -> int:
     for multiple in args.budgets:
         for seed in args.seeds:
             for method in args.methods:
-                name = f"{method}-x{multiple}-s{seed}"
-                if name in record["runs"]:
-                    continue
-                r = run(method, rates[method], seed, multiple * unit, start, args.device)
-                r["budget"] = multiple
-                record["runs"][name] = r
-                save()
-                t = r["test"]
-                print(f"{name}: {r['steps']} steps, {r['seconds']:.0f} s, greedy "
-                      f"{statistics.mean(t['greedy']):.3f}, pass@1 "
-                      f"{sum(t['right']) / (N_SAMPLES * len(t['right'])):.3f}, pass@{N_SAMPLES} "
-                      f"{statistics.mean(c > 0 for c in t['right']):.3f}, entropy "
-                      f"{t['entropy']:.3f}", flush=True)
+                for lr in (args.dpo_rates if method == "dpo" and args.dpo_rates
+                           else [rates[method]]):
+                    name = f"{method}-x{multiple}-s{seed}"
+                    pair_prompts = PAIR_PROMPTS
+                    if method == "dpo" and args.dpo_rates:
+                        name += f"-lr{lr:g}"
+                    if method == "dpo" and args.dpo_pairs == "scaled":
+                        name, pair_prompts = name + "-pairs-scaled", PAIR_PROMPTS * multiple
+                    if name in record["runs"]:
+                        continue
+                    r = run(method, lr, seed, multiple * unit, start, args.device, pair_prompts)
+                    r["budget"] = multiple
+                    record["runs"][name] = r
+                    save()
+                    t = r["test"]
+                    print(f"{name}: {r['steps']} steps, {r['seconds']:.0f} s, "
+                          f"greedy {statistics.mean(t['greedy']):.3f}, "
+                          f"pass@1 {sum(t['right']) / (N_SAMPLES * len(t['right'])):.3f}, "
+                          f"pass@{N_SAMPLES} {statistics.mean(c > 0 for c in t['right']):.3f}, "
+                          f"entropy {t['entropy']:.3f}", flush=True)
     save()
     return 0
 

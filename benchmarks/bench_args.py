@@ -17,8 +17,10 @@ load them with tests/benchmark_loader.py, which adds it).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,3 +153,19 @@ class RecordFile:
     def _write(self, record: dict) -> None:
         from course_lib.utils import write_text_atomic
         write_text_atomic(self.path, json.dumps(record, indent=1) + "\n", option=self.option)
+
+
+@functools.cache
+def code_commit() -> str | None:
+    """The git commit the benchmark ran from, with "+changes" when its code (course_lib, benchmarks;
+    the records it writes aside) differs from that commit; None outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib",
+                      "benchmarks", ":!course_lib/records")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changed else "")

@@ -8,11 +8,9 @@ Not a script: the two benchmarks import it (``sys.path`` holds ``benchmarks/`` o
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +19,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_args, when a test loads this file
 
-from bench_args import RecordFile, add_record_options, count, record_file  # noqa: E402  (no torch)
+# no torch
+from bench_args import RecordFile, add_record_options, code_commit, count, record_file  # noqa: E402
 # no torch
 from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
 
@@ -74,22 +73,6 @@ def validation_batches(val_data, block_size: int, batch_size: int, count: int) -
     return [get_batch(val_data, block_size, batch_size, generator) for _ in range(count)]
 
 
-@functools.cache
-def _commit() -> str | None:
-    """The git commit the benchmark ran from, with "+changes" when its code (course_lib, benchmarks;
-    the records it writes aside) differs from that commit; None outside a git checkout."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    try:
-        head = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib",
-                      "benchmarks", ":!course_lib/records")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+changes" if changed else "")
-
-
 def write_record(args, script: str, argv, fields: dict, final: bool = True) -> None:
     """``fields`` with the command that made them, the environment, the machine and the load
     average, as JSON to ``args.json`` (nothing when it is not given). ``final=False``: a run's
@@ -98,7 +81,7 @@ def write_record(args, script: str, argv, fields: dict, final: bool = True) -> N
         return
     command = (f"python benchmarks/{script} " + shlex.join(argv if argv is not None
                                                            else sys.argv[1:]))
-    result = {"command": command, "commit": _commit(), **fields,
+    result = {"command": command, "commit": code_commit(), **fields,
               "environment": "host" if args.host_env
               else "reference (course_lib/tools/numerics.py)",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",

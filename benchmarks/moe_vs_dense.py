@@ -55,6 +55,7 @@ them:
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -63,7 +64,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from bench_args import count, record_file, seed_list, threads
+from bench_args import code_commit, count, record_file, seed_list, threads
 
 from course_lib import GPT, Trainer
 from course_lib.data import get_batch, load_text, train_val_split
@@ -180,11 +181,21 @@ def main(argv=None) -> None:
             loss = estimate_loss(model, val_batch, args.eval_batches, seed=12345,
                                  splits=("val",))["val"]
             tokens = args.iters * tc.batch_size * base.block_size
-            run = dict(variant=name, seed=seed, val_loss=round(loss, 4), train_s=round(train_s, 1),
-                       tokens_per_s=round(tokens / train_s, 1), parameters=model.num_parameters(),
-                       flops_per_token=model.flops_per_token(),
-                       loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
-                       load_steps=load_steps, loads=loads)
+            run = dict(
+                variant=name,
+                seed=seed,
+                val_loss=round(loss, 4),
+                train_s=round(train_s, 1),
+                tokens_per_s=round(tokens / train_s, 1),
+                parameters=model.num_parameters(),
+                flops_per_token=model.flops_per_token(),
+                loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
+                load_steps=load_steps,
+                loads=loads,
+                # per run, since a record merges runs made on different days (--merge)
+                made_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                commit=code_commit(),
+            )
             runs.append(run)
             print(f"{name:20s} seed {seed}: val {loss:.4f}  {train_s:6.1f} s  "
                   f"{run['tokens_per_s']:8.0f} tok/s  {run['parameters']:,} params  load avg "

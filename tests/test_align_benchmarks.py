@@ -25,6 +25,17 @@ def test_every_method_spends_the_budget(bench, budget_steps):
     assert bench.steps_for("grpo", budget, bench.BATCH["grpo"]) == budget_steps
 
 
+def test_more_pairs_are_charged_before_the_first_step(bench):
+    """DPO's pairs scaled with the budget (align_sampling.py --dpo-pairs scaled): four times the
+    prompts cost four times the sampling, and the steps left still spend the budget."""
+    budget = 4 * 60 * bench.step_cost("grpo", bench.BATCH["grpo"])
+    assert bench.setup_cost("dpo", 4 * 512) == 4 * bench.setup_cost("dpo")
+    fixed, scaled = (bench.steps_for("dpo", budget, 32, n) for n in (512, 2048))
+    assert scaled < fixed
+    spent = bench.setup_cost("dpo", 2048) + scaled * bench.step_cost("dpo", 32)
+    assert spent <= budget < spent + bench.step_cost("dpo", 32)
+
+
 def test_step_costs_count_trained_tokens_three_times(bench):
     # 12-token rows (prompt 6, answer 6); a trained token costs 3 passes, a read one 1
     assert bench.step_cost("grpo", 8, 8) == 64 * (12 + 3 * 12)

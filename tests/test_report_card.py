@@ -15,8 +15,7 @@ from course_lib.data import load_text
 from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
 from course_lib.evaluation.report_card import (cannot_encode, evaluate_checkpoint, evaluate_task,
-                                               first_word, format_card,
-                                    heldout_text, report_card)
+                                               first_word, format_card, heldout_text, report_card)
 from course_lib.tokenizers import CharTokenizer, train_tokenizer
 
 CHARS = CharTokenizer.from_text(load_text())
