@@ -57,8 +57,7 @@ def test_residual_correct(right, capsys):
 
 @pytest.mark.parametrize("wrong, phrase", [
     (lambda p, q: (p - q).clamp_min(0), "sums to"),            # not normalised
-    # forgetting the residual: resample from p
-    (lambda p, q: p, "is p itself"),
+    (lambda p, q: p, "is p itself"),  # forgetting the residual: resample from p
     (lambda p, q: p - q, "negative"),                         # no max(0, .)
     # the other side
     (lambda p, q: (q - p).clamp_min(0) / (q - p).clamp_min(0).sum(), "not the target's"),
