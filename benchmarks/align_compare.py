@@ -1,8 +1,9 @@
 """Chapter 18's comparison: more SFT, DPO and GRPO from the same starting model, at equal compute,
 on two-digit addition without a calculator, and GRPO on a reward that can be hacked.
 
-    python benchmarks/align_compare.py --update-record        # the record (about 5 minutes on 1 core)
-    python benchmarks/align_compare.py --tiny --out-dir /tmp/a --record /tmp/a/record.json   # a smoke test
+    python benchmarks/align_compare.py --update-record  # the record (about 5 minutes on 1 core)
+    # a smoke test
+    python benchmarks/align_compare.py --tiny --out-dir /tmp/a --record /tmp/a/record.json
 
 **The start** (``start.pt`` in ``--out-dir``): the shipped chat model (chapter 17), which answers
 sums through its calculator inside a chat and never saw a bare ``"a+b="``, after
@@ -63,13 +64,15 @@ from course_lib.checkpoint import load_model, load_tokenizer, save_checkpoint  #
 from course_lib.evaluation import bootstrap_interval  # noqa: E402
 from course_lib.align.grpo import kl_k3, masked_mean  # noqa: E402
 from course_lib.align.dpo import completion_logprobs  # noqa: E402
-from course_lib.align.rewards import (END, arithmetic_items, exact_answer_reward, format_reward,  # noqa: E402
-                                greedy_answers, sample_groups, units_digit_reward)
+from course_lib.align.rewards import (END, arithmetic_items, exact_answer_reward,  # noqa: E402
+                                      format_reward, greedy_answers, sample_groups,
+                                      units_digit_reward)
 from course_lib.runs import start_dpo_run, start_grpo_run  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "align_compare.json"
-LEARNING_RATES = {"sft": [3e-4, 1e-3, 3e-3], "dpo": [1e-5, 3e-5, 1e-4, 3e-4], "grpo": [3e-5, 1e-4, 3e-4, 1e-3]}
+LEARNING_RATES = {"sft": [3e-4, 1e-3, 3e-3], "dpo": [1e-5, 3e-5, 1e-4, 3e-4],
+                  "grpo": [3e-5, 1e-4, 3e-4, 1e-3]}
 BATCH = {"sft": 64, "dpo": 32, "grpo": 8}  # sums, pairs, prompts (of G answers) per step
 GROUP, PAIR_PROMPTS, PAIR_GROUP = 8, 512, 8
 HACK_LR = 1e-4  # the proxy-against-exact runs: GRPO's second rate, where its KL still stays small
@@ -111,8 +114,9 @@ def score(model, tokenizer, items) -> dict:
     formatted = [format_reward(i["prompt"], a) for i, a in zip(items, answers)]
     units = [units_digit_reward(i["prompt"], a) for i, a in zip(items, answers)]
     lo, hi = bootstrap_interval(right)
-    return {"accuracy": sum(right) / len(right), "interval": [lo, hi], "format": sum(formatted) / len(formatted),
-            "units": sum(units) / len(units), "answer_chars": statistics.mean(len(a.rstrip("\n")) for a in answers),
+    return {"accuracy": sum(right) / len(right), "interval": [lo, hi],
+            "format": sum(formatted) / len(formatted), "units": sum(units) / len(units),
+            "answer_chars": statistics.mean(len(a.rstrip("\n")) for a in answers),
             "examples": answers[:8], "right": [int(x) for x in right]}
 
 
@@ -131,26 +135,32 @@ def kl_to_start(model, start_model, tokenizer, items, seed: int = 0) -> float:
     return masked_mean(kl_k3(logps, ref_logps), mask.to(logps.dtype)).item()
 
 
-def train_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str, batch: int,
-              pair_prompts: int = PAIR_PROMPTS):
-    """One run from ``start``: its trainer (trained), its steps and its seconds. ``pair_prompts``: DPO's
-    training prompts whose sampled answers make its pairs (charged before its first step)."""
+def train_one(method: str, reward: str, lr: float, seed: int, budget: int, start: Path, device: str,
+              batch: int, pair_prompts: int = PAIR_PROMPTS):
+    """One run from ``start``: its trainer (trained), its steps and its seconds. ``pair_prompts``:
+    DPO's training prompts whose sampled answers make its pairs (charged before its first step)."""
     steps = steps_for(method, budget, batch, pair_prompts)
-    settings = {"max_iters": steps, "learning_rate": lr, "min_lr": lr / 10, "seed": seed, "batch_size": batch,
-                "warmup_iters": max(1, steps // 20), "eval_interval": max(1, steps // 5), "eval_iters": 1,
-                "weight_decay": 0.0, "grad_clip": 1.0}
+    settings = {"max_iters": steps, "learning_rate": lr, "min_lr": lr / 10, "seed": seed,
+                "batch_size": batch, "warmup_iters": max(1, steps // 20),
+                "eval_interval": max(1, steps // 5), "eval_iters": 1, "weight_decay": 0.0,
+                "grad_clip": 1.0}
     began = time.perf_counter()
     if method == "sft":
         model, ckpt = load_model(start, device)
         tokenizer = load_tokenizer(ckpt, start)
-        trainer = SFTTrainer(model.requires_grad_(True), task_splits(seed), TrainConfig(**settings), device=device,
-                             tokenizer=tokenizer, progress=False, verbose=False)
+        trainer = SFTTrainer(model.requires_grad_(True), task_splits(seed), TrainConfig(**settings),
+                             device=device, tokenizer=tokenizer, progress=False, verbose=False)
     elif method == "dpo":
-        trainer = start_dpo_run(start, {**settings, "pair_prompts": pair_prompts, "pair_group_size": PAIR_GROUP},
-                                reward=reward, device=device, progress=False)
+        trainer = start_dpo_run(
+            start,
+            {**settings, "pair_prompts": pair_prompts, "pair_group_size": PAIR_GROUP},
+            reward=reward,
+            device=device,
+            progress=False,
+        )
     else:
-        trainer = start_grpo_run(start, {**settings, "group_size": GROUP}, reward=reward, device=device,
-                                 progress=False)
+        trainer = start_grpo_run(start, {**settings, "group_size": GROUP}, reward=reward,
+                                 device=device, progress=False)
     trainer.verbose = False
     trainer.train()
     return trainer, steps, time.perf_counter() - began
@@ -161,18 +171,21 @@ def run_one(method: str, reward: str, lr: float, seed: int, budget: int, start: 
     """One run from ``start``, scored on the validation and test sums."""
     trainer, steps, seconds = train_one(method, reward, lr, seed, budget, start, device, batch)
     h = trainer.history
-    out = {"method": method, "reward": reward, "learning_rate": lr, "seed": seed, "steps": steps, "batch": batch,
-           "token_passes": setup_cost(method) + steps * step_cost(method, batch), "seconds": round(seconds, 2),
-           "eval_step": h["eval_step"], "val_accuracy": h["val_accuracy"], "train_accuracy": h["train_accuracy"],
+    out = {"method": method, "reward": reward, "learning_rate": lr, "seed": seed, "steps": steps,
+           "batch": batch, "token_passes": setup_cost(method) + steps * step_cost(method, batch),
+           "seconds": round(seconds, 2), "eval_step": h["eval_step"],
+           "val_accuracy": h["val_accuracy"], "train_accuracy": h["train_accuracy"],
            "loss": [round(x, 5) for x in h["loss"]]}
-    out["curves"] = {key: [round(x, 5) for x in h[key]] for key in ("reward", "kl", "rewards/accuracies",
+    out["curves"] = {key: [round(x, 5) for x in h[key]]
+                     for key in ("reward", "kl", "rewards/accuracies",
                                                                      "rewards/margins") if key in h}
     if method == "dpo":
         out["pairs"] = len(trainer.trained_on["pairs"]["train"])
     out["val"] = score(trainer.model, trainer.tokenizer, trainer.items["val"])
     out["test"] = score(trainer.model, trainer.tokenizer, arithmetic_items("test"))
     start_model, _ = load_model(start, device)
-    out["kl_to_start"] = round(kl_to_start(trainer.model, start_model, trainer.tokenizer, trainer.items["val"]), 5)
+    out["kl_to_start"] = round(kl_to_start(trainer.model, start_model, trainer.tokenizer,
+                                           trainer.items["val"]), 5)
     return out
 
 
@@ -191,14 +204,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=seed_number, nargs="+", default=None, help="default 0 1 2")
     p.add_argument("--hack-seeds", type=seed_number, nargs="+", default=None, help="default 0 1 2")
-    p.add_argument("--budget", type=count, default=None, help="the compute of this many GRPO steps (default 60)")
+    p.add_argument("--budget", type=count, default=None,
+                   help="the compute of this many GRPO steps (default 60)")
     p.add_argument("--start-steps", type=count, default=START_SFT["max_iters"])
     p.add_argument("--device", type=device, default="cpu")
     p.add_argument("--out-dir", default="runs/align_compare")
     add_record_options(p, RECORD, "--record")
-    p.add_argument("--tiny", action="store_true", help="a smoke test: tiny budget, one rate, one seed")
+    p.add_argument("--tiny", action="store_true",
+                   help="a smoke test: tiny budget, one rate, one seed")
     args = p.parse_args(argv)
-    given = [o for o, v in (("--budget", args.budget), ("--seeds", args.seeds), ("--hack-seeds", args.hack_seeds))
+    given = [o for o, v in (("--budget", args.budget), ("--seeds", args.seeds),
+                            ("--hack-seeds", args.hack_seeds))
              if v is not None]
     if args.tiny and given:  # --tiny sets them: a value given beside it would be silently dropped
         p.error(f"--tiny sets the budget and the seeds: leave out {', '.join(given)}")
@@ -211,24 +227,39 @@ def main(argv=None) -> int:
         align.EVAL_ITEMS = 10
     out = record_file(p, args, RECORD, "--record", continues=True)  # the runs it holds are reused
     old = out.read({})
+    # a new record would replace it, run by run
     if old and (old.get("budget_token_passes") != args.budget * step_cost("grpo", BATCH["grpo"])
-                or old.get("start_steps") != args.start_steps):  # a new record would replace it, run by run
-        p.error(f"{out.path} holds runs of another --budget or --start-steps (its command: {old.get('command')}): "
-                "give those, or write to another --record")
+                or old.get("start_steps") != args.start_steps):
+        p.error(f"{out.path} holds runs of another --budget or --start-steps (its command: "
+                f"{old.get('command')}): give those, or write to another --record")
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     budget = args.budget * step_cost("grpo", BATCH["grpo"])
-    command = "python benchmarks/align_compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ("python benchmarks/align_compare.py " + " ".join(argv if argv is not None
+                                                                else sys.argv[1:]))
     record = out.read({})  # its runs are reused: a record of other settings was refused above
-    record.update({"command": command.strip(), "budget_grpo_steps": args.budget, "budget_token_passes": budget,
-                   "start_steps": args.start_steps, "device": args.device, "threads": torch.get_num_threads(),
-                   "learning_rates": LEARNING_RATES, "batch": BATCH, "group": GROUP, "pair_prompts": PAIR_PROMPTS,
-                   "token_passes_per_step": {m: step_cost(m, BATCH[m]) for m in BATCH},
-                   "setup_token_passes": {m: setup_cost(m) for m in BATCH}})
+    record.update(
+        {
+            "command": command.strip(),
+            "budget_grpo_steps": args.budget,
+            "budget_token_passes": budget,
+            "start_steps": args.start_steps,
+            "device": args.device,
+            "threads": torch.get_num_threads(),
+            "learning_rates": LEARNING_RATES,
+            "batch": BATCH,
+            "group": GROUP,
+            "pair_prompts": PAIR_PROMPTS,
+            "token_passes_per_step": {m: step_cost(m, BATCH[m]) for m in BATCH},
+            "setup_token_passes": {m: setup_cost(m) for m in BATCH},
+        }
+    )
     record.setdefault("runs", {})
 
     def save():
-        record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        )
         record["load_average"] = [round(x, 2) for x in os.getloadavg()]
         out.progress(record)
 
@@ -237,26 +268,30 @@ def main(argv=None) -> int:
         model, ckpt = load_model(start, args.device)
         tokenizer = load_tokenizer(ckpt, start)
         record["start"] = {"test": score(model, tokenizer, arithmetic_items("test")),
-                           "val": score(model, tokenizer, task_splits(0)["val"]), "settings": START_SFT}
+                           "val": score(model, tokenizer, task_splits(0)["val"]),
+                           "settings": START_SFT}
         save()
         print(f"start: test accuracy {record['start']['test']['accuracy']:.3f}", flush=True)
 
     def run(method, reward, lr, seed, full=True):
-        """One run, from the record when it is there (``full``: with every field of the current script)."""
+        """One run, from the record when it is there (``full``: with every field of the current
+        script)."""
         name = f"{method}-{reward}-lr{lr:g}-s{seed}"
         if name not in record["runs"] or (full and "kl_to_start" not in record["runs"][name]):
             r = run_one(method, reward, lr, seed, budget, start, args.device, BATCH[method])
             record["runs"][name] = r
             save()
-            print(f"{name}: {r['steps']} steps, {r['seconds']:.0f} s, val {r['val']['accuracy']:.3f}, "
-                  f"test {r['test']['accuracy']:.3f} {r['test']['interval']}, units {r['test']['units']:.2f}, "
-                  f"KL to start {r.get('kl_to_start', float('nan')):.3f}",
+            print(f"{name}: {r['steps']} steps, {r['seconds']:.0f} s, val "
+                  f"{r['val']['accuracy']:.3f}, test {r['test']['accuracy']:.3f} "
+                  f"{r['test']['interval']}, units {r['test']['units']:.2f}, KL to start "
+                  f"{r.get('kl_to_start', float('nan')):.3f}",
                   flush=True)
         return record["runs"][name]
 
     chosen = {}
     for method, rates in LEARNING_RATES.items():  # tuning: seed 0, validation accuracy
-        tried = {lr: run(method, "exact", lr, args.seeds[0], full=False)["val"]["accuracy"] for lr in rates}
+        tried = {lr: run(method, "exact", lr, args.seeds[0], full=False)["val"]["accuracy"]
+                 for lr in rates}
         chosen[method] = max(rates, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
     record["chosen_learning_rate"] = chosen
     for method in LEARNING_RATES:
@@ -265,17 +300,22 @@ def main(argv=None) -> int:
     for seed in args.hack_seeds:  # the proxy against its control, the same settings
         for reward in ("units", "exact"):
             run("grpo", reward, HACK_LR, seed)
-    for stale in [k for k in record if k == "hack_start"] + [k for k in record["runs"] if "-format-" in k]:
-        del (record if stale == "hack_start" else record["runs"])[stale]  # the format-reward runs of earlier versions
+    for stale in [k for k in record
+                  if k == "hack_start"] + [k for k in record["runs"] if "-format-" in k]:
+        # the format-reward runs of earlier versions
+        del (record if stale == "hack_start" else record["runs"])[stale]
     record["summary"] = {
-        **{m: summary([record["runs"][f"{m}-exact-lr{chosen[m]:g}-s{s}"] for s in args.seeds]) for m in chosen},
+        **{m: summary([record["runs"][f"{m}-exact-lr{chosen[m]:g}-s{s}"] for s in args.seeds])
+           for m in chosen},
         **{f"grpo-{reward}-hack": summary([record["runs"][f"grpo-{reward}-lr{HACK_LR:g}-s{s}"]
-                                          for s in args.hack_seeds]) for reward in ("units", "exact")}}
+                                          for s in args.hack_seeds])
+           for reward in ("units", "exact")}}
     record["hack_learning_rate"] = HACK_LR
     save()
     for name, s in record["summary"].items():
-        print(f"{name:12s} test accuracy {s['mean']:.3f} +- {s['std']:.3f} over seeds {s['seeds']}; "
-              f"units {s['units']:.2f}; KL to start {s['kl_to_start']:.3f}; {s['seconds']:.0f} s a run")
+        print(f"{name:12s} test accuracy {s['mean']:.3f} +- {s['std']:.3f} over seeds "
+              f"{s['seeds']}; units {s['units']:.2f}; KL to start {s['kl_to_start']:.3f}; "
+              f"{s['seconds']:.0f} s a run")
     return 0
 
 

@@ -6,16 +6,17 @@ expert iteration as a fourth method, and the budget at which each method pays.
 
 (The shipped records were made by these commands split into processes run side by side, by seed or
 method, each with its own ``--record``, their runs then put together: the records' ``commands``.)
-    python benchmarks/align_sampling.py --tiny --out-dir /tmp/s --record /tmp/s/record.json   # a smoke test
+    # a smoke test
+    python benchmarks/align_sampling.py --tiny --out-dir /tmp/s --record /tmp/s/record.json
 
-Every run starts from chapter 18's start (``benchmarks/align_compare.py``'s ``start-300.pt``, made the
-same way) and is charged in token passes exactly as there (its ``step_cost``). ``--budgets``: multiples
-of that benchmark's budget (60 GRPO steps' worth, 184,320 token passes); each method runs as many
-steps as the budget buys, ``--seeds`` seeds each.
+Every run starts from chapter 18's start (``benchmarks/align_compare.py``'s ``start-300.pt``, made
+the same way) and is charged in token passes exactly as there (its ``step_cost``). ``--budgets``:
+multiples of that benchmark's budget (60 GRPO steps' worth, 184,320 token passes); each method runs
+as many steps as the budget buys, ``--seeds`` seeds each.
 
-**Methods and rates.** SFT, DPO and GRPO at the rate whose *three seeds'* mean validation accuracy is
-highest in ``align_compare.json`` among the rates it ran with every seed (GRPO: 1e-4, not seed 0's
-choice 3e-5; SFT and DPO: their chosen rates, the only ones with three seeds there). **Expert
+**Methods and rates.** SFT, DPO and GRPO at the rate whose *three seeds'* mean validation accuracy
+is highest in ``align_compare.json`` among the rates it ran with every seed (GRPO: 1e-4, not seed
+0's choice 3e-5; SFT and DPO: their chosen rates, the only ones with three seeds there). **Expert
 iteration** (``course_lib.align.expert``): rounds of sampling ``EI_SAMPLES`` answers to each of
 ``EI_PROMPTS`` training prompts from the current model, keeping the right ones, and SFT on them
 (SFT's batch) for one epoch over the right ones, rounded up to whole steps, one SFT run (one AdamW
@@ -53,15 +54,19 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from align_compare import ANSWER, BATCH, PAIR_PROMPTS, PROMPT, make_start, setup_cost, step_cost, train_one  # noqa: E402
-from bench_args import RECORDS, add_record_options, at_least, count, device, record_file, seed_number  # noqa: E402
+from align_compare import (ANSWER, BATCH, PAIR_PROMPTS, PROMPT, make_start,  # noqa: E402
+                           setup_cost, step_cost, train_one)
+from bench_args import (RECORDS, add_record_options, at_least, count, device,  # noqa: E402
+                        record_file, seed_number)
 from course_lib import align  # noqa: E402
 from course_lib.align import START_SFT, task_splits  # noqa: E402
 from course_lib.align.expert import expert_iteration  # noqa: E402
 from course_lib.align.grpo import masked_mean  # noqa: E402
-from course_lib.align.rewards import (answer_text, arithmetic_items, exact_answer_reward, greedy_scores,  # noqa: E402
+from course_lib.align.rewards import (answer_text, arithmetic_items,  # noqa: E402
+                                      exact_answer_reward, greedy_scores,
                                       sample_groups, units_digit_reward)
-from course_lib.align.sampling import best_of_n, per_token_entropy, self_consistency, subsets_mean  # noqa: E402
+from course_lib.align.sampling import (best_of_n, per_token_entropy, self_consistency,  # noqa: E402
+                                       subsets_mean)
 from course_lib.align.dpo import model_logits, pack_completions  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer  # noqa: E402
 
@@ -69,13 +74,15 @@ RECORD = RECORDS / "align_sampling.json"
 COMPARE = RECORDS / "align_compare.json"
 N_SAMPLES, NS, DRAWS = 64, (1, 4, 16, 64), 16
 EI_PROMPTS, EI_SAMPLES = 256, 4  # per round of expert iteration
-EI_LR = 3e-4  # SFT's smallest rate: at 3e-3 SFT's first steps raise its loss (0.71 -> 1.65), see the docstring
+# SFT's smallest rate: at 3e-3 SFT's first steps raise its loss (0.71 -> 1.65), see the docstring
+EI_LR = 3e-4
 METHODS = ("sft", "dpo", "grpo", "ei")
 
 
 def chosen_rates(compare: dict) -> dict:
     """Each method's rate with the best mean validation accuracy over all of ``compare``'s seeds,
-    among the rates run with every seed (ties: the smaller rate); expert iteration's is ``EI_LR``."""
+    among the rates run with every seed (ties: the smaller rate); expert iteration's is
+    ``EI_LR``."""
     seeds = compare["summary"]["sft"]["seeds"]
     rates = {}
     for method in ("sft", "dpo", "grpo"):
@@ -97,20 +104,23 @@ def sampled(model, tokenizer, items, seed: int) -> dict:
     model.eval()
     groups = sample_groups(model, tokenizer, [i["prompt"] for i in items], N_SAMPLES, 6,
                            torch.Generator().manual_seed(seed), exact_answer_reward)
-    out = {"right": [int(sum(g.rewards)) for g in groups], "self_consistency": {}, "best_of_n_units": {}}
+    out = {"right": [int(sum(g.rewards)) for g in groups], "self_consistency": {},
+           "best_of_n_units": {}}
     for n in NS:
         out["self_consistency"][n] = [round(subsets_mean(
-            [answer_text(t) for t in g.completions], n, lambda a, e=item["answer"], n=n: self_consistency(a, e, n),
-            DRAWS), 4) for g, item in zip(groups, items)]
+            [answer_text(t) for t in g.completions], n, lambda a, e=item["answer"],
+            n=n: self_consistency(a, e, n), DRAWS), 4) for g, item in zip(groups, items)]
         out["best_of_n_units"][n] = [round(subsets_mean(
             [(units_digit_reward(g.prompt, t), r) for t, r in zip(g.completions, g.rewards)], n,
-            lambda s, n=n: best_of_n([x for x, _ in s], [y > 0.5 for _, y in s], n), DRAWS), 4) for g in groups]
+            lambda s, n=n: best_of_n([x for x, _ in s], [y > 0.5 for _, y in s], n), DRAWS), 4)
+                                     for g in groups]
     pad = tokenizer.encode("\n")[0]
     entropies = []
     for g in groups:
         ids, mask = pack_completions([g.prompt_ids] * len(g.completion_ids), g.completion_ids, pad,
                                      next(model.parameters()).device)
-        entropies.append(masked_mean(per_token_entropy(model_logits(model, ids)[:, :-1]), mask[:, 1:].float()).item())
+        entropies.append(masked_mean(per_token_entropy(model_logits(model, ids)[:, :-1]),
+                                     mask[:, 1:].float()).item())
     out["entropy"] = round(statistics.mean(entropies), 4)
     out["distinct_answers"] = round(statistics.mean(len(set(g.completions)) for g in groups), 3)
     return out
@@ -118,7 +128,8 @@ def sampled(model, tokenizer, items, seed: int) -> dict:
 
 def evaluate(model, tokenizer, seed: int) -> dict:
     test = arithmetic_items("test")
-    return {"greedy": [int(x) for x in greedy_scores(model, tokenizer, test)], **sampled(model, tokenizer, test, seed)}
+    return {"greedy": [int(x) for x in greedy_scores(model, tokenizer, test)],
+            **sampled(model, tokenizer, test, seed)}
 
 
 def run_ei(lr: float, seed: int, budget: int, start: Path, device: str):
@@ -128,18 +139,20 @@ def run_ei(lr: float, seed: int, budget: int, start: Path, device: str):
     tokenizer = load_tokenizer(ckpt, start)
     sft_step, sampling = step_cost("sft", BATCH["sft"]), EI_PROMPTS * EI_SAMPLES * (PROMPT + ANSWER)
     horizon = budget // sft_step  # the schedule's horizon: more SFT steps than the budget can buy
-    settings = {"learning_rate": lr, "min_lr": lr / 10, "batch_size": BATCH["sft"], "max_iters": horizon,
-                "warmup_iters": max(1, horizon // 20), "eval_interval": horizon, "eval_iters": 1,
-                "weight_decay": 0.0, "grad_clip": 1.0}
+    settings = {"learning_rate": lr, "min_lr": lr / 10, "batch_size": BATCH["sft"],
+                "max_iters": horizon, "warmup_iters": max(1, horizon // 20),
+                "eval_interval": horizon, "eval_iters": 1, "weight_decay": 0.0, "grad_clip": 1.0}
 
     def spent(history):
         return sum(sampling + h["steps"] * sft_step for h in history)
 
     began = time.perf_counter()
-    model, history = expert_iteration(model, tokenizer, task_splits(seed), 10**6, EI_PROMPTS, EI_SAMPLES, settings,
-                                      seed, device, keep_going=lambda h: budget - spent(h) >= sampling + sft_step)
+    model, history = expert_iteration(model, tokenizer, task_splits(seed), 10**6, EI_PROMPTS,
+                                      EI_SAMPLES, settings, seed, device,
+                                      keep_going=lambda h: budget - spent(h) >= sampling + sft_step)
     return model, tokenizer, {"steps": sum(h["steps"] for h in history), "rounds": len(history),
-                              "token_passes": spent(history), "seconds": round(time.perf_counter() - began, 2),
+                              "token_passes": spent(history),
+                              "seconds": round(time.perf_counter() - began, 2),
                               "ei_rounds": history}
 
 
@@ -148,18 +161,27 @@ def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str
     if method == "ei":
         model, tokenizer, out = run_ei(lr, seed, budget, start, device)
     else:
-        trainer, steps, seconds = train_one(method, "exact", lr, seed, budget, start, device, BATCH[method],
-                                            pair_prompts)
+        trainer, steps, seconds = train_one(method, "exact", lr, seed, budget, start, device,
+                                            BATCH[method], pair_prompts)
         model, tokenizer, h = trainer.model, trainer.tokenizer, trainer.history
-        out = {"steps": steps,
-               "token_passes": setup_cost(method, pair_prompts) + steps * step_cost(method, BATCH[method]),
-               "seconds": round(seconds, 2), "val_accuracy": h["val_accuracy"], "eval_step": h["eval_step"],
-               "loss_first_last10": [round(statistics.mean(h["loss"][:10]), 4), round(statistics.mean(h["loss"][-10:]), 4)]}
+        out = {
+            "steps": steps,
+            "token_passes": setup_cost(method, pair_prompts)
+            + steps * step_cost(method, BATCH[method]),
+            "seconds": round(seconds, 2),
+            "val_accuracy": h["val_accuracy"],
+            "eval_step": h["eval_step"],
+            "loss_first_last10": [
+                round(statistics.mean(h["loss"][:10]), 4),
+                round(statistics.mean(h["loss"][-10:]), 4),
+            ],
+        }
         for key in ("reward", "kl", "entropy", "rewards/accuracies", "rewards/margins"):
             if key in h:
                 out.setdefault("curves", {})[key] = [round(x, 4) for x in h[key]]
         out["batch"] = BATCH[method]
-        if method == "dpo":  # the pairs sampled once, then re-read: steps * batch / pairs passes over them
+        # the pairs sampled once, then re-read: steps * batch / pairs passes over them
+        if method == "dpo":
             out["pairs"] = len(trainer.trained_on["pairs"]["train"])
             out["pair_prompts"] = pair_prompts
     out.update({"method": method, "learning_rate": lr, "seed": seed})
@@ -169,19 +191,22 @@ def run(method: str, lr: float, seed: int, budget: int, start: Path, device: str
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--budgets", type=count, nargs="+", default=None, help="multiples of the 1x budget (default 1)")
+    p.add_argument("--budgets", type=count, nargs="+", default=None,
+                   help="multiples of the 1x budget (default 1)")
     p.add_argument("--seeds", type=seed_number, nargs="+", default=None, help="default 0 1 2")
     p.add_argument("--methods", choices=METHODS, nargs="+", default=list(METHODS))
     p.add_argument("--device", type=device, default="cpu")
     p.add_argument("--threads", type=at_least(1), default=1)
-    p.add_argument("--out-dir", default="runs/align_compare", help="where the start is (made if missing)")
+    p.add_argument("--out-dir", default="runs/align_compare",
+                   help="where the start is (made if missing)")
     p.add_argument("--dpo-pairs", choices=("fixed", "scaled"), default="fixed",
-                   help="DPO's pairs: sampled from 512 prompts at every budget (fixed, the default), or from 512 "
-                        "times the budget's multiple (scaled: a larger budget buys more preference data, not "
-                        "more passes over the same pairs); runs named ...-pairs-scaled")
+                   help="DPO's pairs: sampled from 512 prompts at every budget (fixed, the "
+                        "default), or from 512 times the budget's multiple (scaled: a larger "
+                        "budget buys more preference data, not more passes over the same pairs); "
+                        "runs named ...-pairs-scaled")
     p.add_argument("--dpo-rates", type=float, nargs="+", default=None,
-                   help="DPO at each of these rates (runs named ...-lrR) instead of its chosen rate: to choose "
-                        "the rate on validation over seeds")
+                   help="DPO at each of these rates (runs named ...-lrR) instead of its chosen "
+                        "rate: to choose the rate on validation over seeds")
     add_record_options(p, RECORD, "--record")
     p.add_argument("--tiny", action="store_true", help="a smoke test: a tiny budget and one seed")
     args = p.parse_args(argv)
@@ -200,23 +225,27 @@ def main(argv=None) -> int:
     out = record_file(p, args, RECORD, "--record", continues=True)
     record = out.read({})
     if record and record.get("unit_token_passes") != unit:
-        p.error(f"{out.path} holds runs of another budget unit (its command: {record.get('command')}): "
-                "write to another --record")
+        p.error(f"{out.path} holds runs of another budget unit (its command: "
+                f"{record.get('command')}): write to another --record")
     compare = json.loads(COMPARE.read_text())
     rates = chosen_rates(compare)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = make_start(out_dir, args.device, start_steps)
-    command = "python benchmarks/align_sampling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ("python benchmarks/align_sampling.py " + " ".join(argv if argv is not None
+                                                                 else sys.argv[1:]))
     record.update({"command": command.strip(), "unit_token_passes": unit, "budgets": sorted(
-        set(record.get("budgets", [])) | set(args.budgets)), "learning_rates": rates, "device": args.device,
+        set(record.get("budgets", [])) | set(args.budgets)), "learning_rates": rates,
+                   "device": args.device,
         "threads": torch.get_num_threads(), "n_samples": N_SAMPLES, "ns": list(NS), "draws": DRAWS,
         "expert_iteration": {"prompts": EI_PROMPTS, "samples": EI_SAMPLES, "epochs": 1},
         "start_steps": start_steps})
     record.setdefault("runs", {})
 
     def save():
-        record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        )
         record["load_average"] = [round(x, 2) for x in os.getloadavg()]
         out.progress(record)
 
@@ -227,7 +256,8 @@ def main(argv=None) -> int:
     for multiple in args.budgets:
         for seed in args.seeds:
             for method in args.methods:
-                for lr in (args.dpo_rates if method == "dpo" and args.dpo_rates else [rates[method]]):
+                for lr in (args.dpo_rates if method == "dpo" and args.dpo_rates
+                           else [rates[method]]):
                     name = f"{method}-x{multiple}-s{seed}"
                     pair_prompts = PAIR_PROMPTS
                     if method == "dpo" and args.dpo_rates:

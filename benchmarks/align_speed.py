@@ -1,6 +1,8 @@
-"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18, book/measured.md).
+"""Our DPO and GRPO steps against TRL's, on the same model and batch, side by side (chapter 18,
+book/measured.md).
 
-    python benchmarks/align_speed.py --update-record   # course_lib/records/align_speed.json (or --json FILE)
+    # course_lib/records/align_speed.json (or --json FILE)
+    python benchmarks/align_speed.py --update-record
 
 The model: a random GPT2LMHeadModel the size of the book's CPU GPT (4 layers, C=128, 64
 positions) over a character tokenizer built offline; TRL trains it, we train our GPT holding the
@@ -41,7 +43,8 @@ import torch  # noqa: E402
 
 from course_lib.gpt2 import from_pretrained  # noqa: E402
 from course_lib.align.grpo import GRPOConfig, grpo_loss  # noqa: E402
-from course_lib.align.dpo import DPOConfig, completion_logprobs, dpo_batch_loss, pack_pairs  # noqa: E402
+from course_lib.align.dpo import (DPOConfig, completion_logprobs, dpo_batch_loss,  # noqa: E402
+                                  pack_pairs)
 from course_lib.align.rewards import flatten, sample_groups, score_groups  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from eval_helpers import char_hf_tokenizer, tiny_gpt2  # noqa: E402
@@ -61,15 +64,17 @@ def dpo_sides(folder: Path):
     from trl import DPOConfig as TRLDPOConfig, DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-    hf, hf_ref = tiny_gpt2(VOCAB, seed=0, **SHAPE), tiny_gpt2(VOCAB, seed=0, **SHAPE)  # eval mode: no dropout
+    # eval mode: no dropout
+    hf, hf_ref = tiny_gpt2(VOCAB, seed=0, **SHAPE), tiny_gpt2(VOCAB, seed=0, **SHAPE)
     ours, ref = from_pretrained(hf).eval(), from_pretrained(hf_ref).eval()
     ref.requires_grad_(False)
     g = torch.Generator().manual_seed(0)
-    rand = lambda lo, hi: torch.randint(1, VOCAB, (int(torch.randint(lo, hi + 1, (1,), generator=g)),),
+    rand = lambda lo, hi: torch.randint(1, VOCAB,
+                                        (int(torch.randint(lo, hi + 1, (1,), generator=g)),),
                                         generator=g).tolist()
     pairs = [(rand(6, 6), rand(1, 6), rand(1, 6)) for _ in range(PAIRS)]
-    args = TRLDPOConfig(output_dir=str(folder / "dpo"), report_to="none", use_cpu=True, save_strategy="no",
-                        bf16=False, per_device_train_batch_size=PAIRS, beta=0.1)
+    args = TRLDPOConfig(output_dir=str(folder / "dpo"), report_to="none", use_cpu=True,
+                        save_strategy="no", bf16=False, per_device_train_batch_size=PAIRS, beta=0.1)
     data = Dataset.from_dict({"prompt": ["ab", "cd"], "chosen": ["e", "f"], "rejected": ["g", "h"]})
     trainer = DPOTrainer(model=hf, ref_model=hf_ref, args=args, train_dataset=data,
                          processing_class=char_hf_tokenizer()[0])
@@ -100,12 +105,15 @@ def grpo_sides(folder: Path):
     saved = folder / "tiny-gpt2"
     tiny_gpt2(VOCAB, seed=0, **SHAPE).save_pretrained(saved)
     hf_tok.save_pretrained(saved)
-    args = TRLGRPOConfig(output_dir=str(folder / "grpo"), report_to="none", use_cpu=True, save_strategy="no",
-                         bf16=False, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+    args = TRLGRPOConfig(output_dir=str(folder / "grpo"), report_to="none", use_cpu=True,
+                         save_strategy="no", bf16=False,
+                         per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
                          max_completion_length=MAX_NEW, beta=0.0, temperature=1.0)
-    prompts = ["First ", "Citize", "Before", "Speak,", "You ar", "Resolv", "We kno", "Let us"]  # 6 characters each
+    # 6 characters each
+    prompts = ["First ", "Citize", "Before", "Speak,", "You ar", "Resolv", "We kno", "Let us"]
     trainer = GRPOTrainer(model=str(saved), reward_funcs=[reward], args=args,
-                          train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=hf_tok)
+                          train_dataset=Dataset.from_dict({"prompt": prompts}),
+                          processing_class=hf_tok)
     trainer.model.eval()  # no dropout on either side (TRL then normalises as on one process)
     ours = from_pretrained(trainer.model).float().eval()
     config = GRPOConfig(group_size=GROUP, beta=0.0, max_completion_length=MAX_NEW)
@@ -150,12 +158,13 @@ def main(argv=None) -> int:
     import transformers
     import trl
 
-    command = "python benchmarks/align_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ("python benchmarks/align_speed.py " + " ".join(argv if argv is not None
+                                                              else sys.argv[1:]))
     record = {"command": command.strip(), "threads": args.threads, "repeats": args.repeats,
               "versions": {"torch": torch.__version__, "trl": trl.__version__,
                            "transformers": transformers.__version__},
-              "model": {"vocab": VOCAB, **SHAPE}, "dpo_pairs": PAIRS, "grpo_prompts": PROMPTS, "grpo_group": GROUP,
-              "max_completion_length": MAX_NEW, "steps": {}}
+              "model": {"vocab": VOCAB, **SHAPE}, "dpo_pairs": PAIRS, "grpo_prompts": PROMPTS,
+              "grpo_group": GROUP, "max_completion_length": MAX_NEW, "steps": {}}
     with tempfile.TemporaryDirectory() as tmp:
         sides = {"dpo": dpo_sides(Path(tmp)), "grpo": grpo_sides(Path(tmp))}
         for name, (theirs, mine) in sides.items():
@@ -171,15 +180,20 @@ def main(argv=None) -> int:
                     "seconds": {s: [round(x, 5) for x in t] for s, t in times.items()},
                     "median_s": med, "fastest_s": best, "ratio_median": med["trl"] / med["ours"],
                     "ratio_fastest": best["trl"] / best["ours"],
-                    "ratio_per_repeat_range": [min(a / b for a, b in zip(times["trl"], times["ours"])),
-                                               max(a / b for a, b in zip(times["trl"], times["ours"]))]}
+                    "ratio_per_repeat_range": [min(a / b for a,
+                                                   b in zip(times["trl"], times["ours"])),
+                                               max(a / b for a,
+                                                   b in zip(times["trl"], times["ours"]))]}
                 record["load_average"] = [round(x, 2) for x in os.getloadavg()]
-                record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+                record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"
+                )
                 out.progress(record)  # after every repeat, where no whole record is replaced
             s = record["steps"][name]
-            print(f"{name}: TRL {s['median_s']['trl'] * 1e3:.1f} ms, ours {s['median_s']['ours'] * 1e3:.1f} ms a step "
-                  f"(median of {args.repeats}): ours {s['ratio_median']:.2f}x faster; fastest repeats "
-                  f"{s['ratio_fastest']:.2f}x; load average {record['load_average']}", flush=True)
+            print(f"{name}: TRL {s['median_s']['trl'] * 1e3:.1f} ms, ours "
+                  f"{s['median_s']['ours'] * 1e3:.1f} ms a step (median of {args.repeats}): ours "
+                  f"{s['ratio_median']:.2f}x faster; fastest repeats {s['ratio_fastest']:.2f}x; "
+                  f"load average {record['load_average']}", flush=True)
     out.finish(record, say=True)
     return 0
 

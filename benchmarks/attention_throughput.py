@@ -35,7 +35,8 @@ class ListOfHeads(nn.Module):
         """Block's call, ``attn(x, cache, mask, rope)``; the preset's GPT has no KV cache in
         training, no window mask and learned positions, which is all MultiHeadAttention does."""
         if cache is not None or mask is not None or rope is not None:
-            raise ValueError("list-of-heads attention is plain causal attention: no KV cache, window or RoPE")
+            raise ValueError("list-of-heads attention is plain causal attention: no KV cache, "
+                             "window or RoPE")
         return self.mha(x)
 
 
@@ -63,7 +64,8 @@ def time_steps(model, optimizer, batches):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=count, default=5)
-    parser.add_argument("--steps", type=count, default=30, help="training steps per round and model")
+    parser.add_argument("--steps", type=count, default=30,
+                        help="training steps per round and model")
     parser.add_argument("--device", type=device, default="cpu")
     args = parser.parse_args(argv)
 
@@ -87,8 +89,9 @@ def main(argv=None):
             times[k].append(time_steps(models[k], optimizers[k], batches))
     tokens = args.steps * B * config.block_size
     rate = {k: tokens / statistics.median(v) for k, v in times.items()}
-    print(f"shakespeare-char-cpu model ({models['fused'].num_parameters():,} parameters), B={B}, T={config.block_size}, "
-          f"{args.device}, {torch.get_num_threads()} threads, {args.rounds} rounds x {args.steps} steps")
+    print(f"shakespeare-char-cpu model ({models['fused'].num_parameters():,} parameters), B={B}, "
+          f"T={config.block_size}, {args.device}, {torch.get_num_threads()} threads, {args.rounds} "
+          f"rounds x {args.steps} steps")
     for k, r in rate.items():
         print(f"  {k:>14}: {r:,.0f} tokens/s (median)")
     print(f"fused / list-of-heads throughput ratio: {rate['fused'] / rate['list of heads']:.2f}x")

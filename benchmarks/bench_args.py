@@ -2,7 +2,8 @@
 that they keep the command line's promise: a bad input is one line naming the problem and the fix,
 and a non-zero exit (argparse's ``error``: status 2), before any work.
 
-- Argument types: ``count`` (an integer >= 1), ``at_least(n)``, ``seed_number`` (what torch can seed with),
+- Argument types: ``count`` (an integer >= 1), ``at_least(n)``, ``seed_number`` (what torch can seed
+with),
   ``threads``, ``preset`` (a name of course_lib.presets), ``device`` (one this machine has).
 - Records: a benchmark writes its JSON only when asked: ``--json PATH`` (or the script's ``--out`` /
   ``--record``), or ``--update-record`` for the shipped record in course_lib/records/ that the book
@@ -27,7 +28,7 @@ RECORDS = ROOT / "course_lib" / "records"
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer (course_lib.utils.MAX_SEED)
 
 
-# --- argument types: argparse turns an ArgumentTypeError into "error: argument --X: <message>" -----
+# --- argument types: argparse turns an ArgumentTypeError into "error: argument --X: <message>" ---
 
 
 def at_least(low: int):
@@ -61,12 +62,14 @@ def preset(text: str) -> str:
     """An argparse type: the name of a preset of course_lib.presets."""
     from course_lib.presets import PRESETS
     if text not in PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r}: choose one of {', '.join(PRESETS)}")
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}: choose one of "
+                                         f"{', '.join(PRESETS)}")
     return text
 
 
 def device(text: str) -> str:
-    """An argparse type: cpu, cuda or mps, and one this machine has (course_lib.utils.check_device)."""
+    """An argparse type: cpu, cuda or mps, and one this machine has
+    (course_lib.utils.check_device)."""
     from course_lib.utils import check_device
     try:
         return check_device(text)
@@ -82,17 +85,19 @@ def seed_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: write seeds as 0,1,2 ({e})") from None
 
 
-# --- records: written only when asked, checked before the work, never partial over whole ------------
+# --- records: written only when asked, checked before the work, never partial over whole ----------
 
 
-def add_record_options(p: argparse.ArgumentParser, shipped: Path | None, option: str = "--json", **kwargs) -> None:
+def add_record_options(p: argparse.ArgumentParser, shipped: Path | None, option: str = "--json",
+                       **kwargs) -> None:
     """``option`` FILE (where the record goes; none: the results are printed only) and, when the
     benchmark has a ``shipped`` record, ``--update-record`` to rewrite it."""
-    p.add_argument(option, metavar="FILE", help="write the record (JSON) to FILE; without it nothing is written",
-                   **kwargs)
+    p.add_argument(option, metavar="FILE",
+                   help="write the record (JSON) to FILE; without it nothing is written", **kwargs)
     if shipped is not None:
         p.add_argument("--update-record", action="store_true",
-                       help=f"write the shipped record {shipped.relative_to(ROOT)}, which the book reads")
+                       help=f"write the shipped record {shipped.relative_to(ROOT)}, which the book "
+                            "reads")
 
 
 def record_file(p: argparse.ArgumentParser, args, shipped: Path | None, option: str = "--json",
@@ -110,7 +115,8 @@ def record_file(p: argparse.ArgumentParser, args, shipped: Path | None, option: 
     if given is None:
         return RecordFile(None, option)
     if str(given) == "-":
-        p.error(f"{option} -: a benchmark writes its record to a file; name one (the results are printed anyway)")
+        p.error(f"{option} -: a benchmark writes its record to a file; name one (the results are "
+                "printed anyway)")
     try:
         check_output_file(given, inputs, option)
     except ValueError as e:
@@ -154,11 +160,12 @@ def code_commit() -> str | None:
     """The git commit the benchmark ran from, with "+changes" when its code (course_lib, benchmarks;
     the records it writes aside) differs from that commit; None outside a git checkout."""
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
     try:
         head = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib", "benchmarks",
-                      ":!course_lib/records")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib",
+                      "benchmarks", ":!course_lib/records")
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+changes" if changed else "")

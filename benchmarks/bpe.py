@@ -1,4 +1,5 @@
-"""Byte-level BPE on tiny Shakespeare: training and encoding speed, ours against the industrial ones.
+"""Byte-level BPE on tiny Shakespeare: training and encoding speed, ours against the industrial
+ones.
 
 Prints, in one run (the fastest of ``--repeats`` runs of each counts; wall-clock seconds):
 
@@ -40,24 +41,30 @@ CPU = {}  # the fastest CPU time (this process, all its threads) of each timed f
 
 
 def best_of(fn, repeats: int, name: str | None = None):
-    """(fastest wall time in seconds, result of the last call); the fastest CPU time goes to CPU[name]."""
+    """(fastest wall time in seconds, result of the last call); the fastest CPU time goes to
+    CPU[name]."""
     best, best_cpu, out = float("inf"), float("inf"), None
     for _ in range(repeats):
         gc.collect()
         c0, t0 = time.process_time(), time.perf_counter()
         out = fn()
-        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+        best, best_cpu = min(best,
+                             time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
     if name:
         CPU[name] = best_cpu
     return best, out
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=count, default=5)
-    parser.add_argument("--vocab-size", type=at_least(257), default=512, help="256 bytes plus at least one merge")
-    parser.add_argument("--naive-chars", type=count, default=100_000, help="the slice the naive trainer runs on")
-    parser.add_argument("--naive-full", action="store_true", help="time the naive trainer on the whole text")
+    parser.add_argument("--vocab-size", type=at_least(257), default=512,
+                        help="256 bytes plus at least one merge")
+    parser.add_argument("--naive-chars", type=count, default=100_000,
+                        help="the slice the naive trainer runs on")
+    parser.add_argument("--naive-full", action="store_true",
+                        help="time the naive trainer on the whole text")
     args = parser.parse_args(argv)
 
     text = load_text("tinyshakespeare")
@@ -67,26 +74,33 @@ def main(argv=None) -> int:
           f"{len(pretoken_counts(text)):,} distinct GPT-2 pre-tokens; vocabulary {args.vocab_size}")
     rows = []
 
-    t_ours, (vocab, merges) = best_of(lambda: train_bpe(text=text, vocab_size=args.vocab_size, special_tokens=()),
+    t_ours, (vocab, merges) = best_of(lambda: train_bpe(text=text, vocab_size=args.vocab_size,
+                                                        special_tokens=()),
                                       args.repeats, "train")
     assert len(merges) == merges_wanted
     t_pre, _ = best_of(lambda: pretoken_counts(text), args.repeats, "pre")
-    rows.append(("train: course_lib.bpe_train.train_bpe", f"{t_ours:.2f} s wall, {CPU['train']:.2f} s CPU for "
-                 f"{len(merges)} merges (pre-tokenizing: {t_pre:.2f} s wall, {CPU['pre']:.2f} s CPU)"))
+    rows.append(("train: course_lib.bpe_train.train_bpe",
+                 f"{t_ours:.2f} s wall, {CPU['train']:.2f} s CPU for "
+                 f"{len(merges)} merges (pre-tokenizing: {t_pre:.2f} s wall, {CPU['pre']:.2f} s "
+                 "CPU)"))
 
     naive_text = text if args.naive_full else text[:args.naive_chars]
     c0, t0 = time.process_time(), time.perf_counter()
     naive = train_bpe_naive(naive_text, args.vocab_size)
     t_naive, c_naive = time.perf_counter() - t0, time.process_time() - c0
-    assert naive == train_bpe(text=naive_text, vocab_size=args.vocab_size), "the two trainers disagree"
+    assert naive == train_bpe(text=naive_text,
+                              vocab_size=args.vocab_size), "the two trainers disagree"
     if args.naive_full:
         rows.append(("train: naive (recount after every merge)",
-                     f"{t_naive:.1f} s wall, {c_naive:.1f} s CPU: {c_naive / CPU['train']:.0f}x ours"))
+                     f"{t_naive:.1f} s wall, {c_naive:.1f} s CPU: {c_naive / CPU['train']:.0f}x "
+                     "ours"))
     else:
-        best_of(lambda: train_bpe(text=naive_text, vocab_size=args.vocab_size), args.repeats, "slice")
-        rows.append((f"train: naive (recount after every merge), first {len(naive_text):,} characters",
-                     f"{t_naive:.1f} s wall, {c_naive:.1f} s CPU: {c_naive / CPU['slice']:.0f}x ours on the same "
-                     f"slice ({CPU['slice']:.2f} s CPU)"))
+        best_of(lambda: train_bpe(text=naive_text, vocab_size=args.vocab_size), args.repeats,
+                "slice")
+        rows.append((f"train: naive (recount after every merge), first {len(naive_text):,} "
+                     "characters",
+                     f"{t_naive:.1f} s wall, {c_naive:.1f} s CPU: {c_naive / CPU['slice']:.0f}x "
+                     f"ours on the same slice ({CPU['slice']:.2f} s CPU)"))
 
     try:
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -102,8 +116,8 @@ def main(argv=None) -> int:
             return tok
         t_hf, hf = best_of(hf_train, args.repeats, "hf")
         rows.append(("train: Hugging Face tokenizers (Rust, multi-threaded)",
-                     f"{t_hf:.2f} s wall, {CPU['hf']:.2f} s CPU (all threads) for vocabulary {hf.get_vocab_size()}; "
-                     f"ours takes {t_ours / t_hf:.1f}x its wall time"))
+                     f"{t_hf:.2f} s wall, {CPU['hf']:.2f} s CPU (all threads) for vocabulary "
+                     f"{hf.get_vocab_size()}; ours takes {t_ours / t_hf:.1f}x its wall time"))
 
     def encode_fresh():
         tok = BPETokenizer(vocab, merges)
@@ -119,7 +133,8 @@ def main(argv=None) -> int:
                  f"{n_bytes / c_cold / 1e6:.1f} MB/s by CPU time ({len(ids):,} tokens, "
                  f"{len(text) / len(ids):.2f} characters per token)"))
     rows.append((f"encode: ours, vocabulary {args.vocab_size}, cache filled",
-                 f"{n_bytes / CPU['warm'] / 1e6:.1f} MB/s by CPU time, {n_bytes / t_warm / 1e6:.1f} MB/s wall"))
+                 f"{n_bytes / CPU['warm'] / 1e6:.1f} MB/s by CPU time, "
+                 f"{n_bytes / t_warm / 1e6:.1f} MB/s wall"))
 
     cl100k = BPETokenizer.from_tiktoken(RANKS)
     c0 = time.process_time()
@@ -127,17 +142,20 @@ def main(argv=None) -> int:
     c_cl = time.process_time() - c0
     t_cl_warm, _ = best_of(lambda: cl100k.encode(text), args.repeats, "cl_warm")
     rows.append(("encode: ours, cl100k ranks", f"{n_bytes / c_cl / 1e6:.1f} MB/s empty cache, "
-                 f"{n_bytes / CPU['cl_warm'] / 1e6:.1f} MB/s cache filled, by CPU time ({len(cl_ids):,} tokens)"))
+                 f"{n_bytes / CPU['cl_warm'] / 1e6:.1f} MB/s cache filled, by CPU time "
+                 f"({len(cl_ids):,} tokens)"))
     try:
         import tiktoken
     except ImportError:
         rows.append(("encode: tiktoken cl100k", "not installed"))
     else:
-        enc = tiktoken.Encoding(name="cl100k_base", pat_str=CL100K_PATTERN, mergeable_ranks=read_tiktoken_ranks(RANKS),
+        enc = tiktoken.Encoding(name="cl100k_base", pat_str=CL100K_PATTERN,
+                                mergeable_ranks=read_tiktoken_ranks(RANKS),
                                 special_tokens=CL100K_SPECIAL_TOKENS)
         t_tt, tt_ids = best_of(lambda: enc.encode_ordinary(text), args.repeats, "tt")
         same = "identical ids" if tt_ids == cl_ids else "DIFFERENT ids"
-        rows.append(("encode: tiktoken cl100k (Rust)", f"{n_bytes / CPU['tt'] / 1e6:.1f} MB/s by CPU time, {same}; "
+        rows.append(("encode: tiktoken cl100k (Rust)",
+                     f"{n_bytes / CPU['tt'] / 1e6:.1f} MB/s by CPU time, {same}; "
                      f"ours (cache filled) runs at {CPU['tt'] / CPU['cl_warm']:.2f}x its speed"))
 
     width = max(len(r[0]) for r in rows)

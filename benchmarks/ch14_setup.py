@@ -19,21 +19,27 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_args, when a test loads this file
 
-from bench_args import RecordFile, add_record_options, code_commit, count, record_file  # noqa: E402  (no torch)
-from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+# no torch
+from bench_args import RecordFile, add_record_options, code_commit, count, record_file  # noqa: E402
+# no torch
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
 
 PRESET = "shakespeare-char-cpu"
 VAL_GENERATOR_SEED = 2024  # the validation batches every model of the chapter is scored on
 
 
 def parse_args(doc: str, argv, *, steps: int, eval_batches: int, add=None) -> argparse.Namespace:
-    """The options both benchmarks take (``--steps``, ``--eval-batches``, ``--json``, ``--host-env``),
-    plus those ``add(parser)`` adds; then the numeric environment, before torch is imported."""
+    """The options both benchmarks take (``--steps``, ``--eval-batches``, ``--json``,
+    ``--host-env``), plus those ``add(parser)`` adds; then the numeric environment, before torch is
+    imported."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    p.add_argument("--steps", type=count, default=steps, help="training steps (a tenth of them warm-up)")
-    p.add_argument("--eval-batches", type=count, default=eval_batches, help="fixed validation batches")
+    p.add_argument("--steps", type=count, default=steps,
+                   help="training steps (a tenth of them warm-up)")
+    p.add_argument("--eval-batches", type=count, default=eval_batches,
+                   help="fixed validation batches")
     add_record_options(p, None, "--json")
-    p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
+    p.add_argument("--host-env", action="store_true",
+                   help="this machine's numeric settings, not the reference")
     if add is not None:
         add(p)
     args = p.parse_args(argv)
@@ -41,7 +47,8 @@ def parse_args(doc: str, argv, *, steps: int, eval_batches: int, add=None) -> ar
     if not args.host_env:
         apply_reference_environment()  # before torch is imported
     wait_passively()
-    args.record = record_file(p, args, None, "--json")  # before any work (it imports torch: after the environment)
+    # before any work (it imports torch: after the environment)
+    args.record = record_file(p, args, None, "--json")
     return args
 
 
@@ -67,15 +74,18 @@ def validation_batches(val_data, block_size: int, batch_size: int, count: int) -
 
 
 def write_record(args, script: str, argv, fields: dict, final: bool = True) -> None:
-    """``fields`` with the command that made them, the environment, the machine and the load average,
-    as JSON to ``args.json`` (nothing when it is not given). ``final=False``: a run's progress, written
-    only where it replaces no whole record (bench_args.RecordFile)."""
+    """``fields`` with the command that made them, the environment, the machine and the load
+    average, as JSON to ``args.json`` (nothing when it is not given). ``final=False``: a run's
+    progress, written only where it replaces no whole record (bench_args.RecordFile)."""
     if not args.json:
         return
-    command = f"python benchmarks/{script} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = (f"python benchmarks/{script} " + shlex.join(argv if argv is not None
+                                                           else sys.argv[1:]))
     result = {"command": command, "commit": code_commit(), **fields,
-              "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_at_end": os.getloadavg()}
+              "environment": "host" if args.host_env
+              else "reference (course_lib/tools/numerics.py)",
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+              "load_average_at_end": os.getloadavg()}
     record = getattr(args, "record", None) or RecordFile(Path(args.json))
     if final:
         record.finish(result, say=True)  # atomic: a stopped run never leaves half a file

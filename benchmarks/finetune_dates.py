@@ -23,15 +23,16 @@ NF4-quantised base. Results go, when asked, to ``--out FILE`` or (``--update-rec
 file lock lets two processes share it); a run already recorded is skipped, so an interrupted sweep
 continues where it stopped. Without either, the results are printed only. Usage:
 
-    python benchmarks/finetune_dates.py --update-record   # every run, seeds 0 1 2: what chapter 15 prints
+    # every run, seeds 0 1 2: what chapter 15 prints
+    python benchmarks/finetune_dates.py --update-record
     python benchmarks/finetune_dates.py --only "dates full" --seeds 0 --steps 20 --out /tmp/x.json
 
 Defaults are the chapter's: 200 steps and 100 held-out dates for the dates runs, 300 steps and
 200 held-out words for the unscrambling runs. One run takes about a minute of one core (one
 thread) on an idle machine; each record stores its seconds and the load average beside them, and
 the command that made it (``command``). The runs stored before commands were kept carry
-``command_reconstructed``: the command that reproduces their settings (steps, held-out size, seeds and
-learning rate all equal its defaults), not a copy of the one typed.
+``command_reconstructed``: the command that reproduces their settings (steps, held-out size, seeds
+and learning rate all equal its defaults), not a copy of the one typed.
 """
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ import torch
 from bench_args import add_record_options, count, record_file, seed_number
 
 from course_lib.data import load_text
-from course_lib.finetune import (SEP, END, TASK_CHARS, answer_batch_fn, dates_test_pairs, answers_exact_match,
-                                 extend_tokenizer, finetune_config)
+from course_lib.finetune import (SEP, END, TASK_CHARS, answer_batch_fn, dates_test_pairs,
+                                 answers_exact_match, extend_tokenizer, finetune_config)
 from course_lib.forgetting import replay_batch_fn, vocab_split_loss
 from course_lib.generate import generate_batch
 from course_lib.lora import add_lora
@@ -69,8 +70,10 @@ DEFAULT_EVAL = {"dates": 100, "words": 200}
 ATTN, MLP = ("attn.c_attn", "attn.c_proj"), ("mlp.c_fc", "mlp.c_proj")
 
 
-def spec(task="dates", init="pretrained", method="full", rank=None, targets=ATTN, masked=True, replay=0.0):
-    return dict(task=task, init=init, method=method, rank=rank, targets=list(targets), masked=masked, replay=replay)
+def spec(task="dates", init="pretrained", method="full", rank=None, targets=ATTN, masked=True,
+         replay=0.0):
+    return dict(task=task, init=init, method=method, rank=rank, targets=list(targets),
+                masked=masked, replay=replay)
 
 
 RUNS = {  # in order of importance: a sweep cut short has the chapter's main comparisons first
@@ -101,7 +104,8 @@ def build_model(base, n_new: int, s: dict):
     rows, fully trainable, or frozen with LoRA adapters (on a float or NF4 base) and trainable
     new rows, or frozen but for the new rows."""
     if s["init"] == "scratch":
-        return GPT(GPTConfig.from_dict({**base.config.to_dict(), "vocab_size": base.config.vocab_size + n_new}))
+        return GPT(GPTConfig.from_dict({**base.config.to_dict(),
+                                        "vocab_size": base.config.vocab_size + n_new}))
     model = extend_vocabulary(base, n_new)
     if s["method"] == "full":
         return model
@@ -141,14 +145,17 @@ def store(path: Path | None, key: str, record: dict) -> None:
     with locked(path):
         records = read_records(path)
         records[key] = record
-        write_text_atomic(path, json.dumps(dict(sorted(records.items())), indent=1) + "\n", option="--out")
+        write_text_atomic(path, json.dumps(dict(sorted(records.items())), indent=1) + "\n",
+                          option="--out")
 
 
 def claim(folder: Path, key: str) -> bool:
-    """Claim a run for this process: True if no other process has (the file is created exclusively)."""
+    """Claim a run for this process: True if no other process has (the file is created
+    exclusively)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        os.close(os.open(folder / (key.replace(" ", "_").replace("|", "").replace("/", "_") + ".claim"),
+        os.close(os.open(folder / (key.replace(" ",
+                                               "_").replace("|", "").replace("/", "_") + ".claim"),
                          os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
@@ -171,10 +178,12 @@ def run_one(name: str, s: dict, seed: int, steps: int, n_eval: int, base, tok0, 
     lora = s["method"] != "full"
     config = finetune_config(lora, max_iters=steps, eval_interval=50, seed=1337 + seed)
     if s["task"] == "dates":
-        task_fn, pairs = answer_batch_fn(tok, config.batch_size, s["masked"]), dates_test_pairs(n_eval)
+        task_fn, pairs = answer_batch_fn(tok, config.batch_size,
+                                         s["masked"]), dates_test_pairs(n_eval)
         train_pairs = None
     else:
-        task_fn, pairs = unscramble_batch_fn(tok, config.batch_size, s["masked"]), unscramble_test_pairs(n_eval)
+        task_fn, pairs = unscramble_batch_fn(tok, config.batch_size,
+                                             s["masked"]), unscramble_test_pairs(n_eval)
         g = torch.Generator().manual_seed(0)
         from course_lib.unscramble import scrambled_pairs
         train_pairs = scrambled_pairs(word_split()["train"], n_eval, g)
@@ -184,16 +193,19 @@ def run_one(name: str, s: dict, seed: int, steps: int, n_eval: int, base, tok0, 
     trainer.train()
     seconds = time.perf_counter() - start
     model.eval()
-    val_ids = torch.tensor(tok0.encode(load_text("tinyshakespeare")[int(0.9 * len(load_text("tinyshakespeare"))):]))
+    val_ids = torch.tensor(
+        tok0.encode(load_text("tinyshakespeare")[int(0.9 * len(load_text("tinyshakespeare"))) :])
+    )
     forgetting = vocab_split_loss(model, val_ids, tok0.vocab_size)
     record = dict(name=name, seed=seed, steps=steps, **s,
                   learning_rate=config.learning_rate, batch_size=config.batch_size,
                   exact_match=answers_exact_match(model, tok, pairs), n_eval=len(pairs),
-                  train_exact_match=answers_exact_match(model, tok, train_pairs) if train_pairs else None,
+                  train_exact_match=answers_exact_match(model, tok, train_pairs) if train_pairs
+                  else None,
                   eval_step=trainer.history["eval_step"], val_loss=trainer.history["val_loss"],
                   trained=sum(p.numel() for p in model.parameters() if p.requires_grad),
-                  sample=sample(model, tok), seconds=round(seconds, 1), load_average=os.getloadavg()[0],
-                  **forgetting)
+                  sample=sample(model, tok), seconds=round(seconds, 1),
+                  load_average=os.getloadavg()[0], **forgetting)
     return record
 
 
@@ -201,11 +213,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", metavar="NAME", help="run only these (see --list)")
     parser.add_argument("--seeds", type=seed_number, nargs="*", default=[0, 1, 2])
-    parser.add_argument("--steps", type=count, help=f"training steps (default per task: {DEFAULT_STEPS})")
-    parser.add_argument("--eval", type=count, help=f"held-out examples for exact match (default {DEFAULT_EVAL})")
+    parser.add_argument("--steps", type=count,
+                        help=f"training steps (default per task: {DEFAULT_STEPS})")
+    parser.add_argument("--eval", type=count,
+                        help=f"held-out examples for exact match (default {DEFAULT_EVAL})")
     add_record_options(parser, RECORDS, "--out", type=Path)
-    parser.add_argument("--claims", type=Path, help="a folder where each process claims a run before starting it, "
-                        "so that several processes can share one list without running anything twice")
+    parser.add_argument("--claims", type=Path,
+                        help="a folder where each process claims a run before starting it, "
+                        "so that several processes can share one list without running anything "
+                        "twice")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -216,27 +232,31 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         parser.error(f"unknown run(s) {unknown}; --list shows them")
-    out = record_file(parser, args, RECORDS, "--out", continues=True).path  # keyed runs: only added to
+    # keyed runs: only added to
+    out = record_file(parser, args, RECORDS, "--out", continues=True).path
     torch.set_num_threads(1)
     base, tok0 = load_pretrained()
     text = load_text("tinyshakespeare")
-    text_ids = torch.tensor(tok0.encode(text[:int(0.9 * len(text))]))  # replay: the pretraining split
+    # replay: the pretraining split
+    text_ids = torch.tensor(tok0.encode(text[:int(0.9 * len(text))]))
     command = "python benchmarks/finetune_dates.py " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     todo = [(n, seed) for n in names for seed in args.seeds]  # each run's seeds together
     for i, (name, seed) in enumerate(todo):
         task = RUNS[name]["task"]
-        steps = DEFAULT_STEPS[task] if args.steps is None else args.steps  # --steps 0 is refused, never "default"
+        # --steps 0 is refused, never "default"
+        steps = DEFAULT_STEPS[task] if args.steps is None else args.steps
         n_eval = DEFAULT_EVAL[task] if args.eval is None else args.eval
         key = f"{name} | seed {seed} | {steps} steps"
         if key in read_records(out) or (args.claims and not claim(args.claims, key)):
             continue
         record = run_one(name, RUNS[name], seed, steps, n_eval, base, tok0, text_ids)
-        record["command"] = command  # the command that made it (chapter 15 prints each run's settings)
+        # the command that made it (chapter 15 prints each run's settings)
+        record["command"] = command
         store(out, key, record)
-        print(f"[{i + 1}/{len(todo)}] {key}: exact match {record['exact_match']:.1%}, Shakespeare loss "
-              f"{record['loss']:.3f} (old vocab {record['old_vocab_loss']:.3f}, new mass {record['new_mass']:.3f}), "
-              f"{record['seconds']} s", flush=True)
+        print(f"[{i + 1}/{len(todo)}] {key}: exact match {record['exact_match']:.1%}, Shakespeare "
+              f"loss {record['loss']:.3f} (old vocab {record['old_vocab_loss']:.3f}, new mass "
+              f"{record['new_mass']:.3f}), {record['seconds']} s", flush=True)
     return 0
 
 

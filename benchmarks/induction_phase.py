@@ -30,8 +30,8 @@ from bench_args import add_record_options, count, record_file, seed_list, thread
 
 from course_lib.induction.analysis import examine
 from course_lib.induction.task import RepeatTask
-from course_lib.induction.training import (crossing_step, induction_trainer, mean_interval, probe_rows,
-                                           train_config, train_with_probes)
+from course_lib.induction.training import (crossing_step, induction_trainer, mean_interval,
+                                           probe_rows, train_config, train_with_probes)
 from course_lib.tools.numerics import wait_passively
 
 RECORD = Path(__file__).resolve().parents[1] / "course_lib" / "records" / "induction_phase.json"
@@ -47,7 +47,8 @@ def run_one(name: str, seed: int, iters: int, probe_every: int) -> dict:
     curve = train_with_probes(trainer, task, probe_every, rows)
     train_s = time.perf_counter() - start
     cross = crossing_step(curve["step"], curve["repeat"], task.chance_loss / 2)
-    run = dict(task=name, seed=seed, crossing_step=cross, train_s=round(train_s, 1), loadavg=round(load, 2),
+    run = dict(task=name, seed=seed, crossing_step=cross, train_s=round(train_s, 1),
+               loadavg=round(load, 2),
                curve={k: [round(v, 4) for v in vs] for k, vs in curve.items()},
                **examine(trainer.model, task, *rows, transfer=(variable, *probe_rows(variable))))
     print(f"{name:8s} seed {seed}: crosses half of chance at step {cross}, final repeat loss "
@@ -67,14 +68,15 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
     p.add_argument("--threads", type=threads, default=1)
     p.add_argument("--jobs", type=count, default=1,
-                   help="runs trained at once, each in its own process with --threads threads (the same results)")
+                   help="runs trained at once, each in its own process with --threads threads (the "
+                        "same results)")
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
     out = record_file(p, args, RECORD)
     torch.set_num_threads(args.threads)
-    command = (f"python benchmarks/induction_phase.py --iters {args.iters} --fixed-iters {args.fixed_iters} "
-               f"--probe-every {args.probe_every} --seeds {','.join(map(str, args.seeds))} --threads {args.threads} "
-               f"--jobs {args.jobs}")
+    command = (f"python benchmarks/induction_phase.py --iters {args.iters} --fixed-iters "
+               f"{args.fixed_iters} --probe-every {args.probe_every} --seeds "
+               f"{','.join(map(str, args.seeds))} --threads {args.threads} --jobs {args.jobs}")
     runs = []
     record = dict(command=command, cpu_count=os.cpu_count(), tasks=TASKS, runs=runs)
     todo = [(name, seed, iters, args.probe_every) for name, iters in (("variable", args.iters),
@@ -96,9 +98,11 @@ def main(argv=None) -> None:
         steps = [r["crossing_step"] for r in runs if r["task"] == name]
         if None not in steps and len(steps) > 1:
             mean, low, high = mean_interval(steps)
-            record[f"{name}_crossing"] = dict(mean=round(mean, 1), low=round(low, 1), high=round(high, 1),
+            record[f"{name}_crossing"] = dict(mean=round(mean, 1), low=round(low, 1),
+                                              high=round(high, 1),
                                               steps=[round(s, 1) for s in steps])
-            print(f"{name}: crossing step {mean:.0f} (95% interval {low:.0f} to {high:.0f}) over {len(steps)} seeds")
+            print(f"{name}: crossing step {mean:.0f} (95% interval {low:.0f} to {high:.0f}) over "
+                  f"{len(steps)} seeds")
     out.finish(record, say=True)
 
 

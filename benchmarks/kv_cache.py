@@ -32,12 +32,17 @@ from course_lib.tools.numerics import wait_passively
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", type=preset, default="shakespeare-char-gpu", help="whose architecture to time")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", type=preset, default="shakespeare-char-gpu",
+                        help="whose architecture to time")
     parser.add_argument("--prompt-len", type=int, default=1,
-                        help="prompt tokens; the rest of the context (block_size - prompt-len tokens) is generated")
-    parser.add_argument("--repeats", type=count, default=3, help="timed runs of each way; the fastest counts")
-    parser.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's choice)")
+                        help="prompt tokens; the rest of the context (block_size - prompt-len "
+                             "tokens) is generated")
+    parser.add_argument("--repeats", type=count, default=3,
+                        help="timed runs of each way; the fastest counts")
+    parser.add_argument("--threads", type=threads, default=None,
+                        help="torch.set_num_threads (default: torch's choice)")
     parser.add_argument("--device", type=device, default="cpu")
     args = parser.parse_args(argv)
     if args.threads:
@@ -49,14 +54,17 @@ def main(argv=None) -> int:
         parser.error(f"--prompt-len must be in [1, {config.block_size - 1}]")
     model = GPT(config).to(args.device).eval()
     new_tokens = config.block_size - args.prompt_len
-    prompt = torch.randint(config.vocab_size, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(config.vocab_size, (1, args.prompt_len),
+                           generator=torch.Generator().manual_seed(0))
     prompt = prompt.to(args.device)
     compare_cache_speed(model, prompt, 8)  # warm-up
 
     result = compare_cache_speed(model, prompt, new_tokens, repeats=args.repeats)
     print(f"model: {args.preset} architecture, {model.num_parameters():,} parameters (untrained), "
-          f"on {args.device}; {torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
-    print(f"prompt {args.prompt_len} token(s), {new_tokens} new tokens: the context grows to {config.block_size}")
+          f"on {args.device}; {torch.get_num_threads()} threads, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
+    print(f"prompt {args.prompt_len} token(s), {new_tokens} new tokens: the context grows to "
+          f"{config.block_size}")
     print(f"without KV cache: {result['no_cache']:8.1f} tokens/s")
     print(f"with KV cache:    {result['cache']:8.1f} tokens/s")
     print(f"speed-up: {result['speedup']:.1f}x   same tokens: {result['same_tokens']}")

@@ -37,14 +37,15 @@ Measured on the project's 2-core machine shared with other jobs (so the timings 
 400 and 800 steps on 2026-11-26 (the first three variants; two processes of two threads); 1600 steps
 on 2026-11-28, every variant and seed, one process of two threads at a time (load average 6 to 29).
 The 1600-step runs of 2026-11-26 were not reused. Rerun on 2026-11-28, the dense model's seeds 0-3
-gave the same validation loss to four decimals, but the MoE's did not: with pooled balancing seeds 0-3
-gave 1.7123, 1.7261, 1.7235, 1.7316 then and 1.7220, 1.7315, 1.7296, 1.7277 now; without balancing seeds
-0-2 gave 1.7035, 1.7170, 1.7155 then and 1.6972, 1.7138, 1.7234 now (moves of 0.003 to 0.010; the old
-record is in git, before this docstring's commit). A 400-step rerun of the pooled MoE's seed 0 gave 2.0586
-against the record's 2.0587, its probed loads equal to the old run's up to step 260 and drifting
-apart after it: a change in floating-point rounding between the two dates (not identified), which
-training amplified in the MoE (its discrete routing is the likely reason) and not in the dense model. Validation
-loss, mean and standard deviation over seeds 0-3, as the records hold them:
+gave the same validation loss to four decimals, but the MoE's did not: with pooled balancing seeds
+0-3 gave 1.7123, 1.7261, 1.7235, 1.7316 then and 1.7220, 1.7315, 1.7296, 1.7277 now; without
+balancing seeds 0-2 gave 1.7035, 1.7170, 1.7155 then and 1.6972, 1.7138, 1.7234 now (moves of 0.003
+to 0.010; the old record is in git, before this docstring's commit). A 400-step rerun of the pooled
+MoE's seed 0 gave 2.0586 against the record's 2.0587, its probed loads equal to the old run's up to
+step 260 and drifting apart after it: a change in floating-point rounding between the two dates (not
+identified), which training amplified in the MoE (its discrete routing is the likely reason) and not
+in the dense model. Validation loss, mean and standard deviation over seeds 0-3, as the records hold
+them:
 
     steps  dense           MoE, pooled     no balancing    per-layer       aux-loss-free
     400    2.049 +- 0.014  2.054 +- 0.008  2.058 +- 0.005  -               -
@@ -74,22 +75,24 @@ from course_lib.train import estimate_loss
 from course_lib.tools.numerics import wait_passively
 from course_lib.utils import seed_everything
 
-RECORDS = Path(__file__).resolve().parents[1] / "course_lib" / "records"  # moe_vs_dense_<iters>.json
+# moe_vs_dense_<iters>.json
+RECORDS = Path(__file__).resolve().parents[1] / "course_lib" / "records"
 LLAMA = dict(norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_layer=2)
 VARIANTS = {
     "dense": dict(LLAMA, ffn_hidden=352),
     "MoE 8x176, top-2": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_aux_coef=0.01),
     "MoE, no balancing": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_aux_coef=0.0),
-    "MoE, per-layer balancing": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_aux_coef=0.01,
-                                     moe_balancing="per-layer"),
-    "MoE, aux-loss-free bias": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2, moe_balancing="bias",
-                                    moe_bias_rate=1e-3),
+    "MoE, per-layer balancing": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2,
+                                     moe_aux_coef=0.01, moe_balancing="per-layer"),
+    "MoE, aux-loss-free bias": dict(LLAMA, ffn_hidden=176, moe_experts=8, moe_top_k=2,
+                                    moe_balancing="bias", moe_bias_rate=1e-3),
 }
 
 
 def layer_loads(model: GPT, batch: torch.Tensor) -> list[list[float]]:
     """(L, E) the fraction of routing slots each expert of each layer gets on ``batch``: the experts
-    actually chosen (with the selection bias of the aux-loss-free variant), in eval mode (no update)."""
+    actually chosen (with the selection bias of the aux-loss-free variant), in eval mode (no
+    update)."""
     model.eval()
     with torch.no_grad():
         model(batch)
@@ -104,25 +107,32 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds")
     p.add_argument("--eval-batches", type=count, default=100)
     p.add_argument("--load-every", type=count, default=50)
-    p.add_argument("--threads", type=threads, default=1, help="torch threads (1: the fairest on a shared machine)")
+    p.add_argument("--threads", type=threads, default=1,
+                   help="torch threads (1: the fairest on a shared machine)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS),
                    help="the variants to train, each name quoted (default: all five)")
-    p.add_argument("--out", type=Path, default=None, help="the record (JSON); without it nothing is written")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the record (JSON); without it nothing is written")
     p.add_argument("--update-record", action="store_true",
                    help="write the shipped record course_lib/records/moe_vs_dense_<iters>.json")
-    p.add_argument("--merge", type=Path, nargs="+", help="merge these records' runs into --out and stop")
+    p.add_argument("--merge", type=Path, nargs="+",
+                   help="merge these records' runs into --out and stop")
     args = p.parse_args(argv)
     if args.merge:
         missing = [str(m) for m in args.merge if not m.is_file()]
         if missing:
             p.error(f"--merge: no record at {', '.join(missing)}")
         records = [json.loads(path.read_text()) for path in args.merge]
-        out = record_file(p, args, RECORDS / f"moe_vs_dense_{records[0]['iters']}.json", "--out", inputs=args.merge)
-        order = list(VARIANTS)  # the variants and the runs in this file's order (seed, then variant)
+        out = record_file(p, args, RECORDS / f"moe_vs_dense_{records[0]['iters']}.json", "--out",
+                          inputs=args.merge)
+        # the variants and the runs in this file's order (seed, then variant)
+        order = list(VARIANTS)
         rank = lambda name: order.index(name) if name in order else len(order)
-        runs = sorted((r for rec in records for r in rec["runs"]), key=lambda r: (r["seed"], rank(r["variant"])))
+        runs = sorted((r for rec in records for r in rec["runs"]),
+                      key=lambda r: (r["seed"], rank(r["variant"])))
         union = {k: v for rec in records for k, v in rec["variants"].items()}
-        merged = dict(records[0], runs=runs, variants=dict(sorted(union.items(), key=lambda kv: rank(kv[0]))))
+        merged = dict(records[0], runs=runs,
+                      variants=dict(sorted(union.items(), key=lambda kv: rank(kv[0]))))
         merged["seeds"] = ",".join(str(s) for s in sorted({r["seed"] for r in runs}))
         merged["command"] = " && ".join(rec["command"] for rec in records) + " (merged)"
         out.finish(merged, say=True)
@@ -157,7 +167,8 @@ def main(argv=None) -> None:
                 continue
             seed_everything(seed)
             model = GPT(replace(base, **options))
-            trainer = Trainer(model, train, val, replace(tc, seed=seed), progress=False, verbose=False)
+            trainer = Trainer(model, train, val, replace(tc, seed=seed), progress=False,
+                              verbose=False)
             loads, load_steps, train_s = [], [], 0.0
             load1 = os.getloadavg()[0]
             for until in range(0, args.iters + 1, args.load_every):
@@ -167,22 +178,42 @@ def main(argv=None) -> None:
                 if model.config.moe_experts:
                     loads.append(layer_loads(model, probe))
                     load_steps.append(trainer.step)
-            loss = estimate_loss(model, val_batch, args.eval_batches, seed=12345, splits=("val",))["val"]
+            loss = estimate_loss(model, val_batch, args.eval_batches, seed=12345,
+                                 splits=("val",))["val"]
             tokens = args.iters * tc.batch_size * base.block_size
-            run = dict(variant=name, seed=seed, val_loss=round(loss, 4), train_s=round(train_s, 1),
-                       tokens_per_s=round(tokens / train_s, 1), parameters=model.num_parameters(),
-                       flops_per_token=model.flops_per_token(), loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
-                       load_steps=load_steps, loads=loads,
-                       # per run, since a record merges runs made on different days (--merge)
-                       made_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       commit=code_commit())
+            run = dict(
+                variant=name,
+                seed=seed,
+                val_loss=round(loss, 4),
+                train_s=round(train_s, 1),
+                tokens_per_s=round(tokens / train_s, 1),
+                parameters=model.num_parameters(),
+                flops_per_token=model.flops_per_token(),
+                loadavg=[round(load1, 2), round(os.getloadavg()[0], 2)],
+                load_steps=load_steps,
+                loads=loads,
+                # per run, since a record merges runs made on different days (--merge)
+                made_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                commit=code_commit(),
+            )
             runs.append(run)
-            print(f"{name:20s} seed {seed}: val {loss:.4f}  {train_s:6.1f} s  {run['tokens_per_s']:8.0f} tok/s  "
-                  f"{run['parameters']:,} params  load avg {load1:.1f}", flush=True)
-            record = dict(command=command, iters=args.iters, seeds=args.seeds, eval_batches=args.eval_batches,
-                          batch_size=tc.batch_size, block_size=base.block_size, cpu_count=os.cpu_count(),
-                          threads=torch.get_num_threads(), variants={v: o for v, o in VARIANTS.items() if v in wanted}, runs=runs)
-            out.progress(record)  # after every run: a partial result survives (never over a whole record)
+            print(f"{name:20s} seed {seed}: val {loss:.4f}  {train_s:6.1f} s  "
+                  f"{run['tokens_per_s']:8.0f} tok/s  {run['parameters']:,} params  load avg "
+                  f"{load1:.1f}", flush=True)
+            record = dict(
+                command=command,
+                iters=args.iters,
+                seeds=args.seeds,
+                eval_batches=args.eval_batches,
+                batch_size=tc.batch_size,
+                block_size=base.block_size,
+                cpu_count=os.cpu_count(),
+                threads=torch.get_num_threads(),
+                variants={v: o for v, o in VARIANTS.items() if v in wanted},
+                runs=runs,
+            )
+            # after every run: a partial result survives (never over a whole record)
+            out.progress(record)
     out.finish(record, say=True)
     summarize(runs)
 

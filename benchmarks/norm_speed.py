@@ -1,12 +1,12 @@
 """RMSNorm against LayerNorm on this CPU (chapter 14): PyTorch's `F.layer_norm` (one kernel,
-`aten::native_layer_norm`), its `F.rms_norm` (on the CPU `aten::_fused_rms_norm`, which despite its name
-runs pow, mean, add, rsqrt and mul one after another), the library's `RMSNorm` module and the same norm
-written out in six PyTorch operations, on one activation tensor of GPT-2 small's width,
-(B, T, C) = (16, 256, 768). The four are timed interleaved: each repeat runs every one of them once, in
-a rotating order, so a change of load hits all of them alike; the result is each one's median and best
-time, the median over the rounds of its time over `F.layer_norm`'s in the same round, the load average
-before and after, and the profiler's trace of each (the aten operations it runs). Run it alone on the
-machine (the course's timing runs use `heavy --quiet`):
+`aten::native_layer_norm`), its `F.rms_norm` (on the CPU `aten::_fused_rms_norm`, which despite its
+name runs pow, mean, add, rsqrt and mul one after another), the library's `RMSNorm` module and the
+same norm written out in six PyTorch operations, on one activation tensor of GPT-2 small's width,
+(B, T, C) = (16, 256, 768). The four are timed interleaved: each repeat runs every one of them once,
+in a rotating order, so a change of load hits all of them alike; the result is each one's median and
+best time, the median over the rounds of its time over `F.layer_norm`'s in the same round, the load
+average before and after, and the profiler's trace of each (the aten operations it runs). Run it
+alone on the machine (the course's timing runs use `heavy --quiet`):
 
     PYTHONPATH=$PWD python benchmarks/norm_speed.py --json course_lib/records/norm_speed.json
 
@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_args import add_record_options, record_file  # noqa: E402  (no torch)
-from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402  (no torch)
+# no torch
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
 
 
 def aten_trace(fn) -> list[str]:
@@ -51,17 +52,20 @@ def aten_trace(fn) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=200, help="interleaved rounds (each times all four once)")
+    p.add_argument("--repeats", type=int, default=200,
+                   help="interleaved rounds (each times all four once)")
     p.add_argument("--shape", type=int, nargs=3, default=[16, 256, 768], metavar=("B", "T", "C"))
     add_record_options(p, None, "--json")
-    p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
+    p.add_argument("--host-env", action="store_true",
+                   help="this machine's numeric settings, not the reference")
     args = p.parse_args(argv)
     if args.repeats < 1 or min(args.shape) < 1:
         p.error("--repeats and every --shape size must be at least 1")
     if not args.host_env:
         apply_reference_environment()  # before torch is imported
     wait_passively()
-    record = record_file(p, args, None, "--json")  # checked before any work (and after the environment is set)
+    # checked before any work (and after the environment is set)
+    record = record_file(p, args, None, "--json")
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
@@ -99,7 +103,8 @@ def main(argv=None) -> int:
                       "ratio_to_layer_norm": round(statistics.median(t) / base, 3),
                       # paired by round: both timed within the same round, so under the same load
                       "median_round_ratio": round(statistics.median(
-                          a / b for a, b in zip(t, times["F.layer_norm"])), 3)} for name, t in times.items()}
+                          a / b for a, b in zip(t, times["F.layer_norm"])), 3)} for name,
+               t in times.items()}
     for name, r in results.items():
         print(f"{name:28s} median {r['median_ms']:8.3f} ms (min {r['min_ms']:.3f}), "
               f"{r['median_round_ratio']:.2f}x F.layer_norm (median of the rounds' ratios)")
@@ -109,12 +114,21 @@ def main(argv=None) -> int:
         print(f"{name}: {' | '.join(trace)}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     if record:
-        result = {"command": "python benchmarks/norm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "shape_BTC": args.shape, "repeats": args.repeats, "interleaved": True, "statistic": "median",
-                  "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
-                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
-                  "load_average_before": load_before, "load_average_after": load_after, "results": results,
-                  "profiler_ops": ops}
+        result = {
+            "command": "python benchmarks/norm_speed.py "
+            + " ".join(argv if argv is not None else sys.argv[1:]),
+            "shape_BTC": args.shape,
+            "repeats": args.repeats,
+            "interleaved": True,
+            "statistic": "median",
+            "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "torch": torch.__version__,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "results": results,
+            "profiler_ops": ops,
+        }
         record.finish(result, say=True)
     return 0
 

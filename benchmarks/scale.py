@@ -39,7 +39,8 @@ PRESET = "shakespeare-char-cpu"
 
 def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1) -> Trainer:
     """The preset's run on random tokens (under torchrun, this joins the process group)."""
-    data = torch.randint(0, get_preset(PRESET).model.vocab_size, (100_000,), generator=torch.Generator().manual_seed(0))
+    data = torch.randint(0, get_preset(PRESET).model.vocab_size, (100_000,),
+                         generator=torch.Generator().manual_seed(0))
     settings = {"max_iters": 10**6, "warmup_iters": 0, "dtype": dtype, "compile": compile,
                 "grad_accum_steps": grad_accum_steps}
     return runs.make_trainer(PRESET, data, data, settings, device="cpu", progress=False)
@@ -50,17 +51,23 @@ def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
     for _ in range(warmup):
         trainer.train_step()
     first = time.perf_counter() - start
-    tokens = trainer.config.grad_accum_steps * trainer.config.batch_size * trainer.model.config.block_size
+    tokens = (
+        trainer.config.grad_accum_steps
+        * trainer.config.batch_size
+        * trainer.model.config.block_size
+    )
     start = time.perf_counter()
     for _ in range(steps):
         trainer.train_step()
     seconds = time.perf_counter() - start
-    return {"tokens_per_s": tokens * steps / seconds, "ms_per_step": 1000 * seconds / steps, "warmup_s": first}
+    return {"tokens_per_s": tokens * steps / seconds, "ms_per_step": 1000 * seconds / steps,
+            "warmup_s": first}
 
 
 def worker(args) -> None:
     """One torchrun process: each handles one micro-batch of 12 sequences per step."""
-    trainer = make_trainer(grad_accum_steps=distributed.launched_world_size())  # joins the other processes
+    # joins the other processes
+    trainer = make_trainer(grad_accum_steps=distributed.launched_world_size())
     result = time_steps(trainer, args.warmup, args.steps)
     if distributed.is_main():
         print("RESULT " + json.dumps(result))
@@ -69,17 +76,20 @@ def worker(args) -> None:
 
 def torchrun(n: int, args) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
-           "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+           __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=count, default=30, help="timed training steps per way")
-    parser.add_argument("--warmup", type=at_least(0), default=3, help="untimed steps first (compilation happens here)")
-    parser.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads for the one-process rows")
+    parser.add_argument("--warmup", type=at_least(0), default=3,
+                        help="untimed steps first (compilation happens here)")
+    parser.add_argument("--threads", type=threads, default=None,
+                        help="torch.set_num_threads for the one-process rows")
     parser.add_argument("--skip-compile", action="store_true")
     parser.add_argument("--skip-torchrun", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -100,16 +110,18 @@ def main(argv=None) -> int:
         rows.append((f"{name}, 1 process x {n_threads} threads", r))
     if not args.skip_torchrun:
         for n in (1, 2):
-            rows.append((f"torchrun, {n} process{'es' if n > 1 else ''} x 1 thread (gloo)", torchrun(n, args)))
+            rows.append((f"torchrun, {n} process{'es' if n > 1 else ''} x 1 thread (gloo)",
+                         torchrun(n, args)))
 
     base = rows[0][1]["tokens_per_s"]
-    print(f"shakespeare-char-cpu shape, batch 12 x 64 tokens per process per step; {args.steps} timed steps "
-          f"after {args.warmup} warm-up steps; torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print(f"shakespeare-char-cpu shape, batch 12 x 64 tokens per process per step; {args.steps} "
+          f"timed steps after {args.warmup} warm-up steps; torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs")
     print("| way | tokens/s | ms/step | vs eager fp32 | warm-up steps (s) |")
     print("|---|---:|---:|---:|---:|")
     for name, r in rows:
-        print(f"| {name} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | {r['tokens_per_s'] / base:.2f}x | "
-              f"{r['warmup_s']:.1f} |")
+        print(f"| {name} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
+              f"{r['tokens_per_s'] / base:.2f}x | {r['warmup_s']:.1f} |")
     return 0
 
 

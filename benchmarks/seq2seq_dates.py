@@ -32,15 +32,18 @@ def main(argv=None) -> None:
         torch.set_num_threads(n_threads)
         torch.manual_seed(1337)
         tok = date_tokenizer()
-        trainer = Trainer(Seq2Seq(DATES_MODEL), config=config, batch_fn=date_batch_fn(tok, config.batch_size),
-                          progress=False)
+        trainer = Trainer(Seq2Seq(DATES_MODEL), config=config,
+                          batch_fn=date_batch_fn(tok, config.batch_size), progress=False)
         trainer.train_step()  # warm-up
         wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
             trainer.train_step()
-        wall, cpu = (time.perf_counter() - wall) / args.steps, (time.process_time() - cpu) / args.steps
-        print(f"{n_threads} thread(s): {wall * 1000:.1f} ms/step wall, {cpu * 1000:.1f} ms/step CPU; "
-              f"{config.max_iters} steps: about {wall * config.max_iters:.0f} s wall "
+        wall, cpu = (
+            (time.perf_counter() - wall) / args.steps,
+            (time.process_time() - cpu) / args.steps,
+        )
+        print(f"{n_threads} thread(s): {wall * 1000:.1f} ms/step wall, {cpu * 1000:.1f} ms/step "
+              f"CPU; {config.max_iters} steps: about {wall * config.max_iters:.0f} s wall "
               f"({cpu * config.max_iters:.0f} s of CPU time)")
 
 

@@ -34,13 +34,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=seed_number, nargs="+", default=[1337, 1])
     p.add_argument("--evals", type=count, default=10)
-    p.add_argument("--max-iters", type=count, help="override the preset's max_iters (a quick smoke test only)")
+    p.add_argument("--max-iters", type=count,
+                   help="override the preset's max_iters (a quick smoke test only)")
     p.add_argument("--json", help="write the record (JSON) to FILE; without it nothing is written")
     args = p.parse_args(argv)
     env = reference_environment()
     os.environ.update(REFERENCE)
-    record = record_file(p, args, None, "--json")  # before any run (it imports torch: after the environment)
-    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+    # before any run (it imports torch: after the environment)
+    record = record_file(p, args, None, "--json")
+    env.update(
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        ),
+    )
     from course_lib.presets import get_preset
 
     steps = args.max_iters or get_preset("shakespeare-char-speedrun").train.max_iters
@@ -56,17 +63,25 @@ def main(argv=None) -> int:
                 run.update(seed=seed, val_loss=round(whole_split_loss(folder / "ckpt.pt"), 4))
                 loads.append(os.getloadavg()[0])
                 runs[name].append(run)
-                print(f"seed {seed:5d} {name:32s} {run['wall_s']:6.1f} s, whole-split val loss {run['val_loss']:.4f}, "
-                      f"load average {loads[-1]:.1f}", flush=True)
-                result = {"command": "python benchmarks/speedrun_rope.py "
-                                     + " ".join(argv if argv is not None else sys.argv[1:]),
-                          "preset": "shakespeare-char-speedrun", "steps": steps, "seeds": args.seeds,
-                          "curve_estimate": "the preset's eval_iters random validation batches at each evaluation",
-                          "final_estimate": "the whole validation split",
-                          "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                          "load_average_before": load_before, "load_average_after_each_run": loads,
-                          "environment": "reference (course_lib/tools/numerics.py)", "runs": runs}
-                record.progress(result)  # after every run: a run stopped part-way keeps what it finished
+                print(f"seed {seed:5d} {name:32s} {run['wall_s']:6.1f} s, whole-split val loss "
+                      f"{run['val_loss']:.4f}, load average {loads[-1]:.1f}", flush=True)
+                result = {
+                    "command": "python benchmarks/speedrun_rope.py "
+                    + " ".join(argv if argv is not None else sys.argv[1:]),
+                    "preset": "shakespeare-char-speedrun",
+                    "steps": steps,
+                    "seeds": args.seeds,
+                    "curve_estimate": "the preset's eval_iters random validation batches at each "
+                                      "evaluation",
+                    "final_estimate": "the whole validation split",
+                    "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                    "load_average_before": load_before,
+                    "load_average_after_each_run": loads,
+                    "environment": "reference (course_lib/tools/numerics.py)",
+                    "runs": runs,
+                }
+                # after every run: a run stopped part-way keeps what it finished
+                record.progress(result)
     record.finish(result, say=True)
     return 0
 

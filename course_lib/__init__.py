@@ -14,8 +14,10 @@ if signals.started_as_cli():  # `python -m course_lib`: Ctrl-C during the import
     signals.exit_quietly_on_ctrl_c()
 signals.pause_point("import")
 
-from .model import GPT, GPTConfig  # noqa: E402  (after the Ctrl-C handler: these imports take seconds)
-from . import gpt2, llama, hf_moe  # noqa: E402,F401  register GPT.from_pretrained's loaders (none imports transformers here)
+# after the Ctrl-C handler: these imports take seconds
+from .model import GPT, GPTConfig  # noqa: E402
+# register GPT.from_pretrained's loaders (none imports transformers here)
+from . import gpt2, llama, hf_moe  # noqa: E402,F401
 from .sizing import count_parameters, parameter_breakdown
 from .tokenizers import CharTokenizer
 from .bpe import BPETokenizer  # registers the "bpe" tokenizer type
@@ -24,15 +26,17 @@ from .bpe_train import train_bpe
 from .train import Trainer, TrainConfig
 from .generate import generate, generate_text
 from .seq2seq import Seq2Seq, Seq2SeqConfig
-from . import bigram, lora_gpt, linear_attention  # noqa: E402,F401  every model kind registers on `import course_lib`
-from .quantize import models as _quantized_models  # noqa: E402,F401  gpt-int4 and gpt-qat (chapter 23)
+# every model kind registers on `import course_lib`
+from . import bigram, lora_gpt, linear_attention  # noqa: E402,F401
+# gpt-int4 and gpt-qat (chapter 23)
+from .quantize import models as _quantized_models  # noqa: E402,F401
 from .induction import model as _induction_model  # noqa: E402,F401  the attn-only kind (chapter 21)
 from .utils import pick_device, seed_everything
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer", "train_bpe",
-    "Trainer", "TrainConfig", "generate", "generate_text", "Seq2Seq", "Seq2SeqConfig", "pick_device", "seed_everything",
-    "__version__",
+    "GPT", "GPTConfig", "count_parameters", "parameter_breakdown", "CharTokenizer", "BPETokenizer",
+    "train_bpe", "Trainer", "TrainConfig", "generate", "generate_text", "Seq2Seq", "Seq2SeqConfig",
+    "pick_device", "seed_everything", "__version__",
 ]

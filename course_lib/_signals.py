@@ -24,7 +24,8 @@ def started_as_cli() -> bool:
     ``sys.argv[0]`` to "-m" until the module runs); not for ``course_lib.tools``, which keeps
     Python's own Ctrl-C."""
     command = getattr(sys, "orig_argv", [])
-    return sys.argv[:1] == ["-m"] and any(a == "-m" and b == "course_lib" for a, b in zip(command, command[1:]))
+    return (sys.argv[:1] == ["-m"]
+            and any(a == "-m" and b == "course_lib" for a, b in zip(command, command[1:])))
 
 
 def exit_quietly_on_ctrl_c() -> None:
@@ -45,7 +46,8 @@ def exit_quietly_on_ctrl_c_while_exiting(what: str) -> None:
     finalizers) prints one line saying ``what`` (e.g. that the run is saved) and exits with
     status 130 at once, instead of a traceback from the middle of an exit hook. Only for a real
     ``python -m course_lib`` process: it ends the process."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        or threading.current_thread() is not threading.main_thread()):
         return
 
     def stop(signum, frame):
@@ -64,7 +66,8 @@ def pause_point(name: str) -> None:
     """A test hook, inert unless ``COURSE_LIB_TEST_PAUSE_AT`` names this point ("step", or
     "step:25" for its 25th visit): then print ``paused at NAME`` and wait (up to a minute) for
     a signal, which goes to the handler in force here, exactly as if it had arrived during the
-    work that follows. So a test interrupts a chosen phase on a fast machine and a slow one alike."""
+    work that follows. So a test interrupts a chosen phase on a fast machine and a slow one
+    alike."""
     wanted = os.environ.get(PAUSE_ENV)
     if not wanted or wanted.partition(":")[0] != name:
         return

@@ -41,7 +41,8 @@ def padding_mask(lengths: torch.Tensor, T: int, side: str = "right") -> torch.Te
     return positions < lengths[:, None]
 
 
-def check_attention_mask(attention_mask: torch.Tensor, B: int, Tk: int, Tq: int | None = None) -> torch.Tensor:
+def check_attention_mask(attention_mask: torch.Tensor, B: int, Tk: int,
+                         Tq: int | None = None) -> torch.Tensor:
     """Validate a mask of real tokens and return it as booleans.
 
     Accepted shapes: (B, Tk), True where key position s holds a real token, or (B, Tq, Tk),
@@ -54,14 +55,15 @@ def check_attention_mask(attention_mask: torch.Tensor, B: int, Tk: int, Tq: int 
     if tuple(attention_mask.shape) not in shapes:
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
-            f"{' or '.join(str(s) for s in shapes)}: (batch, keys) with True on real tokens, where keys counts "
-            "the cached positions too"
+            f"{' or '.join(str(s) for s in shapes)}: (batch, keys) with True on real tokens, where "
+            "keys counts the cached positions too"
             + ("" if Tq is None else ", or (batch, queries, keys) for a full mask")
         )
     if attention_mask.dtype != torch.bool:
-        if attention_mask.dtype.is_floating_point or not ((attention_mask == 0) | (attention_mask == 1)).all():
-            raise ValueError("attention_mask must hold booleans (or 0/1 integers): True/1 for real tokens, "
-                             f"False/0 for padding; got dtype {attention_mask.dtype}")
+        if (attention_mask.dtype.is_floating_point
+            or not ((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold booleans (or 0/1 integers): True/1 for real "
+                             f"tokens, False/0 for padding; got dtype {attention_mask.dtype}")
         attention_mask = attention_mask.bool()
     return attention_mask
 
@@ -168,7 +170,8 @@ def score_variance(head_size: int, scaled: bool = False, batch: int = 8, T: int 
 class Head(nn.Module):
     """One causal self-attention head: (B, T, C) -> (B, T, hs)."""
 
-    def __init__(self, n_embd: int, head_size: int, block_size: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, n_embd: int, head_size: int, block_size: int, dropout: float = 0.0,
+                 bias: bool = False):
         super().__init__()
         self.key = nn.Linear(n_embd, head_size, bias=bias)
         self.query = nn.Linear(n_embd, head_size, bias=bias)
@@ -189,11 +192,13 @@ class Head(nn.Module):
 class MultiHeadAttention(nn.Module):
     """n_head heads side by side, concatenated, then projected: (B, T, C) -> (B, T, C)."""
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0,
+                 bias: bool = False):
         super().__init__()
         _check_heads(n_embd, n_head)
         head_size = n_embd // n_head
-        self.heads = nn.ModuleList(Head(n_embd, head_size, block_size, dropout, bias) for _ in range(n_head))
+        self.heads = nn.ModuleList(Head(n_embd, head_size, block_size, dropout, bias)
+                                   for _ in range(n_head))
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
@@ -206,7 +211,8 @@ def _check_heads(n_embd: int, n_head: int) -> None:
     if n_head < 1 or n_embd % n_head != 0:
         raise ValueError(
             f"n_embd ({n_embd}) must be divisible by n_head ({n_head}) so that every head gets "
-            f"the same head size; try n_head in {[h for h in range(1, n_embd + 1) if n_embd % h == 0][:12]}"
+            "the same head size; try n_head in "
+            f"{[h for h in range(1, n_embd + 1) if n_embd % h == 0][:12]}"
         )
 
 
@@ -225,23 +231,25 @@ class LayerKVCache:
 
     def __init__(self, capacity: int):
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-            raise ValueError(f"KV cache capacity must be an integer >= 0 (positions it holds, e.g. block_size), "
-                             f"got {capacity!r}")
+            raise ValueError("KV cache capacity must be an integer >= 0 (positions it holds, e.g. "
+                             f"block_size), got {capacity!r}")
         self.capacity = capacity
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.length = 0
 
-    def append(self, k: torch.Tensor, v: torch.Tensor, keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add T new positions (B, n_kv, T, hs); return the keys and values the new queries may read:
-        every cached position and the new ones, or with ``keep`` (a sliding window's window - 1)
-        the kept ones and the new ones, after which only the newest ``keep`` stay."""
+    def append(self, k: torch.Tensor, v: torch.Tensor,
+               keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add T new positions (B, n_kv, T, hs); return the keys and values the new queries may
+        read: every cached position and the new ones, or with ``keep`` (a sliding window's window -
+        1) the kept ones and the new ones, after which only the newest ``keep`` stay."""
         B, nh, T, hs = k.shape
-        if self.k is not None and (B, nh, hs) != (self.k.shape[0], self.k.shape[1], self.k.shape[3]):
+        if (self.k is not None
+            and (B, nh, hs) != (self.k.shape[0], self.k.shape[1], self.k.shape[3])):
             raise ValueError(
-                f"this KV cache holds batch {self.k.shape[0]}, {self.k.shape[1]} key/value heads of size "
-                f"{self.k.shape[3]}, and was given batch {B}, {nh} heads of size {hs}: a cache serves one model "
-                "and one batch; make a new KVCache for another")
+                f"this KV cache holds batch {self.k.shape[0]}, {self.k.shape[1]} key/value heads "
+                f"of size {self.k.shape[3]}, and was given batch {B}, {nh} heads of size {hs}: a "
+                "cache serves one model and one batch; make a new KVCache for another")
         if keep is not None:
             return self._append_window(k, v, keep)
         if self.k is None:
@@ -257,10 +265,11 @@ class LayerKVCache:
         self.length += T
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
-    def _append_window(self, k: torch.Tensor, v: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _append_window(self, k: torch.Tensor, v: torch.Tensor,
+                       keep: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.length + k.shape[2] > self.capacity:
-            raise ValueError(f"KV cache is full ({self.length} + {k.shape[2]} > capacity {self.capacity}); "
-                             "reset it and re-feed the cropped context")
+            raise ValueError(f"KV cache is full ({self.length} + {k.shape[2]} > capacity "
+                             f"{self.capacity}); reset it and re-feed the cropped context")
         keys = k if self.k is None else torch.cat([self.k, k], dim=2)  # (B, n_kv, kept + T, hs)
         values = v if self.v is None else torch.cat([self.v, v], dim=2)
         self.length += k.shape[2]
@@ -279,7 +288,8 @@ class KVCache:
 
     def __init__(self, n_layer: int, capacity: int):
         if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
-            raise ValueError(f"KVCache n_layer must be an integer >= 1 (the model's config.n_layer), got {n_layer!r}")
+            raise ValueError("KVCache n_layer must be an integer >= 1 (the model's "
+                             f"config.n_layer), got {n_layer!r}")
         self.layers = [LayerKVCache(capacity) for _ in range(n_layer)]
 
     @property
@@ -316,22 +326,23 @@ class CausalSelfAttention(nn.Module):
     (Mistral), and the KV cache keeps only those.
     """
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0, bias: bool = False,
-                 n_kv_head: int | None = None, head_size: int | None = None, qk_norm: bool = False,
-                 norm_eps: float = 1e-5, sliding_window: int | None = None):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0,
+                 bias: bool = False, n_kv_head: int | None = None, head_size: int | None = None,
+                 qk_norm: bool = False, norm_eps: float = 1e-5, sliding_window: int | None = None):
         super().__init__()
         if head_size is None:
             _check_heads(n_embd, n_head)
         n_kv_head = n_head if n_kv_head is None else n_kv_head
         if n_kv_head < 1 or n_head % n_kv_head:
-            raise ValueError(f"n_head ({n_head}) must be a multiple of n_kv_head ({n_kv_head}): each key/value "
-                             "head serves the same number of query heads")
+            raise ValueError(f"n_head ({n_head}) must be a multiple of n_kv_head ({n_kv_head}): "
+                             "each key/value head serves the same number of query heads")
         self.n_head = n_head
         self.n_kv_head = n_kv_head
         self.n_embd = n_embd
         self.head_size = n_embd // n_head if head_size is None else head_size
         self.q_size = n_head * self.head_size  # channels of q: C unless head_size is set apart
-        self.kv_size = n_kv_head * self.head_size  # channels of k (and of v): C for multi-head attention
+        # channels of k (and of v): C for multi-head attention
+        self.kv_size = n_kv_head * self.head_size
         self.c_attn = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias)
         self.c_proj = nn.Linear(self.q_size, n_embd, bias=bias)
         self.q_norm = RMSNorm(self.head_size, norm_eps) if qk_norm else None
@@ -355,15 +366,18 @@ class CausalSelfAttention(nn.Module):
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
-        return t.view(B, T, C // self.head_size, self.head_size).transpose(1, 2)  # (B, heads, T, hs)
+        # (B, heads, T, hs)
+        return t.view(B, T, C // self.head_size, self.head_size).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, cache: LayerKVCache | None = None,
-                mask: torch.Tensor | None = None, rope: tuple[torch.Tensor, torch.Tensor] | None = None
+                mask: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None
                 ) -> torch.Tensor:
         """``mask``, when given, is the whole boolean mask, causal part included, broadcastable to
         (B, nh, T, past + T): True where query t may attend to key s (see
         :func:`causal_padding_mask`). Without it the mask is causal only. ``rope``: the cos and sin
-        of the new tokens' rotation angles, (T, hs/2) or (B, T, hs/2) (see :mod:`course_lib.rope`)."""
+        of the new tokens' rotation angles, (T, hs/2) or (B, T, hs/2) (see
+        :mod:`course_lib.rope`)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split([self.q_size, self.kv_size, self.kv_size], dim=2)  # (B, T, nh*hs), 2x (B, T, kv)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, nh, T, hs), 2x (B, n_kv, T, hs)
@@ -374,7 +388,8 @@ class CausalSelfAttention(nn.Module):
         past = 0
         if cache is not None:
             past = cache.length
-            # now (B, n_kv, keys, hs): the cache holds n_kv heads only, and with a window its last window - 1
+            # now (B, n_kv, keys, hs): the cache holds n_kv heads only, and with a window its last
+            # window - 1
             k, v = cache.append(k, v, keep=None if self.window is None else self.window - 1)
         n_keys = k.shape[2]  # past + T, or fewer when a sliding window's cache dropped the oldest
         n_rep = self.n_head // self.n_kv_head  # query heads per key/value head
@@ -384,7 +399,8 @@ class CausalSelfAttention(nn.Module):
                 raise ValueError(f"attention mask ends in shape {tuple(mask.shape[-2:])}, expected "
                                  f"(queries, keys) = ({T}, {past + T})")
             mask = mask[..., past + T - n_keys:]  # the keys the cache still holds
-        if self.window is not None and n_keys > self.window:  # some query would see more than its window
+        # some query would see more than its window
+        if self.window is not None and n_keys > self.window:
             band = sliding_window_mask(T, n_keys, self.window, x.device)
             mask = band if mask is None else mask & band
         if T == 1 and past > 0 and mask is None and not self.need_weights:
@@ -393,9 +409,11 @@ class CausalSelfAttention(nn.Module):
             # copying the keys and values n_rep times: generation reads only n_kv heads of cache.
             # reshape, not view: CUDA's kernels may return y non-contiguous (issue 31).
             q = q.reshape(B, self.n_kv_head, n_rep, self.head_size)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).reshape(B, self.n_head, 1, self.head_size)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).reshape(
+                B, self.n_head, 1, self.head_size)
         else:
-            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, nh, keys, hs): head h reads group h // n_rep
+            # (B, nh, keys, hs): head h reads group h // n_rep
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
             if mask is None and (self.need_weights or past > 0):
                 # Query i sits at absolute position past + i and may see keys 0 .. past + i.
                 mask = causal_mask(n_keys, x.device)[n_keys - T:]
@@ -417,13 +435,16 @@ class CausalSelfAttention(nn.Module):
         and likewise for keys and values; the output projection is shared as is.
         """
         if self.n_kv_head != self.n_head:
-            raise ValueError("load_from_multihead needs one key/value head per query head (n_kv_head = n_head)")
+            raise ValueError("load_from_multihead needs one key/value head per query head "
+                             "(n_kv_head = n_head)")
         if len(mha.heads) != self.n_head:
             raise ValueError(f"{len(mha.heads)} heads given, this layer has {self.n_head}")
         for i, name in enumerate(["query", "key", "value"]):
             block = slice(i * self.n_embd, (i + 1) * self.n_embd)
-            self.c_attn.weight[block] = torch.cat([getattr(h, name).weight for h in mha.heads], dim=0)
+            self.c_attn.weight[block] = torch.cat([getattr(h, name).weight for h in mha.heads],
+                                                  dim=0)
             if self.c_attn.bias is not None:
-                self.c_attn.bias[block] = torch.cat([getattr(h, name).bias for h in mha.heads], dim=0)
+                self.c_attn.bias[block] = torch.cat([getattr(h, name).bias for h in mha.heads],
+                                                    dim=0)
         self.c_proj.load_state_dict(mha.proj.state_dict())
         return self

@@ -125,14 +125,16 @@ class BigramLanguageModel(nn.Module):
     # checkpoints save and load (load_weights still refuses NaN and +inf there).
     minus_inf_allowed = ("token_embedding_table.weight",)
 
-    def __init__(self, vocab_size: int | BigramConfig = 65, block_size: int = 8, init_std: float = 0.02):
+    def __init__(self, vocab_size: int | BigramConfig = 65, block_size: int = 8,
+                 init_std: float = 0.02):
         super().__init__()
         if isinstance(vocab_size, BigramConfig):
             self.config = vocab_size
         else:
             self.config = BigramConfig(vocab_size=vocab_size, block_size=block_size)
         V = self.config.vocab_size
-        check_fits_in_memory(V * V, f"a bigram model of vocab_size {V:,} (a V x V table)", "choose a smaller vocabulary")
+        check_fits_in_memory(V * V, f"a bigram model of vocab_size {V:,} (a V x V table)",
+                             "choose a smaller vocabulary")
         self.token_embedding_table = nn.Embedding(V, V)  # row i: logits of the token after token i
         nn.init.normal_(self.token_embedding_table.weight, mean=0.0, std=init_std)
 
@@ -150,18 +152,21 @@ class BigramLanguageModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, ignore_index: int = -100):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                ignore_index: int = -100):
         V = self.config.vocab_size
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
         if idx.numel() and (idx.min() < 0 or idx.max() >= V):
             raise ValueError(
-                f"token ids must lie in [0, {V - 1}] (vocab_size {V}), got ids from {int(idx.min())} "
-                f"to {int(idx.max())}: was the text encoded with another tokenizer?"
+                f"token ids must lie in [0, {V - 1}] (vocab_size {V}), got ids from "
+                f"{int(idx.min())} to {int(idx.max())}: was the text encoded with another "
+                "tokenizer?"
             )
         B, T = idx.shape
         logits = self.token_embedding_table(idx)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(B * T, V), targets.reshape(B * T), ignore_index=ignore_index)
+            loss = F.cross_entropy(logits.view(B * T, V), targets.reshape(B * T),
+                                   ignore_index=ignore_index)
         return logits, loss

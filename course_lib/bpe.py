@@ -25,7 +25,8 @@ from .bpe_train import train_bpe
 from .pretokenize import ASCII_PATTERNS, resolve_pattern, special_splitter
 from .tokenizers import register_tokenizer
 
-ENDOFTEXT = "<|endoftext|>"  # GPT-2's token between documents; BPETokenizer.train adds it by default
+# GPT-2's token between documents; BPETokenizer.train adds it by default
+ENDOFTEXT = "<|endoftext|>"
 
 
 class _PieceCache(dict):
@@ -42,7 +43,8 @@ class _PieceCache(dict):
 
 @register_tokenizer("bpe")
 class BPETokenizer:
-    """Byte-level BPE: ``encode(str) -> list[int]`` and ``decode(ids) -> str`` with a learned vocabulary.
+    """Byte-level BPE: ``encode(str) -> list[int]`` and ``decode(ids) -> str`` with a learned
+    vocabulary.
 
     ``vocab`` maps ids to bytes and must hold the 256 single bytes; ``merges`` lists pairs of
     byte strings in priority order (the order they were learned); ``special_tokens`` is a list
@@ -61,8 +63,8 @@ class BPETokenizer:
     True
     """
 
-    def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens=None,
-                 pattern: str = "gpt2", rank_merges: bool = False):
+    def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
+                 special_tokens=None, pattern: str = "gpt2", rank_merges: bool = False):
         self.vocab = {int(i): bytes(b) for i, b in vocab.items()}
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
@@ -72,34 +74,40 @@ class BPETokenizer:
         self._ascii_pat = re.compile(ascii_pattern, re.ASCII) if ascii_pattern else None
         if special_tokens is None:
             special_tokens = {}
-        if not isinstance(special_tokens, dict):  # a list: find each in the vocabulary, or append it
+        # a list: find each in the vocabulary, or append it
+        if not isinstance(special_tokens, dict):
             all_ids = {b: i for i, b in sorted(self.vocab.items(), reverse=True)}
             specials = {}
             for st in special_tokens:
                 if st not in specials:
-                    specials[st] = all_ids.get(st.encode("utf-8"), max(self.vocab, default=-1) + 1 + len(specials))
+                    specials[st] = all_ids.get(st.encode("utf-8"),
+                                               max(self.vocab, default=-1) + 1 + len(specials))
             special_tokens = specials
         self.special_tokens = {str(st): int(i) for st, i in special_tokens.items()}
         self._special_ids = set(self.special_tokens.values())
         ids_of = {}  # bytes -> id, special tokens left out (they are never merged)
-        for i in sorted(self.vocab, reverse=True):  # the lowest id wins if two ids hold the same bytes
+        # the lowest id wins if two ids hold the same bytes
+        for i in sorted(self.vocab, reverse=True):
             if i not in self._special_ids:
                 ids_of[self.vocab[i]] = i
         missing = [x for x in range(256) if bytes([x]) not in ids_of]
         if missing:
-            raise ValueError(f"a byte-level vocabulary must hold all 256 single bytes; {len(missing)} are missing "
-                             f"(the first: {missing[0]})")
+            raise ValueError("a byte-level vocabulary must hold all 256 single bytes; "
+                             f"{len(missing)} are missing (the first: {missing[0]})")
         self._ids_of = ids_of
         self._byte_ids = [ids_of[bytes([x])] for x in range(256)]
         self._identity_bytes = self._byte_ids == list(range(256))
-        self._merge_ids: dict[tuple[int, int], int] = {}  # (left id, right id) -> merged id (= its priority)
+        # (left id, right id) -> merged id (= its priority)
+        self._merge_ids: dict[tuple[int, int], int] = {}
         for k, (left, right) in enumerate(self.merges):
             try:
                 self._merge_ids[(ids_of[left], ids_of[right])] = ids_of[left + right]
             except KeyError:
-                raise ValueError(f"merge {k} ({left!r}, {right!r}): "
-                                 f"{'the merged token' if left in ids_of and right in ids_of else 'a part'} "
-                                 "is not in the vocabulary") from None
+                raise ValueError(
+                    f"merge {k} ({left!r}, {right!r}): "
+                    f"{'the merged token' if left in ids_of and right in ids_of else 'a part'} "
+                    "is not in the vocabulary"
+                ) from None
         for st, i in self.special_tokens.items():
             self.vocab[i] = st.encode("utf-8")
         self._splitter = special_splitter(self.special_tokens)
@@ -109,22 +117,26 @@ class BPETokenizer:
     # --- building one --------------------------------------------------------------------
 
     @classmethod
-    def train(cls, text: str, vocab_size: int = 512, special_tokens=(ENDOFTEXT,), pattern: str = "gpt2"):
+    def train(cls, text: str, vocab_size: int = 512, special_tokens=(ENDOFTEXT,),
+              pattern: str = "gpt2"):
         """Learn a tokenizer from ``text`` (the tokenizer interface; see :func:`train_bpe`)."""
-        vocab, merges = train_bpe(text=text, vocab_size=vocab_size, special_tokens=special_tokens, pattern=pattern)
+        vocab, merges = train_bpe(text=text, vocab_size=vocab_size, special_tokens=special_tokens,
+                                  pattern=pattern)
         return cls(vocab, merges, list(special_tokens), pattern=pattern)
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
                         special_tokens=(ENDOFTEXT,)):
-        """GPT-2's ``vocab.json`` (token -> id) and ``merges.txt`` (one ``left right`` pair a line)."""
+        """GPT-2's ``vocab.json`` (token -> id) and ``merges.txt`` (one ``left right`` pair a
+        line)."""
         vocab, merges, specials = read_gpt2_files(vocab_json, merges_txt, special_tokens)
         return cls(vocab, merges, specials, pattern="gpt2")
 
     @classmethod
     def from_tiktoken(cls, path: str | os.PathLike, pattern: str = "cl100k", special_tokens=None):
-        """A tiktoken rank file (``base64(token) rank`` per line, optionally gzipped), e.g. cl100k_base,
-        with tiktoken's merge rule (``rank_merges``): encoding gives exactly tiktoken's ids."""
+        """A tiktoken rank file (``base64(token) rank`` per line, optionally gzipped), e.g.
+        cl100k_base, with tiktoken's merge rule (``rank_merges``): encoding gives exactly tiktoken's
+        ids."""
         if special_tokens is None:
             special_tokens = CL100K_SPECIAL_TOKENS if pattern == "cl100k" else {}
         vocab = {rank: token for token, rank in read_tiktoken_ranks(path).items()}
@@ -145,7 +157,8 @@ class BPETokenizer:
         if len(ids) < 2:
             return tuple(ids)
         get, inf = self._merge_ids.get, float("inf")
-        ranks = list(map(get, zip(ids, ids[1:]), repeat(inf)))  # ranks[i]: priority of (ids[i], ids[i+1])
+        # ranks[i]: priority of (ids[i], ids[i+1])
+        ranks = list(map(get, zip(ids, ids[1:]), repeat(inf)))
         while True:
             best = min(ranks)
             if best == inf:
@@ -186,18 +199,21 @@ class BPETokenizer:
         cache = self._cache
         if len(cache) > 200_000:  # bound the memory an endless stream of new words can take
             cache.clear()
-        # A cache hit is a dict lookup in C; a miss calls _encode_piece (via _PieceCache.__missing__).
+        # A cache hit is a dict lookup in C; a miss calls _encode_piece (via
+        # _PieceCache.__missing__).
         pat = self._ascii_pat if self._ascii_pat is not None and text.isascii() else self._pat
         return list(chain.from_iterable(map(cache.__getitem__, pat.findall(text))))
 
     def encode(self, text: str) -> list[int]:
-        """Text -> ids: special tokens first (longest match), then pre-tokens, each merged by priority."""
+        """Text -> ids: special tokens first (longest match), then pre-tokens, each merged by
+        priority."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
         if len(text) < 100_000:
             return self._encode(text)
         gc_was_on = gc.isenabled()
-        gc.disable()  # a long text adds many cache entries; the cycle collector would rescan them all
+        # a long text adds many cache entries; the cycle collector would rescan them all
+        gc.disable()
         try:
             return self._encode(text)
         finally:
@@ -232,8 +248,8 @@ class BPETokenizer:
         return cut
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """Ids of the concatenation of ``iterable``'s strings (e.g. a file's lines), lazily: the same
-        ids as ``encode`` of the whole text, with memory bounded by the longest pre-token."""
+        """Ids of the concatenation of ``iterable``'s strings (e.g. a file's lines), lazily: the
+        same ids as ``encode`` of the whole text, with memory bounded by the longest pre-token."""
         buffer = ""
         for chunk in iterable:
             buffer += chunk
@@ -255,7 +271,8 @@ class BPETokenizer:
 
     def _id_ranges(self) -> str:
         n = max(self.vocab) + 1
-        return f"0 to {n - 1}" if len(self.vocab) == n else f"the {len(self.vocab)} ids of its vocabulary (up to {n - 1})"
+        return (f"0 to {n - 1}" if len(self.vocab) == n
+                else f"the {len(self.vocab)} ids of its vocabulary (up to {n - 1})")
 
     def decode_bytes(self, ids) -> bytes:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)

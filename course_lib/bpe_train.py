@@ -23,11 +23,12 @@ from .pretokenize import check_special_tokens, pretoken_counts
 
 def _read_source(source, text) -> str:
     if (source is None) == (text is None):
-        raise TypeError("pass either a path to a UTF-8 text file (source) or text=..., not both and not neither")
+        raise TypeError("pass either a path to a UTF-8 text file (source) or text=..., not both "
+                        "and not neither")
     if text is None:
         if not isinstance(source, (str, os.PathLike)):
-            raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}; "
-                            "to train on a string, pass text=...")
+            raise TypeError("source must be a path (str or os.PathLike), got "
+                            f"{type(source).__name__}; to train on a string, pass text=...")
         text = read_text_file(source)
     return text
 
@@ -44,7 +45,8 @@ class _Greatest:
 
 
 def train_bpe(source: str | os.PathLike | None = None, vocab_size: int = 512, special_tokens=(), *,
-              text: str | None = None, pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+              text: str | None = None,
+              pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Learn a byte-level BPE vocabulary from a UTF-8 text file ``source`` (or ``text=``).
 
     Returns ``(vocab, merges)``: ``vocab`` maps ids to bytes (ids 0-255 are the single bytes,
@@ -56,11 +58,12 @@ def train_bpe(source: str | os.PathLike | None = None, vocab_size: int = 512, sp
     special_tokens = check_special_tokens(special_tokens)
     minimum = 256 + len(special_tokens)
     if not isinstance(vocab_size, numbers.Integral) or isinstance(vocab_size, bool):
-        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r} of type {type(vocab_size).__name__}")
+        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r} of type "
+                         f"{type(vocab_size).__name__}")
     vocab_size = int(vocab_size)
     if vocab_size < minimum:
-        raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + {len(special_tokens)} special "
-                         f"tokens), got {vocab_size!r}")
+        raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + "
+                         f"{len(special_tokens)} special tokens), got {vocab_size!r}")
     text = _read_source(source, text)
     gc_was_on = gc.isenabled()
     gc.disable()  # the loop makes millions of small tuples; the cycle collector only slows it down
@@ -76,7 +79,8 @@ def _train_bpe(text: str, vocab_size: int, special_tokens: list[str], pattern: s
         raise ValueError("cannot train BPE on an empty text: pass the training corpus")
     counts = pretoken_counts(text, special_tokens, pattern)
     if not counts:
-        raise ValueError("the training text holds nothing but special tokens: there is nothing to learn merges from")
+        raise ValueError("the training text holds nothing but special tokens: there is nothing to "
+                         "learn merges from")
 
     vocab = {i: bytes([i]) for i in range(256)}
     words = [list(w.encode("utf-8")) for w in counts]   # each distinct pre-token as a list of ids
@@ -123,9 +127,10 @@ def _train_bpe(text: str, vocab_size: int, special_tokens: list[str], pattern: s
             if len(merged) == n:
                 continue  # a stale entry of where: this word no longer holds the pair
             f = freqs[i]
-            # Only the pairs next to a merge change. Pairs of neither a nor b are the same before and
-            # after, so: add the new word's pairs that hold a, b or new_id, remove the old word's that
-            # hold a or b (adding first, so that a pair the word keeps never reaches zero).
+            # Only the pairs next to a merge change. Pairs of neither a nor b are the same before
+            # and after, so: add the new word's pairs that hold a, b or new_id, remove the old
+            # word's that hold a or b (adding first, so that a pair the word keeps never reaches
+            # zero).
             for pair in zip(merged, merged[1:]):
                 x, y = pair
                 if x == new_id or y == new_id or x == a or x == b or y == a or y == b:
@@ -145,7 +150,8 @@ def _train_bpe(text: str, vocab_size: int, special_tokens: list[str], pattern: s
             words[i] = merged
         for pair in touched:  # the new pairs enter the heap with their full counts
             if pair in pair_counts:
-                heapq.heappush(heap, (-pair_counts[pair], _Greatest(vocab[pair[0]], vocab[pair[1]]), pair))
+                heapq.heappush(heap, (-pair_counts[pair], _Greatest(vocab[pair[0]], vocab[pair[1]]),
+                                      pair))
     for s in special_tokens:
         vocab[len(vocab)] = s.encode("utf-8")
     return vocab, merges
@@ -156,8 +162,10 @@ def train_bpe_naive(text: str, vocab_size: int, special_tokens=(), pattern: str 
     after every merge. Same ``(vocab, merges)`` as :func:`train_bpe`, many times slower."""
     special_tokens = check_special_tokens(special_tokens)
     if vocab_size < 256 + len(special_tokens):
-        raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}, got {vocab_size}")
-    words = {tuple(w.encode("utf-8")): f for w, f in pretoken_counts(text, special_tokens, pattern).items()}
+        raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)}, got "
+                         f"{vocab_size}")
+    words = {tuple(w.encode("utf-8")): f for w,
+             f in pretoken_counts(text, special_tokens, pattern).items()}
     vocab = {i: bytes([i]) for i in range(256)}
     merges = []
     for new_id in range(256, vocab_size - len(special_tokens)):

@@ -94,9 +94,9 @@ def write_atomic(path: str | Path, obj) -> Path:
     return path
 
 
-def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train_config=None, optimizer=None,
-                    step: int = 0, history: dict | None = None, batch_streams: list | None = None,
-                    trained_on: dict | None = None) -> Path:
+def save_checkpoint(path: str | Path, model: nn.Module, *, tokenizer=None, train_config=None,
+                    optimizer=None, step: int = 0, history: dict | None = None,
+                    batch_streams: list | None = None, trained_on: dict | None = None) -> Path:
     """Write a checkpoint of ``model`` (and, for a training run, everything needed to resume it:
     ``batch_streams`` are the states of the run's batch generators, one per micro-batch)."""
     model = unwrap(model)
@@ -122,7 +122,8 @@ def rng_state(batch_streams: list[torch.Tensor]) -> dict:
     and the state of each micro-batch's batch generator (``torch.Generator.get_state()``, in
     micro-batch order). The first is stored as ``generator``; with more than one (gradient
     accumulation), all of them as ``streams`` too."""
-    state = {"torch": torch.get_rng_state(), "generator": batch_streams[0] if batch_streams else None,
+    state = {"torch": torch.get_rng_state(),
+             "generator": batch_streams[0] if batch_streams else None,
              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
     if len(batch_streams) > 1:
         state["streams"] = list(batch_streams)
@@ -143,23 +144,26 @@ def restore_rng(rng: dict) -> list:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Load and check a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
+    """Load and check a checkpoint written by :func:`save_checkpoint` (tensors and plain data
+    only)."""
     path = Path(path)
     if path.is_dir():
         inside = path / CHECKPOINT_NAME
         raise CheckpointError(f"{path} is a folder, not a checkpoint file: "
                               + (f"give the checkpoint inside it, {inside}" if inside.exists() else
-                                 f"it holds no {CHECKPOINT_NAME}; give the path of a checkpoint file"))
+                                 f"it holds no {CHECKPOINT_NAME}; give the path of a checkpoint "
+                                 "file"))
     if not path.exists():
         raise FileNotFoundError(
-            f"no checkpoint at {path}: check the path, or train one first (`python -m course_lib train` for a GPT, "
-            "`train-dates` for an encoder-decoder, `finetune` to fine-tune a GPT)"
+            f"no checkpoint at {path}: check the path, or train one first (`python -m course_lib "
+            "train` for a GPT, `train-dates` for an encoder-decoder, `finetune` to fine-tune a GPT)"
         )
     if not path.is_file():  # a device such as /dev/zero, a pipe, a socket: never a checkpoint
-        raise CheckpointError(f"{path} is not a regular file (a device, pipe or socket), so it is not a checkpoint: "
-                              "give the path of a ckpt.pt file")
+        raise CheckpointError(f"{path} is not a regular file (a device, pipe or socket), so it is "
+                              "not a checkpoint: give the path of a ckpt.pt file")
     try:
-        with warnings.catch_warnings():  # e.g. torch's note on a pickle protocol: the error below says it all
+        # e.g. torch's note on a pickle protocol: the error below says it all
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated zip, random bytes, pickled objects ...
@@ -176,9 +180,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         )
     if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path} is a course_lib checkpoint of format version {version}, and this course_lib reads version "
-            f"{FORMAT_VERSION}. Train the run again with this version, or load the file with the course_lib "
-            f"release that wrote it{' (0.1.x)' if version == 1 else ''}."
+            f"{path} is a course_lib checkpoint of format version {version}, and this course_lib "
+            f"reads version {FORMAT_VERSION}. Train the run again with this version, or load the "
+            f"file with the course_lib release that wrote it{' (0.1.x)' if version == 1 else ''}."
         )
     ckpt.setdefault("trained_on", None)
     return ckpt
@@ -192,47 +196,56 @@ def unreadable(path: Path, error: Exception) -> str:
     size = path.stat().st_size
     found = re.search(r"GLOBAL ([\w.]+)", str(error))
     # Code is named only where there is some: a reference to a Python function, or a pickle (which
-    # starts with its PROTO opcode, 0x80) that torch's safe loader refused. Random bytes are not code.
+    # starts with its PROTO opcode, 0x80) that torch's safe loader refused. Random bytes are not
+    # code.
     if found or ("Weights only load failed" in str(error) and head[:1] == b"\x80"):
         what = f"a reference to the Python function {found.group(1)}" if found else "Python objects"
-        return (f"{path} was refused: it holds {what}, which loading could run as code, and course_lib loads "
-                "only tensors and plain data. Load only checkpoints written by course_lib (Trainer or save_checkpoint)")
+        return (f"{path} was refused: it holds {what}, which loading could run as code, and "
+                "course_lib loads only tensors and plain data. Load only checkpoints written by "
+                "course_lib (Trainer or save_checkpoint)")
     if size == 0:
-        return f"{path} is empty (0 bytes), not a checkpoint: a save that never finished? Train again or use another one"
+        return (f"{path} is empty (0 bytes), not a checkpoint: a save that never finished? Train "
+                "again or use another one")
     if head != b"PK\x03\x04":  # torch.save writes a zip archive
-        return (f"{path} is not a checkpoint: torch.save writes a zip archive, and this file starts with {head!r}. "
-                "Give the ckpt.pt that `train` wrote")
-    return (f"{path} is truncated or corrupt: its zip archive cannot be read ({size:,} bytes). Train again, or "
-            "use an earlier checkpoint")
+        return (f"{path} is not a checkpoint: torch.save writes a zip archive, and this file "
+                f"starts with {head!r}. Give the ckpt.pt that `train` wrote")
+    return (f"{path} is truncated or corrupt: its zip archive cannot be read ({size:,} bytes). "
+            "Train again, or use an earlier checkpoint")
 
 
 def build_model(ckpt: dict, path: str | Path = "checkpoint") -> nn.Module:
     """A freshly initialised model of the checkpoint's kind and config (weights not loaded). The
     sizes come from a file: a kind whose class has ``check_fits(config)`` (a GPT) is first checked
-    against this machine's memory, so a config too large is refused in one line before allocating."""
+    against this machine's memory, so a config too large is refused in one line before
+    allocating."""
     kind = ckpt.get("model_kind")
     try:
         cls = lookup(kind)
     except ValueError:
-        raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this course_lib does not know "
-                              f"(known: {', '.join(sorted(MODELS))})") from None
+        raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this course_lib does "
+                              f"not know (known: {', '.join(sorted(MODELS))})") from None
     try:
         config = cls.config_class.from_dict(ckpt["model_config"])
         if hasattr(cls, "check_fits"):
             cls.check_fits(config)
         return cls(config)
-    except CheckpointError:  # a model that loads more files (a LoRA model's base) says what is wrong itself
+    except CheckpointError:
+        # a model that loads more files (a LoRA model's base) says what is wrong itself
         raise
     except TooLargeError as e:  # checked before allocating (see utils.check_fits_in_memory)
-        raise CheckpointError(f"{path} holds a {kind} model too large for this machine: {e}, or a damaged config; "
-                              "load it on a larger machine, or use another checkpoint") from None
-    except (MemoryError, RuntimeError) as e:  # the allocator's own refusal, when the machine has less free
+        raise CheckpointError(f"{path} holds a {kind} model too large for this machine: {e}, or a "
+                              "damaged config; load it on a larger machine, or use another "
+                              "checkpoint") from None
+    except (MemoryError, RuntimeError) as e:
+        # the allocator's own refusal, when the machine has less free
         if not isinstance(e, MemoryError) and "allocate" not in str(e):
             raise
-        raise CheckpointError(f"{path} holds a {kind} model too large for the free memory of this machine "
-                              f"({one_line(e)}): close other programs, or load it on a larger machine") from None
+        raise CheckpointError(f"{path} holds a {kind} model too large for the free memory of this "
+                              f"machine ({one_line(e)}): close other programs, or load it on a "
+                              "larger machine") from None
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path} holds an unusable {kind} config ({type(e).__name__}: {str(e)[:200]})") from e
+        raise CheckpointError(f"{path} holds an unusable {kind} config ({type(e).__name__}: "
+                              f"{str(e)[:200]})") from e
 
 
 def check_model_config(ckpt: dict, model: nn.Module, path: str | Path = "checkpoint") -> None:
@@ -240,17 +253,20 @@ def check_model_config(ckpt: dict, model: nn.Module, path: str | Path = "checkpo
     from ``model`` (kind or config)."""
     model = unwrap(model)
     if ckpt.get("model_kind") != model_kind(model):
-        raise CheckpointError(f"{path} holds a {ckpt.get('model_kind')!r} model, not a {model_kind(model)!r} one")
+        raise CheckpointError(f"{path} holds a {ckpt.get('model_kind')!r} model, not a "
+                              f"{model_kind(model)!r} one")
     saved, wanted = ckpt.get("model_config") or {}, model.config.to_dict()
     try:  # fields a newer course_lib added take their defaults, as when the checkpoint is built
         saved = type(model.config).from_dict(saved).to_dict()
     except (KeyError, TypeError, ValueError):
         pass  # compared as stored: the differences are named below
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, model {wanted[k]!r}" for k in wanted if saved.get(k) != wanted[k]]
+    diffs = [f"{k}: checkpoint {saved.get(k)!r}, model {wanted[k]!r}" for k in wanted
+             if saved.get(k) != wanted[k]]
     if diffs:
         raise CheckpointError(
-            f"{path} was trained with a different model config ({'; '.join(diffs)}). Build the model "
-            "from the checkpoint's own config (course_lib.checkpoint.load_model) or load a matching checkpoint."
+            f"{path} was trained with a different model config ({'; '.join(diffs)}). Build the "
+            "model from the checkpoint's own config (course_lib.checkpoint.load_model) or load a "
+            "matching checkpoint."
         )
 
 
@@ -258,7 +274,8 @@ def unwrapped_state_dict(state: dict) -> dict:
     """A state dict without the ``module.`` (DistributedDataParallel) and ``_orig_mod.``
     (torch.compile) prefixes that a wrapped model's ``state_dict()`` carries. Our checkpoints
     are always saved unwrapped; this lets one saved by other code from a wrapped model load too."""
-    prefix = next((p for p in ("module.", "_orig_mod.") if state and all(k.startswith(p) for k in state)), None)
+    prefix = next((p for p in ("module.", "_orig_mod.") if state
+                   and all(k.startswith(p) for k in state)), None)
     if prefix is None:
         return state
     return unwrapped_state_dict({k[len(prefix):]: v for k, v in state.items()})
@@ -269,21 +286,24 @@ def load_weights(model: nn.Module, ckpt: dict, path: str | Path = "checkpoint") 
     check_model_config(ckpt, model, path)
     state = ckpt.get("model")
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise CheckpointError(f"{path} holds no weights (its 'model' entry is not a state dict of tensors): the "
-                              "checkpoint is damaged; train again or use another checkpoint")
+        raise CheckpointError(f"{path} holds no weights (its 'model' entry is not a state dict of "
+                              "tensors): the checkpoint is damaged; train again or use another "
+                              "checkpoint")
     state = unwrapped_state_dict(state)
     check_state_matches(unwrap(model), state, path)
     try:
         unwrap(model).load_state_dict(state)
     except (KeyError, RuntimeError) as e:
-        raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: {one_line(e)})") from e
-    minus_inf_allowed = getattr(unwrap(model), "minus_inf_allowed", ())  # e.g. log-probabilities of 0
+        raise CheckpointError(f"{path} does not hold usable weights ({type(e).__name__}: "
+                              f"{one_line(e)})") from e
+    # e.g. log-probabilities of 0
+    minus_inf_allowed = getattr(unwrap(model), "minus_inf_allowed", ())
     broken = [name for name, t in state.items() if t.is_floating_point() and not
               (torch.isfinite(t) | ((t == float("-inf")) & (name in minus_inf_allowed))).all()]
     if broken:
-        raise CheckpointError(f"{path} holds weights that are not finite numbers (NaN or inf, in {broken[0]}): the "
-                              "run had diverged when it was saved; use an earlier checkpoint, or train again with a "
-                              "smaller learning_rate")
+        raise CheckpointError(f"{path} holds weights that are not finite numbers (NaN or inf, in "
+                              f"{broken[0]}): the run had diverged when it was saved; use an "
+                              "earlier checkpoint, or train again with a smaller learning_rate")
     return model
 
 
@@ -303,15 +323,18 @@ def check_state_matches(model: nn.Module, state: dict, path: str | Path = "check
               for name in expected if name in state and tuple(state[name].shape) != expected[name]]
     problems = []
     if missing:
-        problems.append(f"{len(missing)} tensor(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+        problems.append(f"{len(missing)} tensor(s) missing "
+                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
     if extra:
-        problems.append(f"{len(extra)} unexpected tensor(s) ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})")
+        problems.append(f"{len(extra)} unexpected tensor(s) "
+                        f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})")
     if shapes:
-        problems.append(f"{len(shapes)} of another shape ({'; '.join(shapes[:2])}{'; ...' if len(shapes) > 2 else ''})")
+        problems.append(f"{len(shapes)} of another shape "
+                        f"({'; '.join(shapes[:2])}{'; ...' if len(shapes) > 2 else ''})")
     if problems:
-        raise CheckpointError(f"{path} does not hold usable weights: {'; '.join(problems)}. Its weights and its "
-                              "model_config disagree, so the file is damaged or was edited; train again or use "
-                              "another checkpoint")
+        raise CheckpointError(f"{path} does not hold usable weights: {'; '.join(problems)}. Its "
+                              "weights and its model_config disagree, so the file is damaged or "
+                              "was edited; train again or use another checkpoint")
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
@@ -325,12 +348,14 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"):
 def load_tokenizer(ckpt: dict, path: str | Path = "checkpoint"):
     """The tokenizer stored in a checkpoint, whatever its type."""
     if not ckpt.get("tokenizer"):
-        raise CheckpointError(f"{path} stores no tokenizer, so its tokens cannot be turned into text; "
-                              "pass tokenizer=... to the Trainer that writes it")
+        raise CheckpointError(f"{path} stores no tokenizer, so its tokens cannot be turned into "
+                              "text; pass tokenizer=... to the Trainer that writes it")
     try:
         return tokenizer_from_dict(ckpt["tokenizer"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        kind = ckpt["tokenizer"].get("type") if isinstance(ckpt["tokenizer"], dict) else type(ckpt["tokenizer"]).__name__
-        raise CheckpointError(f"{path} holds an unusable tokenizer (type {kind!r}; {type(e).__name__}: {one_line(e, 120)}): "
-                              "the checkpoint is damaged or was edited, so its tokens cannot be turned into text; "
-                              "train again or use another checkpoint") from e
+        kind = (ckpt["tokenizer"].get("type") if isinstance(ckpt["tokenizer"], dict)
+                else type(ckpt["tokenizer"]).__name__)
+        raise CheckpointError(f"{path} holds an unusable tokenizer (type {kind!r}; "
+                              f"{type(e).__name__}: {one_line(e, 120)}): the checkpoint is damaged "
+                              "or was edited, so its tokens cannot be turned into text; train "
+                              "again or use another checkpoint") from e

@@ -14,7 +14,8 @@ hidden state (the only one that saw everything), or the **mean** over the real t
 ways to train: the **linear probe** (GPT frozen, only the head learns: :func:`text_features`
 once, then :func:`fit_probe`, a logistic regression) and **full fine-tuning**. Chapter 15 prints
 its figures from its own cells; ``benchmarks/classify_speakers.py`` runs the longer seeded sweep
-(full fine-tuning on three splits, both poolings, learning curves), whose results are not stored yet.
+(full fine-tuning on three splits, both poolings, learning curves), whose results are not stored
+yet.
 
 A caveat the chapter states: the pretrained model saw 90% of tiny Shakespeare (without labels)
 while pretraining, so many of these speeches are not new text to it, as web text is not new to
@@ -77,7 +78,8 @@ class GPTClassifier(nn.Module):
     ``train_head_only=True`` freezes the GPT (a "linear probe"): only the head learns.
     """
 
-    def __init__(self, gpt: GPT, n_classes: int, train_head_only: bool = False, pooling: str = "last"):
+    def __init__(self, gpt: GPT, n_classes: int, train_head_only: bool = False,
+                 pooling: str = "last"):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -86,13 +88,15 @@ class GPTClassifier(nn.Module):
         if train_head_only:
             gpt.requires_grad_(False)
         # A fresh (K, C) head; the token embedding keeps its own matrix even when it was tied.
-        gpt.lm_head = nn.Linear(gpt.config.n_embd, n_classes, bias=True, device=gpt.wte.weight.device)
+        gpt.lm_head = nn.Linear(gpt.config.n_embd, n_classes, bias=True,
+                                device=gpt.wte.weight.device)
         nn.init.normal_(gpt.lm_head.weight, std=0.02)
         nn.init.zeros_(gpt.lm_head.bias)
 
     def forward(self, idx: torch.Tensor, labels: torch.Tensor | None = None):
         mask = idx != PAD  # (B, T): True on real tokens
-        logits, _ = self.gpt(idx.clamp(min=0), attention_mask=mask)  # (B, T, K); pads get positions 0..
+        # (B, T, K); pads get positions 0..
+        logits, _ = self.gpt(idx.clamp(min=0), attention_mask=mask)
         logits = pool(logits, mask, self.pooling)  # (B, K)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return logits, loss
@@ -108,10 +112,12 @@ def pool(h: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def text_features(gpt: GPT, tokenizer, texts: list[str], pooling: str = "last", batch_size: int = 128) -> torch.Tensor:
+def text_features(gpt: GPT, tokenizer, texts: list[str], pooling: str = "last",
+                  batch_size: int = 128) -> torch.Tensor:
     """The frozen GPT's final hidden states (after the last LayerNorm, what its LM head reads),
     pooled over each text's first ``block_size`` characters: (N, C). What a linear probe reads."""
-    head, gpt.lm_head = gpt.lm_head, nn.Identity()  # the model's "logits" are then its hidden states
+    # the model's "logits" are then its hidden states
+    head, gpt.lm_head = gpt.lm_head, nn.Identity()
     was_training = gpt.training
     gpt.eval()
     try:
@@ -128,8 +134,9 @@ def text_features(gpt: GPT, tokenizer, texts: list[str], pooling: str = "last", 
         gpt.train(was_training)
 
 
-def fit_probe(features: torch.Tensor, labels: torch.Tensor, n_classes: int, weight_decay: float = 1e-2,
-              steps: int = 300, lr: float = 0.05, seed: int = 0) -> nn.Linear:
+def fit_probe(features: torch.Tensor, labels: torch.Tensor, n_classes: int,
+              weight_decay: float = 1e-2, steps: int = 300, lr: float = 0.05,
+              seed: int = 0) -> nn.Linear:
     """A linear probe: logistic regression (a (K, C) ``nn.Linear``) on fixed ``features`` (N, C),
     full-batch AdamW on the cross-entropy for ``steps`` steps. Features are standardised first
     (their mean and spread folded into the returned layer), so one learning rate fits any model."""
@@ -161,12 +168,14 @@ def confusion_matrix(predicted, labels, n_classes: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict(model: "GPTClassifier", tokenizer, texts: list[str], batch_size: int = 128) -> torch.Tensor:
+def predict(model: "GPTClassifier", tokenizer, texts: list[str],
+            batch_size: int = 128) -> torch.Tensor:
     """The most likely class of each text: (N,)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    out = [model(encode_left(tokenizer, texts[i:i + batch_size], model.config.block_size).to(device))[0].argmax(-1)
+    out = [model(encode_left(tokenizer, texts[i:i + batch_size],
+                             model.config.block_size).to(device))[0].argmax(-1)
            for i in range(0, len(texts), batch_size)]
     model.train(was_training)
     return torch.cat(out).cpu()
@@ -184,13 +193,15 @@ def classify_batch_fn(splits: dict[str, list], tokenizer, batch_size: int, T: in
     return batch_fn
 
 
-def accuracy(model: GPTClassifier, tokenizer, examples: list[tuple[str, int]], batch_size: int = 128) -> float:
+def accuracy(model: GPTClassifier, tokenizer, examples: list[tuple[str, int]],
+             batch_size: int = 128) -> float:
     """Share of ``(text, label)`` examples whose most likely class is the label."""
     got = predict(model, tokenizer, [t for t, _ in examples], batch_size)
-    return (got == torch.tensor([y for _, y in examples])).float().mean().item() if examples else 0.0
+    return ((got == torch.tensor([y for _, y in examples])).float().mean().item() if examples
+            else 0.0)
 
 
-# --- baselines ---------------------------------------------------------------------------------------
+# --- baselines ------------------------------------------------------------------------------------
 
 
 def majority_accuracy(train: list[tuple[str, int]], test: list[tuple[str, int]]) -> float:
@@ -221,8 +232,10 @@ class NaiveBayes:
 
     def score(self, text: str, k: int) -> float:
         n = len(self.vocab) + 1  # +1: one slot for every unseen word
-        return math.log(self.prior[k] / self.n_train) + sum(math.log((self.counts[k][w] + 1) / (self.totals[k] + n))
-                                              for w in words(text[:self.max_chars]))
+        return math.log(self.prior[k] / self.n_train) + sum(
+            math.log((self.counts[k][w] + 1) / (self.totals[k] + n))
+            for w in words(text[: self.max_chars])
+        )
 
     def predict(self, text: str) -> int:
         return max(self.labels, key=lambda k: self.score(text, k))

@@ -36,7 +36,8 @@ CORPORA = {
     "tinyshakespeare": Corpus(
         name="tinyshakespeare",
         filename="tinyshakespeare.txt",
-        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+            "tinyshakespeare/input.txt",
         sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
         credit="Shakespeare's plays (public domain), as collected in karpathy/char-rnn (MIT)",
     ),
@@ -118,9 +119,9 @@ READ_CHUNK = 2**20
 
 
 def _too_large(name: str) -> ValueError:
-    return ValueError(f"{name} is larger than {MAX_TEXT_BYTES / 2**30:g} GiB, the limit of a training text (it is "
-                      "read whole into memory, and its token ids take 8 bytes each): train on a part of it, e.g. "
-                      "head -c 500M big.txt > part.txt")
+    return ValueError(f"{name} is larger than {MAX_TEXT_BYTES / 2**30:g} GiB, the limit of a "
+                      "training text (it is read whole into memory, and its token ids take 8 bytes "
+                      "each): train on a part of it, e.g. head -c 500M big.txt > part.txt")
 
 
 def read_bounded(f, name: str) -> bytes:
@@ -132,7 +133,8 @@ def read_bounded(f, name: str) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
         if b"\x00" in chunk:
-            decode_text(b"".join(chunks), name)  # raises: not text (counting the NUL bytes read so far)
+            # raises: not text (counting the NUL bytes read so far)
+            decode_text(b"".join(chunks), name)
         if size > MAX_TEXT_BYTES:
             raise _too_large(name)
     return b"".join(chunks)
@@ -171,28 +173,32 @@ def decode_text(raw: bytes, name: str) -> str:
     instead of UTF-8 text, and where."""
     for bom, encoding in BOMS:
         if raw.startswith(bom):
-            raise ValueError(f"{name} is {encoding} text (it starts with the {encoding} byte-order mark), not UTF-8: "
-                             f"convert it, e.g. iconv -f {encoding[:6]} -t UTF-8 in.txt > out.txt")
+            raise ValueError(f"{name} is {encoding} text (it starts with the {encoding} byte-order "
+                             f"mark), not UTF-8: convert it, e.g. iconv -f {encoding[:6]} -t UTF-8 "
+                             "in.txt > out.txt")
     nul, nuls = raw.find(b"\x00"), raw.count(b"\x00")
     if nul >= 0:
         raise ValueError(f"{name} is not text: it holds {nuls:,} NUL bytes, the first at "
-                         f"{_where(raw, nul)}; it looks like a binary file (an archive, an image, a program) or "
-                         "UTF-16 text without a byte-order mark. Give a plain UTF-8 text file")
+                         f"{_where(raw, nul)}; it looks like a binary file (an archive, an image, "
+                         "a program) or UTF-16 text without a byte-order mark. Give a plain UTF-8 "
+                         "text file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(
-            f"{name} is not UTF-8 text: byte 0x{raw[e.start]:02x} at {_where(raw, e.start)} cannot be "
-            f"decoded. Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 for a Latin-1 file)."
+            f"{name} is not UTF-8 text: byte 0x{raw[e.start]:02x} at {_where(raw, e.start)} cannot "
+            "be decoded. Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 for a Latin-1 "
+            "file)."
         ) from None
     if not text.strip():
         raise ValueError(f"{name} is empty: give a text to train on")
     controls = len(STRAY_CONTROL.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
         first = STRAY_CONTROL.search(text).start()
-        raise ValueError(f"{name} is not text: {controls:,} of its {len(text):,} characters are control "
-                         f"characters, the first {text[first]!r} at character {first} (line "
-                         f"{text.count(chr(10), 0, first) + 1}). Give a plain UTF-8 text file")
+        raise ValueError(f"{name} is not text: {controls:,} of its {len(text):,} characters are "
+                         f"control characters, the first {text[first]!r} at character {first} "
+                         f"(line {text.count(chr(10), 0, first) + 1}). Give a plain UTF-8 text "
+                         "file")
     return text
 
 
@@ -212,7 +218,8 @@ def download(name: str, dest: str | Path) -> Path:
     return dest
 
 
-def train_val_split(data: torch.Tensor, train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+def train_val_split(data: torch.Tensor,
+                    train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a 1-D token tensor into its first ``train_fraction`` and the rest (no shuffling:
     the validation text is a contiguous, unseen stretch)."""
     if not 0.0 < train_fraction < 1.0:
@@ -260,7 +267,8 @@ class StridedWindows(torch.utils.data.Dataset):
         if self.stride < 1:
             raise ValueError(f"stride must be >= 1, got {self.stride}")
         if len(data) <= block_size:
-            raise ValueError(f"data has {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}")
+            raise ValueError(f"data has {len(data)} tokens, fewer than block_size + 1 = "
+                             f"{block_size + 1}")
 
     def __len__(self) -> int:
         return (len(self.data) - self.block_size - 1) // self.stride + 1
@@ -293,16 +301,17 @@ def pad_batch(seqs, pad_id: int, side: str = "right", length: int | None = None,
     if side not in ("right", "left"):
         raise ValueError(f"side must be 'right' (training) or 'left' (generation), got {side!r}")
     if seqs is None or len(seqs) == 0:
-        raise ValueError("pad_batch got an empty list of sequences: a batch needs at least one sequence")
+        raise ValueError("pad_batch got an empty list of sequences: a batch needs at least one "
+                         "sequence")
     rows = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
     for i, row in enumerate(rows):
         if len(row) == 0:
             raise ValueError(f"sequence {i} is empty: every sequence needs at least one token "
                              "(e.g. a begin token); drop empty ones before padding")
         if check_collision and pad_id in row:
-            raise ValueError(f"pad_id {pad_id} is also a real token of sequence {i} (at position {row.index(pad_id)}): "
-                             "choose a pad id that no sequence uses, e.g. a dedicated <pad> token, or IGNORE_INDEX "
-                             "(-100) for targets")
+            raise ValueError(f"pad_id {pad_id} is also a real token of sequence {i} (at position "
+                             f"{row.index(pad_id)}): choose a pad id that no sequence uses, e.g. a "
+                             "dedicated <pad> token, or IGNORE_INDEX (-100) for targets")
     longest = max(len(r) for r in rows)
     T = longest if length is None else length
     if T < longest:
@@ -316,7 +325,8 @@ def pad_batch(seqs, pad_id: int, side: str = "right", length: int | None = None,
     return ids, mask
 
 
-def pack_sequences(seqs, block_size: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pack_sequences(seqs, block_size: int,
+                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pack whole sequences one after another into windows of ``block_size`` tokens, the
     alternative to padding each one: a window is filled with sequences, in order, until the
     next one does not fit, then padded.
@@ -331,7 +341,8 @@ def pack_sequences(seqs, block_size: int, pad_id: int) -> tuple[torch.Tensor, to
     windows: list[list[list[int]]] = [[]]
     for i, row in enumerate(rows):
         if not 0 < len(row) <= block_size:
-            raise ValueError(f"sequence {i} has {len(row)} tokens; each must have 1 to block_size ({block_size})")
+            raise ValueError(f"sequence {i} has {len(row)} tokens; each must have 1 to block_size "
+                             f"({block_size})")
         if sum(map(len, windows[-1])) + len(row) > block_size:
             windows.append([])
         windows[-1].append(row)
@@ -360,15 +371,19 @@ class NamesDataset:
 
     PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 
-    def __init__(self, names: list[str] | None = None, train_fraction: float = 0.9, seed: int = DEFAULT_SEED):
+    def __init__(self, names: list[str] | None = None, train_fraction: float = 0.9,
+                 seed: int = DEFAULT_SEED):
         names = load_names() if names is None else list(names)
         if not names:
             raise ValueError("NamesDataset needs at least one name")
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
-        self.tokenizer = CharTokenizer.from_text("".join(names), specials=(self.PAD, self.BOS, self.EOS))
-        self.chars, self.itos = self.tokenizer.chars, self.tokenizer.itos  # the letters; id -> token
-        self.pad_id, self.bos_id, self.eos_id = (self.tokenizer.special_ids[s] for s in (self.PAD, self.BOS, self.EOS))
+        self.tokenizer = CharTokenizer.from_text("".join(names),
+                                                 specials=(self.PAD, self.BOS, self.EOS))
+        # the letters; id -> token
+        self.chars, self.itos = self.tokenizer.chars, self.tokenizer.itos
+        self.pad_id, self.bos_id, self.eos_id = (self.tokenizer.special_ids[s]
+                                                 for s in (self.PAD, self.BOS, self.EOS))
         order = torch.randperm(len(names), generator=torch.Generator().manual_seed(seed)).tolist()
         shuffled = [names[i] for i in order]
         n = max(1, int(train_fraction * len(names)))
@@ -391,10 +406,12 @@ class NamesDataset:
         return self.tokenizer.decode(ids, skip_special=True)
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator | None = None,
-              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
         """``batch_size`` random names of ``split`` -> ``x`` (B, T), ``y`` (B, T), ``mask`` (B, T),
         right-padded to the longest name drawn, T = its length + 1. ``y[b, t]`` is the token after
-        ``x[b, :t+1]``, and ``IGNORE_INDEX`` where ``x[b, t]`` is a pad; ``mask`` is True on real inputs."""
+        ``x[b, :t+1]``, and ``IGNORE_INDEX`` where ``x[b, t]`` is a pad; ``mask`` is True on real
+        inputs."""
         if split not in self.names:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         names = self.names[split]

@@ -21,7 +21,8 @@ DATE_ALPHABET = "".join(sorted(set(
     "0123456789 ,./-" + "".join(calendar.month_name[1:]) + "".join(calendar.month_name[1:]).upper()
     + "".join(calendar.month_name[1:]).lower() + "thesofTHEOF"
 )))
-FIRST_DAY, LAST_DAY = datetime.date(1950, 1, 1), datetime.date(2049, 12, 31)  # two-digit years: 50-99 -> 19xx
+# two-digit years: 50-99 -> 19xx
+FIRST_DAY, LAST_DAY = datetime.date(1950, 1, 1), datetime.date(2049, 12, 31)
 N_DAYS = (LAST_DAY - FIRST_DAY).days + 1
 
 
@@ -84,13 +85,15 @@ def date_tokenizer() -> CharTokenizer:
 
 
 def date_batch_fn(tokenizer, batch_size: int, seed: int = 0, device="cpu"):
-    """A ``Trainer`` batch_fn: fresh random dates of the split each call -> (src (B, S), targets (B, T))."""
+    """A ``Trainer`` batch_fn: fresh random dates of the split each call -> (src (B, S), targets (B,
+    T))."""
     days = date_split_days(seed)
 
     def batch_fn(split: str, generator: torch.Generator):
         pairs = sample_dates(days[split], batch_size, generator)
         src = encode_batch(tokenizer, [p[0] for p in pairs], device=device)
-        tgt = encode_batch(tokenizer, [p[1] for p in pairs], eos=True, pad=IGNORE_INDEX, device=device)
+        tgt = encode_batch(tokenizer, [p[1] for p in pairs], eos=True, pad=IGNORE_INDEX,
+                           device=device)
         return src, tgt
 
     return batch_fn
@@ -98,14 +101,18 @@ def date_batch_fn(tokenizer, batch_size: int, seed: int = 0, device="cpu"):
 
 def date_test_set(n: int = 1000, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` fixed held-out (source, target) pairs, from days never used in training."""
-    return sample_dates(date_split_days(seed)["val"], n, torch.Generator().manual_seed(seed + 12345))
+    return sample_dates(date_split_days(seed)["val"], n,
+                        torch.Generator().manual_seed(seed + 12345))
 
 
 # The chapter's model and training run (the command line uses them too).
-DATES_MODEL = Seq2SeqConfig(vocab_size=len(SPECIALS) + len(DATE_ALPHABET), block_size=32, n_encoder_layers=2,
-                            n_decoder_layers=2, n_head=4, n_embd=64, dropout=0.0, label_smoothing=0.1)
+DATES_MODEL = Seq2SeqConfig(vocab_size=len(SPECIALS) + len(DATE_ALPHABET), block_size=32,
+                            n_encoder_layers=2, n_decoder_layers=2, n_head=4, n_embd=64,
+                            dropout=0.0, label_smoothing=0.1)
 
 
-def dates_train_config(max_iters: int = 750, batch_size: int = 64, warmup_iters: int = 200) -> TrainConfig:
-    return TrainConfig(max_iters=max_iters, batch_size=batch_size, schedule="transformer", warmup_iters=warmup_iters,
-                       beta1=0.9, beta2=0.98, weight_decay=0.0, grad_clip=1.0, eval_interval=250, eval_iters=4)
+def dates_train_config(max_iters: int = 750, batch_size: int = 64,
+                       warmup_iters: int = 200) -> TrainConfig:
+    return TrainConfig(max_iters=max_iters, batch_size=batch_size, schedule="transformer",
+                       warmup_iters=warmup_iters, beta1=0.9, beta2=0.98, weight_decay=0.0,
+                       grad_clip=1.0, eval_interval=250, eval_iters=4)

@@ -62,7 +62,8 @@ def setup(device: str) -> str:
         dist.init_process_group(backend="nccl")
         return f"cuda:{local_rank}"
     if device == "mps":
-        raise ValueError("torchrun on Apple's mps device is not supported by torch.distributed: use --device cpu")
+        raise ValueError("torchrun on Apple's mps device is not supported by torch.distributed: "
+                         "use --device cpu")
     dist.init_process_group(backend="gloo")
     return device
 
@@ -77,9 +78,9 @@ def local_micro_batches(grad_accum_steps: int, n_processes: int) -> int:
     if grad_accum_steps % n_processes:
         raise ValueError(
             f"grad_accum_steps ({grad_accum_steps}) must be a multiple of the number of processes "
-            f"({n_processes}): a step's global batch is grad_accum_steps micro-batches shared out among "
-            f"the processes, and {n_processes} processes cannot share {grad_accum_steps}. Use "
-            f"--set grad_accum_steps={n_processes * max(1, grad_accum_steps // n_processes)} "
+            f"({n_processes}): a step's global batch is grad_accum_steps micro-batches shared out "
+            f"among the processes, and {n_processes} processes cannot share {grad_accum_steps}. "
+            f"Use --set grad_accum_steps={n_processes * max(1, grad_accum_steps // n_processes)} "
             f"(or fewer processes)")
     return grad_accum_steps // n_processes
 
@@ -112,7 +113,8 @@ def stream_states(micro_batches: range, generators: list[torch.Generator]) -> li
     return [states[j] for j in sorted(states)]
 
 
-def restore_streams(micro_batches: range, generators: list[torch.Generator], saved: list, seed: int) -> bool:
+def restore_streams(micro_batches: range, generators: list[torch.Generator], saved: list,
+                    seed: int) -> bool:
     """Set this process's batch streams to the ``saved`` states of every micro-batch (as
     :func:`stream_states` returned them) and return True; where the saved run had another number
     of micro-batches per step, seed fresh streams from ``seed`` instead and return False."""
@@ -138,7 +140,8 @@ def average(value: float) -> float:
     """The mean of ``value`` over all processes (``value`` itself without torchrun)."""
     if not is_distributed():
         return value
-    t = torch.tensor([value], dtype=torch.float64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    t = torch.tensor([value], dtype=torch.float64,
+                     device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(t)
     return t.item() / world_size()
 

@@ -43,14 +43,16 @@ def vocab_split_loss(model, data: torch.Tensor, V0: int, batches: int = 20, batc
     - ``uniform``: ln V0, the old-vocabulary loss of a model that knows nothing.
     """
     if int(data.max()) >= V0:
-        raise ValueError(f"data holds token id {int(data.max())}, not below V0={V0}: pass text of the original vocabulary")
+        raise ValueError(f"data holds token id {int(data.max())}, not below V0={V0}: pass text of "
+                         "the original vocabulary")
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     was_training = model.training
     model.eval()
     total, old, mass = 0.0, 0.0, 0.0
     for _ in range(batches):
-        x, y = get_batch(data, model.config.block_size, batch_size, generator, device)  # (B, T) each
+        # (B, T) each
+        x, y = get_batch(data, model.config.block_size, batch_size, generator, device)
         logits, _ = model(x)  # (B, T, V)
         flat, targets = logits.flatten(0, 1).float(), y.flatten()
         total += F.cross_entropy(flat, targets).item()
@@ -68,7 +70,8 @@ def replay_batch_fn(task_batch_fn, text: torch.Tensor, share: float):
     window counts, so the text's share of the *targets* is larger than its share of rows
     (:func:`replay_token_share` measures it). ``share=0`` returns the task batches unchanged."""
     if not 0.0 <= share < 1.0:
-        raise ValueError(f"replay share must be in [0, 1), got {share!r}: the share of each batch's rows that is pretraining text")
+        raise ValueError(f"replay share must be in [0, 1), got {share!r}: the share of each "
+                         "batch's rows that is pretraining text")
 
     def batch_fn(split: str, generator: torch.Generator):
         x, y = task_batch_fn(split, generator)  # (B, T) each

@@ -23,28 +23,33 @@ from .utils import check_seed
 MAX_NEW_TOKENS = 100_000
 
 
-def check_sampling_args(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                        max_new_tokens: int | None = None, names: dict | None = None) -> None:
+def check_sampling_args(temperature: float = 1.0, top_k: int | None = None,
+                        top_p: float | None = None, max_new_tokens: int | None = None,
+                        names: dict | None = None) -> None:
     """The one check of the sampling arguments (the API and the command line both call it):
     a clear ValueError for a value out of range, NaN or infinity included. ``names``: what to
-    call each argument in the message (the command line's options, e.g. ``{"top_k": "--top-k"}``)."""
+    call each argument in the message (the command line's options, e.g. ``{"top_k":
+    "--top-k"}``)."""
     def name(arg: str) -> str:
         return (names or {}).get(arg, arg)
 
     if not _is_number(temperature) or not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"{name('temperature')} must be >= 0 (0 means greedy) and finite, got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
-        raise ValueError(f"{name('top_k')} must be an integer >= 1 (or None for no cut-off), got {top_k!r}")
+        raise ValueError(f"{name('temperature')} must be >= 0 (0 means greedy) and finite, got "
+                         f"{temperature!r}")
+    if (top_k is not None
+        and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1)):
+        raise ValueError(f"{name('top_k')} must be an integer >= 1 (or None for no cut-off), got "
+                         f"{top_k!r}")
     if top_p is not None and not (_is_number(top_p) and 0.0 < top_p <= 1.0):
         raise ValueError(f"{name('top_p')} must be in (0, 1] (1 keeps every token), got {top_p!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, numbers.Integral)
                                        or isinstance(max_new_tokens, bool) or max_new_tokens < 0):
-        raise ValueError(f"{name('max_new_tokens')} must be an integer >= 0 (how many tokens to add), "
-                         f"got {max_new_tokens!r}")
+        raise ValueError(f"{name('max_new_tokens')} must be an integer >= 0 (how many tokens to "
+                         f"add), got {max_new_tokens!r}")
     if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
-        raise ValueError(f"{name('max_new_tokens')} must be at most {MAX_NEW_TOKENS:,} (every token is kept in memory "
-                         f"until the end), got {max_new_tokens:,}: generate a shorter text, or continue it in several "
-                         "calls")
+        raise ValueError(f"{name('max_new_tokens')} must be at most {MAX_NEW_TOKENS:,} (every "
+                         f"token is kept in memory until the end), got {max_new_tokens:,}: "
+                         "generate a shorter text, or continue it in several calls")
 
 
 def _is_number(x) -> bool:
@@ -70,7 +75,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+                top_p: float | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
     """(B, V) logits of the last position -> (B, 1) next token ids."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # greedy: the limit of temperature -> 0
@@ -81,23 +87,26 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         logits = top_p_filter(logits, top_p)
     probs = F.softmax(logits, dim=-1)
     if generator is not None and generator.device != probs.device:
-        # A CPU generator (a run's sampling stream, stored in its checkpoint) draws on the CPU for a model on
-        # a GPU: the same draws on any device, and a resumed run continues them bit for bit.
+        # A CPU generator (a run's sampling stream, stored in its checkpoint) draws on the CPU for a
+        # model on a GPU: the same draws on any device, and a resumed run continues them bit for
+        # bit.
         return sample_next(logits.cpu(), 1.0, None, None, generator).to(probs.device)
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator)
     except RuntimeError:  # NaN or inf among the probabilities: say why, not where torch noticed
         if torch.isfinite(probs).all():
             raise
-        raise ValueError("the model's next-token probabilities are not finite numbers (NaN or inf): its weights "
-                         "are broken (a run that diverged?) or the temperature is too close to 0; use "
-                         "temperature=0 for greedy decoding, or another checkpoint") from None
+        raise ValueError("the model's next-token probabilities are not finite numbers (NaN or "
+                         "inf): its weights are broken (a run that diverged?) or the temperature "
+                         "is too close to 0; use temperature=0 for greedy decoding, or another "
+                         "checkpoint") from None
 
 
 @torch.no_grad()
-def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = False, **batch_options) -> torch.Tensor:
+def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None,
+             generator: torch.Generator | None = None, use_cache: bool = False,
+             **batch_options) -> torch.Tensor:
     """Extend ``idx`` (B, T) by ``max_new_tokens`` sampled tokens; returns (B, T + max_new_tokens).
 
     ``idx`` may also be a list of prompts of different lengths (lists of token ids): then
@@ -113,11 +122,13 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     """
     if isinstance(idx, (list, tuple)):
         if generator is not None:
-            raise ValueError("with a list of prompts give generators=[one torch.Generator per prompt], not generator")
-        return generate_batch(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache=use_cache,
-                              **batch_options)
+            raise ValueError("with a list of prompts give generators=[one torch.Generator per "
+                             "prompt], not generator")
+        return generate_batch(model, idx, max_new_tokens, temperature, top_k, top_p,
+                              use_cache=use_cache, **batch_options)
     if batch_options:
-        raise TypeError(f"{', '.join(sorted(batch_options))}: only for a list of prompts (see generate_batch)")
+        raise TypeError(f"{', '.join(sorted(batch_options))}: only for a list of prompts (see "
+                        "generate_batch)")
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}; "
@@ -127,7 +138,8 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, temperature: float =
     block_size = model.config.block_size
     cache = None
     for _ in range(max_new_tokens):
-        context = idx[:, -block_size:]  # crop: position embeddings exist for block_size positions only
+        # crop: position embeddings exist for block_size positions only
+        context = idx[:, -block_size:]
         if not use_cache:
             logits, _ = model(context)
         else:
@@ -176,15 +188,19 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     prompts = [list(p.tolist() if isinstance(p, torch.Tensor) else p) for p in prompts]
     for i, p in enumerate(prompts):
         if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty: start every prompt with at least one token (e.g. a begin token)")
+            raise ValueError(f"prompt {i} is empty: start every prompt with at least one token "
+                             "(e.g. a begin token)")
         if len(p) > block_size:
-            raise ValueError(f"prompt {i} has {len(p)} tokens, more than block_size {block_size}: crop it to its "
-                             f"last {block_size} tokens (prompt[-{block_size}:]) before generating")
+            raise ValueError(f"prompt {i} has {len(p)} tokens, more than block_size {block_size}: "
+                             f"crop it to its last {block_size} tokens (prompt[-{block_size}:]) "
+                             "before generating")
     if generators is not None and len(generators) != len(prompts):
-        raise ValueError(f"give one generator per prompt: {len(prompts)} prompts, {len(generators)} generators")
+        raise ValueError(f"give one generator per prompt: {len(prompts)} prompts, "
+                         f"{len(generators)} generators")
     if not 0 <= pad_id < model.config.vocab_size:
-        raise ValueError(f"pad_id {pad_id} must be a token id in [0, {model.config.vocab_size - 1}] "
-                         "(the pads are embedded, then hidden by the mask)")
+        raise ValueError(f"pad_id {pad_id} must be a token id in [0, "
+                         f"{model.config.vocab_size - 1}] (the pads are embedded, then hidden by "
+                         "the mask)")
     device = next(model.parameters()).device
     ids, mask = pad_batch(prompts, pad_id, side="left", check_collision=False)  # (B, T) each
     ids, mask = ids.to(device), mask.to(device)
@@ -195,14 +211,16 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     model.eval()
     cache = None
     for _ in range(max_new_tokens):
-        context, context_mask = ids[:, -block_size:], mask[:, -block_size:]  # crop, as generate does
+        # crop, as generate does
+        context, context_mask = ids[:, -block_size:], mask[:, -block_size:]
         if not use_cache:
             logits, _ = model(context, attention_mask=context_mask)
         elif cache is None or cache.length + 1 > block_size or ids.shape[1] > block_size:
             cache = KVCache(model.config.n_layer, block_size)
             logits, _ = model(context, cache=cache, attention_mask=context_mask)  # prefill
         else:  # the newest column only; the mask covers the cached positions too
-            logits, _ = model(ids[:, -1:], cache=cache, attention_mask=mask[:, -(cache.length + 1):])
+            logits, _ = model(ids[:, -1:], cache=cache,
+                              attention_mask=mask[:, -(cache.length + 1):])
         last = logits[:, -1, :]  # (B, V)
         next_id = torch.full((B, 1), pad_id, dtype=torch.long, device=device)
         for i in range(B):
@@ -221,15 +239,18 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, tempera
     return out
 
 
-def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 200, seed: int | None = None,
-                  **kwargs) -> str:
+def generate_text(model, tokenizer, prompt: str = "\n", max_new_tokens: int = 200,
+                  seed: int | None = None, **kwargs) -> str:
     """Encode ``prompt``, sample, decode: the prompt followed by the continuation. It runs where
     the model is (the device of its parameters)."""
-    if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
-        raise TypeError(f"tokenizer must be a tokenizer with encode and decode methods (e.g. the one load_tokenizer "
-                        f"returns for a checkpoint), got {type(tokenizer).__name__}")
+    if not (callable(getattr(tokenizer, "encode", None))
+            and callable(getattr(tokenizer, "decode", None))):
+        raise TypeError("tokenizer must be a tokenizer with encode and decode methods (e.g. the "
+                        "one load_tokenizer returns for a checkpoint), got "
+                        f"{type(tokenizer).__name__}")
     if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a string (the text to continue), got {type(prompt).__name__}")
+        raise TypeError("prompt must be a string (the text to continue), got "
+                        f"{type(prompt).__name__}")
     if not prompt:
         raise ValueError("prompt is empty: give at least one character, e.g. '\\n'")
     device = next(model.parameters()).device
@@ -246,8 +267,8 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def compare_cache_speed(model, idx: torch.Tensor, max_new_tokens: int, repeats: int = 1, seed: int = 1337,
-                        **sampling) -> dict:
+def compare_cache_speed(model, idx: torch.Tensor, max_new_tokens: int, repeats: int = 1,
+                        seed: int = 1337, **sampling) -> dict:
     """Time :func:`generate` with and without the KV cache on the same prompt and seed.
 
     The two ways run alternately ``repeats`` times each (so a busy machine slows both
@@ -265,8 +286,8 @@ def compare_cache_speed(model, idx: torch.Tensor, max_new_tokens: int, repeats: 
             generator = torch.Generator(device=device).manual_seed(seed)
             _synchronize(device)
             start = time.perf_counter()
-            outputs[use_cache] = generate(model, idx, max_new_tokens, generator=generator, use_cache=use_cache,
-                                          **sampling)
+            outputs[use_cache] = generate(model, idx, max_new_tokens, generator=generator,
+                                          use_cache=use_cache, **sampling)
             _synchronize(device)
             best[use_cache] = min(best[use_cache], time.perf_counter() - start)
     no_cache, cache = max_new_tokens / best[False], max_new_tokens / best[True]

@@ -45,14 +45,18 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         unsupported.append("attention_bias=True")
     window = getattr(hf_config, "sliding_window", None)
     if qwen and window is not None and hf_config.use_sliding_window:
-        unsupported.append(f"use_sliding_window with sliding_window={window} (Qwen3-MoE windows some layers only)")
-    window = None if qwen else window  # Mixtral: every layer sees the same window (our sliding_window)
+        unsupported.append(f"use_sliding_window with sliding_window={window} (Qwen3-MoE windows "
+                           "some layers only)")
+    # Mixtral: every layer sees the same window (our sliding_window)
+    window = None if qwen else window
     if getattr(hf_config, "router_jitter_noise", 0.0):
         unsupported.append(f"router_jitter_noise={hf_config.router_jitter_noise}")
     if qwen and (hf_config.decoder_sparse_step != 1 or hf_config.mlp_only_layers):
-        unsupported.append("dense layers among the sparse ones (decoder_sparse_step != 1 or mlp_only_layers)")
+        unsupported.append("dense layers among the sparse ones (decoder_sparse_step != 1 or "
+                           "mlp_only_layers)")
     if unsupported:
-        raise ValueError(f"this {model_type} config uses settings course_lib's GPT does not implement: "
+        raise ValueError(f"this {model_type} config uses settings course_lib's GPT does not "
+                         "implement: "
                          + "; ".join(unsupported))
     return GPTConfig(
         vocab_size=hf_config.vocab_size, block_size=hf_config.max_position_embeddings,
@@ -62,7 +66,8 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         ffn_hidden=hf_config.moe_intermediate_size if qwen else hf_config.intermediate_size,
         n_kv_head=hf_config.num_key_value_heads,
         moe_experts=hf_config.num_experts if qwen else hf_config.num_local_experts,
-        moe_top_k=hf_config.num_experts_per_tok, moe_norm_topk=bool(hf_config.norm_topk_prob) if qwen else True,
+        moe_top_k=hf_config.num_experts_per_tok,
+        moe_norm_topk=bool(hf_config.norm_topk_prob) if qwen else True,
         moe_aux_coef=float(hf_config.router_aux_loss_coef), qk_norm=qwen,
         head_dim=None if head_dim * nh == C else head_dim, sliding_window=window,
     )
@@ -80,23 +85,30 @@ def load_hf_state_dict(model: GPT, hf_state: dict[str, torch.Tensor]) -> GPT:
             pairs.append((name, [hf_state.get(n) for n in hf_names], hf_names))
     for i in range(c.n_layer):
         hf, we = f"model.layers.{i}.", f"blocks.{i}."
-        pairs.append((we + "mlp.router.weight", [hf_state.get(hf + "mlp.gate.weight")], [hf + "mlp.gate.weight"]))
+        pairs.append((we + "mlp.router.weight", [hf_state.get(hf + "mlp.gate.weight")],
+                      [hf + "mlp.gate.weight"]))
         if c.qk_norm:
             for q in "qk":
-                pairs.append((we + f"attn.{q}_norm.weight", [hf_state.get(hf + f"self_attn.{q}_norm.weight")],
+                pairs.append((we + f"attn.{q}_norm.weight",
+                              [hf_state.get(hf + f"self_attn.{q}_norm.weight")],
                               [hf + f"self_attn.{q}_norm.weight"]))
-        gate_up, down = hf_state.get(hf + "mlp.experts.gate_up_proj"), hf_state.get(hf + "mlp.experts.down_proj")
+        gate_up, down = (
+            hf_state.get(hf + "mlp.experts.gate_up_proj"),
+            hf_state.get(hf + "mlp.experts.down_proj"),
+        )
         H = c.ffn_size
         for e in range(c.moe_experts):
             ex = we + f"mlp.experts.{e}."
             names = [hf + "mlp.experts.gate_up_proj"]
-            pairs.append((ex + "c_gate.weight", [None if gate_up is None else gate_up[e, :H]], names))
+            pairs.append((ex + "c_gate.weight", [None if gate_up is None else gate_up[e, :H]],
+                          names))
             pairs.append((ex + "c_fc.weight", [None if gate_up is None else gate_up[e, H:]], names))
-            pairs.append((ex + "c_proj.weight", [None if down is None else down[e]], [hf + "mlp.experts.down_proj"]))
+            pairs.append((ex + "c_proj.weight", [None if down is None else down[e]],
+                          [hf + "mlp.experts.down_proj"]))
     missing = sorted({n for _, ws, names in pairs for w, n in zip(ws, names) if w is None})
     if missing:
-        raise ValueError(f"the state dict lacks {len(missing)} weights, e.g. {missing[:3]}: is it a "
-                         "MixtralForCausalLM or Qwen3MoeForCausalLM of the same shape?")
+        raise ValueError(f"the state dict lacks {len(missing)} weights, e.g. {missing[:3]}: is it "
+                         "a MixtralForCausalLM or Qwen3MoeForCausalLM of the same shape?")
     written = set()
     for name, ws, names in pairs:
         w = torch.cat(ws, dim=0)  # q, k, v rows stacked into c_attn
@@ -111,8 +123,8 @@ def load_hf_state_dict(model: GPT, hf_state: dict[str, torch.Tensor]) -> GPT:
 
 
 def from_pretrained(model_or_name, dropout: float = 0.0) -> GPT:
-    """Our :class:`GPT` holding a ``MixtralForCausalLM`` or ``Qwen3MoeForCausalLM`` (any size, e.g. a
-    tiny random one built from its config offline). ``GPT.from_pretrained`` calls this for both. A
+    """Our :class:`GPT` holding a ``MixtralForCausalLM`` or ``Qwen3MoeForCausalLM`` (any size, e.g.
+    a tiny random one built from its config offline). ``GPT.from_pretrained`` calls this for both. A
     Hub name goes through ``transformers.AutoModelForCausalLM`` (needs the network). The returned
     model is in eval mode, on the CPU, in float32."""
     hf_model = model_or_name
@@ -125,7 +137,8 @@ def from_pretrained(model_or_name, dropout: float = 0.0) -> GPT:
                         f"{type(hf_model).__name__}")
     config = config_from_hf(hf_model.config, dropout=dropout)
     if not hasattr(hf_model, "lm_head"):
-        raise ValueError(f"{type(hf_model).__name__} has no language-model head: pass a ...ForCausalLM")
+        raise ValueError(f"{type(hf_model).__name__} has no language-model head: pass a "
+                         "...ForCausalLM")
     hf_state = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
     return load_hf_state_dict(GPT(config), hf_state).eval()
 

@@ -33,15 +33,16 @@ from .registry import load_hub_model, register_pretrained
 
 
 # The Llama-family model types this module loads, and what each adds to the Llama 2 recipe.
-FAMILIES = {"llama": "Llama 2 and 3 (rope_type llama3 for 3.1 on)", "mistral": "sliding-window attention",
-            "qwen3": "QK-norm and a head_dim of its own"}
+FAMILIES = {"llama": "Llama 2 and 3 (rope_type llama3 for 3.1 on)",
+            "mistral": "sliding-window attention", "qwen3": "QK-norm and a head_dim of its own"}
 
 
 def _rope_settings(hf_config) -> tuple[float, dict]:
     """(theta, the rope scaling of Hugging Face's config): transformers 5 keeps both in
     ``rope_parameters``, 4.x in ``rope_theta`` and ``rope_scaling``."""
     params = dict(getattr(hf_config, "rope_parameters", None) or {})
-    params.update({k: v for k, v in (getattr(hf_config, "rope_scaling", None) or {}).items() if k not in params})
+    params.update({k: v for k, v in (getattr(hf_config, "rope_scaling", None) or {}).items()
+                   if k not in params})
     theta = params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
     params.setdefault("rope_type", params.get("type", "default"))
     return float(theta), params
@@ -50,11 +51,12 @@ def _rope_settings(hf_config) -> tuple[float, dict]:
 def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
     """Our :class:`GPTConfig` for a Hugging Face ``LlamaConfig``, ``MistralConfig`` or
     ``Qwen3Config``; raises ``ValueError`` for any setting our GPT does not implement (biases,
-    another activation, a RoPE scaling other than linear and llama3, windows on some layers only)."""
+    another activation, a RoPE scaling other than linear and llama3, windows on some layers
+    only)."""
     model_type = getattr(hf_config, "model_type", None)
     if model_type not in FAMILIES:
-        raise ValueError(f"expected a Llama, Mistral or Qwen3 model (config.model_type one of {sorted(FAMILIES)}), "
-                         f"got model_type {model_type!r}")
+        raise ValueError("expected a Llama, Mistral or Qwen3 model (config.model_type one of "
+                         f"{sorted(FAMILIES)}), got model_type {model_type!r}")
     C, nh = hf_config.hidden_size, hf_config.num_attention_heads
     theta, rope = _rope_settings(hf_config)
     unsupported = []
@@ -62,22 +64,27 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
     if hf_config.hidden_act != "silu":
         unsupported.append(f"hidden_act={hf_config.hidden_act!r} (SwiGLU's gate is SiLU)")
     if rope["rope_type"] not in ("default", "linear", "llama3"):
-        unsupported.append(f"rope_type={rope['rope_type']!r} (we implement 'default', 'linear' and 'llama3')")
+        unsupported.append(f"rope_type={rope['rope_type']!r} (we implement 'default', 'linear' and "
+                           "'llama3')")
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        unsupported.append(f"partial_rotary_factor={rope['partial_rotary_factor']} (we rotate every channel)")
+        unsupported.append(f"partial_rotary_factor={rope['partial_rotary_factor']} (we rotate "
+                           "every channel)")
     for flag in ("attention_bias", "mlp_bias"):
         if getattr(hf_config, flag, False):
-            unsupported.append(f"{flag}=True (a Llama has no biases; ours has none when bias=False)")
+            unsupported.append(f"{flag}=True (a Llama has no biases; ours has none when "
+                               "bias=False)")
     if getattr(hf_config, "pretraining_tp", 1) != 1:
         unsupported.append(f"pretraining_tp={hf_config.pretraining_tp}")
     window = getattr(hf_config, "sliding_window", None)
     if model_type == "qwen3":  # Qwen3 may window some layers only (layer_types); off by default
         kinds = set(getattr(hf_config, "layer_types", None) or ["full_attention"])
         if kinds != {"full_attention"} and kinds != {"sliding_attention"}:
-            unsupported.append(f"layer_types mixing {sorted(kinds)} (our window is the same in every layer)")
+            unsupported.append(f"layer_types mixing {sorted(kinds)} (our window is the same in "
+                               "every layer)")
         window = window if kinds == {"sliding_attention"} else None
     if unsupported:
-        raise ValueError(f"this {model_type} config uses settings course_lib's GPT does not implement: "
+        raise ValueError(f"this {model_type} config uses settings course_lib's GPT does not "
+                         "implement: "
                          + "; ".join(unsupported))
     scaling = {} if rope["rope_type"] == "default" else dict(
         rope_scaling=rope["rope_type"], rope_factor=float(rope["factor"]),
@@ -89,13 +96,15 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         n_layer=hf_config.num_hidden_layers, n_head=nh, n_embd=C, dropout=dropout, bias=False,
         tie_weights=bool(getattr(hf_config, "tie_word_embeddings", False)), norm_position="pre",
         norm="rmsnorm", norm_eps=float(hf_config.rms_norm_eps), rope_theta=theta, mlp="swiglu",
-        ffn_hidden=hf_config.intermediate_size, n_kv_head=getattr(hf_config, "num_key_value_heads", None) or nh,
+        ffn_hidden=hf_config.intermediate_size,
+        n_kv_head=getattr(hf_config, "num_key_value_heads", None) or nh,
         head_dim=None if head_dim * nh == C else head_dim, qk_norm=model_type == "qwen3",
         sliding_window=window, **scaling,
     )
 
 
-def weight_map(n_layer: int, tie_weights: bool = False, qk_norm: bool = False) -> list[tuple[str, list[str]]]:
+def weight_map(n_layer: int, tie_weights: bool = False,
+               qk_norm: bool = False) -> list[tuple[str, list[str]]]:
     """``(our name, [Hugging Face names])`` for every parameter of a Llama of ``n_layer`` blocks
     (Mistral's are named alike; Qwen3 adds ``qk_norm``'s two gains per layer); several names are
     stacked along dim 0 (rows), in that order. A tied LM head is not listed."""
@@ -112,7 +121,8 @@ def weight_map(n_layer: int, tie_weights: bool = False, qk_norm: bool = False) -
             (f"blocks.{i}.mlp.c_proj.weight", [hf + "mlp.down_proj.weight"]),
         ]
         if qk_norm:
-            rows += [(f"blocks.{i}.attn.{n}_norm.weight", [hf + f"self_attn.{n}_norm.weight"]) for n in "qk"]
+            rows += [(f"blocks.{i}.attn.{n}_norm.weight", [hf + f"self_attn.{n}_norm.weight"])
+                     for n in "qk"]
     rows.append(("ln_f.weight", ["model.norm.weight"]))
     if not tie_weights:
         rows.append(("lm_head.weight", ["lm_head.weight"]))
@@ -128,12 +138,13 @@ def load_hf_state_dict(model: GPT, hf_state: dict[str, torch.Tensor]) -> GPT:
     missing = [name for _, names in rows for name in names if name not in hf_state]
     if missing:
         raise ValueError(f"the Llama state dict lacks {len(missing)} weights, e.g. {missing[:3]}: "
-                         "is it a Llama, Mistral or Qwen3 ForCausalLM of the same number of layers?")
+                         "is it a Llama, Mistral or Qwen3 ForCausalLM of the same number of "
+                         "layers?")
     for name, hf_names in rows:
         w = torch.cat([hf_state[n] for n in hf_names], dim=0)  # q, k, v rows stacked into c_attn
         if w.shape != ours[name].shape:
-            raise ValueError(f"{' + '.join(hf_names)}: shape {tuple(w.shape)} does not fit our {name} "
-                             f"{tuple(ours[name].shape)}")
+            raise ValueError(f"{' + '.join(hf_names)}: shape {tuple(w.shape)} does not fit our "
+                             f"{name} {tuple(ours[name].shape)}")
         ours[name].copy_(w)
     return model
 
@@ -149,22 +160,25 @@ def from_pretrained(model_or_name, dropout: float = 0.0) -> GPT:
     """Our :class:`GPT` holding a Llama's weights (``GPT.from_pretrained`` calls this for Llama).
 
     ``model_or_name``: a Hugging Face ``LlamaForCausalLM``, ``MistralForCausalLM`` or
-    ``Qwen3ForCausalLM`` (any size, e.g. a tiny random one built from its config), or a Hub name such as ``"HuggingFaceTB/SmolLM2-135M"``
-    downloaded through ``transformers`` (needs the network); a name that turns out to hold
-    another architecture goes on to that architecture's loader. The returned model is in eval
-    mode, on the CPU, in float32.
+    ``Qwen3ForCausalLM`` (any size, e.g. a tiny random one built from its config), or a Hub name
+    such as ``"HuggingFaceTB/SmolLM2-135M"`` downloaded through ``transformers`` (needs the
+    network); a name that turns out to hold another architecture goes on to that architecture's
+    loader. The returned model is in eval mode, on the CPU, in float32.
     """
     hf_model = model_or_name
     if isinstance(model_or_name, str):
         hf_model = _load_hf_model(model_or_name)
-        if getattr(hf_model.config, "model_type", None) not in FAMILIES:  # e.g. "openai-community/gpt2"
+        # e.g. "openai-community/gpt2"
+        if getattr(hf_model.config, "model_type", None) not in FAMILIES:
             return GPT.from_pretrained(hf_model, dropout=dropout)  # to the loader of its model_type
     if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
-        raise TypeError(f"expected a transformers LlamaForCausalLM or a model name, got {type(hf_model).__name__}")
+        raise TypeError("expected a transformers LlamaForCausalLM or a model name, got "
+                        f"{type(hf_model).__name__}")
     config = config_from_hf(hf_model.config, dropout=dropout)  # rejects other architectures
     if not (hasattr(hf_model, "model") and hasattr(hf_model, "lm_head")):
-        raise ValueError(f"{type(hf_model).__name__} has no language-model head: pass a LlamaForCausalLM "
-                         "(or Mistral/Qwen3ForCausalLM; LlamaModel, the bare transformer, cannot predict tokens)")
+        raise ValueError(f"{type(hf_model).__name__} has no language-model head: pass a "
+                         "LlamaForCausalLM (or Mistral/Qwen3ForCausalLM; LlamaModel, the bare "
+                         "transformer, cannot predict tokens)")
     model = GPT(config)
     hf_state = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
     return load_hf_state_dict(model, hf_state).eval()

@@ -51,8 +51,10 @@ class LoRALinear(nn.Module):
         self.rank, self.alpha = rank, alpha
         self.scaling = alpha / rank
         w = base.weight
-        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, device=w.device, dtype=w.dtype))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, device=w.device, dtype=w.dtype))
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, device=w.device,
+                                               dtype=w.dtype))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, device=w.device,
+                                               dtype=w.dtype))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # what nn.Linear (and peft) use
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
@@ -83,20 +85,23 @@ class LoRALinear(nn.Module):
 def check_rank(rank, alpha) -> None:
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"LoRA rank must be a positive integer, got {rank!r}")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or not alpha > 0:
-        raise ValueError(f"LoRA alpha must be a positive finite number (the update is scaled by alpha / rank), "
-                         f"got {alpha!r}")
+    if (not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha)
+        or not alpha > 0):
+        raise ValueError("LoRA alpha must be a positive finite number (the update is scaled by "
+                         f"alpha / rank), got {alpha!r}")
 
 
 def check_rank_fits(rank: int, layers: dict[str, nn.Linear]) -> None:
     """A rank above min(in, out) of a layer adds nothing a full matrix could not (B A is then any
     matrix) and only costs memory: refused before A and B are allocated."""
-    name, layer = min(layers.items(), key=lambda item: min(item[1].in_features, item[1].out_features))
+    name, layer = min(layers.items(),
+                      key=lambda item: min(item[1].in_features, item[1].out_features))
     most = min(layer.in_features, layer.out_features)
     if rank > most:
-        raise ValueError(f"LoRA rank {rank:,} is larger than {name} allows: at most min(in {layer.in_features}, "
-                         f"out {layer.out_features}) = {most}, where B A is already a full matrix; choose a rank "
-                         f"<= {most} (ranks of 4 to 16 are usual)")
+        raise ValueError(f"LoRA rank {rank:,} is larger than {name} allows: at most min(in "
+                         f"{layer.in_features}, out {layer.out_features}) = {most}, where B A is "
+                         f"already a full matrix; choose a rank <= {most} (ranks of 4 to 16 are "
+                         "usual)")
 
 
 def short_name(name: str) -> str:
@@ -121,19 +126,22 @@ def target_layers(model: nn.Module, targets=DEFAULT_TARGETS) -> dict[str, nn.Lin
                          f"targets={DEFAULT_TARGETS!r} (the default)")
     blank = [t for t in targets if not isinstance(t, str) or not t.strip()]
     if blank:
-        raise ValueError(f"LoRA targets must be layer names, got {blank[0]!r} among {list(targets)!r}; "
-                         f"e.g. {', '.join(DEFAULT_TARGETS)}")
+        raise ValueError(f"LoRA targets must be layer names, got {blank[0]!r} among "
+                         f"{list(targets)!r}; e.g. {', '.join(DEFAULT_TARGETS)}")
     found = {name: m for name, m in model.named_modules() if name and matches(name, targets)}
     for name, m in found.items():
         if isinstance(m, LoRALinear):
-            raise ValueError(f"{name} already has a LoRA adapter: merge_lora(model) first, or add_lora once")
+            raise ValueError(f"{name} already has a LoRA adapter: merge_lora(model) first, or "
+                             "add_lora once")
         if not isinstance(m, nn.Linear):
-            raise ValueError(f"LoRA target {name} is a {type(m).__name__}; targets must name nn.Linear layers")
+            raise ValueError(f"LoRA target {name} is a {type(m).__name__}; targets must name "
+                             "nn.Linear layers")
     unused = [t for t in targets if not any(matches(name, (t,)) for name in found)]
     if unused:
-        linear = sorted({short_name(n) for n, m in model.named_modules() if isinstance(m, nn.Linear)})
-        raise ValueError(f"LoRA target(s) {', '.join(map(repr, unused))} match no layer of this model; "
-                         f"its nn.Linear layers are named like: {', '.join(linear)}")
+        linear = sorted({short_name(n) for n,
+                         m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"LoRA target(s) {', '.join(map(repr, unused))} match no layer of this "
+                         f"model; its nn.Linear layers are named like: {', '.join(linear)}")
     return found
 
 
@@ -154,10 +162,12 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 8.0, targets=DEFAUL
     check_rank(rank, alpha)
     layers = target_layers(model, targets)
     check_rank_fits(rank, layers)
-    earlier = [p for adapter in lora_layers(model).values() for p in (adapter.lora_A, adapter.lora_B)]
+    earlier = [p for adapter in lora_layers(model).values()
+               for p in (adapter.lora_A, adapter.lora_B)]
     trainable = [p.requires_grad for p in earlier]
     model.requires_grad_(False)
-    for p, was in zip(earlier, trainable):  # freezing the base must not freeze the adapters already there
+    # freezing the base must not freeze the adapters already there
+    for p, was in zip(earlier, trainable):
         p.requires_grad_(was)
     for name, layer in layers.items():
         _set_module(model, name, LoRALinear(layer, rank, alpha, dropout))
@@ -172,8 +182,8 @@ def merge_lora(model: nn.Module) -> nn.Module:
     """Replace every :class:`LoRALinear` of ``model`` by a plain ``nn.Linear`` holding
     ``W + (alpha / r) B A``, in place; returns ``model``. The logits stay the same up to float
     rounding (tests/test_lora.py: within 1e-5 on small models; chapter 15 bounds the difference
-    relative to the largest logit of a trained model). Other parameters keep their ``requires_grad``: call
-    ``model.requires_grad_(True)`` to train the merged model fully."""
+    relative to the largest logit of a trained model). Other parameters keep their
+    ``requires_grad``: call ``model.requires_grad_(True)`` to train the merged model fully."""
     layers = lora_layers(model)
     if not layers:
         raise ValueError("this model has no LoRA adapters to merge (add_lora adds them)")
@@ -193,10 +203,12 @@ def lora_parameter_count(model: nn.Module, rank: int, targets=DEFAULT_TARGETS) -
 
 
 def trainable_parameters(model: nn.Module) -> int:
-    """How many numbers the optimizer updates: parameters with ``requires_grad`` (a tied matrix once)."""
+    """How many numbers the optimizer updates: parameters with ``requires_grad`` (a tied matrix
+    once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Only the adapters' A and B, by name: all a LoRA fine-tune needs besides its base model."""
-    return {k: v for k, v in model.state_dict().items() if k.rsplit(".", 1)[-1] in ("lora_A", "lora_B")}
+    return {k: v for k,
+            v in model.state_dict().items() if k.rsplit(".", 1)[-1] in ("lora_A", "lora_B")}

@@ -31,7 +31,8 @@ from .registry import register_model
 
 # A run that starts from a base model (a fine-tune, the chat fine-tune, DPO, GRPO, chapter 18's
 # starting SFT) keeps the base's shape: given as a setting, any model field is refused with this.
-SHAPE_KEPT = {f.name: "a run from a base model keeps its shape; only training (and method) settings can be set"
+SHAPE_KEPT = {f.name: "a run from a base model keeps its shape; only training (and method) "
+                      "settings can be set"
               for f in fields(GPTConfig)}
 
 
@@ -47,7 +48,8 @@ def extend_vocabulary(model: GPT, n_new: int) -> GPT:
     for name in ("wte.weight", "lm_head.weight"):
         old = state[name]  # (V0, C)
         state[name] = torch.cat([old, old.mean(0, keepdim=True).expand(n_new, -1)])  # (V0 + n, C)
-    bigger.load_state_dict(state)  # with tied weights both names hold the same matrix: loaded twice, equal
+    # with tied weights both names hold the same matrix: loaded twice, equal
+    bigger.load_state_dict(state)
     return bigger.to(model.wte.weight.device)
 
 
@@ -87,7 +89,8 @@ class LoRAGPTConfig(GPTConfig):
         super().__post_init__()
         check_rank(self.rank, self.alpha)
         if not 0 < self.base_vocab_size <= self.vocab_size:
-            raise ValueError(f"base_vocab_size must be in [1, vocab_size={self.vocab_size}], got {self.base_vocab_size}")
+            raise ValueError(f"base_vocab_size must be in [1, vocab_size={self.vocab_size}], got "
+                             f"{self.base_vocab_size}")
 
     def gpt_config(self) -> GPTConfig:
         names = [f.name for f in fields(GPTConfig)]
@@ -100,8 +103,9 @@ def check_regular_file(path: Path) -> None:
     mode = path.stat().st_mode
     if not stat.S_ISREG(mode):
         what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device or a pipe)"
-        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is {what}: a LoRA checkpoint names "
-                              "the ckpt.pt file it fine-tunes; that record is wrong, so use another checkpoint")
+        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is {what}: a LoRA "
+                              "checkpoint names the ckpt.pt file it fine-tunes; that record is "
+                              "wrong, so use another checkpoint")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -115,17 +119,21 @@ def load_base(config: LoRAGPTConfig) -> GPT:
     the file must exist, have the recorded SHA-256, and hold a GPT of the same shape."""
     path = Path(config.base_checkpoint)
     if not path.exists():
-        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is missing: a LoRA checkpoint holds "
-                              "only the adapters; put the base checkpoint back at that path (or, to resume the "
-                              "fine-tune, give its new path: finetune --resume --checkpoint NEW_PATH)")
+        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is missing: a LoRA "
+                              "checkpoint holds only the adapters; put the base checkpoint back at "
+                              "that path (or, to resume the fine-tune, give its new path: finetune "
+                              "--resume --checkpoint NEW_PATH)")
     check_regular_file(path)
     if file_sha256(path) != config.base_sha256:
-        raise CheckpointError(f"the base model {path} is not the one this LoRA checkpoint was trained on (its SHA-256 "
-                              "differs; was that run continued or replaced?): restore that file, or fine-tune again")
+        raise CheckpointError(f"the base model {path} is not the one this LoRA checkpoint was "
+                              "trained on (its SHA-256 differs; was that run continued or "
+                              "replaced?): restore that file, or fine-tune again")
     base, _ = load_model(path)
-    expected = GPTConfig.from_dict({**config.gpt_config().to_dict(), "vocab_size": config.base_vocab_size})
+    expected = GPTConfig.from_dict({**config.gpt_config().to_dict(),
+                                    "vocab_size": config.base_vocab_size})
     if not isinstance(base, GPT) or type(base) is not GPT or base.config != expected:
-        raise CheckpointError(f"the base model {path} is not a GPT of the shape this LoRA checkpoint expects")
+        raise CheckpointError(f"the base model {path} is not a GPT of the shape this LoRA "
+                              "checkpoint expects")
     return base
 
 
@@ -156,8 +164,8 @@ class LoRAGPT(GPT):
         ckpt = load_checkpoint(path)
         config = LoRAGPTConfig(**{**ckpt["model_config"], "vocab_size": tokenizer.vocab_size},
                                base_checkpoint=str(path), base_sha256=file_sha256(path),
-                               base_vocab_size=ckpt["model_config"]["vocab_size"], rank=rank, alpha=alpha,
-                               targets=",".join(targets))
+                               base_vocab_size=ckpt["model_config"]["vocab_size"], rank=rank,
+                               alpha=alpha, targets=",".join(targets))
         return cls(config)
 
     def trained_names(self) -> list[str]:
@@ -209,10 +217,11 @@ class LoRAGPT(GPT):
         return gpt.eval()
 
 
-def fine_tune_model(base: GPT, base_path: str | Path, tokenizer, rank: int | None = None, alpha: float = 8.0,
-                    targets=DEFAULT_TARGETS) -> GPT:
+def fine_tune_model(base: GPT, base_path: str | Path, tokenizer, rank: int | None = None,
+                    alpha: float = 8.0, targets=DEFAULT_TARGETS) -> GPT:
     """The model a fine-tune trains: ``base`` grown to ``tokenizer``'s vocabulary and trained in
     full (``rank`` None), or LoRA adapters of ``rank`` over the base checkpoint at ``base_path``."""
     if rank is None:
-        return extend_vocabulary(base, tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
+        return extend_vocabulary(base,
+                                 tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
     return LoRAGPT.from_base(base_path, tokenizer, rank, alpha, tuple(targets))

@@ -14,18 +14,21 @@ import torch.nn.functional as F
 
 from .utils import IGNORE_INDEX
 
-# batch_fn(split, generator) -> (x, y): a batch of inputs and targets, (B, T) each, of split "train" or "val"
+# batch_fn(split, generator) -> (x, y): a batch of inputs and targets, (B, T) each, of split "train"
+# or "val"
 BatchFn = Callable[[str, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+                         mask: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the positions where ``mask`` (B, T) is True. logits (B, T, V)."""
     losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B*T,)
     mask = mask.flatten().to(losses.dtype)
     return (losses * mask).sum() / mask.sum().clamp(min=1)
 
 
-def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> float:
+def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor,
+                    ignore_index: int = IGNORE_INDEX) -> float:
     """Share of positions whose most likely token is the target, skipping ``ignore_index``."""
     keep = targets != ignore_index
     correct = (logits.argmax(dim=-1) == targets) & keep

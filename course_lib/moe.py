@@ -44,24 +44,30 @@ BALANCINGS = ("pooled", "per-layer", "bias")  # GPTConfig.moe_balancing (see the
 
 
 def check_moe_options(config) -> None:
-    """Refuse, in one line naming the fix, the MoE settings that cannot work (GPTConfig calls it)."""
+    """Refuse, in one line naming the fix, the MoE settings that cannot work (GPTConfig calls
+    it)."""
     if config.moe_experts is None:
         return  # model.NEEDS_ANOTHER refuses any MoE option set without experts
     if config.moe_top_k > config.moe_experts:
-        raise ValueError(f"moe_top_k ({config.moe_top_k}) cannot exceed moe_experts ({config.moe_experts}): each "
-                         "token picks k different experts. Lower moe_top_k or add experts.")
+        raise ValueError(f"moe_top_k ({config.moe_top_k}) cannot exceed moe_experts "
+                         f"({config.moe_experts}): each token picks k different experts. Lower "
+                         "moe_top_k or add experts.")
     if config.moe_top_k == 1 and config.moe_norm_topk:
-        raise ValueError("moe_top_k=1 with moe_norm_topk=True gives every token the weight p/p = 1, so the router "
-                         "gets no gradient from the loss: set moe_norm_topk=False (the Switch Transformer's gate p)")
+        raise ValueError("moe_top_k=1 with moe_norm_topk=True gives every token the weight p/p = "
+                         "1, so the router gets no gradient from the loss: set moe_norm_topk=False "
+                         "(the Switch Transformer's gate p)")
     if config.moe_balancing != "bias" and config.moe_bias_rate != 1e-3:
-        raise ValueError(f"moe_bias_rate={config.moe_bias_rate!r} takes effect only with moe_balancing='bias': "
-                         "set it too, or leave moe_bias_rate at its default 0.001")
+        raise ValueError(f"moe_bias_rate={config.moe_bias_rate!r} takes effect only with "
+                         "moe_balancing='bias': set it too, or leave moe_bias_rate at its default "
+                         "0.001")
     if config.moe_balancing == "bias" and config.moe_aux_coef not in (0.0, 0.01):
-        raise ValueError(f"moe_aux_coef={config.moe_aux_coef!r} does nothing with moe_balancing='bias' (no "
-                         "auxiliary loss): leave it at its default, or choose moe_balancing='pooled' or 'per-layer'")
+        raise ValueError(f"moe_aux_coef={config.moe_aux_coef!r} does nothing with "
+                         "moe_balancing='bias' (no auxiliary loss): leave it at its default, or "
+                         "choose moe_balancing='pooled' or 'per-layer'")
 
 
-def route(router_logits: torch.Tensor, top_k: int, norm_topk: bool = True, bias: torch.Tensor | None = None
+def route(router_logits: torch.Tensor, top_k: int, norm_topk: bool = True,
+          bias: torch.Tensor | None = None
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, experts), each (N, k): the k experts each token goes to, best first, and the
     weight of each. Softmax over all E in float32 (as both references), top-k, then divided by the
@@ -71,7 +77,8 @@ def route(router_logits: torch.Tensor, top_k: int, norm_topk: bool = True, bias:
     weights stay the chosen experts' own probabilities (auxiliary-loss-free balancing)."""
     probs = F.softmax(router_logits, dim=-1, dtype=torch.float32)  # (N, E)
     if bias is None:
-        weights, experts = torch.topk(probs, top_k, dim=-1)  # (N, k): the gradient flows through weights only
+        # (N, k): the gradient flows through weights only
+        weights, experts = torch.topk(probs, top_k, dim=-1)
     else:  # the bias moves the choice; it carries no gradient and is not in the weights
         experts = torch.topk(probs.detach() + bias, top_k, dim=-1).indices  # (N, k)
         weights = probs.gather(-1, experts)
@@ -84,7 +91,8 @@ def expert_load(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """(E,) the fraction of the N*k routing slots each expert receives (sums to 1; 1/E for all
     when balanced). ``router_logits`` (N, E), or (L, N, E) to count every layer together."""
     E = router_logits.shape[-1]
-    experts = torch.topk(router_logits.reshape(-1, E), top_k, dim=-1).indices  # softmax keeps the order
+    # softmax keeps the order
+    experts = torch.topk(router_logits.reshape(-1, E), top_k, dim=-1).indices
     return torch.bincount(experts.reshape(-1), minlength=E).float() / experts.numel()
 
 
@@ -93,9 +101,10 @@ def slot_shares(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
     return torch.bincount(experts.reshape(-1), minlength=n_experts).float() / experts.numel()
 
 
-def load_balancing_loss(router_logits: torch.Tensor | Sequence[torch.Tensor], top_k: int) -> torch.Tensor:
-    """The load-balancing loss as Hugging Face's Mixtral and Qwen3-MoE compute it: E * sum_e f_e * P_e,
-    with f_e the number of top-k slots expert e receives per token and P_e its mean router
+def load_balancing_loss(router_logits: torch.Tensor | Sequence[torch.Tensor],
+                        top_k: int) -> torch.Tensor:
+    """The load-balancing loss as Hugging Face's Mixtral and Qwen3-MoE compute it: E * sum_e f_e *
+    P_e, with f_e the number of top-k slots expert e receives per token and P_e its mean router
     probability, over all the tokens of all the layers given together (pooled).
 
     Pooled, this is not the Switch Transformer's loss (eq. 4-6), which is computed per MoE layer
@@ -116,7 +125,8 @@ def load_balancing_loss(router_logits: torch.Tensor | Sequence[torch.Tensor], to
     E = logits.shape[-1]
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # (L*N, E)
     experts = torch.topk(probs, top_k, dim=-1).indices  # (L*N, k)
-    tokens_per_expert = torch.bincount(experts.reshape(-1), minlength=E).float() / logits.shape[0]  # f, sums to k
+    # f, sums to k
+    tokens_per_expert = torch.bincount(experts.reshape(-1), minlength=E).float() / logits.shape[0]
     prob_per_expert = probs.mean(dim=0)  # P, sums to 1
     return E * (tokens_per_expert * prob_per_expert).sum()
 
@@ -132,8 +142,10 @@ def per_layer_balancing_loss(router_logits: Sequence[torch.Tensor], top_k: int) 
     return torch.stack([load_balancing_loss(r, top_k) for r in router_logits]).mean()
 
 
-def balancing_loss(router_logits: Sequence[torch.Tensor], top_k: int, balancing: str = "pooled") -> torch.Tensor:
-    """The auxiliary loss ``moe_balancing`` asks for: pooled, per layer, or none (0.0 for "bias")."""
+def balancing_loss(router_logits: Sequence[torch.Tensor], top_k: int,
+                   balancing: str = "pooled") -> torch.Tensor:
+    """The auxiliary loss ``moe_balancing`` asks for: pooled, per layer, or none (0.0 for
+    "bias")."""
     if balancing == "bias":
         return router_logits[0].new_zeros((), dtype=torch.float32)
     fn = load_balancing_loss if balancing == "pooled" else per_layer_balancing_loss
@@ -181,7 +193,8 @@ class MoEFeedForward(nn.Module):
         token_of_slot = order // self.top_k  # (N*k,)
         weight_of_slot = weights.reshape(-1)[order]  # (N*k,)
         slots = torch.bincount(flat_experts, minlength=self.n_experts)  # (E,) slots per expert
-        if bias is not None and self.training:  # after the choice: the next forward's choice changes
+        # after the choice: the next forward's choice changes
+        if bias is not None and self.training:
             with torch.no_grad():  # +u below the mean load, -u above it (0 exactly at it)
                 bias += self.bias_rate * torch.sign(slots.float().mean() - slots.float())
         counts = slots.tolist()

@@ -16,7 +16,8 @@ positive half and 7 for the negative half, plus an exact zero, scaled so the lar
 asymmetric book (8 positive, 7 negative) is the price of having a zero and 16 values.
 
 **Memory.** 4 bits per weight plus one float32 absmax per 64: 4.5 bits, against 32 for float32
-(QLoRA's double quantisation also stores the absmaxes in 8 bits, for about 4.13 bits; not done here).
+(QLoRA's double quantisation also stores the absmaxes in 8 bits, for about 4.13 bits; not done
+here).
 
 Shapes: out/in the features of a quantised ``nn.Linear``; N numbers, n_blocks = N / block.
 """
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 from .lora import target_layers
 
 BLOCK_SIZE = 64  # QLoRA's block size for the weights
-NF4_OFFSET = 0.9677083  # the outermost quantile used (bitsandbytes' create_normal_map, Dettmers et al. 2023)
+# the outermost quantile used (bitsandbytes' create_normal_map, Dettmers et al. 2023)
+NF4_OFFSET = 0.9677083
 
 
 def nf4_code_book(offset: float = NF4_OFFSET) -> torch.Tensor:
@@ -40,14 +42,16 @@ def nf4_code_book(offset: float = NF4_OFFSET) -> torch.Tensor:
     largest value is 1. (Using quantile 1 itself would give infinity, hence ``offset`` < 1.)
     """
     positive = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])  # (8,)
-    negative = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])  # (7,)
+    # (7,)
+    negative = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
     values = torch.cat([positive, torch.zeros(1, dtype=torch.float64), negative]).sort().values
     return (values / values.max()).float()
 
 
-def quantize_nf4(w: torch.Tensor, block_size: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w`` (any shape, N numbers) -> ``(codes, absmax)``: ``codes`` uint8 (n_blocks * block / 2,), two
-    4-bit indices per byte (the even-numbered one in the high half), and ``absmax`` float32
+def quantize_nf4(w: torch.Tensor,
+                 block_size: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w`` (any shape, N numbers) -> ``(codes, absmax)``: ``codes`` uint8 (n_blocks * block / 2,),
+    two 4-bit indices per byte (the even-numbered one in the high half), and ``absmax`` float32
     (n_blocks,). The last block is padded with zeros when N is not a multiple of ``block_size``."""
     if block_size < 2 or block_size % 2:
         raise ValueError(f"block_size must be an even number >= 2, got {block_size}")
@@ -58,7 +62,8 @@ def quantize_nf4(w: torch.Tensor, block_size: int = BLOCK_SIZE) -> tuple[torch.T
     normalised = blocks / absmax.clamp(min=torch.finfo(torch.float32).tiny)[:, None]  # in [-1, 1]
     book = nf4_code_book().to(w.device)
     midpoints = (book[1:] + book[:-1]) / 2  # (15,): a number goes to the nearest value
-    codes = torch.bucketize(normalised.flatten(), midpoints).to(torch.uint8)  # (n_blocks * block,) in 0..15
+    # (n_blocks * block,) in 0..15
+    codes = torch.bucketize(normalised.flatten(), midpoints).to(torch.uint8)
     packed = (codes[0::2] << 4) | codes[1::2]  # two codes per byte
     return packed, absmax
 
@@ -84,25 +89,32 @@ class NF4Linear(nn.Linear):
 
     def __init__(self, linear: nn.Linear, block_size: int = BLOCK_SIZE):
         nn.Module.__init__(self)  # not nn.Linear's: no float weight is ever allocated
-        self.in_features, self.out_features, self.block_size = linear.in_features, linear.out_features, block_size
+        self.in_features, self.out_features, self.block_size = (
+            linear.in_features,
+            linear.out_features,
+            block_size,
+        )
         codes, absmax = quantize_nf4(linear.weight, block_size)
         self.register_buffer("codes", codes)
         self.register_buffer("absmax", absmax)
         bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.bias = (None if bias is None
+                     else nn.Parameter(bias.detach().clone(), requires_grad=False))
         self.weight_dtype = linear.weight.dtype
 
     @property
     def weight(self) -> torch.Tensor:  # (out, in), dequantised on the fly
-        return dequantize_nf4(self.codes, self.absmax, (self.out_features, self.in_features), self.block_size,
-                              self.weight_dtype)
+        return dequantize_nf4(self.codes, self.absmax, (self.out_features, self.in_features),
+                              self.block_size, self.weight_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        return F.linear(x, self.weight.to(x.dtype),
+                        None if self.bias is None else self.bias.to(x.dtype))
 
     def nbytes(self) -> int:
         """Bytes this layer stores: the packed codes, the absmaxes and the bias."""
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.absmax, self.bias) if t is not None)
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.absmax, self.bias)
+                   if t is not None)
 
 
 def quantize_linears(model: nn.Module, targets, block_size: int = BLOCK_SIZE) -> nn.Module:
@@ -112,7 +124,8 @@ def quantize_linears(model: nn.Module, targets, block_size: int = BLOCK_SIZE) ->
         if isinstance(layer, NF4Linear):
             raise ValueError(f"{name} is already quantised")
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, child, NF4Linear(layer, block_size))
+        setattr(model.get_submodule(parent) if parent else model, child,
+                NF4Linear(layer, block_size))
     return model
 
 

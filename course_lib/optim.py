@@ -47,7 +47,8 @@ def constant_lr(step: int, learning_rate: float) -> float:
     return learning_rate
 
 
-def cosine_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
+def cosine_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int,
+              decay_iters: int) -> float:
     """Linear warmup from ~0 to ``learning_rate`` over ``warmup_iters`` steps, then a half cosine
     down to ``min_lr`` at ``decay_iters``, then flat."""
     if step < warmup_iters:
@@ -86,8 +87,9 @@ def wsd_lr(step: int, learning_rate: float, min_lr: float, warmup_iters: int, de
 
 
 def lr_at(step: int, config: OptimizerSettings, n_embd: int | None = None) -> float:
-    """The learning rate a :class:`~course_lib.train.Trainer` uses at ``step`` under ``config.schedule``
-    (AdamW's; Muon's matrices get ``config.muon_lr / config.learning_rate`` times it)."""
+    """The learning rate a :class:`~course_lib.train.Trainer` uses at ``step`` under
+    ``config.schedule`` (AdamW's; Muon's matrices get ``config.muon_lr / config.learning_rate``
+    times it)."""
     if config.schedule == "constant":
         return constant_lr(step, config.learning_rate)
     if config.schedule == "cosine":
@@ -125,11 +127,15 @@ def configure_optimizer(model: nn.Module, config: OptimizerSettings):
 
 
 def adamw(matrices: list, vectors: list, config: OptimizerSettings) -> torch.optim.AdamW:
-    """AdamW with ``config.weight_decay`` on ``matrices`` and none on ``vectors`` (biases, gains)."""
-    groups = [{"params": matrices, "weight_decay": config.weight_decay}, {"params": vectors, "weight_decay": 0.0}]
+    """AdamW with ``config.weight_decay`` on ``matrices`` and none on ``vectors`` (biases,
+    gains)."""
+    groups = [{"params": matrices, "weight_decay": config.weight_decay},
+              {"params": vectors, "weight_decay": 0.0}]
     params = matrices + vectors
-    fused = bool(params) and all(p.is_cuda for p in params)  # one kernel for all parameters on a GPU
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2), fused=fused)
+    # one kernel for all parameters on a GPU
+    fused = bool(params) and all(p.is_cuda for p in params)
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
+                             fused=fused)
 
 
 def muon_param_groups(model: nn.Module, head_name: str = "lm_head") -> tuple[list, list, list]:
@@ -158,8 +164,8 @@ def muon_param_groups(model: nn.Module, head_name: str = "lm_head") -> tuple[lis
     return hidden, other, vectors
 
 
-def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
+                  eps: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The nearest semi-orthogonal matrix to ``update`` (R, K), approximately: Muon's quintic
     Newton-Schulz iteration X <- a X + (b A + c A^2) X with A = X X^T, from X = update / |update|_F
     (so that every singular value starts at most 1; the iteration pushes each towards 1).
@@ -218,12 +224,13 @@ class Muon(torch.optim.Muon):
                     continue
                 state = self.state[p]
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = torch.zeros_like(p.grad,
+                                                                memory_format=torch.preserve_format)
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
-                update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"],
-                                       self.ns_dtype)
+                update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"],
+                                       group["eps"], self.ns_dtype)
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update, alpha=-lr * muon_lr_ratio(p.shape, group["adjust_lr_fn"]))
         return loss
@@ -246,13 +253,15 @@ class MuonWithAdamW:
     def __init__(self, model: nn.Module, config: OptimizerSettings):
         hidden, other, vectors = muon_param_groups(model)
         if not hidden:
-            raise ValueError("optimizer 'muon' found no hidden weight matrices (nn.Linear weights other than "
-                             "the head) in this model: use optimizer 'adamw'")
-        on_gpu = all(p.is_cuda for p in hidden)  # bfloat16 Newton-Schulz pays on a GPU only (newton_schulz)
+            raise ValueError("optimizer 'muon' found no hidden weight matrices (nn.Linear weights "
+                             "other than the head) in this model: use optimizer 'adamw'")
+        # bfloat16 Newton-Schulz pays on a GPU only (newton_schulz)
+        on_gpu = all(p.is_cuda for p in hidden)
         self.muon = Muon(
             [{"params": hidden, "lr_scale": config.muon_lr / config.learning_rate}],
-            lr=config.muon_lr, weight_decay=config.weight_decay, momentum=config.muon_momentum, nesterov=True,
-            adjust_lr_fn="original", ns_dtype=torch.bfloat16 if on_gpu else torch.float32)
+            lr=config.muon_lr, weight_decay=config.weight_decay, momentum=config.muon_momentum,
+            nesterov=True, adjust_lr_fn="original",
+            ns_dtype=torch.bfloat16 if on_gpu else torch.float32)
         self.adamw = adamw(other, vectors, config)
 
     @property
@@ -275,7 +284,8 @@ class MuonWithAdamW:
 
     def load_state_dict(self, state: dict) -> None:
         if set(state) != {"muon", "adamw"}:
-            raise ValueError(f"expected the state of a Muon + AdamW optimizer (keys 'muon', 'adamw'), got keys "
-                             f"{sorted(state)[:6]}: the checkpoint was trained with another optimizer")
+            raise ValueError("expected the state of a Muon + AdamW optimizer (keys 'muon', "
+                             f"'adamw'), got keys {sorted(state)[:6]}: the checkpoint was trained "
+                             "with another optimizer")
         self.muon.load_state_dict(state["muon"])
         self.adamw.load_state_dict(state["adamw"])

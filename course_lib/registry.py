@@ -18,10 +18,12 @@ def register_model(name: str, config_class: type):
     file's config (a GPT refuses sizes larger than the machine's memory there)."""
     def register(cls):
         if name in MODELS and MODELS[name] is not cls:
-            raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__name__}")
+            raise ValueError(f"model kind {name!r} is already registered to "
+                             f"{MODELS[name].__name__}")
         for method in ("to_dict", "from_dict"):
             if not callable(getattr(config_class, method, None)):
-                raise TypeError(f"{config_class.__name__} needs a {method}() to be stored in checkpoints")
+                raise TypeError(f"{config_class.__name__} needs a {method}() to be stored in "
+                                "checkpoints")
         cls.model_kind, cls.config_class = name, config_class
         MODELS[name] = cls
         return cls
@@ -31,7 +33,8 @@ def register_model(name: str, config_class: type):
 def lookup(kind: str) -> type:
     """The model class registered as ``kind``; a ValueError naming the known kinds otherwise."""
     if kind not in MODELS:
-        raise ValueError(f"model kind {kind!r} is not registered (known: {', '.join(sorted(MODELS))})")
+        raise ValueError(f"model kind {kind!r} is not registered (known: "
+                         f"{', '.join(sorted(MODELS))})")
     return MODELS[kind]
 
 
@@ -40,14 +43,15 @@ def kind_of(model) -> str:
     (a subclass of a registered class is not: it must register itself)."""
     kind = getattr(type(model), "model_kind", None)
     if kind is None or MODELS.get(kind) is not type(model):
-        raise ValueError(f"{type(model).__name__} is not a registered model kind ({', '.join(sorted(MODELS))}): "
-                         "decorate its class with @course_lib.registry.register_model(name, ConfigClass)")
+        raise ValueError(f"{type(model).__name__} is not a registered model kind "
+                         f"({', '.join(sorted(MODELS))}): decorate its class with "
+                         "@course_lib.registry.register_model(name, ConfigClass)")
     return kind
 
 
 # Hugging Face model_type -> function(model_or_name, dropout) -> GPT; filled by course_lib.gpt2 and
-# course_lib.llama and course_lib.hf_moe when they are imported (course_lib/__init__.py imports them);
-# GPT.from_pretrained looks a model's type up here.
+# course_lib.llama and course_lib.hf_moe when they are imported (course_lib/__init__.py imports
+# them); GPT.from_pretrained looks a model's type up here.
 PRETRAINED_LOADERS: dict[str, object] = {}
 
 
@@ -58,13 +62,14 @@ def load_hub_model(name: str, class_name: str, what: str, instance: str):
     try:
         import transformers
     except ImportError as e:
-        raise ImportError(f"loading {what} by name needs the `transformers` package: pip install transformers "
-                          f"(or pass a {instance} you already have)") from e
+        raise ImportError(f"loading {what} by name needs the `transformers` package: pip install "
+                          f"transformers (or pass a {instance} you already have)") from e
     try:
         return getattr(transformers, class_name).from_pretrained(name)
     except OSError as e:
-        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a network "
-                      f"connection (Colab has one); offline, build a {instance} yourself and pass it in.") from e
+        raise OSError(f"could not download {name!r} from the Hugging Face Hub ({e}). It needs a "
+                      f"network connection (Colab has one); offline, build a {instance} yourself "
+                      "and pass it in.") from e
 
 
 def register_pretrained(model_type: str):

@@ -28,8 +28,9 @@ import torch
 ROPE_SCALINGS = ("linear", "llama3")  # None: plain RoPE
 
 
-def rope_frequencies(head_size: int, theta: float = 10000.0, scaling: str | None = None, factor: float = 1.0,
-                     low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+def rope_frequencies(head_size: int, theta: float = 10000.0, scaling: str | None = None,
+                     factor: float = 1.0, low_freq_factor: float = 1.0,
+                     high_freq_factor: float = 4.0,
                      original_context: int | None = None) -> torch.Tensor:
     """(hs/2,) angles per position of each pair: theta^(-2i/hs) for i = 0 .. hs/2 - 1.
     Pair 0 turns by one radian per position, the last pair theta^((hs-2)/hs) times more slowly.
@@ -37,17 +38,21 @@ def rope_frequencies(head_size: int, theta: float = 10000.0, scaling: str | None
     ``scaling`` stretches a model trained on ``original_context`` positions to ``factor`` times as
     many (see :func:`scale_frequencies`): None keeps plain RoPE."""
     if head_size % 2:
-        raise ValueError(f"RoPE rotates pairs of channels: the head size must be even, got {head_size}")
-    # computed as Hugging Face computes it (float32 powers of an int64 range), so the angles agree bitwise
+        raise ValueError("RoPE rotates pairs of channels: the head size must be even, got "
+                         f"{head_size}")
+    # computed as Hugging Face computes it (float32 powers of an int64 range), so the angles agree
+    # bitwise
     exponents = torch.arange(0, head_size, 2, dtype=torch.int64).float() / head_size
     freqs = 1.0 / (theta**exponents)
     if scaling is None:
         return freqs
-    return scale_frequencies(freqs, scaling, factor, low_freq_factor, high_freq_factor, original_context)
+    return scale_frequencies(freqs, scaling, factor, low_freq_factor, high_freq_factor,
+                             original_context)
 
 
-def scale_frequencies(freqs: torch.Tensor, scaling: str, factor: float, low_freq_factor: float = 1.0,
-                      high_freq_factor: float = 4.0, original_context: int | None = None) -> torch.Tensor:
+def scale_frequencies(freqs: torch.Tensor, scaling: str, factor: float,
+                      low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+                      original_context: int | None = None) -> torch.Tensor:
     """RoPE frequencies (hs/2,) for a context ``factor`` times longer than the trained one.
 
     - ``"linear"``, position interpolation (Chen et al. 2023): every frequency divided by
@@ -64,16 +69,19 @@ def scale_frequencies(freqs: torch.Tensor, scaling: str, factor: float, low_freq
     if scaling == "linear":
         return freqs / factor
     if original_context is None:
-        raise ValueError("llama3 RoPE scaling needs original_context, the context length the model was trained at")
+        raise ValueError("llama3 RoPE scaling needs original_context, the context length the model "
+                         "was trained at")
     if not high_freq_factor > low_freq_factor:
-        raise ValueError(f"llama3 RoPE scaling needs high_freq_factor ({high_freq_factor}) > low_freq_factor "
-                         f"({low_freq_factor})")
+        raise ValueError(f"llama3 RoPE scaling needs high_freq_factor ({high_freq_factor}) > "
+                         f"low_freq_factor ({low_freq_factor})")
     wavelength = 2 * math.pi / freqs  # positions per full turn of each pair
     slow = wavelength > original_context / low_freq_factor
     fast = wavelength < original_context / high_freq_factor
     scaled = torch.where(slow, freqs / factor, freqs)
     # 0 at the slow edge, 1 at the fast edge: how much of the original frequency a middle pair keeps
-    smooth = (original_context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smooth = (original_context / wavelength - low_freq_factor) / (
+        high_freq_factor - low_freq_factor
+    )
     mixed = (1 - smooth) * scaled / factor + smooth * scaled
     return torch.where(~slow & ~fast, mixed, scaled)
 

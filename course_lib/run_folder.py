@@ -100,7 +100,8 @@ def claim_folder(folder: str | Path):
     except BaseException as e:
         _remove_if_empty(created)
         if isinstance(e, OSError) and not isinstance(e, FolderInUse):
-            raise OSError(f"cannot write to {folder} ({e.strerror or e}): choose an output folder you can write") from None
+            raise OSError(f"cannot write to {folder} ({e.strerror or e}): choose an output folder "
+                          "you can write") from None
         raise
     try:
         yield folder
@@ -111,7 +112,8 @@ def claim_folder(folder: str | Path):
 
 def _take_lock(lock: Path) -> None:
     if lock.is_dir():  # os.open would say "Is a directory" of a folder the user can write
-        raise FolderInUse(f"{lock} is a folder, not a run's lock file: remove it (rmdir {lock}) and start again")
+        raise FolderInUse(f"{lock} is a folder, not a run's lock file: remove it (rmdir {lock}) "
+                          "and start again")
     for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -124,19 +126,22 @@ def _take_lock(lock: Path) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
         return
-    raise FolderInUse(f"{lock.parent} is being claimed by other runs at this moment: choose another --out")
+    raise FolderInUse(f"{lock.parent} is being claimed by other runs at this moment: choose "
+                      "another --out")
 
 
 def _refuse_if_held(lock: Path) -> None:
     """A FolderInUse naming who holds ``lock``, unless the lock is stale."""
     owner = _lock_owner(lock)
     if owner == "claiming":
-        raise FolderInUse(f"{lock.parent} is being claimed by another run at this moment ({lock} holds no process "
-                          f"id yet): wait for it, or choose another --out; if no run is starting there, delete {lock}")
+        raise FolderInUse(f"{lock.parent} is being claimed by another run at this moment ({lock} "
+                          "holds no process id yet): wait for it, or choose another --out; if no "
+                          f"run is starting there, delete {lock}")
     if owner is not None:
-        raise FolderInUse(f"{lock.parent} is in use by another run (process {owner}, which holds {lock}): wait for it "
-                          f"to finish, or choose another --out; if no run of course_lib is writing there (a process "
-                          f"id reused after a restart), delete {lock}")
+        raise FolderInUse(f"{lock.parent} is in use by another run (process {owner}, which holds "
+                          f"{lock}): wait for it to finish, or choose another --out; if no run of "
+                          "course_lib is writing there (a process id reused after a restart), "
+                          f"delete {lock}")
 
 
 def _lock_owner(lock: Path) -> int | str | None:

@@ -1,7 +1,7 @@
-"""The original Transformer of "Attention Is All You Need" (Vaswani et al., 2017): an encoder-decoder
-with cross-attention, "Add & Norm", sinusoidal positions and label smoothing (chapter 11).
-Decoding it (greedy and beam search) is in :mod:`course_lib.translate`; the chapter's toy task,
-normalising dates, in :mod:`course_lib.dates`.
+"""The original Transformer of "Attention Is All You Need" (Vaswani et al., 2017): an
+encoder-decoder with cross-attention, "Add & Norm", sinusoidal positions and label smoothing
+(chapter 11). Decoding it (greedy and beam search) is in :mod:`course_lib.translate`; the chapter's
+toy task, normalising dates, in :mod:`course_lib.dates`.
 
 Shapes: B batch, S source length, T target length, C = n_embd channels, V vocabulary size,
 nh heads, hs head size.
@@ -32,7 +32,8 @@ PAD_ID, BOS_ID, EOS_ID = range(len(SPECIALS))
 
 # What each Seq2SeqConfig field may hold (checked in __post_init__): a new field adds one row.
 SEQ2SEQ_CONFIG_RULES = {
-    **{name: Rule(int, 1) for name in ("vocab_size", "block_size", "n_encoder_layers", "n_decoder_layers",
+    **{name: Rule(int, 1)
+       for name in ("vocab_size", "block_size", "n_encoder_layers", "n_decoder_layers",
                                        "n_head", "n_embd")},
     "dropout": Rule(float, 0.0, 1.0, "[)"),
     "label_smoothing": Rule(float, 0.0, 1.0, "[)"),
@@ -50,12 +51,16 @@ class Seq2SeqConfig:
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
     n_head: int = 4
-    n_embd: int = 64  # d_model in the paper; the feed-forward layer has 4 * n_embd hidden units (d_ff)
+    # d_model in the paper; the feed-forward layer has 4 * n_embd hidden units (d_ff)
+    n_embd: int = 64
     dropout: float = 0.1
-    bias: bool = True  # biases in Linear layers and LayerNorms (the paper and torch.nn.Transformer: True)
-    norm_position: str = "post"  # "post": LN(x + f(x)), "Add & Norm" of the paper; "pre": x + f(LN(x))
+    # biases in Linear layers and LayerNorms (the paper and torch.nn.Transformer: True)
+    bias: bool = True
+    # "post": LN(x + f(x)), "Add & Norm" of the paper; "pre": x + f(LN(x))
+    norm_position: str = "post"
     activation: str = "relu"  # "relu" (paper) or "gelu"
-    final_norm: bool = True  # a LayerNorm after each stack, as torch.nn.Transformer has (needed for pre-LN)
+    # a LayerNorm after each stack, as torch.nn.Transformer has (needed for pre-LN)
+    final_norm: bool = True
     share_embeddings: bool = True  # one token embedding for encoder and decoder
     tie_weights: bool = True  # the output layer reuses the decoder's token embedding
     label_smoothing: float = 0.1  # epsilon_ls of the paper
@@ -66,17 +71,23 @@ class Seq2SeqConfig:
     def __post_init__(self):
         check_fields(self, SEQ2SEQ_CONFIG_RULES)
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}); "
-                             f"try n_head in {[h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0][:12]}")
+            raise ValueError(
+                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}); "
+                "try n_head in "
+                f"{[h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0][:12]}"
+            )
         if self.n_embd % 2:
-            raise ValueError(f"n_embd must be even (sinusoidal positions come in sin/cos pairs), got {self.n_embd}")
+            raise ValueError("n_embd must be even (sinusoidal positions come in sin/cos pairs), "
+                             f"got {self.n_embd}")
         if self.norm_position == "pre" and not self.final_norm:
-            raise ValueError("a pre-LN stack needs final_norm=True: otherwise its output is never normalised")
+            raise ValueError("a pre-LN stack needs final_norm=True: otherwise its output is never "
+                             "normalised")
         if self.tie_weights and not self.share_embeddings:
             pass  # allowed: the head is tied to the decoder's embedding
         specials = (self.pad_id, self.bos_id, self.eos_id)
         if len(set(specials)) != 3 or not all(0 <= i < self.vocab_size for i in specials):
-            raise ValueError(f"pad_id, bos_id, eos_id must be 3 distinct ids below vocab_size, got {specials}")
+            raise ValueError("pad_id, bos_id, eos_id must be 3 distinct ids below vocab_size, got "
+                             f"{specials}")
 
     @property
     def head_size(self) -> int:
@@ -122,10 +133,12 @@ class Attention(nn.Module):
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q = self.split_heads(self.q_proj(x))  # (B, nh, T, hs)
-        k, v = (self.split_heads(t) for t in self.kv_proj(context).split(C, dim=2))  # each (B, nh, S, hs)
+        # each (B, nh, S, hs)
+        k, v = (self.split_heads(t) for t in self.kv_proj(context).split(C, dim=2))
         if self.need_weights:
             y, weights = scaled_dot_product_attention(q, k, v, mask)
             self.last_weights = weights.detach()
@@ -165,14 +178,16 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
-        self.self_attn = CausalSelfAttention.from_config(config)  # chapter 4's fused causal attention
+        # chapter 4's fused causal attention
+        self.self_attn = CausalSelfAttention.from_config(config)
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.cross_attn = Attention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = FeedForward(config)
         self.ln_3 = nn.LayerNorm(config.n_embd, bias=config.bias)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor,
+                src_mask: torch.Tensor) -> torch.Tensor:
         x = _add_norm(x, self.self_attn, self.ln_1, self.pre_norm)
         x = _add_norm(x, lambda h: self.cross_attn(h, memory, src_mask), self.ln_2, self.pre_norm)
         return _add_norm(x, self.mlp, self.ln_3, self.pre_norm)
@@ -219,7 +234,8 @@ def encode_batch(tokenizer, texts: list[str], eos: bool = False, pad: int = PAD_
     ``eos``; pass ``pad=IGNORE_INDEX`` for targets)."""
     rows = [tokenizer.encode(t) + ([EOS_ID] if eos else []) for t in texts]
     L = max((len(r) for r in rows), default=0)
-    return torch.tensor([r + [pad] * (L - len(r)) for r in rows], dtype=torch.long, device=device).view(len(rows), L)
+    return torch.tensor([r + [pad] * (L - len(r)) for r in rows], dtype=torch.long,
+                        device=device).view(len(rows), L)
 
 
 # --- the model ----------------------------------------------------------------------------------
@@ -242,9 +258,11 @@ class Seq2Seq(nn.Module):
         self.config = config
         C = config.n_embd
         self.src_embed = nn.Embedding(config.vocab_size, C)
-        self.tgt_embed = self.src_embed if config.share_embeddings else nn.Embedding(config.vocab_size, C)
+        self.tgt_embed = (self.src_embed if config.share_embeddings
+                          else nn.Embedding(config.vocab_size, C))
         # Fixed, not learned: a buffer, rebuilt from the config, not stored in checkpoints.
-        self.register_buffer("pos", sinusoidal_position_encoding(config.block_size, C), persistent=False)
+        self.register_buffer("pos", sinusoidal_position_encoding(config.block_size, C),
+                             persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
@@ -270,13 +288,16 @@ class Seq2Seq(nn.Module):
     def _check_ids(self, ids: torch.Tensor, what: str) -> None:
         V, L = self.config.vocab_size, self.config.block_size
         if ids.dim() != 2:
-            raise ValueError(f"{what} must be a (B, length) tensor of token ids, got shape {tuple(ids.shape)}")
+            raise ValueError(f"{what} must be a (B, length) tensor of token ids, got shape "
+                             f"{tuple(ids.shape)}")
         if ids.shape[1] > L:
-            raise ValueError(f"{what} has length {ids.shape[1]}, longer than block_size {L}: the model has "
-                             f"positions for {L} tokens only. Shorten the input or train with a larger block_size.")
+            raise ValueError(f"{what} has length {ids.shape[1]}, longer than block_size {L}: the "
+                             f"model has positions for {L} tokens only. Shorten the input or train "
+                             "with a larger block_size.")
         if ids.numel() and (ids.min() < 0 or ids.max() >= V):
-            raise ValueError(f"{what} ids must lie in [0, {V - 1}] (vocab_size {V}), got ids from {int(ids.min())} "
-                             f"to {int(ids.max())}: was it encoded with another tokenizer?")
+            raise ValueError(f"{what} ids must lie in [0, {V - 1}] (vocab_size {V}), got ids from "
+                             f"{int(ids.min())} to {int(ids.max())}: was it encoded with another "
+                             "tokenizer?")
 
     def embed(self, ids: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
         """(B, T) -> (B, T, C): token embedding scaled by sqrt(C), plus the sinusoidal position."""
@@ -284,21 +305,25 @@ class Seq2Seq(nn.Module):
         return self.drop(table(ids) * math.sqrt(self.config.n_embd) + self.pos[:T])
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """src (B, S) -> (memory (B, S, C), src_mask (B, 1, 1, S)); the mask is True on real tokens."""
+        """src (B, S) -> (memory (B, S, C), src_mask (B, 1, 1, S)); the mask is True on real
+        tokens."""
         self._check_ids(src, "source")
         keep = src != self.config.pad_id  # (B, S)
         if src.shape[1] == 0 or not keep.any(dim=1).all():
-            bad = [i for i, row in enumerate(keep) if not row.any()] if src.shape[1] else list(range(len(src)))
-            raise ValueError(f"source sequence(s) {bad[:10]} of the batch are empty (only padding): every source "
-                             "needs at least one token, or its cross-attention has nothing to attend to. "
-                             "Drop empty sources from the batch.")
+            bad = ([i for i, row in enumerate(keep) if not row.any()] if src.shape[1]
+                   else list(range(len(src))))
+            raise ValueError(f"source sequence(s) {bad[:10]} of the batch are empty (only "
+                             "padding): every source needs at least one token, or its "
+                             "cross-attention has nothing to attend to. Drop empty sources from "
+                             "the batch.")
         src_mask = keep[:, None, None, :]  # (B, 1, 1, S): broadcast over heads and query positions
         x = self.embed(src, self.src_embed)
         for layer in self.encoder:
             x = layer(x, src_mask)
         return self.enc_norm(x), src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
+               src_mask: torch.Tensor) -> torch.Tensor:
         """tgt_in (B, T) decoder input, memory (B, S, C) -> logits (B, T, V)."""
         self._check_ids(tgt_in, "target")
         x = self.embed(tgt_in, self.tgt_embed)
@@ -306,22 +331,26 @@ class Seq2Seq(nn.Module):
             x = layer(x, memory, src_mask)
         return self.lm_head(self.dec_norm(x))
 
-    def forward(self, src: torch.Tensor, targets: torch.Tensor | None = None, tgt_in: torch.Tensor | None = None,
-                ignore_index: int = IGNORE_INDEX):
+    def forward(self, src: torch.Tensor, targets: torch.Tensor | None = None,
+                tgt_in: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX):
         if tgt_in is None:
             if targets is None:
-                raise ValueError("give targets (teacher forcing uses shift_right(targets)) or a decoder input tgt_in")
-            self._check_ids(targets.masked_fill(targets == ignore_index, self.config.pad_id), "target")
+                raise ValueError("give targets (teacher forcing uses shift_right(targets)) or a "
+                                 "decoder input tgt_in")
+            self._check_ids(targets.masked_fill(targets == ignore_index, self.config.pad_id),
+                            "target")
             tgt_in = shift_right(targets, self.config.bos_id, self.config.pad_id, ignore_index)
         memory, src_mask = self.encode(src)
         logits = self.decode(tgt_in, memory, src_mask)
         loss = None
         if targets is not None:
-            loss = label_smoothed_cross_entropy(logits, targets, self.config.label_smoothing, ignore_index)
+            loss = label_smoothed_cross_entropy(logits, targets, self.config.label_smoothing,
+                                                ignore_index)
         return logits, loss
 
     def set_need_weights(self, on: bool = True) -> None:
-        """Keep every cross-attention layer's (B, nh, T, S) weights in ``layer.cross_attn.last_weights``."""
+        """Keep every cross-attention layer's (B, nh, T, S) weights in
+        ``layer.cross_attn.last_weights``."""
         for layer in self.decoder:
             layer.cross_attn.need_weights = on
 
@@ -331,10 +360,12 @@ class Seq2Seq(nn.Module):
         """An ``nn.Transformer`` of the same shape (batch_first, no dropout), for comparisons."""
         c = self.config
         if c.norm_position != "post" or not c.final_norm or not c.bias:
-            raise ValueError("nn.Transformer's default layout is post-LN with biases and a final LayerNorm per stack")
-        return nn.Transformer(d_model=c.n_embd, nhead=c.n_head, num_encoder_layers=c.n_encoder_layers,
-                              num_decoder_layers=c.n_decoder_layers, dim_feedforward=c.d_ff, dropout=0.0,
-                              activation=c.activation, batch_first=True)
+            raise ValueError("nn.Transformer's default layout is post-LN with biases and a final "
+                             "LayerNorm per stack")
+        return nn.Transformer(d_model=c.n_embd, nhead=c.n_head,
+                              num_encoder_layers=c.n_encoder_layers,
+                              num_decoder_layers=c.n_decoder_layers, dim_feedforward=c.d_ff,
+                              dropout=0.0, activation=c.activation, batch_first=True)
 
     @torch.no_grad()
     def load_from_torch(self, transformer: nn.Transformer) -> "Seq2Seq":
@@ -363,8 +394,10 @@ class Seq2Seq(nn.Module):
             ours.c_proj.load_state_dict(layer.linear2.state_dict())
 
         enc, dec = transformer.encoder.layers, transformer.decoder.layers
-        if len(enc) != len(self.encoder) or len(dec) != len(self.decoder) or enc[0].linear1.in_features != C:
-            raise ValueError("the nn.Transformer has another shape: build it with model.torch_transformer()")
+        if (len(enc) != len(self.encoder) or len(dec) != len(self.decoder)
+            or enc[0].linear1.in_features != C):
+            raise ValueError("the nn.Transformer has another shape: build it with "
+                             "model.torch_transformer()")
         for ours, theirs in zip(self.encoder, enc):
             attn(ours.self_attn, theirs.self_attn)
             mlp(ours.mlp, theirs)
@@ -393,6 +426,7 @@ def torch_reference_logits(model: Seq2Seq, transformer: nn.Transformer, src: tor
     pad = src == model.config.pad_id  # (B, S) True = ignore
     T = tgt_in.shape[1]
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T)
-    out = transformer(model.embed(src, model.src_embed), model.embed(tgt_in, model.tgt_embed), tgt_mask=tgt_mask,
-                      src_key_padding_mask=pad, memory_key_padding_mask=pad, tgt_is_causal=True)
+    out = transformer(model.embed(src, model.src_embed), model.embed(tgt_in, model.tgt_embed),
+                      tgt_mask=tgt_mask, src_key_padding_mask=pad, memory_key_padding_mask=pad,
+                      tgt_is_causal=True)
     return model.lm_head(out)

@@ -10,7 +10,8 @@ import torch
 from .utils import check_fits_in_memory
 
 # ``GPTConfig`` in the annotations is course_lib.model's, not imported: model imports this module
-# (GPT.check_fits), and the annotations are never evaluated (``from __future__ import annotations``).
+# (GPT.check_fits), and the annotations are never evaluated (``from __future__ import
+# annotations``).
 
 
 def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
@@ -70,7 +71,9 @@ def active_parameters(config: GPTConfig) -> int:
     total = count_parameters(config)
     if not getattr(config, "moe_experts", None):
         return total
-    per_expert = parameter_breakdown(config)["MLP"] // (config.n_layer * (config.moe_experts + config.moe_shared_expert))
+    per_expert = parameter_breakdown(config)["MLP"] // (
+        config.n_layer * (config.moe_experts + config.moe_shared_expert)
+    )
     return total - config.n_layer * (config.moe_experts - config.moe_top_k) * per_expert
 
 
@@ -93,7 +96,8 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
     N = active_parameters(config) - parameter_breakdown(config)["position embedding"]
     if not config.tie_weights:
         N -= config.vocab_size * config.n_embd  # the input embedding is a lookup too
-    span = min(config.block_size, config.sliding_window or config.block_size)  # keys each query scores
+    # keys each query scores
+    span = min(config.block_size, config.sliding_window or config.block_size)
     forward = 2 * N + 4 * config.n_layer * span * config.n_head * config.head_size
     return 3 * forward if training else forward
 
@@ -101,13 +105,14 @@ def flops_per_token(config: GPTConfig, training: bool = True) -> int:
 # Peak dense bf16/fp16 tensor-core FLOP/s of common GPUs, from NVIDIA's data sheets (no sparsity).
 # MFU is quoted against this peak whatever the dtype trained in, as nanoGPT and the PaLM paper do.
 GPU_PEAK_FLOPS = {
-    "H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12,
-    "V100": 125e12, "T4": 65e12,
+    "H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12,
+    "A10": 125e12, "V100": 125e12, "T4": 65e12,
 }
 
 
 def gpu_peak_flops(device) -> float | None:
-    """The peak FLOP/s of the CUDA GPU ``device``, or None when it is not a CUDA GPU of the table."""
+    """The peak FLOP/s of the CUDA GPU ``device``, or None when it is not a CUDA GPU of the
+    table."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -117,10 +122,11 @@ def gpu_peak_flops(device) -> float | None:
 
 def model_flops_utilization(flops_per_token: int | None, tokens_per_s: float, device,
                             n_devices: int = 1) -> float | None:
-    """Model FLOPs utilisation: the FLOP/s that training at ``tokens_per_s`` needs (``flops_per_token``
-    training FLOPs each, e.g. :func:`flops_per_token` of a GPT config or ``GPT.flops_per_token()``)
-    over the peak of ``n_devices`` GPUs like ``device``. None where the peak is unknown (a CPU, an
-    unlisted GPU) or the model cannot count its FLOPs (``flops_per_token`` None)."""
+    """Model FLOPs utilisation: the FLOP/s that training at ``tokens_per_s`` needs
+    (``flops_per_token`` training FLOPs each, e.g. :func:`flops_per_token` of a GPT config or
+    ``GPT.flops_per_token()``) over the peak of ``n_devices`` GPUs like ``device``. None where the
+    peak is unknown (a CPU, an unlisted GPU) or the model cannot count its FLOPs
+    (``flops_per_token`` None)."""
     peak = gpu_peak_flops(device)
     if peak is None or flops_per_token is None:
         return None
@@ -138,7 +144,9 @@ def kv_cache_bytes(config: GPTConfig, batch_size: int = 1, context: int | None =
     T = config.block_size if context is None else context
     if config.sliding_window is not None:
         T = min(T, config.sliding_window - 1)
-    return 2 * config.n_layer * batch_size * T * config.kv_heads * config.head_size * bytes_per_value
+    return (
+        2 * config.n_layer * batch_size * T * config.kv_heads * config.head_size * bytes_per_value
+    )
 
 
 def training_memory_bytes(config: GPTConfig) -> dict[str, int]:
@@ -164,17 +172,20 @@ def memory_parts(config: GPTConfig, batch_size: int | None = None) -> list[tuple
             f"its positions (block_size {c.block_size:,})", "a smaller block_size"),
            (parts["attention"], f"its attention (n_head {c.n_head:,} of head size {hs:,})",
             "a smaller n_embd, n_head or head_dim"),
-           (parts["MLP"] + parts.get("router", 0), f"its MLPs (hidden size {c.ffn_size:,}{experts})",
+           (parts["MLP"] + parts.get("router", 0),
+            f"its MLPs (hidden size {c.ffn_size:,}{experts})",
             "a smaller ffn_hidden, n_embd or moe_experts")]
     if batch_size is None:
         return out
-    chosen = c.moe_top_k + c.moe_shared_expert if c.moe_experts else 1  # the experts a token goes through
+    # the experts a token goes through
+    chosen = c.moe_top_k + c.moe_shared_expert if c.moe_experts else 1
     hidden = (3 if c.mlp == "swiglu" else 2) * c.ffn_size * chosen
     per_token = c.n_layer * (4 * c.n_embd + 2 * q + 2 * kv + hidden) + 2 * c.vocab_size
     return [(2 * n, what, fix) for n, what, fix in out] + [  # each weight and its gradient
         (batch_size * c.block_size * per_token,
          f"a training step's activations (batch_size {batch_size:,} x block_size {c.block_size:,})",
-         "a smaller batch_size (grad_accum_steps=N with a batch_size N times smaller takes the same step)")]
+         "a smaller batch_size (grad_accum_steps=N with a batch_size N times smaller takes the "
+         "same step)")]
 
 
 def check_gpt_fits(config: GPTConfig, batch_size: int | None = None) -> None:
@@ -186,8 +197,9 @@ def check_gpt_fits(config: GPTConfig, batch_size: int | None = None) -> None:
         parts = memory_parts(config, batch)
         _, what, fix = max(parts, key=lambda part: part[0])
         check_fits_in_memory(sum(n for n, _, _ in parts),
-                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} and n_layer "
-                             f"{config.n_layer:,}" + (f", most of it in {what}," if what else ""), f"choose {fix}")
+                             f"a GPT of vocab_size {config.vocab_size:,}, n_embd {config.n_embd:,} "
+                             f"and n_layer {config.n_layer:,}" + (f", most of it in {what}," if what
+                                                                  else ""), f"choose {fix}")
 
 
 def format_count(n: int | float) -> str:
@@ -211,13 +223,15 @@ def format_table(header: list[str], rows: list[list], markdown: bool = False) ->
     if any(len(row) != len(header) for row in table):
         raise ValueError(f"every row needs {len(header)} values, one per column of {header}")
     if markdown:
-        lines = ["| " + " | ".join(table[0]) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+        lines = ["| " + " | ".join(table[0]) + " |",
+                 "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
         return "\n".join(lines)
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = []
     for k, row in enumerate(table):
-        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))))
+        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i,
+                               (v, w) in enumerate(zip(row, widths))))
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(line.rstrip() for line in lines)

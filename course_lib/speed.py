@@ -16,12 +16,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def check_precision(device: torch.device, dtype: str) -> None:
     """A clear error for a precision this device cannot train in."""
     if dtype == "fp16" and device.type != "cuda":
-        raise ValueError(f"dtype 'fp16' needs a CUDA GPU: float16 training needs loss scaling (GradScaler), which "
-                         f"PyTorch does on GPUs. On {device.type} use 'bf16' (float32's range, 8 bits of "
-                         "precision) or 'fp32'")
+        raise ValueError("dtype 'fp16' needs a CUDA GPU: float16 training needs loss scaling "
+                         f"(GradScaler), which PyTorch does on GPUs. On {device.type} use 'bf16' "
+                         "(float32's range, 8 bits of precision) or 'fp32'")
     if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("this GPU has no bfloat16 support (it is older than NVIDIA's Ampere): use dtype 'fp16' "
-                         "(with loss scaling) or 'fp32'")
+        raise ValueError("this GPU has no bfloat16 support (it is older than NVIDIA's Ampere): use "
+                         "dtype 'fp16' (with loss scaling) or 'fp32'")
 
 
 def grad_scaler(device: torch.device, dtype: str) -> torch.amp.GradScaler:
@@ -75,18 +75,20 @@ def compile_model(model: nn.Module) -> nn.Module:
 
 
 def compile_failed(error: Exception) -> str:
-    """What to say when a compiled model fails at its first step (the Trainer then trains eagerly)."""
+    """What to say when a compiled model fails at its first step (the Trainer then trains
+    eagerly)."""
     first_line = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
-    return (f"torch.compile could not compile this model here ({type(error).__name__}: {first_line}); "
-            "training continues without it (eager mode)")
+    return (f"torch.compile could not compile this model here ({type(error).__name__}: "
+            f"{first_line}); training continues without it (eager mode)")
 
 
 class SpeedMeter:
     """Training speed, step by step: ``tokens_per_s`` over all processes (a running average,
     0.9 of the old value plus 0.1 of the new step's; the first step after :meth:`start`, which
     compiles and warms up, is left out) and ``mfu``, model FLOPs utilisation,
-    where the model counts its FLOPs (a ``flops_per_token()`` method, as :class:`~course_lib.model.GPT`
-    has) and ``device`` is a GPU of known peak (:func:`course_lib.sizing.gpu_peak_flops`); else None."""
+    where the model counts its FLOPs (a ``flops_per_token()`` method, as
+    :class:`~course_lib.model.GPT` has) and ``device`` is a GPU of known peak
+    (:func:`course_lib.sizing.gpu_peak_flops`); else None."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         count_flops = getattr(model, "flops_per_token", None)
@@ -106,8 +108,10 @@ class SpeedMeter:
             self.warm = True
             return
         rate = tokens * n_processes / max(seconds, 1e-9)
-        self.tokens_per_s = rate if self.tokens_per_s is None else 0.9 * self.tokens_per_s + 0.1 * rate
-        self.mfu = model_flops_utilization(self.flops_per_token, self.tokens_per_s, self.device, n_processes)
+        self.tokens_per_s = (rate if self.tokens_per_s is None
+                             else 0.9 * self.tokens_per_s + 0.1 * rate)
+        self.mfu = model_flops_utilization(self.flops_per_token, self.tokens_per_s, self.device,
+                                           n_processes)
 
     def postfix(self) -> dict[str, str]:
         """The progress bar's speed fields: tok/s, and mfu when known."""

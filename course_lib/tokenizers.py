@@ -40,7 +40,8 @@ def register_tokenizer(name: str):
     """Class decorator: make ``name`` (the ``"type"`` of ``to_dict()``) rebuild this class."""
     def register(cls):
         if name in TOKENIZERS and TOKENIZERS[name] is not cls:
-            raise ValueError(f"tokenizer type {name!r} is already registered to {TOKENIZERS[name].__name__}")
+            raise ValueError(f"tokenizer type {name!r} is already registered to "
+                             f"{TOKENIZERS[name].__name__}")
         for method in ("encode", "decode", "to_dict", "from_dict", "train"):
             if not callable(getattr(cls, method, None)):
                 raise TypeError(f"{cls.__name__} cannot be a tokenizer: it has no {method}()")
@@ -52,15 +53,17 @@ def register_tokenizer(name: str):
 
 def _tokenizer_class(name) -> type:
     if name not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer type {name!r}; known types: {', '.join(sorted(TOKENIZERS))}. "
-                         "Import the module that registers it (course_lib does so for its own).")
+        raise ValueError(f"unknown tokenizer type {name!r}; known types: "
+                         f"{', '.join(sorted(TOKENIZERS))}. Import the module that registers it "
+                         "(course_lib does so for its own).")
     return TOKENIZERS[name]
 
 
 # Types that are gone, still read from older checkpoints: old type -> its description today.
 # "seq2seq-char" (chapter 11's dates tokenizer until the tokenizers were merged) is a CharTokenizer
 # with the specials <pad>, <s>, </s>: ids 0, 1, 2, then the characters, as it always had.
-RENAMED_TYPES = {"seq2seq-char": lambda d: {**d, "type": "char", "specials": ["<pad>", "<s>", "</s>"]}}
+RENAMED_TYPES = {"seq2seq-char": lambda d: {**d, "type": "char",
+                                            "specials": ["<pad>", "<s>", "</s>"]}}
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
@@ -97,15 +100,16 @@ def check_token_id(i, vocab_size: int) -> int:
     if not isinstance(i, numbers.Integral) or isinstance(i, bool):
         raise ValueError(f"token ids must be integers, got {i!r} of type {type(i).__name__}")
     if not 0 <= i < vocab_size:
-        raise ValueError(f"unknown token id {int(i)}: ids run from 0 to {vocab_size - 1} for this tokenizer")
+        raise ValueError(f"unknown token id {int(i)}: ids run from 0 to {vocab_size - 1} for this "
+                         "tokenizer")
     return int(i)
 
 
 def unwritable(tokenizer: Tokenizer, text: str) -> str:
-    """The distinct characters of ``text`` that ``tokenizer`` cannot encode, in sorted order ('' when
-    it encodes them all). Where a fixed text (a task, the chat conversations, held-out Shakespeare)
-    meets a model's own tokenizer, the callers say which characters are missing and what to do,
-    instead of the encoder's advice to edit a text the user never gave."""
+    """The distinct characters of ``text`` that ``tokenizer`` cannot encode, in sorted order (''
+    when it encodes them all). Where a fixed text (a task, the chat conversations, held-out
+    Shakespeare) meets a model's own tokenizer, the callers say which characters are missing and
+    what to do, instead of the encoder's advice to edit a text the user never gave."""
     chars = sorted(set(text))
 
     def encodes(s: str) -> bool:
@@ -119,7 +123,8 @@ def unwritable(tokenizer: Tokenizer, text: str) -> str:
 
 
 def describe_chars(chars: str, most: int = 12) -> str:
-    """``chars`` for a message, whole: ``'G', 'K' and 'Q'``, the first ``most`` then how many more."""
+    """``chars`` for a message, whole: ``'G', 'K' and 'Q'``, the first ``most`` then how many
+    more."""
     shown = [repr(c) for c in chars[:most]]
     if len(chars) > most:
         return ", ".join(shown) + f" and {len(chars) - most} more"
@@ -147,13 +152,14 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: list[str] | str, specials: tuple[str, ...] | list[str] = ()):
-        if isinstance(specials, str):  # a string is a sequence of characters: "<pad>" would be 5 specials
-            raise ValueError(f"specials must be a list of non-empty strings such as ('<pad>', '<bos>'), "
-                             f"got the string {specials!r}: write ({specials!r},)")
+        # a string is a sequence of characters: "<pad>" would be 5 specials
+        if isinstance(specials, str):
+            raise ValueError("specials must be a list of non-empty strings such as ('<pad>', "
+                             f"'<bos>'), got the string {specials!r}: write ({specials!r},)")
         chars, specials = list(chars), tuple(specials)
         if any(not isinstance(s, str) or not s for s in specials):
-            raise ValueError(f"specials must be a list of non-empty strings such as ('<pad>', '<bos>'), "
-                             f"got {specials!r}")
+            raise ValueError("specials must be a list of non-empty strings such as ('<pad>', "
+                             f"'<bos>'), got {specials!r}")
         if not chars:
             raise ValueError("a tokenizer needs at least one character; the text was empty")
         if any(not isinstance(c, str) or len(c) != 1 for c in chars):
@@ -161,11 +167,13 @@ class CharTokenizer:
         if len(set(chars)) != len(chars):
             raise ValueError("characters must be distinct")
         if len(set(specials)) != len(specials) or set(specials) & set(chars):
-            raise ValueError(f"special tokens must be distinct and none may be one of the characters, got {specials!r}")
+            raise ValueError("special tokens must be distinct and none may be one of the "
+                             f"characters, got {specials!r}")
         self.chars = chars  # the characters alone, without the special tokens
         self.specials = specials
         self.special_ids = {s: i for i, s in enumerate(specials)}  # special token -> id
-        self.itos = list(specials) + chars  # id -> its string (a special token's name or a character)
+        # id -> its string (a special token's name or a character)
+        self.itos = list(specials) + chars
         self.stoi = {c: i for i, c in enumerate(chars, start=len(specials))}  # character -> id
 
     @classmethod
@@ -209,7 +217,8 @@ class CharTokenizer:
 
     def to_dict(self) -> dict:
         d = {"type": "char", "chars": "".join(self.chars)}
-        if self.specials:  # without specials the dict is what it always was: old checkpoints stay equal
+        # without specials the dict is what it always was: old checkpoints stay equal
+        if self.specials:
             d["specials"] = list(self.specials)
         return d
 

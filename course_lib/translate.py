@@ -19,9 +19,10 @@ MAX_BEAM = 100
 
 def check_beam_size(beam_size) -> None:
     """A clear ValueError for a beam size that is not an integer in [1, MAX_BEAM]."""
-    if not isinstance(beam_size, int) or isinstance(beam_size, bool) or not 1 <= beam_size <= MAX_BEAM:
-        raise ValueError(f"beam_size must be an integer >= 1 and <= {MAX_BEAM} (1 is greedy decoding; beams of 4 to "
-                         f"10 are usual), got {beam_size!r}")
+    if (not isinstance(beam_size, int) or isinstance(beam_size, bool)
+        or not 1 <= beam_size <= MAX_BEAM):
+        raise ValueError(f"beam_size must be an integer >= 1 and <= {MAX_BEAM} (1 is greedy "
+                         f"decoding; beams of 4 to 10 are usual), got {beam_size!r}")
 
 
 def _decode_args(model: Seq2Seq, src: torch.Tensor, max_len: int | None) -> int:
@@ -30,8 +31,8 @@ def _decode_args(model: Seq2Seq, src: torch.Tensor, max_len: int | None) -> int:
     L = model.config.block_size
     max_len = L if max_len is None else max_len
     if not 1 <= max_len <= L:
-        raise ValueError(f"max_len must be in [1, block_size={L}] (the decoder input grows to max_len tokens), "
-                         f"got {max_len}")
+        raise ValueError(f"max_len must be in [1, block_size={L}] (the decoder input grows to "
+                         f"max_len tokens), got {max_len}")
     return max_len
 
 
@@ -59,7 +60,8 @@ def _strip(ids: list[int], c: Seq2SeqConfig) -> list[int]:
     return ids[: ids.index(c.eos_id)] if c.eos_id in ids else ids
 
 
-def next_token_logits(model: Seq2Seq, seqs: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor):
+def next_token_logits(model: Seq2Seq, seqs: torch.Tensor, memory: torch.Tensor,
+                      src_mask: torch.Tensor):
     """(B, t) decoder inputs -> (B, V) logits of the next token; PAD and BOS, never targets,
     are ruled out (-inf)."""
     logits = model.decode(seqs, memory, src_mask)[:, -1].float()  # only the last position is new
@@ -91,7 +93,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
     c, K = model.config, beam_size
     B = src.shape[0]
     memory, src_mask = model.encode(src)
-    memory, src_mask = memory.repeat_interleave(K, dim=0), src_mask.repeat_interleave(K, dim=0)  # (B*K, ...)
+    # (B*K, ...)
+    memory, src_mask = memory.repeat_interleave(K, dim=0), src_mask.repeat_interleave(K, dim=0)
     seqs = torch.full((B * K, 1), c.bos_id, dtype=torch.long, device=src.device)  # (B*K, t)
     scores = torch.full((B, K), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # at the start only one hypothesis (BOS) is live
@@ -101,7 +104,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
         logp = F.log_softmax(next_token_logits(model, seqs, memory, src_mask), dim=-1)  # (B*K, V)
         V = logp.shape[-1]
         cand = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)  # (B, K*V)
-        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (B, 2K): K live ones survive even if K end
+        # (B, 2K): K live ones survive even if K end
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)
         new_rows, new_scores = [], torch.full((B, K), float("-inf"), device=src.device)
         for b in range(B):
             rows = []
@@ -119,7 +123,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
                 else:
                     new_scores[b, len(rows)] = s
                     rows.append(torch.cat([prefix, prefix.new_tensor([tok])]))
-            while len(rows) < K:  # a finished source (or too few candidates): filler rows, score -inf
+            # a finished source (or too few candidates): filler rows, score -inf
+            while len(rows) < K:
                 rows.append(torch.cat([seqs[b * K], seqs.new_tensor([c.pad_id])]))
             new_rows.extend(rows)
         seqs, scores = torch.stack(new_rows), new_scores
@@ -139,19 +144,21 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam_size: int = 4, max_len: 
 # --- texts in, texts out ----------------------------------------------------------------------
 
 
-def translate(model: Seq2Seq, tokenizer, texts: list[str], beam_size: int = 1, max_len: int | None = None,
-              alpha: float = 0.6) -> list[str]:
+def translate(model: Seq2Seq, tokenizer, texts: list[str], beam_size: int = 1,
+              max_len: int | None = None, alpha: float = 0.6) -> list[str]:
     """Translate ``texts`` with greedy decoding (``beam_size=1``) or beam search."""
     check_beam_size(beam_size)
     if not texts:
         return []
     if any(len(t) == 0 for t in texts):
-        raise ValueError("cannot translate an empty text: every source needs at least one character")
+        raise ValueError("cannot translate an empty text: every source needs at least one "
+                         "character")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     src = encode_batch(tokenizer, list(texts), device=device)
-    ids = greedy_decode(model, src, max_len) if beam_size == 1 else beam_search(model, src, beam_size, max_len, alpha)
+    ids = (greedy_decode(model, src, max_len) if beam_size == 1
+           else beam_search(model, src, beam_size, max_len, alpha))
     model.train(was_training)
     return [tokenizer.decode(row, skip_special=True) for row in ids]
 
@@ -168,7 +175,9 @@ def share_answered_exactly(answer, pairs: list[tuple[str, str]], batch_size: int
     return right / max(1, len(pairs))
 
 
-def translations_exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]], beam_size: int = 1,
+def translations_exact_match(model: Seq2Seq, tokenizer, pairs: list[tuple[str, str]],
+                             beam_size: int = 1,
                 batch_size: int = 250) -> float:
     """Share of (source, target) pairs translated exactly right."""
-    return share_answered_exactly(lambda sources: translate(model, tokenizer, sources, beam_size), pairs, batch_size)
+    return share_answered_exactly(lambda sources: translate(model, tokenizer, sources, beam_size),
+                                  pairs, batch_size)

@@ -1,15 +1,17 @@
 """A task that needs what the model learned from Shakespeare: unscramble a word (chapter 15).
 
 The dates task needs no English: in chapter 15's runs a model trained from scratch learns it
-no slower than the pretrained one. This task does need English. The prompt is a word of tiny Shakespeare with its inner letters
-shuffled (first and last kept, as in "Shakespaere"), the answer the word::
+no slower than the pretrained one. This task does need English. The prompt is a word of tiny
+Shakespeare with its inner letters shuffled (first and last kept, as in "Shakespaere"), the answer
+the word::
 
     "hnoour" "=" "honour" "\\n"
 
 The test words are **held out**: no fine-tuning example contains them, so a model can only
 answer them from what it knows of English spelling, which a model trained from scratch learns
-only from the training words. Words come from the training 90% of the text (``data.train_val_split``'s
-cut), lower case, 5 to 9 letters, seen at least three times; the split of words is fixed.
+only from the training words. Words come from the training 90% of the text
+(``data.train_val_split``'s cut), lower case, 5 to 9 letters, seen at least three times; the split
+of words is fixed.
 
 Only one new character ("=") enters the vocabulary ("\\n" is already Shakespeare's).
 """
@@ -52,18 +54,21 @@ def scramble(word: str, rng: random.Random) -> str:
 
 
 def scrambled_pairs(words: list[str], n: int, generator: torch.Generator) -> list[tuple[str, str]]:
-    """``n`` (scrambled, word) pairs: random words of ``words``, all randomness from ``generator``."""
+    """``n`` (scrambled, word) pairs: random words of ``words``, all randomness from
+    ``generator``."""
     idx = torch.randint(len(words), (n,), generator=generator).tolist()
     rng = random.Random(int(torch.randint(2 ** 31, (1,), generator=generator)))
     return [(scramble(words[i], rng), words[i]) for i in idx]
 
 
-def unscramble_batch_fn(tokenizer, batch_size: int, mask_prompt: bool = True, seed: int = 0, device="cpu"):
+def unscramble_batch_fn(tokenizer, batch_size: int, mask_prompt: bool = True, seed: int = 0,
+                        device="cpu"):
     """A ``Trainer`` batch_fn: "train" from the training words, "val" from the held-out ones."""
     split = word_split(seed)
 
     def batch_fn(name: str, generator: torch.Generator):
-        return encode_examples(tokenizer, scrambled_pairs(split[name], batch_size, generator), mask_prompt, device)
+        return encode_examples(tokenizer, scrambled_pairs(split[name], batch_size, generator),
+                               mask_prompt, device)
 
     return batch_fn
 

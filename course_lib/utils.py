@@ -36,7 +36,8 @@ def device_available(device: str) -> bool:
     if device == "cuda":
         return torch.cuda.is_available()
     if device == "mps":
-        return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+        return (getattr(torch.backends, "mps", None) is not None
+                and torch.backends.mps.is_available())
     return False
 
 
@@ -54,8 +55,8 @@ def check_device(device: str | None) -> str:
         raise ValueError(f"unknown device {device!r}: choose cpu, cuda or mps")
     if not device_available(device):
         have = [d for d in ("cuda", "mps", "cpu") if device_available(d)]
-        raise ValueError(f"device {device!r} is not available on this machine (available: {', '.join(have)}); "
-                         f"leave --device out to use {pick_device()}")
+        raise ValueError(f"device {device!r} is not available on this machine (available: "
+                         f"{', '.join(have)}); leave --device out to use {pick_device()}")
     return device
 
 
@@ -64,7 +65,8 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
 
 def check_seed(seed) -> int:
     """``seed`` if it is an integer torch can seed with, else a ValueError that gives the range."""
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+    if (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)
+        or not 0 <= seed <= MAX_SEED):
         raise ValueError(f"seed must be an integer in [0, {MAX_SEED}] (2**63 - 1), got {seed!r}")
     return int(seed)
 
@@ -106,11 +108,14 @@ def available_memory() -> tuple[int, str] | None:
         room.append((free, "available on this machine"))
     elif physical_memory() is not None:
         room.append((physical_memory(), "of this machine"))
-    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2, then v1
-                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    # cgroup v2, then v1
+    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                         "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         cap, current = _read_int(limit), _read_int(used)
         if cap is not None and cap < 2**60:  # v1 writes "no limit" as a huge number
-            room.append((max(cap - (current or 0), 0), "left under this process's memory limit (its cgroup)"))
+            room.append((max(cap - (current or 0), 0),
+                         "left under this process's memory limit (its cgroup)"))
             break
     soft = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
     if soft is not None and soft != resource.RLIM_INFINITY:
@@ -126,8 +131,9 @@ def check_fits_in_memory(n_numbers: int, what: str, fix: str, bytes_per_number: 
     room = available_memory()
     needed = n_numbers * bytes_per_number
     if room is not None and needed > room[0]:
-        raise TooLargeError(f"{what} needs at least {n_numbers:,} numbers ({needed / 2**30:,.1f} GiB in float32), more "
-                            f"than the {room[0] / 2**30:,.1f} GiB of memory {room[1]}: {fix}")
+        raise TooLargeError(f"{what} needs at least {n_numbers:,} numbers ({needed / 2**30:,.1f} "
+                            f"GiB in float32), more than the {room[0] / 2**30:,.1f} GiB of memory "
+                            f"{room[1]}: {fix}")
 
 
 @contextlib.contextmanager
@@ -145,7 +151,7 @@ def stderr_silenced():
         os.close(saved)
 
 
-# --- writing a file the user names (eval --json, the benchmarks' records) -----------------------------
+# --- writing a file the user names (eval --json, the benchmarks' records) -------------------------
 
 class OutputPathError(ValueError):
     """An output file the user named that cannot be written safely: refused before any work."""
@@ -185,10 +191,11 @@ def _why_it_cannot_be_made(folder: str, name: str) -> str | None:
         name_max = 255
     for part in [*os.path.relpath(folder, existing).split(os.sep), name]:
         if len(os.fsencode(part)) > name_max:
-            return (f"cannot be made: the name {part[:20]}... is {len(os.fsencode(part))} bytes, more than this "
-                    f"file system's {name_max}")
+            return (f"cannot be made: the name {part[:20]}... is {len(os.fsencode(part))} bytes, "
+                    f"more than this file system's {name_max}")
     if existing != folder:  # folders still to make: their parent must let us
-        return None if os.access(existing, os.W_OK | os.X_OK) else f"cannot be made: {existing} is not writable"
+        return (None if os.access(existing, os.W_OK | os.X_OK)
+                else f"cannot be made: {existing} is not writable")
     try:  # a real try, which also catches read-only file systems and immutable folders
         fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
     except OSError as e:

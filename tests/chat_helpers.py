@@ -26,8 +26,14 @@ class Cycling(nn.Module):
 
     def __init__(self, script, block_size=64, delay=0.0, interrupt_at=None):
         super().__init__()
-        self.config = GPTConfig(vocab_size=TOK.vocab_size, block_size=block_size, n_layer=1, n_head=1, n_embd=8)
-        self.script, self.calls, self.delay, self.interrupt_at = list(script), 0, delay, interrupt_at
+        self.config = GPTConfig(vocab_size=TOK.vocab_size, block_size=block_size, n_layer=1,
+                                n_head=1, n_embd=8)
+        self.script, self.calls, self.delay, self.interrupt_at = (
+            list(script),
+            0,
+            delay,
+            interrupt_at,
+        )
         self.weight = nn.Parameter(torch.zeros(1))
 
     def forward(self, idx, cache=None):

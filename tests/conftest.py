@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, settings
 
 from course_lib.tools.numerics import apply_reference_environment
 
-# Every process the tests start (pytest-xdist's workers, CLI subprocesses, notebook kernels) computes
-# in the reference numeric environment, the one place that sets these variables: the same numbers on
-# every host, and OpenMP threads that sleep instead of spinning on shared cores.
+# Every process the tests start (pytest-xdist's workers, CLI subprocesses, notebook kernels)
+# computes in the reference numeric environment, the one place that sets these variables: the same
+# numbers on every host, and OpenMP threads that sleep instead of spinning on shared cores.
 apply_reference_environment()
 
 matplotlib.use("Agg")
@@ -21,7 +21,8 @@ settings.load_profile("course")
 
 def pytest_addoption(parser):
     parser.addoption("--screenshots", action="store_true",
-                     help="test_website: save a full-page screenshot of each page to _build/screenshots/")
+                     help="test_website: save a full-page screenshot of each page to "
+                          "_build/screenshots/")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -39,7 +40,8 @@ def pytest_collection_modifyitems(config, items):
         rank[path] = min(rank.get(path, 2), here)
     items.sort(key=lambda item: rank[file_of(item)])  # stable: keeps the order within a file
     if not torch.cuda.is_available():  # the CUDA lane's tests (make gpu-test): one line each here
-        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False): make gpu-test on a GPU machine")
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False): "
+                                       "make gpu-test on a GPU machine")
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)

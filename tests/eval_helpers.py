@@ -38,21 +38,22 @@ def char_hf_tokenizer():
     return hf, HFTokenizerAdapter(hf)
 
 
-def tiny_gpt2(vocab_size: int, n_positions: int = 64, n_embd: int = 32, n_layer: int = 2, n_head: int = 2,
-              seed: int = 0):
+def tiny_gpt2(vocab_size: int, n_positions: int = 64, n_embd: int = 32, n_layer: int = 2,
+              n_head: int = 2, seed: int = 0):
     """A random GPT2LMHeadModel in eval mode (no network)."""
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
-                                     n_head=n_head, eos_token_id=0, bos_token_id=0)
+    config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd,
+                                     n_layer=n_layer, n_head=n_head, eos_token_id=0, bos_token_id=0)
     return transformers.GPT2LMHeadModel(config).eval()
 
 
 def bpe_hf_tokenizer(text: str, vocab_size: int = 320):
-    """``(PreTrainedTokenizerFast, course_lib BPETokenizer)``: a byte-level BPE trained by the course
-    (:meth:`BPETokenizer.train`, GPT-2's pre-token pattern) on ``text``, and the same vocabulary and
-    merges in the `tokenizers` library (GPT-2's ByteLevel pre-tokenizer and decoder), for lm-eval."""
+    """``(PreTrainedTokenizerFast, course_lib BPETokenizer)``: a byte-level BPE trained by the
+    course (:meth:`BPETokenizer.train`, GPT-2's pre-token pattern) on ``text``, and the same
+    vocabulary and merges in the `tokenizers` library (GPT-2's ByteLevel pre-tokenizer and decoder),
+    for lm-eval."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 

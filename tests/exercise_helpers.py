@@ -32,4 +32,5 @@ def assert_leaves_rng_alone(check, *args) -> None:
     expected = torch.rand(3)
     torch.manual_seed(0)
     check(*args)
-    assert torch.equal(torch.rand(3), expected), f"{check.__name__} changed torch's global random state"
+    assert torch.equal(torch.rand(3),
+                       expected), f"{check.__name__} changed torch's global random state"

@@ -1,10 +1,10 @@
 """Shared by the graders' round trips (tests/test_otter.py, tests/test_nbgrader.py): the guide's
 commands as subprocesses, the graded chapter and its classic mistake.
 
-Chapter 3 is the graded chapter: it runs in about 10 s, and its causal_softmax exercise has a classic
-mistake that its check names (the future filled with 0 instead of -inf). Each grader runs the
-chapter once per submission (solution, untouched, mistake), so each test costs three chapter runs;
-the two tests are in two files so that `make test` runs them on two workers side by side.
+Chapter 3 is the graded chapter: it runs in about 10 s, and its causal_softmax exercise has a
+classic mistake that its check names (the future filled with 0 instead of -inf). Each grader runs
+the chapter once per submission (solution, untouched, mistake), so each test costs three chapter
+runs; the two tests are in two files so that `make test` runs them on two workers side by side.
 """
 from __future__ import annotations
 
@@ -29,12 +29,14 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("P
 def run(*command, cwd):
     """One command of the guide; its output is in the failure message."""
     done = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{' '.join(map(str, command))} "
+                                  f"failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    path = shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                    os.environ["PATH"]]))
     if path is None:
         pytest.fail(f"the `{name}` command is missing: pip install -r requirements.txt")
     return path
@@ -48,12 +50,14 @@ def build(fmt: str, out: Path) -> Path:
 
 
 def make_mistake(source: str) -> str:
-    assert source.count(MISTAKE_FIXED) == 1, f"the solution of {MISTAKE_IN} changed: update MISTAKE_*"
+    assert source.count(MISTAKE_FIXED) == 1, (f"the solution of {MISTAKE_IN} changed: update "
+                                              "MISTAKE_*")
     return source.replace(MISTAKE_FIXED, MISTAKE_WRITTEN)
 
 
 def mistake_message(source: str) -> list[str]:
-    """What the chapter's check says about the mistaken function: the lines the graders must show."""
+    """What the chapter's check says about the mistaken function: the lines the graders must
+    show."""
     import torch
     import torch.nn.functional as F
 

@@ -52,7 +52,8 @@ def change_one_token(model, tokens: list[int], data, vocab: int = 11):
         return t, model(torch.tensor([tokens]))[0], model(torch.tensor([changed]))[0]
 
 
-# --- a tiny GPT and its trainer, shared by the training-engine tests (test_speed, test_distributed) --
+# --- a tiny GPT and its trainer, shared by the training-engine tests (test_speed, test_distributed)
+# --
 
 
 TINY = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
@@ -60,10 +61,11 @@ DATA = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0)) 
 
 
 def tiny_trainer(**train_options):
-    """A Trainer of a 1-layer GPT on random tokens, its weights drawn after seeding 0; ``train_options``
-    override the short run's TrainConfig."""
+    """A Trainer of a 1-layer GPT on random tokens, its weights drawn after seeding 0;
+    ``train_options`` override the short run's TrainConfig."""
     torch.manual_seed(0)
-    options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3, warmup_iters=0)
+    options = dict(max_iters=8, batch_size=4, eval_interval=100, eval_iters=1, learning_rate=3e-3,
+                   warmup_iters=0)
     options.update(train_options)
     return Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(**options), progress=False)
 
@@ -77,9 +79,11 @@ def pretrain_tiny_gpt(folder, max_iters: int = 20):
     tok = CharTokenizer.from_text(load_text("tinyshakespeare"))
     train, val = train_val_split(torch.tensor(tok.encode(load_text("tinyshakespeare")[:20000])))
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=48, n_layer=2, n_head=2, n_embd=32, tie_weights=False))
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=48, n_layer=2, n_head=2, n_embd=32,
+                          tie_weights=False))
     config = TrainConfig(max_iters=max_iters, batch_size=8, eval_interval=max_iters, eval_iters=2)
-    Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False, verbose=False).train()
+    Trainer(model, train, val, config, out_dir=folder, tokenizer=tok, progress=False,
+            verbose=False).train()
     return folder / "ckpt.pt"
 
 
@@ -98,7 +102,8 @@ def cli_train_resume_and_sample(tmp_path, capsys, settings: list[str], tokens: i
     a, b = load_checkpoint(whole / "ckpt.pt"), load_checkpoint(split / "ckpt.pt")
     assert_same_weights(a["model"], b["model"])
     capsys.readouterr()
-    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens", str(tokens)]) == 0
+    assert main(["sample", "--checkpoint", str(whole / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens",
+                 str(tokens)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text) > len("ROMEO:") + tokens // 2
     return a

@@ -20,7 +20,8 @@ from queue import Empty
 
 import pytest
 
-from course_lib.tools.assignments import exercise_section_start, is_check_cell, make_student_notebook
+from course_lib.tools.assignments import (exercise_section_start, is_check_cell,
+                                          make_student_notebook)
 from course_lib.tools.chapters import CHAPTER_NAME
 
 NOT_DONE = "Not done yet"
@@ -105,7 +106,8 @@ def pytest_collection_modifyitems(session, config, items):
     for index, item in enumerate(items):
         out.append(item)
         following = items[index + 1] if index + 1 < len(items) else None
-        if isinstance(item, IPyNbCell) and (following is None or following.parent is not item.parent) \
+        if isinstance(item,
+                      IPyNbCell) and (following is None or following.parent is not item.parent) \
                 and CHAPTER_NAME.match(Path(item.parent.path).name):
             out.append(StudentExercises.from_parent(item.parent, name=ITEM_NAME))
     items[:] = out

@@ -50,8 +50,9 @@ def test_the_record_follows_the_rule(bench):
     assert budget == rec["budget_grpo_steps"] * bench.step_cost("grpo", bench.BATCH["grpo"])
     for name, run in rec["runs"].items():
         assert run["steps"] == bench.steps_for(run["method"], budget, run["batch"]), name
-        assert run["token_passes"] == bench.setup_cost(run["method"]) + run["steps"] * bench.step_cost(
-            run["method"], run["batch"]), name
+        assert run["token_passes"] == bench.setup_cost(run["method"]) + run[
+            "steps"
+        ] * bench.step_cost(run["method"], run["batch"]), name
     for method, lr in rec["chosen_learning_rate"].items():  # chosen on seed 0's validation accuracy
         tried = {r["learning_rate"]: r["val"]["accuracy"] for r in rec["runs"].values()
                  if r["method"] == method and r["reward"] == "exact" and r["seed"] == 0}
@@ -60,26 +61,36 @@ def test_the_record_follows_the_rule(bench):
 
 
 def test_the_hacking_runs_have_their_control(bench):
-    """The proxy (units digit) and the exact reward: GRPO at the same rate, steps and seeds, from the same start;
-    every compared run stores each test item's score (paired tests) and its final KL to the start."""
+    """The proxy (units digit) and the exact reward: GRPO at the same rate, steps and seeds, from
+    the same start; every compared run stores each test item's score (paired tests) and its final KL
+    to the start."""
     rec = json.loads((ROOT / "course_lib" / "records" / "align_compare.json").read_text())
     lr = rec["hack_learning_rate"]
     assert lr == bench.HACK_LR
     proxy = {r["seed"]: r for r in rec["runs"].values() if r["reward"] == "units"}
-    control = {r["seed"]: r for r in rec["runs"].values() if r["reward"] == "exact" and r["method"] == "grpo"
+    control = {r["seed"]: r for r in rec["runs"].values() if r["reward"] == "exact"
+               and r["method"] == "grpo"
                and r["learning_rate"] == lr}
-    assert sorted(proxy) == rec["summary"]["grpo-units-hack"]["seeds"] == rec["summary"]["grpo-exact-hack"]["seeds"]
+    assert (
+        sorted(proxy)
+        == rec["summary"]["grpo-units-hack"]["seeds"]
+        == rec["summary"]["grpo-exact-hack"]["seeds"]
+    )
     assert sorted(proxy) == sorted(control) and len(proxy) >= 3
     for seed, r in proxy.items():
-        assert (r["method"], r["learning_rate"], r["steps"], r["batch"]) == ("grpo", lr, control[seed]["steps"],
+        assert (r["method"], r["learning_rate"], r["steps"],
+                r["batch"]) == ("grpo", lr, control[seed]["steps"],
                                                                              control[seed]["batch"])
     assert not any("-format-" in name for name in rec["runs"]) and "hack_start" not in rec
     chosen = [r for r in rec["runs"].values()
-              if r["reward"] == "exact" and r["learning_rate"] == rec["chosen_learning_rate"][r["method"]]]
+              if r["reward"] == "exact"
+              and r["learning_rate"] == rec["chosen_learning_rate"][r["method"]]]
     compared = list(proxy.values()) + list(control.values()) + chosen
     for r in compared + [{"test": rec["start"]["test"], "kl_to_start": 0.0}]:
         right = r["test"]["right"]
-        assert len(right) == 200 and set(right) <= {0, 1} and sum(right) / 200 == r["test"]["accuracy"]
+        assert (len(right) == 200 and set(right) <= {0, 1}
+                and sum(right) / 200 == r["test"]["accuracy"])
         assert r["kl_to_start"] >= 0
-    assert rec["token_passes_per_step"] == {m: bench.step_cost(m, b) for m, b in bench.BATCH.items()}
+    assert rec["token_passes_per_step"] == {m: bench.step_cost(m, b) for m,
+                                            b in bench.BATCH.items()}
     assert rec["setup_token_passes"] == {m: bench.setup_cost(m) for m in bench.BATCH}

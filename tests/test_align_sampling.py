@@ -16,8 +16,9 @@ from course_lib.align import task_splits
 from course_lib.align.expert import expert_iteration, sft_microbatch_step, verified_samples
 from course_lib.align.grpo import masked_mean
 from course_lib.align.rewards import format_reward
-from course_lib.align.sampling import (best_of_n, exact_pass_at_k, majority_vote, parse_answer_letter, pass_at_k,
-                                       pass_at_k_curve, per_token_entropy, self_consistency, subsets_mean)
+from course_lib.align.sampling import (best_of_n, exact_pass_at_k, majority_vote,
+                                       parse_answer_letter, pass_at_k, pass_at_k_curve,
+                                       per_token_entropy, self_consistency, subsets_mean)
 from course_lib.checkpoint import load_model, load_tokenizer
 from course_lib.runs.align import arithmetic_base
 
@@ -43,7 +44,8 @@ def test_pass_at_k_equals_humaneval_and_the_exact_binomials():
         ours = [pass_at_k(64, c, k) for c in correct]
         assert np.array_equal(np.array(ours), humaneval_estimate_pass_at_k(64, correct, k))
         assert np.allclose(ours, [exact_pass_at_k(64, c, k) for c in correct], rtol=0, atol=1e-12)
-    assert pass_at_k_curve([0, 3], 64, [1, 4]) == {1: [0.0, pass_at_k(64, 3, 1)], 4: [0.0, pass_at_k(64, 3, 4)]}
+    assert pass_at_k_curve([0, 3], 64, [1, 4]) == {1: [0.0, pass_at_k(64, 3, 1)],
+                                                   4: [0.0, pass_at_k(64, 3, 4)]}
 
 
 def test_pass_at_k_laws():
@@ -68,14 +70,16 @@ def test_best_of_n_takes_the_verifiers_favourite():
     assert best_of_n([1.0, 1.0, 1.0, 0.0], right, 4) is False  # a tie: the first of them
     assert best_of_n([0.0, 0.0, 1.0, 0.0], right, 4) is True
     assert best_of_n([0.0, 0.0, 1.0, 0.0], right, 2) is False  # the right one was not drawn
-    assert best_of_n([float(r) for r in right], right, 4) is True  # an exact verifier: any right one wins
+    # an exact verifier: any right one wins
+    assert best_of_n([float(r) for r in right], right, 4) is True
     with pytest.raises(ValueError, match="n must be"):
         best_of_n([1.0], [True], 2)
 
 
 def test_majority_vote_and_self_consistency():
     assert majority_vote(["12", "13", "13", None, None, None]) == "13"  # None never wins
-    assert majority_vote(["12", "13"]) == "12" and majority_vote(["13", "12"]) == "13"  # ties: seen first
+    # ties: seen first
+    assert majority_vote(["12", "13"]) == "12" and majority_vote(["13", "12"]) == "13"
     assert majority_vote([None, None]) is None
     answers = ["155", "145", "145", "155", "155"]
     assert self_consistency(answers, "155", 5) and not self_consistency(answers, "155", 3)
@@ -101,10 +105,10 @@ def test_per_token_entropy_equals_torchs_categorical():
 
 
 @pytest.mark.parametrize("text,letter", [
-    ("B", "B"), ("(C) because the rest are wrong", "C"), ("The answer is (D).", "D"), ("Answer: A", "A"),
-    ("answer is c", None), ("A good answer is B", "B"), ("I think the answer is A. No, the answer is C.", "C"),
-    ("C. It ends with a vowel", "C"), ("It is (B), clearly", "B"), ("I do not know", None), ("E", None),
-    ("", None)])
+    ("B", "B"), ("(C) because the rest are wrong", "C"), ("The answer is (D).", "D"),
+    ("Answer: A", "A"), ("answer is c", None), ("A good answer is B", "B"),
+    ("I think the answer is A. No, the answer is C.", "C"), ("C. It ends with a vowel", "C"),
+    ("It is (B), clearly", "B"), ("I do not know", None), ("E", None), ("", None)])
 def test_parse_answer_letter(text, letter):
     assert parse_answer_letter(text) == letter
 
@@ -129,16 +133,20 @@ def test_sft_microbatch_steps_accumulate_to_the_whole_batchs_gradient():
     loss, meta = sft_microbatch_step(logps, mask, grad_accum_steps=1, normalize_constant=2.0)
     whole = w.grad.clone()
     assert loss.item() == pytest.approx((-(logps.detach() * mask).sum() / 2.0).item())
-    assert meta["tokens"].item() == mask.sum().item() and meta["nll"].item() == pytest.approx(loss.item())
+    assert (meta["tokens"].item() == mask.sum().item()
+            and meta["nll"].item() == pytest.approx(loss.item()))
     v = w0.clone().requires_grad_(True)
     for rows in (slice(0, 2), slice(2, 4), slice(4, 6)):  # three micro-batches of 2 rows
-        micro, meta = sft_microbatch_step(torch.nn.functional.logsigmoid(v[rows]), mask[rows], 3, 2.0 / 3)
+        micro, meta = sft_microbatch_step(torch.nn.functional.logsigmoid(v[rows]), mask[rows], 3,
+                                          2.0 / 3)
         assert micro.item() == pytest.approx(meta["nll"].item() / 3)
-    assert torch.allclose(v.grad, whole, atol=1e-6)  # a constant normaliser: no per-batch reweighting
+    # a constant normaliser: no per-batch reweighting
+    assert torch.allclose(v.grad, whole, atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs,message", [({"grad_accum_steps": 0}, "grad_accum_steps"),
-                                            ({"grad_accum_steps": 1, "normalize_constant": 0.0}, "normalize_constant")])
+                                            ({"grad_accum_steps": 1, "normalize_constant": 0.0},
+                                             "normalize_constant")])
 def test_sft_microbatch_step_refuses_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         sft_microbatch_step(torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), **kwargs)
@@ -156,9 +164,12 @@ def base(tmp_path_factory):
 def test_verified_samples_keep_only_what_the_verifier_pays(base):
     model, tokenizer = base
     items = task_splits(0)["train"][:6]
-    kept = verified_samples(model, tokenizer, items, 8, torch.Generator().manual_seed(0), reward=format_reward)
-    again = verified_samples(model, tokenizer, items, 8, torch.Generator().manual_seed(0), reward=format_reward)
-    assert kept == again and 0 < len(kept) <= 48  # seeded; a random GPT writes a number then END sometimes
+    kept = verified_samples(model, tokenizer, items, 8, torch.Generator().manual_seed(0),
+                            reward=format_reward)
+    again = verified_samples(model, tokenizer, items, 8, torch.Generator().manual_seed(0),
+                             reward=format_reward)
+    # seeded; a random GPT writes a number then END sometimes
+    assert kept == again and 0 < len(kept) <= 48
     assert all(format_reward(k["prompt"], k["answer"] + "\n") == 1.0 for k in kept)
     assert {k["prompt"] for k in kept} <= {i["prompt"] for i in items}
 
@@ -166,22 +177,26 @@ def test_verified_samples_keep_only_what_the_verifier_pays(base):
 def test_expert_iteration_trains_only_on_accepted_samples(base, monkeypatch):
     monkeypatch.setattr(align, "EVAL_ITEMS", 4)
     model, tokenizer = base
-    settings = {"batch_size": 4, "learning_rate": 1e-3, "eval_interval": 2, "eval_iters": 1, "warmup_iters": 1,
-                "max_iters": 100}
+    settings = {"batch_size": 4, "learning_rate": 1e-3, "eval_interval": 2, "eval_iters": 1,
+                "warmup_iters": 1, "max_iters": 100}
     before = [p.clone() for p in model.parameters()]
-    _, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2, prompts_per_round=4,
-                                  samples=2, settings=settings, reward=lambda p, c: 0.0)
-    assert [h["accepted"] for h in history] == [0, 0] and "loss" not in history[0]  # nothing verified: no step
+    _, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2,
+                                  prompts_per_round=4, samples=2, settings=settings,
+                                  reward=lambda p, c: 0.0)
+    # nothing verified: no step
+    assert [h["accepted"] for h in history] == [0, 0] and "loss" not in history[0]
     trained, history = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), rounds=2,
-                                        prompts_per_round=4, samples=4, settings=settings, reward=format_reward,
-                                        epochs=2)
+                                        prompts_per_round=4, samples=4, settings=settings,
+                                        reward=format_reward, epochs=2)
     assert [h["round"] for h in history] == [0, 1] and all(h["prompts"] == 4 for h in history)
     assert all(0 < h["accepted"] <= 16 and 0 < h["solved"] <= 4 and "loss" in h for h in history)
-    _, stopped = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), 5, 4, 4, settings,
-                                  reward=format_reward, keep_going=lambda h: len(h) < 2)
+    _, stopped = expert_iteration(copy.deepcopy(model), tokenizer, task_splits(0), 5, 4, 4,
+                                  settings, reward=format_reward, keep_going=lambda h: len(h) < 2)
     assert len(stopped) == 2  # keep_going said stop before the third round
-    assert all(h["steps"] == -(-2 * h["accepted"] // 4) for h in history)  # 2 epochs of batches of 4, rounded up
+    # 2 epochs of batches of 4, rounded up
+    assert all(h["steps"] == -(-2 * h["accepted"] // 4) for h in history)
     assert not all(torch.equal(a, b) for a, b in zip(before, trained.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the copies trained, not model
+    # the copies trained, not model
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     with pytest.raises(ValueError, match="at least 1"):
         expert_iteration(model, tokenizer, task_splits(0), 0, 4, 2, settings)

@@ -57,7 +57,8 @@ def imports_in(source: str, package: str) -> set[str]:
             found |= {resolve(alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # `from .x` is the package itself, each further dot one package up
-                parent = ".".join(parts[:len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+                parent = ".".join(parts[:len(parts) - (node.level - 1)] + ([node.module]
+                                                                           if node.module else []))
             else:
                 parent = node.module or ""
             for alias in node.names:  # `from X import name`: the submodule X.name if there is one
@@ -119,15 +120,17 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_reader_sees_lazy_and_relative_imports():
     """The reader itself: a function-level import, a ``TYPE_CHECKING`` import and ``from . import
     name`` of a submodule are edges too; other packages' modules are not."""
-    source = ("from typing import TYPE_CHECKING\nimport torch\nfrom . import data, rope\nfrom .. import utils\n"
-              "if TYPE_CHECKING:\n    from ..cli import main\n"
+    source = ("from typing import TYPE_CHECKING\nimport torch\nfrom . import data, rope\nfrom .. "
+              "import utils\nif TYPE_CHECKING:\n    from ..cli import main\n"
               "def f():\n    from .numerics import REFERENCE\n    import course_lib.model as m\n")
     # a TYPE_CHECKING import counts: `from ..cli import main` makes tools depend on cli (a package)
-    assert imports_in(source, "course_lib.tools") == {"tools.numerics", "tools.__init__", "utils", "model",
-                                                      "cli.__init__"}
-    assert imports_in(source, "course_lib") == {"data", "rope", "model"}  # no course_lib.numerics; `..` leaves it
+    assert imports_in(source, "course_lib.tools") == {"tools.numerics", "tools.__init__", "utils",
+                                                      "model", "cli.__init__"}
+    # no course_lib.numerics; `..` leaves it
+    assert imports_in(source, "course_lib") == {"data", "rope", "model"}
     assert {"gpt2", "llama", "_signals"} <= GRAPH["__init__"]  # `from . import gpt2, llama`
-    assert {"data", "model", "tokenizers"} <= GRAPH["tools.numerics"]  # `from ..data import` in a function
+    # `from ..data import` in a function
+    assert {"data", "model", "tokenizers"} <= GRAPH["tools.numerics"]
     assert "tools.numerics" in GRAPH["tools.chapters"]  # `from .numerics import` in a function
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -137,8 +140,8 @@ def test_the_import_reader_sees_lazy_and_relative_imports():
 
 def test_no_import_cycle_in_course_lib():
     cycles = [" -> ".join(cycle) for cycle in import_cycles(GRAPH)]
-    assert not cycles, (f"import cycles (lazy imports count): {'; '.join(cycles)}: move what both need into a "
-                        "lower module (see the layers in CONTRIBUTING.md)")
+    assert not cycles, (f"import cycles (lazy imports count): {'; '.join(cycles)}: move what both "
+                        "need into a lower module (see the layers in CONTRIBUTING.md)")
 
 
 def test_no_module_over_450_lines():
@@ -148,7 +151,8 @@ def test_no_module_over_450_lines():
                           "(one idea per module)")
 
 
-ARGUMENT_CALLS = {"add_argument", "add_parser", "add_subparsers", "parse_args", "parse_known_args", "ArgumentParser"}
+ARGUMENT_CALLS = {"add_argument", "add_parser", "add_subparsers", "parse_args", "parse_known_args",
+                  "ArgumentParser"}
 
 
 def parses_arguments(node: ast.FunctionDef) -> bool:
@@ -156,7 +160,8 @@ def parses_arguments(node: ast.FunctionDef) -> bool:
     calls argparse (``add_argument``, ``add_parser``, ``parse_args``...)."""
     if "args" in [a.arg for a in node.args.args + node.args.kwonlyargs]:
         return True
-    return any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None))
+    return any(isinstance(n, ast.Call)
+               and (getattr(n.func, "attr", None) or getattr(n.func, "id", None))
                in ARGUMENT_CALLS for n in ast.walk(node))
 
 
@@ -171,26 +176,31 @@ def argument_functions() -> dict[str, int]:
 
 
 def test_the_reader_finds_functions_that_parse_arguments():
-    tree = ast.parse("def cmd(args):\n    pass\ndef add(sub):\n    sub.add_parser('x')\ndef other(x):\n    return x\n")
+    tree = ast.parse("def cmd(args):\n    pass\ndef add(sub):\n    sub.add_parser('x')\ndef "
+                     "other(x):\n    return x\n")
     assert [parses_arguments(f) for f in tree.body] == [True, True, False]
     found = argument_functions()
-    assert {"cli.common.cmd_run", "cli.__init__.build_parser", "tools.assignments.add_parser"} <= set(found)
+    assert {"cli.common.cmd_run", "cli.__init__.build_parser",
+            "tools.assignments.add_parser"} <= set(found)
 
 
 def test_no_function_that_parses_arguments_is_over_45_lines():
     """Wherever it lives (a command outside cli.py escaped the rule once)."""
     too_long = {name: n for name, n in argument_functions().items() if n > MAX_CLI_FUNCTION_LINES}
-    assert not too_long, (f"functions that parse arguments over {MAX_CLI_FUNCTION_LINES} lines: {too_long}: "
-                          "a command parses, hands its work to the library (course_lib.runs), and reports")
+    assert not too_long, (f"functions that parse arguments over {MAX_CLI_FUNCTION_LINES} lines: "
+                          f"{too_long}: a command parses, hands its work to the library "
+                          "(course_lib.runs), and reports")
 
 
 def test_argparse_is_used_only_by_the_cli_and_the_tools():
     users = [name for name, path in MODULES.items() if "argparse" in {
-        a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names}
-        | {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}]
+        a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import)
+        for a in n.names}
+        | {n.module for n in ast.walk(ast.parse(path.read_text()))
+           if isinstance(n, ast.ImportFrom)}]
     outside = [m for m in users if m != "__main__" and not m.startswith(("tools.", "cli."))]
-    assert not outside, (f"argparse outside course_lib/cli/ and course_lib/tools/: {outside}: commands go into "
-                         "course_lib/cli/")
+    assert not outside, (f"argparse outside course_lib/cli/ and course_lib/tools/: {outside}: "
+                         "commands go into course_lib/cli/")
 
 
 # --- the layers of CONTRIBUTING.md ------------------------------------------------------------
@@ -234,7 +244,8 @@ def test_the_layer_picture_names_every_module_and_only_modules(picture):
     unknown = [m for m in layers if m not in MODULES]
     empty = [p for p in beside if not any(is_beside(m, [p]) for m in MODULES)]
     assert not missing, f"modules missing from the layer picture in CONTRIBUTING.md: {missing}"
-    assert not unknown and not empty, f"the layer picture names modules that do not exist: {unknown + empty}"
+    assert (not unknown
+            and not empty), f"the layer picture names modules that do not exist: {unknown + empty}"
 
 
 def test_every_import_goes_down_the_layers(picture):
@@ -247,7 +258,8 @@ def test_every_import_goes_down_the_layers(picture):
             if is_beside(target, beside) and not is_beside(module, beside):
                 wrong.append(f"{module} -> {target} (beside the layers: no layer imports it)")
             elif module in layers and target in layers and layers[target] > layers[module]:
-                wrong.append(f"{module} (layer {layers[module]}) -> {target} (layer {layers[target]})")
+                wrong.append(f"{module} (layer {layers[module]}) -> {target} (layer "
+                             f"{layers[target]})")
     assert not wrong, "imports that go up the layers of CONTRIBUTING.md:\n" + "\n".join(wrong)
 
 
@@ -269,7 +281,8 @@ def environment_reads(path: Path) -> set[str]:
     names = {m for pattern in READS for m in pattern.findall(text)}
     for constant in READ_THROUGH_A_NAME.findall(text):
         value = re.search(rf"""^{constant}\s*=\s*["']([A-Z][A-Z0-9_]*)["']""", text, re.M)
-        assert value, f"{path.name} reads the variable named by {constant}, which is not a string constant there"
+        assert value, (f"{path.name} reads the variable named by {constant}, which is not a string "
+                       "constant there")
         names.add(value.group(1))
     return names
 
@@ -278,8 +291,10 @@ def test_every_environment_variable_read_is_documented_in_contributing():
     files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), ROOT / "book" / "conftest.py"]
     read = {name: sorted(str(f.relative_to(ROOT)) for f in files if name in environment_reads(f))
             for name in set().union(*(environment_reads(f) for f in files)) - SYSTEM}
-    assert "COURSE_LIB_TEST_PAUSE_AT" in read and "COURSE_LIB_SOURCE" in read  # the reader finds both forms
-    documented = CONTRIBUTING.read_text().split("\n## Environment variables", 1)[1].split("\n## ", 1)[0]
+    # the reader finds both forms
+    assert "COURSE_LIB_TEST_PAUSE_AT" in read and "COURSE_LIB_SOURCE" in read
+    documented = CONTRIBUTING.read_text().split("\n## Environment variables",
+                                                1)[1].split("\n## ", 1)[0]
     undocumented = {name: where for name, where in read.items() if f"`{name}" not in documented}
     assert not undocumented, ("environment variables read but not documented in CONTRIBUTING.md's "
                               f"'Environment variables': {undocumented}")
@@ -295,13 +310,16 @@ def module_table(text: str) -> list[str]:
     CONTRIBUTING.md (a cell may name several: `` `moe`, `hf_moe` ``), in order, repeats kept."""
     section = text.split(f"\n## {MODULE_TABLE_HEADING}\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
-    assert rows and rows[0].replace(" ", "") == "|module|holds|", f"no '| module | holds |' table: {rows[:1]}"
+    assert rows and rows[0].replace(" ", "") == "|module|holds|", (
+        f"no '| module | holds |' table: {rows[:1]}"
+    )
     return [name for row in rows[2:] for name in re.findall(r"`([\w.]+/?)`", row.split("|")[1])]
 
 
 def package_contents() -> set[str]:
     """What the table must name: every module of course_lib/ but its __init__ and __main__, every
-    package folder (``tools``, ``exercises``) by its name, every data folder with a trailing ``/``."""
+    package folder (``tools``, ``exercises``) by its name, every data folder with a trailing
+    ``/``."""
     modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
     folders = {p for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
     return modules | {p.name if (p / "__init__.py").exists() else f"{p.name}/" for p in folders}
@@ -313,8 +331,10 @@ def test_the_module_table_names_every_module_and_folder_and_nothing_else():
     expected = package_contents()
     assert {"tools", "exercises", "corpora/", "weights/"} <= expected  # the reader sees both kinds
     missing, unknown = sorted(expected - set(named)), sorted(set(named) - expected)
-    assert not missing, f"add these to the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}': {missing}"
-    assert not unknown, f"the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}' names what does not exist: {unknown}"
+    assert not missing, (f"add these to the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}': "
+                         f"{missing}")
+    assert not unknown, (f"the table of CONTRIBUTING.md's '{MODULE_TABLE_HEADING}' names what does "
+                         f"not exist: {unknown}")
     assert not twice, f"named twice in CONTRIBUTING.md's module table: {twice}"
 
 
@@ -325,4 +345,5 @@ def test_the_package_docstring_points_at_the_module_table_and_names_only_real_mo
     assert "CONTRIBUTING.md" in doc and f'"{MODULE_TABLE_HEADING}"' in " ".join(doc.split())
     assert f"\n## {MODULE_TABLE_HEADING}\n" in CONTRIBUTING.read_text()
     for name in re.findall(r"``course_lib\.([\w.]+)``", doc):
-        assert resolve(f"course_lib.{name}"), f"course_lib/__init__.py's docstring names course_lib.{name}, which does not exist"
+        assert resolve(f"course_lib.{name}"), ("course_lib/__init__.py's docstring names "
+                                               f"course_lib.{name}, which does not exist")

@@ -1,9 +1,9 @@
 """Student notebooks, both directions, for every chapter in _toc.yml:
 
 - the chapter (solution) notebook passes its exercise checks ("Correct!");
-- the student notebook built by `python -m course_lib.tools assignments build` runs up to each exercise,
-  and each check cell then fails with the student-facing "Not done yet" message: never a crash of
-  the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
+- the student notebook built by `python -m course_lib.tools assignments build` runs up to each
+  exercise, and each check cell then fails with the student-facing "Not done yet" message: never a
+  crash of the notebook machinery (NameError, SyntaxError, a stray NotImplementedError, ...).
 
 How. nbval runs every chapter and compares the stored outputs of its check cells ("Correct!");
 then, in the same kernel, tests/nbval_students.py runs the student notebook's exercise section
@@ -56,7 +56,8 @@ def average_past(x):
 def test_strip_keeps_signature_docstring_and_indentation():
     student, n = assignments.strip_solution_code(FUNCTION)
     assert n == 1
-    assert student == ('def average_past(x):\n    """x: (B, T, C) -> (B, T, C)"""\n    B, T, C = x.shape\n'
+    assert student == ('def average_past(x):\n    """x: (B, T, C) -> (B, T, C)"""\n    B, T, C = '
+                       'x.shape\n'
                        "    # YOUR CODE HERE\n    raise NotImplementedError()")
     namespace = {}
     exec(student, namespace)
@@ -65,11 +66,13 @@ def test_strip_keeps_signature_docstring_and_indentation():
 
 
 def test_strip_handles_several_regions_nesting_and_hidden_tests():
-    source = ("class A:\n    def f(self):\n        ### BEGIN SOLUTION\n        return 1\n        ### END SOLUTION\n\n"
-              "    def g(self):\n        ### BEGIN SOLUTION\n        return 2\n        ### END SOLUTION\n"
-              "### BEGIN HIDDEN TESTS\nassert A().f() == 1\n### END HIDDEN TESTS\nprint('ok')")
+    source = ("class A:\n    def f(self):\n        ### BEGIN SOLUTION\n        return 1\n        "
+              "### END SOLUTION\n\n    def g(self):\n        ### BEGIN SOLUTION\n        return "
+              "2\n        ### END SOLUTION\n### BEGIN HIDDEN TESTS\nassert A().f() == 1\n### END "
+              "HIDDEN TESTS\nprint('ok')")
     student, n = assignments.strip_solution_code(source)
-    assert n == 2 and "return" not in student and "assert" not in student and student.endswith("print('ok')")
+    assert (n == 2 and "return" not in student and "assert" not in student
+            and student.endswith("print('ok')"))
     compile(student, "cell", "exec")
 
 
@@ -84,29 +87,36 @@ def test_unbalanced_markers_are_reported(source, message):
 
 
 def test_markdown_solutions_removed_and_exercise_boxes_readable():
-    text = (":::{exercise} Average the past\n:label: ch03-ex-avg\n:class: full\nWrite `average_past(x)`.\n:::\n\n"
-            "Before.\n\n::::{solution} ch03-ex-avg\n:class: dropdown\n```python\nx\n```\n::::\nAfter.")
+    text = (":::{exercise} Average the past\n:label: ch03-ex-avg\n:class: full\nWrite "
+            "`average_past(x)`.\n:::\n\nBefore.\n\n::::{solution} ch03-ex-avg\n:class: "
+            "dropdown\n```python\nx\n```\n::::\nAfter.")
     student = assignments.exercise_boxes_to_markdown(assignments.strip_solution_markdown(text))
-    assert student == "**Exercise: Average the past**\n\nWrite `average_past(x)`.\n\nBefore.\n\nAfter."
-    assert assignments.strip_solution_markdown("A\n### BEGIN SOLUTION\nsecret\n### END SOLUTION\nB") == \
+    assert student == ("**Exercise: Average the past**\n\nWrite "
+                       "`average_past(x)`.\n\nBefore.\n\nAfter.")
+    assert assignments.strip_solution_markdown("A\n### BEGIN SOLUTION\nsecret\n### END "
+                                               "SOLUTION\nB") == \
         "A\nYOUR ANSWER HERE\nB"
 
 
 def test_check_cells_are_recognised():
     cell = nbformat.v4.new_code_cell
-    assert is_check_cell(cell("from course_lib.exercises import ch03\nch03.check_average_past(average_past)"))
+    assert is_check_cell(cell("from course_lib.exercises import "
+                              "ch03\nch03.check_average_past(average_past)"))
     assert is_check_cell(cell("check_encode(encode)"))
     assert not is_check_cell(cell("def check_shape(x):\n    return x.shape"))
     assert not is_check_cell(cell(FUNCTION))
-    assert assignments.checked_names(cell("ch03.check_a(a)\nch03.check_b(b)")) == ["check_a", "check_b"]
+    assert assignments.checked_names(cell("ch03.check_a(a)\nch03.check_b(b)")) == ["check_a",
+                                                                                   "check_b"]
 
 
 def test_student_notebook_of_a_made_up_chapter(tmp_path):
-    """Everything the builder does, on a small chapter: solutions out, skeleton visible, outputs cleared."""
+    """Everything the builder does, on a small chapter: solutions out, skeleton visible, outputs
+    cleared."""
     v4 = nbformat.v4
     nb = v4.new_notebook(cells=[
         v4.new_markdown_cell("# 3. Title"),
-        v4.new_code_cell("print(1)", execution_count=1, outputs=[v4.new_output("stream", text="1\n")]),
+        v4.new_code_cell("print(1)", execution_count=1,
+                         outputs=[v4.new_output("stream", text="1\n")]),
         v4.new_markdown_cell(":::{exercise} Average\n:label: ch03-ex-avg\nWrite it.\n:::"),
         v4.new_code_cell(FUNCTION, metadata={"tags": ["hide-input"]}),
         v4.new_code_cell("ch03.check_average_past(average_past)", execution_count=3,
@@ -122,10 +132,13 @@ def test_student_notebook_of_a_made_up_chapter(tmp_path):
     text = "\n".join(c.source for c in student.cells)
     assert "BEGIN SOLUTION" not in text and "tril" not in text and "The answer" not in text
     assert "raise NotImplementedError()" in text and "**Exercise: Average**" in text
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells
+               if c.cell_type == "code")
     assert all("hide-input" not in c.metadata.get("tags", []) for c in student.cells)
-    assert nbformat.read(book / "ch03_example.ipynb", as_version=4) == nb, "the chapter notebook must not change"
-    with pytest.raises(assignments.AssignmentError, match=r"no notebook for chapter 7 .*chapters found: 3"):
+    assert nbformat.read(book / "ch03_example.ipynb",
+                         as_version=4) == nb, "the chapter notebook must not change"
+    with pytest.raises(assignments.AssignmentError,
+                       match=r"no notebook for chapter 7 .*chapters found: 3"):
         assignments.build(tmp_path / "out", chapter=7, book_dir=book)
     with pytest.raises(assignments.AssignmentError, match="overwrite the solutions"):
         assignments.build(book, book_dir=book)
@@ -149,9 +162,10 @@ def test_nbgrader_source_notebook(tmp_path):
     assert path == tmp_path / "source" / "ch03" / "ch03_example.ipynb"
     out = nbformat.read(path, as_version=4)
     meta = [c.metadata.get("nbgrader") for c in out.cells]
-    assert meta[1] == {"grade": False, "grade_id": "ch03-average_past", "locked": False, "schema_version": 3,
-                       "solution": True, "task": False}
-    assert meta[2]["grade"] and meta[2]["locked"] and meta[2]["points"] == 2 and not meta[2]["solution"]
+    assert meta[1] == {"grade": False, "grade_id": "ch03-average_past", "locked": False,
+                       "schema_version": 3, "solution": True, "task": False}
+    assert (meta[2]["grade"] and meta[2]["locked"] and meta[2]["points"] == 2
+            and not meta[2]["solution"])
     ids = [m["grade_id"] for m in meta if m]
     assert len(ids) == len(set(ids)) == 4, ids
     assert "### BEGIN SOLUTION" in out.cells[1].source and "secret" not in str(out)
@@ -166,7 +180,8 @@ def _tiny_book(tmp_path, check="ch03.check_average_past(average_past)\nprint(ave
         v4.new_markdown_cell(":::{exercise} Average\n:label: ch03-ex-avg\nWrite it.\n:::"),
         v4.new_code_cell(FUNCTION, metadata={"tags": ["hide-input"]}),
         v4.new_code_cell(check),
-        v4.new_markdown_cell(":::{solution} ch03-ex-avg\nThe answer.\n:::", metadata={"tags": ["solution"]}),
+        v4.new_markdown_cell(":::{solution} ch03-ex-avg\nThe answer.\n:::",
+                             metadata={"tags": ["solution"]}),
         v4.new_markdown_cell("## Summary"),
     ])
     book = tmp_path / "book"
@@ -187,22 +202,30 @@ def test_otter_master_notebook(tmp_path):
     cells = nbformat.read(path, as_version=4).cells
     config = yaml.safe_load(cells[0].source)
     assert cells[0].cell_type == "raw" and cells[0].source.startswith("# ASSIGNMENT CONFIG")
-    assert config["name"] == "ch03_example" and config["tests"] == {"files": True, "ok_format": False}
-    assert config["requirements"] == [f"course_lib @ git+{repository_url()}"]  # no _config.yml beside this book
+    assert (config["name"] == "ch03_example"
+            and config["tests"] == {"files": True, "ok_format": False})
+    # no _config.yml beside this book
+    assert config["requirements"] == [f"course_lib @ git+{repository_url()}"]
     markers = [c.source.split("\n")[0] for c in cells[1:] if c.cell_type == "raw"]
-    assert markers == ["# BEGIN QUESTION", "# BEGIN SOLUTION", "# END SOLUTION", "# BEGIN TESTS", "# END TESTS",
+    assert markers == ["# BEGIN QUESTION", "# BEGIN SOLUTION", "# END SOLUTION", "# BEGIN TESTS",
+                       "# END TESTS",
                        "# END QUESTION"]
     start = next(i for i, c in enumerate(cells) if c.source.startswith("# BEGIN QUESTION"))
-    assert yaml.safe_load(cells[start].source.split("\n", 1)[1]) == {"name": "average_past", "points": 1}
+    assert yaml.safe_load(cells[start].source.split("\n",
+                                                    1)[1]) == {"name": "average_past", "points": 1}
     text, _, solution, _, _, test, _, _, after = cells[start + 1:start + 10]
     assert text.source.startswith("**Exercise: Average**")
-    assert test.source == ("def test_average_past(average_past):\n    from course_lib.exercises import ch03\n"
-                           "    ch03.check_average_past(average_past)\n\ntest_average_past(average_past)")
-    assert after.source == "print(average_past(x))", "what the check cell does besides the check stays"
+    assert test.source == (
+        "def test_average_past(average_past):\n    from course_lib.exercises "
+        "import ch03\n    ch03.check_average_past(average_past)\n\ntest_average_past(average_past)"
+    )
+    assert after.source == "print(average_past(x))", ("what the check cell does besides the check "
+                                                      "stays")
     student = "\n".join(replace_solutions(solution.source.split("\n"), "python"))
     assert student == assignments.strip_solution_code(FUNCTION)[0]
     namespace = {"torch": __import__("torch")}
-    exec(solution.source, namespace)  # the solution version still runs: the prompt is an inert string
+    # the solution version still runs: the prompt is an inert string
+    exec(solution.source, namespace)
     assert namespace["average_past"](__import__("torch").ones(1, 2, 3)).shape == (1, 2, 3)
     assert "The answer" not in str(cells) and "{exercise}" not in str(cells)
 
@@ -218,12 +241,14 @@ def test_otter_refuses_what_it_cannot_grade(tmp_path, check, message):
 
 
 def test_build_is_all_or_nothing_and_names_the_broken_notebook(tmp_path):
-    """A broken chapter 2 leaves no chapter 1 behind, whether the folder existed or not (issue 21)."""
+    """A broken chapter 2 leaves no chapter 1 behind, whether the folder existed or not (issue
+    21)."""
     book = _tiny_book(tmp_path)
     (book / "ch03_example.ipynb").rename(book / "ch01_good.ipynb")
     (book / "ch02_broken.ipynb").write_text('{"cells": [')  # cut short, as by a failed copy
     for fmt in assignments.FORMATS:
-        with pytest.raises(assignments.AssignmentError, match=r"ch02_broken\.ipynb: not a readable notebook"):
+        with pytest.raises(assignments.AssignmentError,
+                           match=r"ch02_broken\.ipynb: not a readable notebook"):
             assignments.build(tmp_path / "new" / "out", book_dir=book, fmt=fmt)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["book"], "something was left behind"
     existing = tmp_path / "existing"
@@ -233,9 +258,11 @@ def test_build_is_all_or_nothing_and_names_the_broken_notebook(tmp_path):
         assignments.build(existing, book_dir=book)
     assert [p.name for p in existing.iterdir()] == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["book", "existing"]
-    done = subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--book", str(book),
-                           "--out", str(existing)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "ch02_broken.ipynb" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build",
+                           "--book", str(book), "--out", str(existing)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode == 2 and done.stderr.count("\n") == 1
+            and "ch02_broken.ipynb" in done.stderr), done.stderr
     (book / "ch02_broken.ipynb").unlink()
     assignments.build(existing, book_dir=book)
     assert sorted(p.name for p in existing.iterdir()) == ["ch01_good.ipynb", "mine.txt"]
@@ -245,7 +272,8 @@ def test_check_results_classify_every_outcome():
     v4 = nbformat.v4
     def check(outputs, count=1):
         return v4.new_code_cell("ch02.check_x(x)", execution_count=count, outputs=outputs)
-    error = lambda ename, evalue: v4.new_output("error", ename=ename, evalue=evalue, traceback=[])  # noqa: E731
+    error = lambda ename, evalue: v4.new_output("error", ename=ename, evalue=evalue,  # noqa: E731
+                                                traceback=[])
     nb = v4.new_notebook(cells=[
         v4.new_code_cell("x = 1", execution_count=1),
         check([v4.new_output("stream", text="some output\nCorrect! well done.\nmore\n")]),
@@ -256,7 +284,8 @@ def test_check_results_classify_every_outcome():
         check([v4.new_output("stream", text="nothing\n")]),
     ])
     results = assignments.check_results(nb)
-    assert [r.status for r in results] == ["correct", "not done", "wrong", "error", "not run", "wrong"]
+    assert [r.status for r in results] == ["correct", "not done", "wrong", "error", "not run",
+                                           "wrong"]
     assert [r.cell for r in results] == [1, 2, 3, 4, 5, 6]
     assert results[0].message == "Correct! well done." and results[0].checks == ["check_x"]
     assert results[3].message == "NameError: name 'x' is not defined"
@@ -270,7 +299,8 @@ def test_missing_nbformat_gives_an_install_hint(monkeypatch, tmp_path):
 
 @pytest.mark.slow  # starts subprocesses (kernels, the CLI): over 10 s
 def test_command_line(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "course_lib.tools",  # noqa: E731
+                                     "assignments", *a],
                                     cwd=ROOT, capture_output=True, text=True, timeout=120)
     first = chapter_number(CHAPTERS[0])
     done = run("build", "--chapter", str(first), "--out", str(tmp_path))
@@ -303,24 +333,30 @@ def student_notebook(chapter, student_dir):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_student_notebook_structure(chapter, student_dir):
     """The student notebook is the chapter with only the solutions changed, so everything before
-    the exercises runs exactly as in the chapter (which is why the prefix runs only once, from the chapter)."""
+    the exercises runs exactly as in the chapter (which is why the prefix runs only once, from the
+    chapter)."""
     source = nbformat.read(source_path(chapter), as_version=4)
     student = student_notebook(chapter, student_dir)
     src_code = [c for c in source.cells if c.cell_type == "code"]
     stu_code = [c for c in student.cells if c.cell_type == "code"]
-    assert len(src_code) == len(stu_code), f"{chapter}: the student notebook lost or gained code cells"
+    assert len(src_code) == len(stu_code), (f"{chapter}: the student notebook lost or gained code "
+                                            "cells")
     for i, (a, b) in enumerate(zip(src_code, stu_code)):
         if has_solution(a):
             assert "raise NotImplementedError()" in b.source and "BEGIN SOLUTION" not in b.source
-            assert "hide-input" not in b.metadata.get("tags", []), f"{chapter}: code cell {i} is still hidden"
+            assert "hide-input" not in b.metadata.get("tags", []), (
+                f"{chapter}: code cell {i} is still hidden"
+            )
         else:
             assert a.source == b.source, f"{chapter}: code cell {i} changed in the student notebook"
-        assert not b.outputs and b.execution_count is None, f"{chapter}: code cell {i} keeps its outputs"
+        assert (not b.outputs
+                and b.execution_count is None), f"{chapter}: code cell {i} keeps its outputs"
     text = "\n".join(c.source for c in student.cells)
     for leftover in ("BEGIN SOLUTION", "END SOLUTION", "{solution}", "{exercise}"):
         assert leftover not in text, f"{chapter}: the student notebook still contains {leftover!r}"
     assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
-    assert any(is_check_cell(c) for c in student.cells), f"{chapter}: the student notebook has no check cell"
+    assert any(is_check_cell(c)
+               for c in student.cells), f"{chapter}: the student notebook has no check cell"
 
 
 # --- executing chapters and student notebooks --------------------------------------------------
@@ -339,8 +375,10 @@ def test_nbval_compares_every_check_cell(chapter):
     nb = nbformat.read(source_path(chapter), as_version=4)
     for i, cell in enumerate(nb.cells):
         if is_check_cell(cell):
-            assert not set(cell.metadata.get("tags", [])) & set(NBVAL_OFF) and "NBVAL_" not in cell.source, \
-                f"{chapter}, cell {i}: nbval must compare the output of a check cell"
+            assert (
+                not set(cell.metadata.get("tags", [])) & set(NBVAL_OFF)
+                and "NBVAL_" not in cell.source
+            ), f"{chapter}, cell {i}: nbval must compare the output of a check cell"
 
 
 def _made_up_chapter(path: Path, check_body: str, after: str = "") -> None:
@@ -349,12 +387,13 @@ def _made_up_chapter(path: Path, check_body: str, after: str = "") -> None:
         v4.new_code_cell("from course_lib.exercises import call, passed\n"
                          f"def check_double(fn):\n{check_body}"),
         v4.new_markdown_cell(":::{exercise} Double\n:label: ex-double\nWrite `double(x)`.\n:::"),
-        v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
-                         "answer = double(21)"),
+        v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END "
+                         "SOLUTION\nanswer = double(21)"),
         v4.new_code_cell("check_double(double)"),
         v4.new_code_cell(after or "print('after the exercises')"),
     ])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     nbformat.write(nb, path)
 
 
@@ -362,11 +401,14 @@ def _made_up_chapter(path: Path, check_body: str, after: str = "") -> None:
 def test_nbval_plugin_runs_the_student_exercises_in_the_chapters_kernel(tmp_path):
     good = "    assert call(fn, 2) == 4\n    passed('doubles')"
     _made_up_chapter(tmp_path / "ch01_good.ipynb", good)
-    _made_up_chapter(tmp_path / "ch02_lenient.ipynb", "    passed('always')")  # passes unfinished work
-    _made_up_chapter(tmp_path / "ch03_bare.ipynb", "    assert fn(2) == 4\n    passed('doubles')")  # no call()
-    _made_up_chapter(tmp_path / "ch04_crash.ipynb", good, after="print(answer)\ndel answer")  # answer: solution only
-    done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--nbval-lax", "-p", "tests.nbval_students",
-                           "-p", "no:cacheprovider", "-q", "-rf"],
+    # passes unfinished work
+    _made_up_chapter(tmp_path / "ch02_lenient.ipynb", "    passed('always')")
+    # no call()
+    _made_up_chapter(tmp_path / "ch03_bare.ipynb", "    assert fn(2) == 4\n    passed('doubles')")
+    # answer: solution only
+    _made_up_chapter(tmp_path / "ch04_crash.ipynb", good, after="print(answer)\ndel answer")
+    done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--nbval-lax", "-p",
+                           "tests.nbval_students", "-p", "no:cacheprovider", "-q", "-rf"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = done.stdout
     summary = out.split("short test summary")[-1]
@@ -386,8 +428,8 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     """As a student gets it: built by the CLI, executed top to bottom by nbclient in its own folder
     (with the chapter's data files, if any, beside it, as on the website's download)."""
     n = chapter_number(chapter)
-    subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter", str(n),
-                    "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "course_lib.tools", "assignments", "build", "--chapter",
+                    str(n), "--out", str(tmp_path)], cwd=ROOT, check=True, timeout=120)
     path = tmp_path / f"{Path(chapter).name}.ipynb"
     executed = execute_notebook(path, timeout=TIMEOUT, allow_errors=True)
     results = assignments.check_results(executed)
@@ -395,6 +437,13 @@ def test_student_notebook_from_the_command_line_runs_in_full(chapter, tmp_path):
     wrong = [r for r in results if r.status != "not done"]
     assert not wrong, f"{chapter}: every check should say '{NOT_DONE}': {wrong}"
     for index, cell in enumerate(executed.cells):
-        e = next((o for o in cell.outputs if o.output_type == "error"), None) if cell.cell_type == "code" and not is_check_cell(cell) else None
-        assert e is None or e.ename == "NotImplementedError" or "raises-exception" in cell.metadata.get("tags", []), \
-            f"{chapter}: student notebook cell {index} crashed with {e.ename}: {e.evalue} (only check cells may fail)"
+        e = (next((o for o in cell.outputs if o.output_type == "error"), None)
+             if cell.cell_type == "code" and not is_check_cell(cell) else None)
+        assert (
+            e is None
+            or e.ename == "NotImplementedError"
+            or "raises-exception" in cell.metadata.get("tags", [])
+        ), (
+            f"{chapter}: student notebook cell {index} crashed with {e.ename}: {e.evalue} (only "
+            "check cells may fail)"
+        )

@@ -73,7 +73,8 @@ def test_incremental_attention_with_cache_equals_full():
     x = torch.randn(2, 9, 16)
     full = attn(x)
     cache = A.LayerKVCache(12)
-    parts = [attn(x[:, :4], cache), attn(x[:, 4:6], cache)] + [attn(x[:, t : t + 1], cache) for t in range(6, 9)]
+    parts = ([attn(x[:, :4], cache),
+              attn(x[:, 4:6], cache)] + [attn(x[:, t : t + 1], cache) for t in range(6, 9)])
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
 
 
@@ -98,7 +99,8 @@ def _non_contiguous(layout):
 
 @pytest.mark.parametrize("layout", ["cuda", "last"])
 @pytest.mark.parametrize("n_kv_head", [2, 1], ids=["gqa", "mqa"])
-def test_kv_cache_generation_survives_a_non_contiguous_attention_output(monkeypatch, layout, n_kv_head):
+def test_kv_cache_generation_survives_a_non_contiguous_attention_output(monkeypatch, layout,
+                                                                        n_kv_head):
     """Regression (issue 31): the one-token cached path of grouped-query attention called .view
     on SDPA's output, which CUDA returns non-contiguous, so sampling a GQA model on a GPU raised
     "view size is not compatible". Generation with the cache must equal generation without it."""
@@ -113,7 +115,8 @@ def test_kv_cache_generation_survives_a_non_contiguous_attention_output(monkeypa
     plain = generate(model, idx, 15, temperature=0)
     cached = generate(model, idx, 15, temperature=0, use_cache=True)
     assert torch.equal(plain, cached)
-    sampled = [generate(model, idx, 15, generator=torch.Generator().manual_seed(2), use_cache=c) for c in (False, True)]
+    sampled = [generate(model, idx, 15, generator=torch.Generator().manual_seed(2), use_cache=c)
+               for c in (False, True)]
     assert torch.equal(*sampled)
 
 
@@ -158,7 +161,8 @@ def test_padding_mask_left():
 
 
 def test_causal_padding_mask_combines_by_broadcasting():
-    real = torch.tensor([[True, True, True, False], [False, True, True, True]])  # right, left padded
+    # right, left padded
+    real = torch.tensor([[True, True, True, False], [False, True, True, True]])
     m = A.causal_padding_mask(real)
     assert m.shape == (2, 1, 4, 4)
     causal = A.causal_mask(4)
@@ -199,7 +203,8 @@ def test_masked_attention_ignores_padded_keys_and_matches_the_written_out_path()
     assert torch.allclose(y[0], attn(x[:1])[0], atol=1e-6)
     attn.need_weights = True
     assert torch.allclose(attn(x, mask=mask), y, atol=1e-6)
-    assert (attn.last_weights[1, :, 2:, :2] == 0).all()  # real queries put exactly zero weight on pads
+    # real queries put exactly zero weight on pads
+    assert (attn.last_weights[1, :, 2:, :2] == 0).all()
     attn.need_weights = False
     # with a cache: the mask covers past + new keys
     cache = A.LayerKVCache(12)

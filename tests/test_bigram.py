@@ -58,7 +58,8 @@ def test_bigram_probs_rows_sum_to_one_and_smoothing():
         assert torch.allclose(P.sum(1), torch.ones(6))
     assert (bigram_probs(torch.tensor([0, 1, 0, 1]), 3, 1.0) > 0).all()
     unsmoothed = bigram_probs(torch.tensor([0, 1, 0, 1]), 3, 0.0)
-    assert torch.equal(unsmoothed[2], torch.zeros(3))  # token 2 never occurs: an all-zero row, not NaN
+    # token 2 never occurs: an all-zero row, not NaN
+    assert torch.equal(unsmoothed[2], torch.zeros(3))
     with pytest.raises(ValueError, match="smoothing"):
         bigram_probs(data, 6, -1.0)
 
@@ -96,7 +97,8 @@ def test_forward_shapes_loss_and_lookup():
     idx = torch.randint(11, (3, 5))
     logits, loss = model(idx)
     assert logits.shape == (3, 5, 11) and loss is None
-    assert torch.equal(logits, model.token_embedding_table.weight[idx])  # an embedding is a row lookup
+    # an embedding is a row lookup
+    assert torch.equal(logits, model.token_embedding_table.weight[idx])
     targets = torch.randint(11, (3, 5))
     _, loss = model(idx, targets)
     assert torch.allclose(loss, F.cross_entropy(logits.view(15, 11), targets.view(15)))
@@ -146,13 +148,14 @@ def test_config_validation_and_round_trip():
 def test_trainer_trains_the_bigram_model_towards_the_counting_optimum():
     g = torch.Generator().manual_seed(4)
     # A text with a strong bigram structure: token t is mostly followed by (t + 1) % 6.
-    steps = torch.where(torch.rand(3000, generator=g) < 0.8, 1, torch.randint(6, (3000,), generator=g))
+    steps = torch.where(torch.rand(3000, generator=g) < 0.8, 1,
+                        torch.randint(6, (3000,), generator=g))
     data = torch.cumsum(steps, 0) % 6
     train, val = data[:2700], data[2700:]
     torch.manual_seed(0)
     model = BigramLanguageModel(6, block_size=8)
-    config = TrainConfig(max_iters=300, batch_size=16, learning_rate=5e-2, warmup_iters=0, weight_decay=0.0,
-                         eval_interval=100, eval_iters=5)
+    config = TrainConfig(max_iters=300, batch_size=16, learning_rate=5e-2, warmup_iters=0,
+                         weight_decay=0.0, eval_interval=100, eval_iters=5)
     history = Trainer(model, train, val, config, progress=False).train()
     assert len(history["loss"]) == 300
     best = BigramLanguageModel.from_probs(bigram_probs(train, 6, 0.0))
@@ -166,14 +169,17 @@ def test_trainer_checkpoint_round_trip(tmp_path):
     data = torch.randint(5, (500,), generator=torch.Generator().manual_seed(5))
     config = TrainConfig(max_iters=20, batch_size=4, eval_interval=10, eval_iters=2, warmup_iters=0)
     torch.manual_seed(0)
-    trainer = Trainer(BigramLanguageModel(5, block_size=4), data, data, config, out_dir=tmp_path, progress=False)
+    trainer = Trainer(BigramLanguageModel(5, block_size=4), data, data, config, out_dir=tmp_path,
+                      progress=False)
     trainer.train(until=10)
     trainer.save()
-    resumed = Trainer.resume(tmp_path / "ckpt.pt", BigramLanguageModel(5, block_size=4), data, data, progress=False)
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", BigramLanguageModel(5, block_size=4), data, data,
+                             progress=False)
     assert resumed.step == 10
     resumed.train()
     trainer.train()
-    assert torch.equal(resumed.model.token_embedding_table.weight, trainer.model.token_embedding_table.weight)
+    assert torch.equal(resumed.model.token_embedding_table.weight,
+                       trainer.model.token_embedding_table.weight)
 
 
 def test_generate_works_with_the_bigram_model():

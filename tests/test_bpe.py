@@ -82,21 +82,22 @@ def test_ties_go_to_the_lexicographically_greatest_pair():
 
 
 def test_merges_counted_by_hand():
-    """"aaabdaaabac" (Wikipedia's BPE example) is one pre-token; its adjacent pairs, counted by hand:
-    aa aa ab bd da aa aa ab ba ac, so (a, a) is the most frequent (4) and is merged first, left to
-    right: aa a b d aa a b a c. Now (aa, a) and (a, b) occur twice each, a tie that goes to the greater
-    pair: b"aa" > b"a" in the left place, so (aa, a) -> aaa b d aaa b a c. (aaa, b) is the only pair
-    seen twice -> aaab d aaab a c. The four pairs left occur once each; the greatest left part is
-    b"d": (d, aaab)."""
+    """"aaabdaaabac" (Wikipedia's BPE example) is one pre-token; its adjacent pairs, counted by
+    hand: aa aa ab bd da aa aa ab ba ac, so (a, a) is the most frequent (4) and is merged first,
+    left to right: aa a b d aa a b a c. Now (aa, a) and (a, b) occur twice each, a tie that goes to
+    the greater pair: b"aa" > b"a" in the left place, so (aa, a) -> aaa b d aaa b a c. (aaa, b) is
+    the only pair seen twice -> aaab d aaab a c. The four pairs left occur once each; the greatest
+    left part is b"d": (d, aaab)."""
     vocab, merges = train_bpe(text="aaabdaaabac", vocab_size=260)
     assert merges == [(b"a", b"a"), (b"aa", b"a"), (b"aaa", b"b"), (b"d", b"aaab")]
     assert [vocab[i] for i in range(256, 260)] == [b"aa", b"aaa", b"aaab", b"daaab"]
 
 
 def test_first_merges_on_shakespeare(shakespeare_tok):
-    """The first merge is the most frequent adjacent byte pair inside GPT-2's pre-tokens of the whole
-    text, counted here directly; the next ones must be what the straightforward algorithm (recount
-    every pair after every merge) picks. 512 = 256 bytes + 255 merges + <|endoftext|>, id 511."""
+    """The first merge is the most frequent adjacent byte pair inside GPT-2's pre-tokens of the
+    whole text, counted here directly; the next ones must be what the straightforward algorithm
+    (recount every pair after every merge) picks. 512 = 256 bytes + 255 merges + <|endoftext|>, id
+    511."""
     pairs = Counter()
     for piece, n in pretoken_counts(SHAKESPEARE).items():
         b = piece.encode("utf-8")
@@ -195,8 +196,8 @@ def test_encode_iterable_equals_encoding_the_whole(shakespeare_tok, chunks):
     assert list(shakespeare_tok.encode_iterable(chunks)) == shakespeare_tok.encode(text)
 
 
-@given(st.lists(st.sampled_from(["a", " ", "  ", "\n", "\n\n", "b ", "<|", "endoftext", "|>", ENDOFTEXT, "1",
-                                 "'s", "é", "  \n "]), max_size=20))
+@given(st.lists(st.sampled_from(["a", " ", "  ", "\n", "\n\n", "b ", "<|", "endoftext", "|>",
+                                 ENDOFTEXT, "1", "'s", "é", "  \n "]), max_size=20))
 def test_encode_iterable_at_awkward_boundaries(shakespeare_tok, chunks):
     assert list(shakespeare_tok.encode_iterable(chunks)) == shakespeare_tok.encode("".join(chunks))
 
@@ -281,7 +282,8 @@ def test_checkpoint_stores_the_tokenizer(tmp_path, shakespeare_tok):
     from course_lib.checkpoint import load_checkpoint, load_tokenizer, save_checkpoint
     from course_lib.model import GPT, GPTConfig
 
-    model = GPT(GPTConfig(vocab_size=shakespeare_tok.vocab_size, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    model = GPT(GPTConfig(vocab_size=shakespeare_tok.vocab_size, block_size=8, n_layer=1, n_head=1,
+                          n_embd=8))
     path = save_checkpoint(tmp_path / "ckpt.pt", model, tokenizer=shakespeare_tok)
     tok = load_tokenizer(load_checkpoint(path))
     assert isinstance(tok, BPETokenizer)
@@ -348,7 +350,8 @@ def test_library_naive_trainer_agrees():
     from course_lib.bpe_train import train_bpe_naive
 
     text = SLICE[:8000] + ENDOFTEXT + SLICE[8000:12000]
-    assert train_bpe_naive(text, 300, [ENDOFTEXT]) == train_bpe(text=text, vocab_size=300, special_tokens=[ENDOFTEXT])
+    assert train_bpe_naive(text, 300, [ENDOFTEXT]) == train_bpe(text=text, vocab_size=300,
+                                                                special_tokens=[ENDOFTEXT])
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=127)), st.sampled_from(["gpt2", "cl100k"]))
@@ -372,7 +375,8 @@ def test_ascii_fast_pattern_on_edge_cases():
     import regex
 
     from course_lib.pretokenize import ASCII_PATTERNS
-    text = "a\x0b\x0c\x1c\x1d\x1e\x1f b  \n\n x'S'll 12345 \t\r\n  \x0b\n  y  "  # \x1c-\x1f: str.isspace(), not \s
+    # \x1c-\x1f: str.isspace(), not \s
+    text = "a\x0b\x0c\x1c\x1d\x1e\x1f b  \n\n x'S'll 12345 \t\r\n  \x0b\n  y  "
     for pattern, fast in ASCII_PATTERNS.items():
         assert re.findall(fast, text, re.ASCII) == regex.findall(pattern, text)
 
@@ -390,7 +394,8 @@ def test_bpe_preset_trains_saves_and_samples(tmp_path):
     assert preset.tokenizer == {"type": "bpe", "vocab_size": 512} and preset.model.vocab_size == 512
     assert get_preset("shakespeare-char-cpu").tokenizer == "char"
     settings = {"n_layer": 1, "max_iters": 6, "eval_interval": 3, "eval_iters": 2}
-    run = start_run("shakespeare-bpe-cpu", settings=settings, device="cpu", out_dir=tmp_path, progress=False)
+    run = start_run("shakespeare-bpe-cpu", settings=settings, device="cpu", out_dir=tmp_path,
+                    progress=False)
     tok, model = run.tokenizer, run.trainer.model  # what the command line builds
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == preset.model.vocab_size
     history = run.trainer.train()

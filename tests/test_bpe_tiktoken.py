@@ -38,7 +38,8 @@ def ours():
 
 @pytest.fixture(scope="module")
 def reference():
-    return tiktoken.Encoding(name="cl100k_base", pat_str=CL100K_PATTERN, mergeable_ranks=read_tiktoken_ranks(RANKS),
+    return tiktoken.Encoding(name="cl100k_base", pat_str=CL100K_PATTERN,
+                             mergeable_ranks=read_tiktoken_ranks(RANKS),
                              special_tokens=CL100K_SPECIAL_TOKENS)
 
 
@@ -68,7 +69,8 @@ def test_any_string(ours, reference, text):
     assert ours.encode(text) == reference.encode_ordinary(text)
 
 
-@given(st.lists(st.sampled_from(list(" \t\n\r\u00a0'sdmtlvreA1é你🎉.!,-_") + ["'s", "'LL", "  \n", "123456"]),
+@given(st.lists(st.sampled_from(list(" \t\n\r\u00a0'sdmtlvreA1é你🎉.!,-_") + ["'s", "'LL", "  \n",
+                                                                            "123456"]),
                 max_size=40))
 def test_strings_made_of_the_pattern_edges(ours, reference, pieces):
     text = "".join(pieces)
@@ -78,4 +80,5 @@ def test_strings_made_of_the_pattern_edges(ours, reference, pieces):
 def test_decode_of_tiktoken_ids(ours, reference):
     ids = reference.encode("Unicode: ∀x∈ℝ, 🎉 and 你好")
     assert ours.decode(ids) == reference.decode(ids)
-    assert ours.decode(ids[:-1]) == reference.decode(ids[:-1])  # a character cut in the middle: U+FFFD
+    # a character cut in the middle: U+FFFD
+    assert ours.decode(ids[:-1]) == reference.decode(ids[:-1])

@@ -5,7 +5,8 @@ import operator
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from course_lib.chat.calculator import (MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, CalculatorError, calculate, evaluate,
+from course_lib.chat.calculator import (MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, CalculatorError,
+                                        calculate, evaluate,
                                    format_number)
 
 OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
@@ -76,9 +77,9 @@ def test_it_never_raises_on_texts_made_of_its_own_characters(text):
 
 
 @pytest.mark.parametrize("text, answer", [
-    ("12+7", "19"), ("2*(3+4)", "14"), ("7/2", "3.5"), ("6/3", "2"), ("10-2-3", "5"), ("2+3*4", "14"),
-    ("-3+5", "2"), ("--3", "3"), (" 1 + 2 ", "3"), ("1/3", "0.3333333333"), ("0.1+0.2", "0.3"),
-    ("1.5*2", "3"), ("1/3000000", "0.0000003333333333"),
+    ("12+7", "19"), ("2*(3+4)", "14"), ("7/2", "3.5"), ("6/3", "2"), ("10-2-3", "5"),
+    ("2+3*4", "14"), ("-3+5", "2"), ("--3", "3"), (" 1 + 2 ", "3"), ("1/3", "0.3333333333"),
+    ("0.1+0.2", "0.3"), ("1.5*2", "3"), ("1/3000000", "0.0000003333333333"),
 ])
 def test_examples(text, answer):
     assert calculate(text) == answer
@@ -86,11 +87,12 @@ def test_examples(text, answer):
 
 @pytest.mark.parametrize("text, error", [
     ("1/0", "division by zero"), ("5/(2-2)", "division by zero"), ("1" * 65, "too long"),
-    ("2**3", "unexpected '*'"), ("__import__('os')", "bad character '_'"), ("abs(1)", "bad character 'a'"),
-    ("1e5", "bad character 'e'"), ("", "incomplete expression"), ("1+", "incomplete expression"),
-    ("(1+2", "not closed"), ("1+2)", "unexpected ')'"), ("3.", "ends in '.'"), (".5", "unexpected '.'"),
-    ("9999999*9999999", "too large"), ("1" * 13, "too large"), ("-" * 20 + "1", "too deep"),
-    ("(" * 20 + "1" + ")" * 20, "too deep"), ("1 2", "unexpected '2'"), ("\u0661+1", "bad character"),
+    ("2**3", "unexpected '*'"), ("__import__('os')", "bad character '_'"),
+    ("abs(1)", "bad character 'a'"), ("1e5", "bad character 'e'"), ("", "incomplete expression"),
+    ("1+", "incomplete expression"), ("(1+2", "not closed"), ("1+2)", "unexpected ')'"),
+    ("3.", "ends in '.'"), (".5", "unexpected '.'"), ("9999999*9999999", "too large"),
+    ("1" * 13, "too large"), ("-" * 20 + "1", "too deep"), ("(" * 20 + "1" + ")" * 20, "too deep"),
+    ("1 2", "unexpected '2'"), ("\u0661+1", "bad character"),
 ])
 def test_errors_are_answers_that_say_why(text, error):
     answer = calculate(text)

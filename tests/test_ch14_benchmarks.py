@@ -1,6 +1,6 @@
-"""Chapter 14's benchmarks share one set-up (benchmarks/ch14_setup.py): a run of the CPU preset built
-by course_lib.runs. It must train exactly what the benchmarks built inline before it (the stored
-records were made that way), and its fixed validation batches must not depend on the run."""
+"""Chapter 14's benchmarks share one set-up (benchmarks/ch14_setup.py): a run of the CPU preset
+built by course_lib.runs. It must train exactly what the benchmarks built inline before it (the
+stored records were made that way), and its fixed validation batches must not depend on the run."""
 import importlib.util
 import json
 from dataclasses import replace
@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_setup():
-    spec = importlib.util.spec_from_file_location("ch14_setup", ROOT / "benchmarks" / "ch14_setup.py")
+    spec = importlib.util.spec_from_file_location("ch14_setup",
+                                                  ROOT / "benchmarks" / "ch14_setup.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,8 +33,8 @@ def inline_run(steps, seed, options):
     train_data, val_data = train_val_split(torch.tensor(tok.encode(text), dtype=torch.long))
     preset = get_preset("shakespeare-char-cpu")
     base = replace(preset.model, vocab_size=tok.vocab_size)
-    train_config = replace(preset.train, max_iters=steps, warmup_iters=max(1, steps // 10), eval_interval=steps,
-                           eval_iters=1, seed=seed)
+    train_config = replace(preset.train, max_iters=steps, warmup_iters=max(1, steps // 10),
+                           eval_interval=steps, eval_iters=1, seed=seed)
     seed_everything(seed)
     model = GPT(replace(base, **options))
     Trainer(model, train_data, val_data, train_config, progress=False, verbose=False).train()
@@ -49,7 +50,8 @@ def test_shared_setup_trains_what_the_benchmarks_built_inline():
     assert run.trainer.model.config == model.config
     assert run.trainer.config.warmup_iters == 1 and run.trainer.config.seed == 1
     assert torch.equal(run.val_data, val_data)
-    for (name, a), (_, b) in zip(run.trainer.model.state_dict().items(), model.state_dict().items()):
+    for (name, a), (_, b) in zip(run.trainer.model.state_dict().items(),
+                                 model.state_dict().items()):
         assert torch.equal(a, b), name
 
 
@@ -80,12 +82,17 @@ def test_write_record_is_atomic_and_names_its_command_and_commit(tmp_path):
 
 
 def test_norm_speed_traces_what_each_norm_runs():
-    spec = importlib.util.spec_from_file_location("norm_speed", ROOT / "benchmarks" / "norm_speed.py")
+    spec = importlib.util.spec_from_file_location("norm_speed",
+                                                  ROOT / "benchmarks" / "norm_speed.py")
     norm_speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(norm_speed)
     x, w = torch.randn(2, 4, 8), torch.ones(8)
     with torch.no_grad():
-        layer_norm = norm_speed.aten_trace(lambda: torch.nn.functional.layer_norm(x, (8,), w, None, 1e-5))
-        written_out = norm_speed.aten_trace(lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w)
+        layer_norm = norm_speed.aten_trace(lambda: torch.nn.functional.layer_norm(x, (8,), w, None,
+                                                                                  1e-5))
+        written_out = norm_speed.aten_trace(
+            lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+        )
     assert layer_norm == ["aten::layer_norm > aten::native_layer_norm"]
-    assert written_out == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
+    assert written_out == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul",
+                           "aten::mul"]

@@ -5,8 +5,9 @@ import torch
 import torch.nn as nn
 
 from course_lib.bigram import BigramConfig, BigramLanguageModel
-from course_lib.checkpoint import (FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_model, load_tokenizer,
-                                   restore_rng, rng_state, save_checkpoint, unwrap, unwrapped_state_dict, write_atomic)
+from course_lib.checkpoint import (FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint,
+                                   load_model, load_tokenizer, restore_rng, rng_state,
+                                   save_checkpoint, unwrap, unwrapped_state_dict, write_atomic)
 from course_lib.data import load_text, train_val_split
 from course_lib.model import GPT, GPTConfig
 from course_lib.registry import MODELS, register_model
@@ -21,12 +22,13 @@ TRAIN, VAL = train_val_split(torch.tensor(TOK.encode(TEXT)))
 
 @pytest.fixture
 def model(tiny_model):
-    return lambda seed=0, **changes: tiny_model(seed, **{"vocab_size": TOK.vocab_size, "n_embd": 32, **changes})
+    return lambda seed=0, **changes: tiny_model(seed, **{"vocab_size": TOK.vocab_size, "n_embd": 32,
+                                                         **changes})
 
 
 def tiny_train_config(**kw):
-    return TrainConfig(**{**dict(max_iters=30, batch_size=8, learning_rate=3e-3, warmup_iters=5, eval_interval=10,
-                                 eval_iters=4), **kw})
+    return TrainConfig(**{**dict(max_iters=30, batch_size=8, learning_rate=3e-3, warmup_iters=5,
+                                 eval_interval=10, eval_iters=4), **kw})
 
 
 def test_checkpoint_is_written_atomically(tmp_path, monkeypatch, tiny_model):
@@ -47,7 +49,8 @@ def test_checkpoint_is_written_atomically(tmp_path, monkeypatch, tiny_model):
 def test_missing_truncated_and_foreign_checkpoints_are_clear_errors(tmp_path, model):
     with pytest.raises(FileNotFoundError, match="no checkpoint at .*train one first"):
         load_checkpoint(tmp_path / "nope.pt")
-    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
+    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path,
+                      progress=False)
     trainer.train()
     good = (tmp_path / "ckpt.pt").read_bytes()
     truncated = tmp_path / "truncated.pt"
@@ -61,9 +64,11 @@ def test_missing_truncated_and_foreign_checkpoints_are_clear_errors(tmp_path, mo
 
 
 def test_checkpoint_from_a_different_config_names_the_difference(tmp_path, model):
-    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path, progress=False)
+    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=2), out_dir=tmp_path,
+                      progress=False)
     trainer.train()
-    three_layers = GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=3, n_head=2, n_embd=32))
+    three_layers = GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=16, n_layer=3, n_head=2,
+                                 n_embd=32))
     other = Trainer(three_layers, TRAIN, VAL, tiny_train_config(), progress=False)
     with pytest.raises(CheckpointError, match="n_layer: checkpoint 2, model 3"):
         other.load_state(load_checkpoint(tmp_path / "ckpt.pt"), tmp_path / "ckpt.pt")
@@ -72,8 +77,8 @@ def test_checkpoint_from_a_different_config_names_the_difference(tmp_path, model
 
 
 def test_a_checkpoint_holds_everything_a_run_needs(tmp_path, model):
-    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=3), out_dir=tmp_path, tokenizer=TOK,
-                      progress=False)
+    trainer = Trainer(model(), TRAIN, VAL, tiny_train_config(max_iters=3), out_dir=tmp_path,
+                      tokenizer=TOK, progress=False)
     trainer.train()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["format"] == FORMAT and ckpt["version"] == FORMAT_VERSION
@@ -81,7 +86,8 @@ def test_a_checkpoint_holds_everything_a_run_needs(tmp_path, model):
     assert ckpt["tokenizer"] == TOK.to_dict() and ckpt["train_config"]["max_iters"] == 3
     assert ckpt["step"] == 3 and len(ckpt["history"]["loss"]) == 3
     assert set(ckpt["rng"]) == {"torch", "generator", "cuda"} and ckpt["optimizer"]["state"]
-    assert torch.equal(ckpt["rng"]["generator"], trainer.generator.get_state())  # the batch stream, as it is now
+    # the batch stream, as it is now
+    assert torch.equal(ckpt["rng"]["generator"], trainer.generator.get_state())
 
 
 def test_the_rng_part_round_trips(tmp_path, tiny_model):
@@ -91,7 +97,8 @@ def test_the_rng_part_round_trips(tmp_path, tiny_model):
     for g in streams:
         torch.rand(5, generator=g)
     torch.manual_seed(42)
-    path = save_checkpoint(tmp_path / "r.pt", tiny_model(), batch_streams=[g.get_state() for g in streams])
+    path = save_checkpoint(tmp_path / "r.pt", tiny_model(),
+                           batch_streams=[g.get_state() for g in streams])
     expected_next = torch.rand(3)  # what the global generator draws after the save
     torch.manual_seed(7)  # the world moves on
     saved = restore_rng(load_checkpoint(path)["rng"])
@@ -99,14 +106,16 @@ def test_the_rng_part_round_trips(tmp_path, tiny_model):
     assert len(saved) == 3 and all(torch.equal(a, b.get_state()) for a, b in zip(saved, streams))
     one = rng_state([streams[0].get_state()])
     assert "streams" not in one and restore_rng(one)[0] is one["generator"]
-    assert load_checkpoint(save_checkpoint(tmp_path / "m.pt", tiny_model()))["rng"] is None  # a model alone
+    # a model alone
+    assert load_checkpoint(save_checkpoint(tmp_path / "m.pt", tiny_model()))["rng"] is None
 
 
 def test_another_version_is_refused_with_what_to_do(tmp_path, tiny_model):
     path = save_checkpoint(tmp_path / "new.pt", tiny_model())
     ckpt = torch.load(path, weights_only=True)
     write_atomic(tmp_path / "future.pt", {**ckpt, "version": FORMAT_VERSION + 1})
-    with pytest.raises(CheckpointError, match=f"format version {FORMAT_VERSION + 1}.*reads version {FORMAT_VERSION}"):
+    with pytest.raises(CheckpointError, match=f"format version {FORMAT_VERSION + 1}.*reads version "
+                                              f"{FORMAT_VERSION}"):
         load_checkpoint(tmp_path / "future.pt")
     old = {k: v for k, v in ckpt.items() if k not in ("version", "model_kind")}
     write_atomic(tmp_path / "old.pt", {**old, "format": "course_lib-checkpoint-v1"})
@@ -127,7 +136,8 @@ def test_unknown_and_unregistered_model_kinds_are_clear_errors(tmp_path, tiny_mo
     class Mystery(nn.Module):
         config = GPTConfig()
 
-    with pytest.raises(CheckpointError, match="Mystery is not a registered model kind.*registry.register_model"):
+    with pytest.raises(CheckpointError,
+                       match="Mystery is not a registered model kind.*registry.register_model"):
         save_checkpoint(tmp_path / "x.pt", Mystery())
     ckpt = torch.load(save_checkpoint(tmp_path / "gpt.pt", tiny_model()), weights_only=True)
     write_atomic(tmp_path / "alien.pt", {**ckpt, "model_kind": "alien"})

@@ -5,8 +5,9 @@ import math
 import torch
 
 from course_lib import GPT, GPTConfig, Trainer, TrainConfig
-from course_lib.classify import (PAD, SPEAKERS, GPTClassifier, NaiveBayes, accuracy, classify_batch_fn,
-                                 encode_left, majority_accuracy, speaker_splits, speeches, words)
+from course_lib.classify import (PAD, SPEAKERS, GPTClassifier, NaiveBayes, accuracy,
+                                 classify_batch_fn, encode_left, majority_accuracy, speaker_splits,
+                                 speeches, words)
 from course_lib.data import load_text
 from course_lib.tokenizers import CharTokenizer
 
@@ -66,8 +67,8 @@ def test_a_few_steps_fit_a_tiny_training_set():
     assert max(sum(y == k for _, y in data) for k in range(4)) <= 3  # no label is a trivial answer
     model = tiny_classifier()
     splits = {"train": data, "val": data}
-    config = TrainConfig(max_iters=60, batch_size=8, learning_rate=3e-3, warmup_iters=5, eval_interval=60,
-                         eval_iters=1)
+    config = TrainConfig(max_iters=60, batch_size=8, learning_rate=3e-3, warmup_iters=5,
+                         eval_interval=60, eval_iters=1)
     Trainer(model, config=config, batch_fn=classify_batch_fn(splits, TOK, 8, 16), progress=False,
             verbose=False).train()
     assert accuracy(model, TOK, data) == 1.0
@@ -76,16 +77,19 @@ def test_a_few_steps_fit_a_tiny_training_set():
 def test_naive_bayes_by_hand():
     train = [("good good day", 0), ("bad day", 1), ("good night", 0)]
     nb = NaiveBayes(train)
-    # P(k=0) = 2/3; class 0 words: good x3, day, night (5); vocabulary {good, day, night, bad} + 1 unseen slot
+    # P(k=0) = 2/3; class 0 words: good x3, day, night (5); vocabulary {good, day, night, bad} + 1
+    # unseen slot
     expected = math.log(2 / 3) + math.log((3 + 1) / (5 + 5)) + math.log((0 + 1) / (5 + 5))
     assert math.isclose(nb.score("good bad", 0), expected)
     assert nb.predict("good") == 0 and nb.predict("bad") == 1
     assert nb.accuracy([("good", 0), ("bad", 0)]) == 0.5
-    assert words("O Romeo, Romeo! wherefore art thou") == ["o", "romeo", "romeo", "wherefore", "art", "thou"]
+    assert words("O Romeo, Romeo! wherefore art thou") == ["o", "romeo", "romeo", "wherefore",
+                                                           "art", "thou"]
 
 
 def test_majority_baseline():
-    assert majority_accuracy([("a", 1), ("b", 1), ("c", 0)], [("x", 1), ("y", 0), ("z", 2), ("w", 1)]) == 0.5
+    assert majority_accuracy([("a", 1), ("b", 1), ("c", 0)],
+                             [("x", 1), ("y", 0), ("z", 2), ("w", 1)]) == 0.5
 
 
 def test_pool_last_and_mean_ignore_the_pads():
@@ -117,7 +121,8 @@ def test_probe_separates_separable_features_and_folds_the_scaling():
     from course_lib.classify import fit_probe
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 3, (90,), generator=g)
-    feats = torch.randn(90, 5, generator=g) * 0.1 + 100.0  # a large offset: the standardisation handles it
+    # a large offset: the standardisation handles it
+    feats = torch.randn(90, 5, generator=g) * 0.1 + 100.0
     feats[torch.arange(90), labels] += 1.0
     head = fit_probe(feats, labels, 3)
     assert (head(feats).argmax(-1) == labels).float().mean() > 0.95

@@ -35,8 +35,8 @@ KERNEL = "course-lib-fresh-venv"
 TORCH = "torch==2.13.0"  # the CPU build .ci/run installs (CONTRIBUTING.md, "What CI runs")
 PROBE = """\
 import json, sys, course_lib
-print("PROBE " + json.dumps({"prefix": sys.prefix, "file": course_lib.__file__, "version": course_lib.__version__,
-                             "path": sys.path}))"""
+print("PROBE " + json.dumps({"prefix": sys.prefix, "file": course_lib.__file__,
+                             "version": course_lib.__version__, "path": sys.path}))"""
 
 
 # Nothing pointing into the repository; and the fresh venv's modules are compiled to bytecode when
@@ -45,9 +45,11 @@ NOT_INHERITED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTE
 
 
 def run(cmd, cwd: Path):
-    """Run a command in ``cwd`` (never the repository: ``python -c`` would import its course_lib/)."""
+    """Run a command in ``cwd`` (never the repository: ``python -c`` would import its
+    course_lib/)."""
     done = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=cwd)
-    assert done.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{' '.join(map(str, cmd))} "
+                                  f"failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
 
 
@@ -62,7 +64,8 @@ def clean_env(**extra) -> dict:
 def fresh(tmp_path_factory):
     """(the wheel, the venv's python, a folder with a kernelspec for it)."""
     tmp = tmp_path_factory.mktemp("colab")
-    assert ROOT.resolve() not in tmp.resolve().parents, "the fresh environment must live outside the repository"
+    assert ROOT.resolve() not in tmp.resolve().parents, ("the fresh environment must live outside "
+                                                         "the repository")
 
     # 1. the wheel, built from a copy of the package sources (the repository stays untouched)
     src = tmp / "src"
@@ -71,7 +74,8 @@ def fresh(tmp_path_factory):
     for name in ("README.md", "LICENSE", "LICENSE.txt", "MANIFEST.in"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, src)
-    shutil.copytree(ROOT / "course_lib", src / "course_lib", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "course_lib", src / "course_lib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     isolation = [] if importlib.util.find_spec("setuptools") and importlib.util.find_spec("wheel") \
         else ["--use-pep517"]
     no_isolation = ["--no-build-isolation"] if not isolation else []
@@ -93,7 +97,8 @@ def fresh(tmp_path_factory):
     run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
          TORCH, *deps, "ipykernel"], cwd=tmp)
     missing = subprocess.run([str(python), "-c", "import importlib.util as u; "
-                              "raise SystemExit(u.find_spec('course_lib') is not None)"], env=clean_env(), cwd=tmp)
+                              "raise SystemExit(u.find_spec('course_lib') is not None)"],
+                             env=clean_env(), cwd=tmp)
     assert missing.returncode == 0, "course_lib must not be in the fresh environment yet"
 
     # 3. a kernelspec that runs that venv's python
@@ -133,18 +138,22 @@ def first_chapter():
 
 def check_installed_in(info: dict, venv_python: Path) -> None:
     venv = venv_python.parent.parent
-    assert Path(info["prefix"]).resolve() == venv.resolve(), f"the kernel ran {info['prefix']}, not the fresh venv"
+    assert Path(info["prefix"]).resolve() == venv.resolve(), (f"the kernel ran {info['prefix']}, "
+                                                              "not the fresh venv")
     assert Path(info["file"]).resolve().is_relative_to(venv.resolve()), \
         f"course_lib was imported from {info['file']}, not from the fresh venv"
-    assert not any(str(ROOT) in p for p in info["path"]), "the repository is on the kernel's sys.path"
+    assert not any(str(ROOT) in p
+                   for p in info["path"]), "the repository is on the kernel's sys.path"
 
 
 def test_setup_cell_installs_course_lib_from_COURSE_LIB_SOURCE(fresh, monkeypatch):
     wheel, python, tmp = fresh
-    setup = next(c for c in nbformat.read(first_chapter(), as_version=4).cells if c.cell_type == "code")
+    setup = next(c for c in nbformat.read(first_chapter(), as_version=4).cells
+                 if c.cell_type == "code")
     work = tmp / "install"
     work.mkdir()
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup.source), nbformat.v4.new_code_cell(PROBE)])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup.source),
+                                         nbformat.v4.new_code_cell(PROBE)])
     execute(nb, work, tmp, monkeypatch, COURSE_LIB_SOURCE=str(wheel))
     out = "".join(o.get("text", "") for o in nb.cells[0].outputs)
     assert "course_lib is ready; device: cpu" in out, out
@@ -155,8 +164,10 @@ def test_setup_cell_installs_course_lib_from_COURSE_LIB_SOURCE(fresh, monkeypatc
 
 def test_first_chapter_runs_alone_in_the_fresh_environment(fresh, monkeypatch):
     wheel, python, tmp = fresh
-    if subprocess.run([str(python), "-c", "import course_lib"], env=clean_env(), cwd=tmp).returncode != 0:
-        run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], cwd=tmp)  # this test alone
+    if subprocess.run([str(python), "-c", "import course_lib"], env=clean_env(),
+                      cwd=tmp).returncode != 0:
+        # this test alone
+        run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], cwd=tmp)
     source = first_chapter()
     work = tmp / "work"
     work.mkdir()
@@ -164,8 +175,10 @@ def test_first_chapter_runs_alone_in_the_fresh_environment(fresh, monkeypatch):
     nb = nbformat.read(work / source.name, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     # course_lib is installed now: the setup cell must not try to install anything (this would fail)
-    execute(nb, work, tmp, monkeypatch, COURSE_LIB_SOURCE="/nonexistent/course_lib-must-not-be-reinstalled.whl")
-    setup_out = "".join(o.get("text", "") for o in next(c for c in nb.cells if c.cell_type == "code").outputs)
+    execute(nb, work, tmp, monkeypatch,
+            COURSE_LIB_SOURCE="/nonexistent/course_lib-must-not-be-reinstalled.whl")
+    setup_out = "".join(o.get("text", "")
+                        for o in next(c for c in nb.cells if c.cell_type == "code").outputs)
     assert "course_lib is ready; device: cpu" in setup_out and "ERROR" not in setup_out, setup_out
     check_installed_in(probe(nb.cells[-1]), python)
     results = assignments.check_results(nb)

@@ -7,12 +7,13 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from course_lib.config import (Rule, apply_overrides, apply_resume_overrides, check_fields, config_from_dict,
-                               config_to_dict, parse_value, settings_from_pairs, split_settings)
+from course_lib.config import (Rule, apply_overrides, apply_resume_overrides, check_fields,
+                               config_from_dict, config_to_dict, parse_value, settings_from_pairs,
+                               split_settings)
 from course_lib.presets import get_preset
 
-RULES = {"n": Rule(int, 1), "rate": Rule(float, 0.0, 1.0, "(]"), "flag": Rule(bool), "mode": Rule(str, choices=("a", "b")),
-         "limit": Rule(int, 0)}
+RULES = {"n": Rule(int, 1), "rate": Rule(float, 0.0, 1.0, "(]"), "flag": Rule(bool),
+         "mode": Rule(str, choices=("a", "b")), "limit": Rule(int, 0)}
 
 
 @dataclass
@@ -53,14 +54,16 @@ def test_a_rule_holds_exactly_inside_its_bounds(value, bounds):
 def test_to_dict_and_from_dict_round_trip_and_an_unknown_key_is_refused():
     toy = Toy(n=4, mode="b")
     assert config_from_dict(Toy, config_to_dict(toy)) == toy
-    with pytest.raises(ValueError, match=r"unknown Toy field\(s\) 'm'; valid fields: n, rate, flag, mode, limit"):
+    with pytest.raises(ValueError, match=r"unknown Toy field\(s\) 'm'; valid fields: n, rate, "
+                                         r"flag, mode, limit"):
         config_from_dict(Toy, {"m": 1})
 
 
 def test_values_are_parsed_from_text_to_the_field_type():
     assert parse_value("3", int, "n") == 3 and parse_value("1e-3", float, "rate") == 1e-3
     assert parse_value("yes", bool, "flag") is True and parse_value("off", bool, "flag") is False
-    assert parse_value("none", int | None, "limit") is None and parse_value("7", int | None, "limit") == 7
+    assert (parse_value("none", int | None, "limit") is None
+            and parse_value("7", int | None, "limit") == 7)
     with pytest.raises(ValueError, match="n='three': expected a value of type int"):
         parse_value("three", int, "n")
     with pytest.raises(ValueError, match="flag='maybe'"):
@@ -77,11 +80,14 @@ def test_overrides_parse_text_keep_values_validate_and_refuse_forbidden_fields()
 
 def test_settings_are_text_or_values_and_an_unknown_key_lists_the_valid_ones():
     preset = get_preset("shakespeare-char-cpu")
-    model, train = split_settings({"n_layer": 6, "learning_rate": "3e-4"}, preset.model, preset.train)
+    model, train = split_settings({"n_layer": 6, "learning_rate": "3e-4"}, preset.model,
+                                  preset.train)
     assert model == {"n_layer": 6} and train == {"learning_rate": "3e-4"}
-    assert settings_from_pairs(["n_layer=6", " dropout = 0.1 "]) == {"n_layer": "6", "dropout": "0.1"}
-    with pytest.raises(ValueError, match="--set n_layers: unknown setting. Model settings: vocab_size, block_size, "
-                                         "n_layer.*Training settings: max_iters"):
+    assert settings_from_pairs(["n_layer=6",
+                                " dropout = 0.1 "]) == {"n_layer": "6", "dropout": "0.1"}
+    with pytest.raises(ValueError, match="--set n_layers: unknown setting. Model settings: "
+                                         "vocab_size, block_size, n_layer.*Training settings: "
+                                         "max_iters"):
         split_settings({"n_layers": 6}, preset.model, preset.train)
     with pytest.raises(ValueError, match="--set 'n_layer': write KEY=VALUE"):
         settings_from_pairs(["n_layer"])
@@ -89,13 +95,15 @@ def test_settings_are_text_or_values_and_an_unknown_key_lists_the_valid_ones():
 
 def test_a_resume_may_change_only_the_keys_it_is_told_and_others_only_to_their_stored_value():
     stored = Toy(n=3, rate=0.25)
-    assert apply_resume_overrides(stored, {"n": "3", "rate": "0.25", "limit": "9"}, {"limit"}, "ckpt.pt") == \
+    assert apply_resume_overrides(stored, {"n": "3", "rate": "0.25", "limit": "9"}, {"limit"},
+                                  "ckpt.pt") == \
         Toy(n=3, rate=0.25, limit=9)  # as stored (text parsed first), and the one that may change
-    with pytest.raises(ValueError, match=r"^--set n=4: ckpt.pt was trained with n=3, and a resumed run keeps its "
-                                         r"toy; leave --set n out to continue it, or start a new run with it in "
-                                         r"another --out$"):
+    with pytest.raises(ValueError, match=r"^--set n=4: ckpt.pt was trained with n=3, and a resumed "
+                                         r"run keeps its toy; leave --set n out to continue it, or "
+                                         r"start a new run with it in another --out$"):
         apply_resume_overrides(stored, {"n": "4"}, {"limit"}, "ckpt.pt", "its toy")
-    with pytest.raises(ValueError, match="n must be an integer >= 1"):  # checked as any value is, first
+    # checked as any value is, first
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         apply_resume_overrides(stored, {"n": "0"}, (), "ckpt.pt")
     with pytest.raises(ValueError, match="mode cannot be set: fixed"):
         apply_resume_overrides(stored, {"mode": "a"}, (), "ckpt.pt", forbidden={"mode": "fixed"})

@@ -107,7 +107,8 @@ def test_pad_batch_bad_input_is_a_clear_error(seqs, kwargs, message):
 
 
 def test_pack_sequences_fills_windows_in_order():
-    ids, segments, positions = data.pack_sequences([[1, 2], [3, 4, 5], [6, 7, 8, 9]], block_size=6, pad_id=0)
+    ids, segments, positions = data.pack_sequences([[1, 2], [3, 4, 5], [6, 7, 8, 9]], block_size=6,
+                                                   pad_id=0)
     assert ids.tolist() == [[1, 2, 3, 4, 5, 0], [6, 7, 8, 9, 0, 0]]
     assert segments.tolist() == [[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 0, 0]]
     assert positions.tolist() == [[0, 1, 0, 1, 2, 0], [0, 1, 2, 3, 0, 0]]
@@ -124,19 +125,23 @@ def test_names_dataset_ids_follow_the_documented_rule():
     ds = data.NamesDataset()
     names = data.load_names()
     letters = sorted(set("".join(names)))
-    assert ds.itos == ["<pad>", "<bos>", "<eos>"] + letters and ds.vocab_size == 3 + len(letters) == 29
+    assert (ds.itos == ["<pad>", "<bos>", "<eos>"] + letters
+            and ds.vocab_size == 3 + len(letters) == 29)
     assert (ds.pad_id, ds.bos_id, ds.eos_id) == (0, 1, 2)
     rule = {c: 3 + k for k, c in enumerate(letters)}
     for name in names:
         assert ds.encode(name) == [1] + [rule[c] for c in name] + [2]
-    assert ds.encode("emma") == [1, 3 + 4, 3 + 12, 3 + 12, 3 + 0, 2]  # e is the 5th letter, m the 13th, a the 1st
-    assert ds.tokenizer.to_dict() == {"type": "char", "chars": "".join(letters), "specials": ["<pad>", "<bos>", "<eos>"]}
+    # e is the 5th letter, m the 13th, a the 1st
+    assert ds.encode("emma") == [1, 3 + 4, 3 + 12, 3 + 12, 3 + 0, 2]
+    assert ds.tokenizer.to_dict() == {"type": "char", "chars": "".join(letters),
+                                      "specials": ["<pad>", "<bos>", "<eos>"]}
 
 
 def test_names_dataset_tokens_and_batches():
     ds = data.NamesDataset()
     assert ds.decode(ds.encode("emma")) == "emma" and ds.decode([1, 3, 2, 4]) == "a"
-    assert sorted(ds.names["train"] + ds.names["val"]) == sorted(data.load_names())  # a shuffled split
+    # a shuffled split
+    assert sorted(ds.names["train"] + ds.names["val"]) == sorted(data.load_names())
     assert len(ds.names["train"]) == 28_829
     x, y, mask = ds.batch("train", 8, torch.Generator().manual_seed(0))
     assert x.shape == y.shape == mask.shape

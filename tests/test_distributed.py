@@ -30,7 +30,8 @@ def grads(model):
 @pytest.mark.parametrize("micro, B", [(2, 3), (4, 2), (3, 5)])
 def test_accumulation_is_the_gradient_of_the_big_batch(micro, B):
     g = torch.Generator().manual_seed(micro)
-    batches = [(torch.randint(0, 11, (B, 8), generator=g), torch.randint(0, 11, (B, 8), generator=g))
+    batches = [(torch.randint(0, 11, (B, 8), generator=g),
+                torch.randint(0, 11, (B, 8), generator=g))
                for _ in range(micro)]
     accumulating = tiny_trainer(grad_accum_steps=micro, batch_size=B)
     big = tiny_trainer(batch_size=micro * B)
@@ -52,7 +53,8 @@ def test_each_micro_batch_has_its_own_stream():
     expected = [torch.Generator().manual_seed(1337 + 1000 * j).get_state() for j in (0, 1)]
     assert torch.equal(one.generator.get_state(), expected[0])
     assert [torch.equal(g.get_state(), e) for g, e in zip(two.generators, expected)] == [True, True]
-    assert distributed.batch_stream_seed(1337, 0) == 1337 and distributed.batch_stream_seed(1337, 2) == 3337
+    assert (distributed.batch_stream_seed(1337, 0) == 1337
+            and distributed.batch_stream_seed(1337, 2) == 3337)
 
 
 def test_stream_states_and_restore_streams_round_trip():
@@ -74,33 +76,40 @@ def test_stream_states_and_restore_streams_round_trip():
 def test_accumulation_run_resumes_exactly(tmp_path):
     full = tiny_trainer(grad_accum_steps=2)
     full.train()
-    half = Trainer(GPT(TINY), DATA[:300], DATA[300:], replace(full.config), out_dir=tmp_path, progress=False)
+    half = Trainer(GPT(TINY), DATA[:300], DATA[300:], replace(full.config), out_dir=tmp_path,
+                   progress=False)
     torch.manual_seed(0)
     half.model.load_state_dict(GPT(TINY).state_dict())
     half.train(until=4)
-    again = Trainer.resume(tmp_path / "ckpt.pt", train_data=DATA[:300], val_data=DATA[300:], progress=False)
+    again = Trainer.resume(tmp_path / "ckpt.pt", train_data=DATA[:300], val_data=DATA[300:],
+                           progress=False)
     assert len(load_checkpoint(tmp_path / "ckpt.pt")["rng"]["streams"]) == 2
     again.train()
     assert_same_weights(full.model, again.model)
 
 
 def test_resuming_with_another_accumulation_says_the_streams_are_fresh(tmp_path, capsys):
-    one = Trainer(GPT(TINY), DATA[:300], DATA[300:], TrainConfig(max_iters=4, batch_size=4, eval_iters=1),
-                  out_dir=tmp_path, progress=False, verbose=False)
+    one = Trainer(GPT(TINY), DATA[:300], DATA[300:],
+                  TrainConfig(max_iters=4, batch_size=4, eval_iters=1), out_dir=tmp_path,
+                  progress=False, verbose=False)
     one.train(until=2)
     one.save()
-    two = Trainer.resume(tmp_path / "ckpt.pt", train_data=DATA[:300], val_data=DATA[300:], progress=False,
-                         config=replace(one.config, grad_accum_steps=2))
-    assert "the checkpoint has 1 batch stream(s), this run 2 micro-batches per step" in capsys.readouterr().out
+    two = Trainer.resume(tmp_path / "ckpt.pt", train_data=DATA[:300], val_data=DATA[300:],
+                         progress=False, config=replace(one.config, grad_accum_steps=2))
+    assert (
+        "the checkpoint has 1 batch stream(s), this run 2 micro-batches per step"
+        in capsys.readouterr().out
+    )
     # fresh streams, seeded from the run's seed plus the step it resumes at
     assert torch.equal(two.generators[1].get_state(),
-                       torch.Generator().manual_seed(distributed.batch_stream_seed(1337 + 2, 1)).get_state())
+                       torch.Generator().manual_seed(distributed.batch_stream_seed(1337 + 2,
+                                                                                   1)).get_state())
 
 
 def test_more_processes_than_micro_batches_is_a_clear_error():
     assert distributed.local_micro_batches(4, 2) == 2
-    with pytest.raises(ValueError, match=r"grad_accum_steps \(1\) must be a multiple of the number of processes "
-                                         r"\(2\).*--set grad_accum_steps=2"):
+    with pytest.raises(ValueError, match=r"grad_accum_steps \(1\) must be a multiple of the number "
+                                         r"of processes \(2\).*--set grad_accum_steps=2"):
         distributed.local_micro_batches(1, 2)
     with pytest.raises(ValueError, match="grad_accum_steps=6"):
         distributed.local_micro_batches(7, 3)
@@ -120,18 +129,22 @@ def test_without_torchrun_there_is_one_process():
 
 # --- torchrun: 2 processes on CPU (gloo) --------------------------------------------------------
 
-TINY_RUN = ["--preset", "shakespeare-char-cpu", "--device", "cpu", "--set", "n_layer=1", "--set", "n_embd=32",
-            "--set", "n_head=2", "--set", "block_size=16", "--set", "batch_size=4", "--set", "grad_accum_steps=2",
-            "--set", "eval_interval=3", "--set", "eval_iters=2", "--set", "warmup_iters=2"]
+TINY_RUN = ["--preset", "shakespeare-char-cpu", "--device", "cpu", "--set", "n_layer=1", "--set",
+            "n_embd=32", "--set", "n_head=2", "--set", "block_size=16", "--set", "batch_size=4",
+            "--set", "grad_accum_steps=2", "--set", "eval_interval=3", "--set", "eval_iters=2",
+            "--set", "warmup_iters=2"]
 
 
 def run(args, torchrun=False):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # torchrun gives each worker 1 thread
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if torchrun \
+    # torchrun gives each worker 1 thread
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2"] if torchrun \
         else [sys.executable]
     # a session of its own, so that a hang kills torchrun's workers too
-    process = subprocess.Popen(launcher + ["-m", "course_lib", "train", *TINY_RUN, *args], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(launcher + ["-m", "course_lib", "train", *TINY_RUN, *args], env=env,
+                               text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -143,12 +156,15 @@ def run(args, torchrun=False):
 
 
 def assert_close_checkpoints(a, b):
-    """Data parallel adds the same gradients in another order than accumulation: close, not equal."""
-    assert_same_weights(load_checkpoint(a)["model"], load_checkpoint(b)["model"], rtol=1e-5, atol=1e-7)
+    """Data parallel adds the same gradients in another order than accumulation: close, not
+    equal."""
+    assert_same_weights(load_checkpoint(a)["model"], load_checkpoint(b)["model"], rtol=1e-5,
+                        atol=1e-7)
 
 
 @pytest.mark.slow  # starts torchrun three times
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+@pytest.mark.skipif(not torch.distributed.is_available()
+                    or not torch.distributed.is_gloo_available(),
                     reason="torch.distributed with gloo is not available in this build of PyTorch")
 def test_torchrun_two_processes_equal_one_process_with_accumulation(tmp_path):
     # one process, accumulating 2 micro-batches per step: the reference

@@ -7,7 +7,8 @@ import pytest
 
 from course_lib.data import load_text
 from course_lib.dates import date_split_days
-from course_lib.evaluation.tasks import (BUILDERS, HELDOUT_START, TASK_NAMES, TASK_SHA256, TASKS_DIR, check_task_names,
+from course_lib.evaluation.tasks import (BUILDERS, HELDOUT_START, TASK_NAMES, TASK_SHA256,
+                                         TASKS_DIR, check_task_names,
                                    load_task, task_bytes, write_tasks)
 
 
@@ -38,8 +39,10 @@ def test_unknown_task_names_are_one_error():
         check_task_names("mmlu,dates")
     with pytest.raises(ValueError, match="none given"):
         check_task_names(",")
-    with pytest.raises(ValueError, match="task next-word is named more than once: name each task once"):
-        check_task_names("next-word, dates,next-word")  # review 2026-11-28 row 64 (E3): it was scored twice
+    with pytest.raises(ValueError,
+                       match="task next-word is named more than once: name each task once"):
+        # review 2026-11-28 row 64 (E3): it was scored twice
+        check_task_names("next-word, dates,next-word")
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -51,7 +54,8 @@ def test_every_task_states_its_chance_and_is_well_formed(name):
         for item in task.test + task.train:
             assert len(item["choices"]) == 4 == len(set(item["choices"])) and 0 <= item["gold"] < 4
         golds = [i["gold"] for i in task.test]
-        assert max(golds.count(g) for g in range(4)) / len(golds) < 0.35  # the gold's place is no cue
+        # the gold's place is no cue
+        assert max(golds.count(g) for g in range(4)) / len(golds) < 0.35
     else:
         answers = [i["answer"] for i in task.test]
         assert task.chance == max(answers.count(a) for a in answers) / len(answers)
@@ -75,7 +79,8 @@ def test_dates_and_arithmetic_hold_out_their_test_items():
     held_out = {int(d) for d in date_split_days(0)["val"]}
     import datetime
     first = datetime.date(1950, 1, 1)
-    assert all((datetime.date.fromisoformat(i["answer"]) - first).days in held_out for i in load_task("dates").test)
+    assert all((datetime.date.fromisoformat(i["answer"]) - first).days in held_out
+               for i in load_task("dates").test)
     arithmetic = load_task("arithmetic")
     assert not {i["prompt"] for i in arithmetic.test} & {i["prompt"] for i in arithmetic.train}
     assert all(eval(i["prompt"][:-1]) == int(i["answer"]) for i in arithmetic.test)

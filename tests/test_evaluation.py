@@ -20,7 +20,8 @@ TOK = CharTokenizer(ALPHABET)
 
 def tiny_gpt(**options) -> GPT:
     torch.manual_seed(0)
-    config = dict(vocab_size=len(ALPHABET), block_size=24, n_layer=2, n_head=2, n_embd=16, dropout=0.0)
+    config = dict(vocab_size=len(ALPHABET), block_size=24, n_layer=2, n_head=2, n_embd=16,
+                  dropout=0.0)
     return GPT(GPTConfig(**(config | options))).eval()
 
 
@@ -37,7 +38,8 @@ REQUESTS = [("abc ", "de"), ("abc ", "f"), ("abc ", "gh\nab"), ("h", "a"), ("abc
             ("ab\n", "cc"), ("ab\n", "cd"), ("ba", "a" * 20)]
 
 
-@pytest.mark.parametrize("options", [{}, {"norm": "rmsnorm", "rope_theta": 10000.0, "mlp": "swiglu"}])
+@pytest.mark.parametrize("options",
+                         [{}, {"norm": "rmsnorm", "rope_theta": 10000.0, "mlp": "swiglu"}])
 @pytest.mark.parametrize("share", [True, False])
 def test_loglikelihood_equals_one_row_per_request(options, share):
     model = tiny_gpt(**options)
@@ -78,7 +80,8 @@ def test_is_greedy_is_true_for_the_greedy_continuation_only():
     greedy = ev.greedy_generate(model, TOK, ["abc"], max_new_tokens=5, stop=())[0]
     logits, _ = model(torch.tensor([TOK.encode("abc")]))
     unlikely = TOK.decode([int(logits[0, -1].argmin())])  # the least likely next character
-    (_, is_greedy), (_, other) = ev.loglikelihood(model, TOK, [("abc", greedy), ("abc", unlikely + greedy[1:])])
+    (_, is_greedy), (_, other) = ev.loglikelihood(model, TOK,
+                                                  [("abc", greedy), ("abc", unlikely + greedy[1:])])
     assert is_greedy and not other
 
 
@@ -86,11 +89,13 @@ def test_is_greedy_is_true_for_the_greedy_continuation_only():
 @given(st.text(ALPHABET, min_size=1, max_size=6), st.text(ALPHABET, min_size=1, max_size=5),
        st.text(ALPHABET, min_size=1, max_size=5))
 def test_chain_rule(context, x, y):
-    """log p(x y | c) = log p(x | c) + log p(y | c x), for texts without trailing whitespace moves."""
+    """log p(x y | c) = log p(x | c) + log p(y | c x), for texts without trailing whitespace
+    moves."""
     if context[-1].isspace() or x[-1].isspace():
         return
     model = tiny_gpt()
-    (xy, _), (first, _), (second, _) = ev.loglikelihood(model, TOK, [(context, x + y), (context, x), (context + x, y)])
+    (xy, _), (first, _), (second, _) = ev.loglikelihood(model, TOK, [(context, x + y), (context, x),
+                                                                     (context + x, y)])
     assert xy == pytest.approx(first + second, abs=1e-4)
 
 
@@ -103,10 +108,12 @@ def test_acc_and_acc_norm_follow_lm_eval():
 
 def test_multiple_choice_scores_every_item():
     model = tiny_gpt()
-    items = [{"context": "abc", "choices": ["d", "e", "fg"], "gold": 2}, {"context": "h", "choices": ["a", "b"],
+    items = [{"context": "abc", "choices": ["d", "e", "fg"], "gold": 2},
+             {"context": "h", "choices": ["a", "b"],
                                                                           "gold": 0}]
     out = ev.multiple_choice(model, TOK, items, delimiter="")
-    assert len(out["acc"]) == 2 and all(len(l) == len(i["choices"]) for l, i in zip(out["lls"], items))
+    assert (len(out["acc"]) == 2
+            and all(len(l) == len(i["choices"]) for l, i in zip(out["lls"], items)))
     assert out["lls"][0][2] == pytest.approx(direct(model, "abc", "fg"), abs=1e-5)
 
 
@@ -139,9 +146,12 @@ def test_greedy_generate_stops_and_cuts():
     assert ev.cut_at_stop("12\n\nQuestion: x", ["\n\n", "Question:"]) == "12"
 
 
-@pytest.mark.parametrize("text, answer", [("18 cups #### 18", "18"), ("3 * 6 = 18", "18"), ("#### 1,200", "1200"),
-                                          ("it is 12.0", "12"), ("no number", None), ("-4 and 5 #### -4", "-4"),
-                                          ("costs $1,200.00", "1200"), ("#### 18.50", "18.5"), ("#### 0.0", "0"),
+@pytest.mark.parametrize("text, answer",
+                         [("18 cups #### 18", "18"), ("3 * 6 = 18", "18"), ("#### 1,200", "1200"),
+                                          ("it is 12.0", "12"), ("no number", None),
+                          ("-4 and 5 #### -4", "-4"),
+                                          ("costs $1,200.00", "1200"), ("#### 18.50", "18.5"),
+                          ("#### 0.0", "0"),
                                           ("#### 100", "100")])
 def test_parse_number(text, answer):
     assert ev.parse_number(text) == answer
@@ -168,7 +178,8 @@ def test_bootstrap_interval_is_seeded_and_covers_the_mean():
     xs = [1.0] * 30 + [0.0] * 70
     lo, hi = ev.bootstrap_interval(xs, seed=3)
     assert lo < 0.3 < hi and (lo, hi) == ev.bootstrap_interval(xs, seed=3)
-    assert hi - lo == pytest.approx(2 * 1.96 * ev.mean_stderr(xs), rel=0.15)  # the normal approximation
+    # the normal approximation
+    assert hi - lo == pytest.approx(2 * 1.96 * ev.mean_stderr(xs), rel=0.15)
     with pytest.raises(ValueError, match="level"):
         ev.bootstrap_interval(xs, level=1.5)
 
@@ -192,7 +203,8 @@ def test_paired_comparison_sees_a_consistent_small_gain():
 @pytest.mark.parametrize("a_wins, b_wins", [(49, 29), (3, 12), (0, 0), (7, 7), (1, 0)])
 def test_mcnemar_p_is_the_exact_two_sided_binomial_test(a_wins, b_wins):
     scipy_stats = pytest.importorskip("scipy.stats")
-    expected = scipy_stats.binomtest(a_wins, a_wins + b_wins, 0.5).pvalue if a_wins + b_wins else 1.0
+    expected = (scipy_stats.binomtest(a_wins, a_wins + b_wins, 0.5).pvalue if a_wins + b_wins
+                else 1.0)
     assert ev.mcnemar_p(a_wins, b_wins) == pytest.approx(expected, rel=1e-12)
     assert ev.mcnemar_p(a_wins, b_wins) == ev.mcnemar_p(b_wins, a_wins)
 
@@ -200,7 +212,8 @@ def test_mcnemar_p_is_the_exact_two_sided_binomial_test(a_wins, b_wins):
 def test_contamination():
     train = "to be or not to be that is the question whether tis nobler in the mind"
     grams = ev.word_ngrams(train, 4)
-    shares = ev.contamination(["To be, or not to be: that is", "whether tis nobler in the cat", "short"], grams, n=4)
+    shares = ev.contamination(["To be, or not to be: that is", "whether tis nobler in the cat",
+                               "short"], grams, n=4)
     assert shares[0] == 1.0 and 0 < shares[1] < 1 and shares[2] == 0.0
 
 
@@ -252,7 +265,8 @@ def test_loglikelihoods_equal_lm_eval(reference):
 def test_packed_shared_context_equals_lm_eval(reference):
     """Items short enough to pack (one context, then the four choices under a block mask, with
     positions restarting after the context) give lm-eval's one-row-per-request numbers: the
-    packed path itself, checked against the reference (one forward row per item, not per request)."""
+    packed path itself, checked against the reference (one forward row per item, not per
+    request)."""
     from lm_eval.api.instance import Instance
 
     from course_lib.evaluation.tasks import load_task
@@ -264,7 +278,8 @@ def test_packed_shared_context_equals_lm_eval(reference):
     instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=0) for r in reqs]
     theirs = reference["lm"].loglikelihood(instances)
     rows = []
-    hook = reference["ours"].register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    hook = reference["ours"].register_forward_hook(lambda module, args,
+                                                   out: rows.append(args[0].shape[0]))
     try:
         ours = ev.loglikelihood(reference["ours"], reference["tok"], reqs, batch_size=1)
     finally:
@@ -290,7 +305,8 @@ def test_acc_and_acc_norm_equal_lm_evals_own_task(reference, tmp_path):
         'doc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: gold\n'
         'target_delimiter: " "\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n')
     out = lm_eval.simple_evaluate(model=reference["lm"], tasks=["course_next_line"],
-                                  task_manager=TaskManager(include_path=str(tmp_path)), log_samples=True)
+                                  task_manager=TaskManager(include_path=str(tmp_path)),
+                                  log_samples=True)
     samples = sorted(out["samples"]["course_next_line"], key=lambda s: s["doc_id"])
     ours = ev.multiple_choice(reference["ours"], reference["tok"], reference["mc"])
     assert [s["acc"] for s in samples] == ours["acc"]
@@ -306,8 +322,10 @@ def test_generation_and_exact_match_equal_lm_eval(reference):
     items = reference["gen"]
     kwargs = {"until": ["\n"], "max_gen_toks": 8, "do_sample": False}
     theirs = reference["lm"].generate_until([Instance(request_type="generate_until", doc={},
-                                                      arguments=(i["prompt"], kwargs), idx=0) for i in items])
-    ours = ev.greedy_generate(reference["ours"], reference["tok"], [i["prompt"] for i in items], 8, ["\n"])
+                                                      arguments=(i["prompt"], kwargs), idx=0)
+                                             for i in items])
+    ours = ev.greedy_generate(reference["ours"], reference["tok"], [i["prompt"] for i in items], 8,
+                              ["\n"])
     assert ours == theirs and sum(len(o) for o in ours) > 12  # real text, not only empty answers
     answers = [i["answer"] for i in items]
     assert ev.exact_match(ours, answers) == ev.exact_match(theirs, answers)

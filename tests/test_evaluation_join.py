@@ -1,7 +1,7 @@
-"""course_lib.evaluation.pairs (issue 48): log-likelihood requests where a byte-level BPE token spans the
-join of context and continuation. Every request gets a finite score, the score is the one the rule
-of eval_pairs defines (computed here by hand from the model's logits, the split found by brute
-force), and where a token boundary lies at the join the ids and scores are lm-eval's own (its
+"""course_lib.evaluation.pairs (issue 48): log-likelihood requests where a byte-level BPE token
+spans the join of context and continuation. Every request gets a finite score, the score is the one
+the rule of eval_pairs defines (computed here by hand from the model's logits, the split found by
+brute force), and where a token boundary lies at the join the ids and scores are lm-eval's own (its
 ``TemplateLM._encode_pair`` on our tokenizer; its HFLM on a tiny GPT-2, slow)."""
 import math
 import random
@@ -26,7 +26,7 @@ UNICODE = "naïve café, déjà vu — ‘quoted’ and “double” © Ærøsk�
 
 # (context, continuation) whose join a token of the BPE below spans, each for a reason named
 SPANNING = [("Of th", "e king"),       # " the" is one token: the context's " th" is its tail
-            ("Of th", "e"),            # the whole text has as many tokens as the context: lm-eval stops
+            ("Of th", "e"),  # the whole text has as many tokens as the context: lm-eval stops
             ("wh", "at"),              # the same, at the very start
             ("my lo", "rd, I come"),
             ("CORIOLAN", "US:\nGo"),   # "CORIOLANUS" is one token
@@ -42,7 +42,8 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=tok.vocab_size, block_size=256, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+    config = GPTConfig(vocab_size=tok.vocab_size, block_size=256, n_layer=2, n_head=2, n_embd=32,
+                       dropout=0.0)
     return GPT(config).eval()
 
 
@@ -82,7 +83,8 @@ def by_hand(model, ids: list[int], first: int) -> float:
 def lm_eval_pair(tok, context: str, continuation: str):
     """lm-eval's own ``TemplateLM._encode_pair`` (causal backend) with our tokenizer."""
     from lm_eval.api.model import TemplateLM
-    return TemplateLM._encode_pair(SimpleNamespace(backend="causal", tok_encode=tok.encode), context, continuation)
+    return TemplateLM._encode_pair(SimpleNamespace(backend="causal", tok_encode=tok.encode),
+                                   context, continuation)
 
 
 def test_the_examples_span_the_join(tok):
@@ -127,7 +129,8 @@ def test_an_empty_continuation_is_refused_and_a_spanning_one_is_not(tok, model):
 
 
 def test_non_spanning_requests_keep_lm_evals_ids(tok):
-    for c, x in [("Of the", " king"), ("Answer: ", "A"), ("KING:\nWhat news? ", "None"), ("And", "\n")]:
+    for c, x in [("Of the", " king"), ("Answer: ", "A"), ("KING:\nWhat news? ", "None"),
+                 ("And", "\n")]:
         assert boundary_at_join(tok, c, x)
         assert encode_pair(tok, c, x) == lm_eval_pair(tok, c, x)
 
@@ -143,7 +146,8 @@ def test_a_cut_inside_a_character_is_not_a_boundary():
     assert complete_context_tokens(weird, whole, "ab é") == 3
     context_ids, cont_ids = encode_pair(weird, "ab é", "x")
     assert weird.decode(context_ids) == "ab " and weird.decode(cont_ids) == "éx"
-    assert encode_pair(weird, "é", "x!") == (weird.encode("é"), weird.encode("x!"))  # nothing before the cut
+    # nothing before the cut
+    assert encode_pair(weird, "é", "x!") == (weird.encode("é"), weird.encode("x!"))
 
 
 @settings(max_examples=60, deadline=None)
@@ -166,14 +170,18 @@ def test_random_splits_of_real_text(tok, model, data):
     text = data.draw(st.sampled_from([HELDOUT, UNICODE]))
     start = data.draw(st.integers(0, len(text) - 100))
     n_context, n_cont = data.draw(st.integers(1, 60)), data.draw(st.integers(1, 30))
-    context, continuation = text[start:start + n_context], text[start + n_context:start + n_context + n_cont]
+    context, continuation = (
+        text[start : start + n_context],
+        text[start + n_context : start + n_context + n_cont],
+    )
     if not context.strip():
         return  # a context of whitespace only is refused (test above)
     context_ids, cont_ids = encode_pair(tok, context, continuation)
     assert cont_ids and tok.decode(context_ids + cont_ids) == "".join(moved(context, continuation))
     ((ll, _),) = ev.loglikelihood(model, tok, [(context, continuation)])
     assert math.isfinite(ll)
-    assert ll == pytest.approx(by_hand(model, *rule_by_brute_force(tok, context, continuation)), abs=1e-4)
+    assert ll == pytest.approx(by_hand(model, *rule_by_brute_force(tok, context, continuation)),
+                               abs=1e-4)
     if boundary_at_join(tok, context, continuation):
         assert (context_ids, cont_ids) == lm_eval_pair(tok, context, continuation)
 
@@ -208,16 +216,19 @@ def test_against_lm_eval(tok):
     hf_tok, ours_tok = bpe_hf_tokenizer(TRAIN, vocab_size=400)
     requests = heldout_requests(ours_tok)
     texts = "".join(c + x for c, x in requests)
-    assert hf_tok.encode(texts, add_special_tokens=False) == ours_tok.encode(texts) == tok.encode(texts)
+    assert hf_tok.encode(texts,
+                         add_special_tokens=False) == ours_tok.encode(texts) == tok.encode(texts)
     hf = tiny_gpt2(len(hf_tok), n_positions=128)
-    lm = lm_eval_hf.HFLM(pretrained=hf, tokenizer=hf_tok, batch_size=8, device="cpu", max_length=128)
+    lm = lm_eval_hf.HFLM(pretrained=hf, tokenizer=hf_tok, batch_size=8, device="cpu",
+                         max_length=128)
     ours_model = from_pretrained(hf)
     ours = ev.loglikelihood(ours_model, ours_tok, requests)
     clean = [i for i, r in enumerate(requests) if boundary_at_join(ours_tok, *r)]
     spanning = [i for i in range(len(requests)) if i not in clean]
     assert len(clean) >= 30 and len(spanning) >= 10
 
-    theirs = lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=requests[i], idx=0)
+    theirs = lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=requests[i],
+                                        idx=0)
                                for i in clean])
     assert max(abs(a[0] - ours[i][0]) / max(1.0, abs(a[0])) for a, i in zip(theirs, clean)) < 1e-5
     assert [a[1] for a in theirs] == [ours[i][1] for i in clean]
@@ -227,11 +238,14 @@ def test_against_lm_eval(tok):
         c, x = moved(*requests[i])
         lm_ids = sum(lm_eval_pair(ours_tok, *requests[i]), [])
         try:
-            lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=requests[i], idx=0)])
+            lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=requests[i],
+                                       idx=0)])
         except AssertionError:
             stopped += 1
         else:
             assert ours_tok.decode(lm_ids) != c + x  # lm-eval's ids misspell the text
         assert math.isfinite(ours[i][0])
-        assert ours[i][0] == pytest.approx(by_hand(hf, *rule_by_brute_force(ours_tok, *requests[i])), abs=1e-4)
+        assert ours[i][0] == pytest.approx(
+            by_hand(hf, *rule_by_brute_force(ours_tok, *requests[i])), abs=1e-4
+        )
     assert stopped >= 2

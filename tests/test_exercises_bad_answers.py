@@ -48,7 +48,8 @@ def _nan_like_input(*args, **kwargs):
 def _input_in_another_dtype(*args, **kwargs):
     """The first tensor the check passed in, as float64 (float32 when it already was): right shape
     for many exercises, wrong dtype."""
-    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), torch.zeros(()))
+    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)),
+                 torch.zeros(()))
     return first.to(torch.float32 if first.dtype == torch.float64 else torch.float64)
 
 
@@ -61,7 +62,8 @@ BAD_FUNCTIONS = {
     "returns its input in another dtype": _input_in_another_dtype,
 }
 BAD_VALUES = {"None instead of a function": None, "a string instead of a function": "def f(x): ...",
-              "a tensor instead of a function": torch.zeros(2, 3), "NaN instead of a function": float("nan")}
+              "a tensor instead of a function": torch.zeros(2, 3),
+              "NaN instead of a function": float("nan")}
 
 # Checks whose exercise legitimately returns nothing (it works in place): a None answer is not a
 # mistake there, so its message need not mention None.

@@ -1,4 +1,5 @@
-"""The checks of chapter 1's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 1's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import math
 from collections import Counter
 
@@ -64,8 +65,8 @@ def test_decode_returning_a_list_fails():
         ch01.check_encode_decode(encode, lambda ids, chars: [chars[i] for i in ids])
 
 
-# 01-m1 (review 2026-11-28): every test vocabulary was sorted, so ids taken from sorted(chars) passed,
-# although the exercise says "a character's id is its position in chars".
+# 01-m1 (review 2026-11-28): every test vocabulary was sorted, so ids taken from sorted(chars)
+# passed, although the exercise says "a character's id is its position in chars".
 
 
 def encode_sorted(text, chars):
@@ -82,22 +83,25 @@ def decode_sorted(ids, chars):
 
 
 def test_encode_with_sorted_vocabulary_fails():
-    with pytest.raises(ExerciseError, match="(?s)position in sorted\\(chars\\).*Hint: do not sort the vocabulary"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)position in sorted\\(chars\\).*Hint: do not sort the vocabulary"):
         ch01.check_encode_decode(encode_sorted, decode_sorted)
 
 
 def test_decode_with_sorted_vocabulary_fails():
-    with pytest.raises(ExerciseError, match="(?s)decode\\(\\).*sorted\\(chars\\).*Hint: do not sort the vocabulary"):
+    with pytest.raises(ExerciseError, match="(?s)decode\\(\\).*sorted\\(chars\\).*Hint: do not "
+                                            "sort the vocabulary"):
         ch01.check_encode_decode(encode, decode_sorted)
 
 
-# 01-m2 (review 2026-11-28): an encoder returning a tensor of ids passed every case but the empty text,
-# where it failed with "an empty text has no ids" although it had returned none. A tensor is read as its
-# list everywhere now.
+# 01-m2 (review 2026-11-28): an encoder returning a tensor of ids passed every case but the empty
+# text, where it failed with "an empty text has no ids" although it had returned none. A tensor is
+# read as its list everywhere now.
 
 
 def test_encode_returning_a_tensor_passes(capsys):
-    ch01.check_encode_decode(lambda text, chars: torch.tensor(encode(text, chars), dtype=torch.long), decode)
+    ch01.check_encode_decode(lambda text,
+                             chars: torch.tensor(encode(text, chars), dtype=torch.long), decode)
     assert_correct(capsys)
 
 
@@ -205,5 +209,6 @@ def test_get_batch_with_float_windows_fails_with_a_dtype_hint():
         x, y = get_batch(data, block_size, batch_size, generator)
         return x.float(), y.float()
 
-    with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype torch.float32.*Hint: the windows"):
+    with pytest.raises(ExerciseError, match="(?s)expected torch.int64, got dtype "
+                                            "torch.float32.*Hint: the windows"):
         ch01.check_get_batch(get_batch_float)

@@ -1,4 +1,5 @@
-"""The checks of chapter 2's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 2's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import math
 
 import pytest
@@ -137,11 +138,13 @@ def test_bigram_probs_column_normalised_fails():
 
 def test_bigram_probs_transposed_fails():
     with pytest.raises(ExerciseError, match="transposed"):
-        ch02.check_bigram_probs(lambda data, V, smoothing=1.0: bigram_probs(data.flip(0), V, smoothing))
+        ch02.check_bigram_probs(lambda data, V,
+                                smoothing=1.0: bigram_probs(data.flip(0), V, smoothing))
 
 
 def test_bigram_probs_ignoring_smoothing_fails():
-    with pytest.raises(ExerciseError, match="some probabilities are 0|not the expected|values differ"):
+    with pytest.raises(ExerciseError,
+                       match="some probabilities are 0|not the expected|values differ"):
         ch02.check_bigram_probs(lambda data, V, smoothing=1.0: bigram_probs(data, V, 0.0))
 
 
@@ -180,14 +183,17 @@ def test_logits_and_loss_relu_names_the_bug():
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (lambda table, idx, targets: (F.softmax(table[idx], -1), logits_and_loss(table, idx, targets)[1]),
+    (lambda table, idx,
+     targets: (F.softmax(table[idx], -1), logits_and_loss(table, idx, targets)[1]),
      "probabilities"),
-    (lambda table, idx, targets: (table[idx].abs(), logits_and_loss(table, idx, targets)[1]), "never negative"),
-    (lambda table, idx, targets: (table[idx], logits_and_loss(table, idx, targets)[1].item()), "0-d tensor"),
+    (lambda table, idx, targets: (table[idx].abs(), logits_and_loss(table, idx, targets)[1]),
+     "never negative"),
+    (lambda table, idx, targets: (table[idx], logits_and_loss(table, idx, targets)[1].item()),
+     "0-d tensor"),
     (lambda table, idx, targets: logits_and_loss(table, idx, targets)[0], "pair"),
     (lambda table, idx, targets: logits_and_loss(table.detach(), idx, targets), "no gradient"),
-    (lambda table, idx, targets: (table[idx], logits_and_loss(table, idx, targets)[1] * idx.numel()),
-     "the loss"),
+    (lambda table, idx,
+     targets: (table[idx], logits_and_loss(table, idx, targets)[1] * idx.numel()), "the loss"),
 ])
 def test_logits_and_loss_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):

@@ -175,11 +175,13 @@ def valid_right(w):
 
 
 def valid_no_future_check(w):
-    return torch.allclose(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-5) and bool((w >= 0).all())
+    return (torch.allclose(w.sum(dim=-1), torch.ones(w.shape[:-1]), atol=1e-5)
+            and bool((w >= 0).all()))
 
 
 def valid_exact_sum(w):
-    return bool((w.sum(dim=-1) == 1).all()) and bool((torch.triu(w, 1) == 0).all()) and bool((w >= 0).all())
+    return (bool((w.sum(dim=-1) == 1).all()) and bool((torch.triu(w, 1) == 0).all())
+            and bool((w >= 0).all()))
 
 
 def valid_diagonal_forbidden(w):
@@ -216,7 +218,7 @@ def test_is_causal_weights_wrong(fn, message):
         ch03.check_is_causal_weights(fn)
 
 
-# --- spot the bug: softmax over the wrong axis ------------------------------------------------------
+# --- spot the bug: softmax over the wrong axis ----------------------------------------------------
 
 
 def weights_right(q, k):
@@ -272,7 +274,8 @@ def test_attention_weights_dim1_names_the_axis():
     with pytest.raises(ExerciseError, match="COLUMN") as e:
         ch03.check_attention_weights(weights_softmax_dim1)
     message = str(e.value)
-    assert "dim=1" in message and "dim=-1" in message and "1/T" in message and "future leaks" in message
+    assert ("dim=1" in message and "dim=-1" in message and "1/T" in message
+            and "future leaks" in message)
 
 
 @pytest.mark.parametrize("fn, message", [

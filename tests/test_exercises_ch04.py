@@ -7,7 +7,7 @@ from course_lib.exercises import ExerciseError, ch04
 from exercise_helpers import assert_correct, not_done
 
 
-# --- split_heads / merge_heads ---------------------------------------------------------------------
+# --- split_heads / merge_heads --------------------------------------------------------------------
 
 
 def split_right(x, n_head):
@@ -65,7 +65,7 @@ def test_split_heads_wrong(split, merge, message):
         ch04.check_split_heads(split, merge)
 
 
-# --- is_permutation_equivariant -----------------------------------------------------------------------
+# --- is_permutation_equivariant -------------------------------------------------------------------
 
 
 def equivariant_right(layer, x, perm):
@@ -112,7 +112,7 @@ def test_is_permutation_equivariant_exact_compare_is_fragile_but_not_wrong():
         assert "tolerance" in str(e)
 
 
-# --- spot the bug: head_attention -------------------------------------------------------------------
+# --- spot the bug: head_attention -----------------------------------------------------------------
 
 
 def head_right(x, w_query, w_key, w_value):

@@ -1,4 +1,5 @@
-"""The checks of chapter 5's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 5's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 
@@ -26,7 +27,8 @@ def test_post_ln_block_not_done():
 @pytest.mark.parametrize("wrong, message", [
     (lambda x, attn, mlp, ln_1, ln_2: (lambda h: h + mlp(ln_2(h)))(x + attn(ln_1(x))), "pre-LN"),
     (lambda x, attn, mlp, ln_1, ln_2: ln_2(mlp(ln_1(attn(x)))), "no residual"),
-    (lambda x, attn, mlp, ln_1, ln_2: (lambda h: ln_2(x + mlp(h)))(ln_1(x + attn(x))), "second half"),
+    (lambda x, attn, mlp, ln_1, ln_2: (lambda h: ln_2(x + mlp(h)))(ln_1(x + attn(x))),
+     "second half"),
     (lambda x, attn, mlp, ln_1, ln_2: (lambda h: h + mlp(h))(ln_1(x + attn(x))), "second half"),
     (lambda x, attn, mlp, ln_1, ln_2: (lambda h: ln_1(h + mlp(h)))(ln_2(x + attn(x))), "swapped"),
     (lambda x, attn, mlp, ln_1, ln_2: ln_1(x + attn(x)), "differ"),
@@ -129,7 +131,8 @@ def test_layer_norm_correct(capsys):
 
 
 def test_layer_norm_with_torch_passes(capsys):
-    ch05.check_layer_norm(lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps))
+    ch05.check_layer_norm(lambda x, w, b,
+                          eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps))
     assert_correct(capsys)
 
 
@@ -146,7 +149,8 @@ def _ln(x, w, b, eps, dim=-1, unbiased=False, inside=True, affine=True):
 @pytest.mark.parametrize("wrong, message", [
     (lambda x, w, b, eps: _ln(x, w, b, eps, dim=0), "batch axis"),  # BatchNorm's statistics
     (lambda x, w, b, eps: _ln(x, w, b, eps, dim=tuple(range(1, x.dim()))), "all the dimensions"),
-    (lambda x, w, b, eps: _ln(x, w, b, eps, unbiased=True), "unbiased variance"),  # torch.var's default
+    # torch.var's default
+    (lambda x, w, b, eps: _ln(x, w, b, eps, unbiased=True), "unbiased variance"),
     (lambda x, w, b, eps: _ln(x, w, b, 0.0), "nan or inf"),  # no eps: the constant row, 0 / 0
     (lambda x, w, b, eps: _ln(x, w, b, eps, inside=False), "standard deviation"),
     (lambda x, w, b, eps: _ln(x, w, b, eps, affine=False), "gain and bias are missing"),
@@ -182,7 +186,8 @@ def post_ln_block_bf16(x, attn, mlp, ln_1, ln_2):  # the right block, its sub-la
 
 def test_post_ln_block_in_bfloat16_gets_a_precision_hint():
     # 05-n1 (review 2026-11-28): it got the generic "values differ (0.00352)"
-    with pytest.raises(ExerciseError, match="(?s)close, but more than float32 rounding.*Hint: .*bfloat16"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)close, but more than float32 rounding.*Hint: .*bfloat16"):
         ch05.check_post_ln_block(post_ln_block_bf16)
 
 

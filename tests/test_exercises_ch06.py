@@ -1,4 +1,5 @@
-"""The checks of chapter 6's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 6's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 
@@ -10,7 +11,8 @@ from exercise_helpers import assert_correct, assert_not_done, not_done
 # --- counting parameters by hand ---
 
 
-def count_by_hand(c, *, tie=True, position=True, final_norm=True, block_norms=True, linear_biases=True):
+def count_by_hand(c, *, tie=True, position=True, final_norm=True, block_norms=True,
+                  linear_biases=True):
     V, T, C, L = c.vocab_size, c.block_size, c.n_embd, c.n_layer
     b = 1 if c.bias else 0
     norm = C + b * C
@@ -43,7 +45,8 @@ def test_count_parameters_not_done():
     (lambda c: count_by_hand(c, tie=False), "LM head"),
     (lambda c: count_by_hand(c, position=False), "position embedding"),
     (lambda c: count_by_hand(c, final_norm=False), "final LayerNorm"),
-    (lambda c: count_by_hand(c) + (c.n_embd if c.norm_position == "post" else 0), "final LayerNorm"),
+    (lambda c: count_by_hand(c) + (c.n_embd if c.norm_position == "post" else 0),
+     "final LayerNorm"),
     (lambda c: count_by_hand(c, block_norms=False), "two LayerNorms of every block"),
     (lambda c: count_by_hand(c, linear_biases=False), "biases of the Linear layers"),
     (lambda c: 12 * c.n_layer * c.n_embd**2, "but the model has"),
@@ -153,5 +156,6 @@ def test_count_parameters_accepts_a_whole_float(capsys):
 
 
 def test_best_config_returning_none_says_so():
-    with pytest.raises(ExerciseError, match="(?s)returned None, but a config with .* fits.*`return`"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)returned None, but a config with .* fits.*`return`"):
         ch06.check_best_config(lambda budget: None)

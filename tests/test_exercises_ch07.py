@@ -1,4 +1,5 @@
-"""The checks of chapter 7's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 7's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 
@@ -34,7 +35,8 @@ def buggy_loop(model, optimizer, get_batch, estimate_loss, max_iters, eval_inter
             optimizer.step()
 
 
-def buggy_whole_step_inside_if(model, optimizer, get_batch, estimate_loss, max_iters, eval_interval):
+def buggy_whole_step_inside_if(model, optimizer, get_batch, estimate_loss, max_iters,
+                               eval_interval):
     for iter in range(max_iters):
         if iter % eval_interval == 0:
             estimate_loss()
@@ -227,7 +229,8 @@ def eval_then_train(model, optimizer, get_batch, estimate_loss, max_iters, eval_
 
 
 def test_training_loop_left_in_eval_mode_fails():
-    with pytest.raises(ExerciseError, match="(?s)in eval mode for 12 of its 12 training forward passes.*"
+    with pytest.raises(ExerciseError,
+                       match="(?s)in eval mode for 12 of its 12 training forward passes.*"
                                             "Hint: .*switch back with model.train\\(\\)"):
         ch07.check_training_loop(left_in_eval_mode)
 
@@ -260,7 +263,8 @@ def test_training_loop_zeroing_after_backward_gets_the_order_hint(set_to_none):
     # Issue 22: backward(); zero_grad(); step() was answered "is optimizer.step() indented inside
     # the if block?". With set_to_none=True (the default) no step moves the weights; with
     # set_to_none=False AdamW's weight decay still moves them, on every step.
-    with pytest.raises(ExerciseError, match="(?s)zero_grad\\(\\), loss.backward\\(\\), optimizer.step\\(\\)"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)zero_grad\\(\\), loss.backward\\(\\), optimizer.step\\(\\)"):
         ch07.check_training_loop(_zero_after_backward(set_to_none))
 
 
@@ -315,7 +319,8 @@ def _cosine(step, max_lr, min_lr, w, S, total=None):
     (_with(warmup=lambda s, lr, w: lr * (s + 1) / w), "one step early"),
     (_with(after=lambda s, lr, lo, w, S: warmup_cosine(s, lr, 0.0, w, S)), "decays to 0"),
     (_with(after=lambda s, lr, lo, w, S: _cosine(min(s, S), lr, lo, w, S, total=S)), "progress"),
-    (_with(after=lambda s, lr, lo, w, S: _cosine(s, lr, lo, w, S)), "stay at min_lr"),  # no flat tail
+    # no flat tail
+    (_with(after=lambda s, lr, lo, w, S: _cosine(s, lr, lo, w, S)), "stay at min_lr"),
     (_with(warmup=lambda s, lr, w: lr), "during the warmup"),  # no warmup at all
     (lambda s, lr, lo, w, S: "fast", "expected a number"),
     (lambda s, lr, lo, w, S: None, "returned None"),

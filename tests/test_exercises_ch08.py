@@ -1,4 +1,5 @@
-"""The checks of chapter 8's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 8's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -191,7 +192,8 @@ def no_temperature(logits, temperature, top_k, top_p):
     (no_filters, "nothing was filtered"),
     (returns_logits, "not probability distributions"),
     (no_temperature, "values differ"),  # the case with only a temperature
-    (lambda logits, t, k, p: library_top_p(logits / t, p), "raised TypeError"),  # top_p=None not handled
+    # top_p=None not handled
+    (lambda logits, t, k, p: library_top_p(logits / t, p), "raised TypeError"),
     (lambda logits, t, k, p: None, "returned None"),
 ])
 def test_sampling_probs_wrong_answers_fail(wrong, message):

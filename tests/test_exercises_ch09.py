@@ -1,4 +1,5 @@
-"""The checks of chapter 9's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 9's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import math
 from collections import Counter
 
@@ -73,7 +74,8 @@ def drops_last(ids, pair, new_id):
     return out
 
 
-@pytest.mark.parametrize("wrong, hint", [(overlapping, "overlap"), (in_place, "in place"), (drops_last, "last")])
+@pytest.mark.parametrize("wrong, hint",
+                         [(overlapping, "overlap"), (in_place, "in place"), (drops_last, "last")])
 def test_apply_merge_wrong(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
         ch09.check_apply_merge(wrong)
@@ -147,7 +149,8 @@ def test_encode_with_merges_not_done():
 
 
 def test_bits_per_char(capsys):
-    ch09.check_bits_per_char(lambda loss, n_tokens, n_chars: loss * n_tokens / n_chars / math.log(2))
+    ch09.check_bits_per_char(lambda loss, n_tokens,
+                             n_chars: loss * n_tokens / n_chars / math.log(2))
     assert "Correct!" in capsys.readouterr().out
 
 
@@ -171,14 +174,17 @@ def test_bits_per_char_not_done():
 
 
 def test_decode_bytes(capsys):
-    ch09.check_decode_bytes(lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace"))
+    ch09.check_decode_bytes(lambda vocab,
+                            ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace"))
     assert "Correct!" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (lambda vocab, ids: "".join(vocab[i].decode("utf-8", errors="replace") for i in ids), "token by token"),
+    (lambda vocab, ids: "".join(vocab[i].decode("utf-8", errors="replace") for i in ids),
+     "token by token"),
     (lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8"), "errors='replace'"),
-    (lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore"), "b''.join"),
+    (lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore"),
+     "b''.join"),
 ])
 def test_decode_bytes_wrong(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
@@ -226,12 +232,14 @@ def test_encode_leftmost_first_fails_where_merge_order_matters():
     # [(98, 99), (97, 98)] it does: "bc" (merge 0) before "ab" (merge 1), so "abc" is a + bc.
     assert encode_leftmost_first("abc", [(98, 99), (97, 98)]) == [257, 99]
     assert encode_by_rank("abc", [(98, 99), (97, 98)]) == [97, 256]
-    with pytest.raises(ExerciseError, match="(?s)returned \\[257, 99\\]; expected \\[97, 256\\].*LEARNED first"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)returned \\[257, 99\\]; expected \\[97, 256\\].*LEARNED first"):
         ch09.check_encode_with_merges(encode_leftmost_first)
 
 
 def test_decode_bytes_given_something_else_than_a_function():
-    with pytest.raises(ExerciseError, match="(?s)expected your function, got None.*Hint: pass the function"):
+    with pytest.raises(ExerciseError,
+                       match="(?s)expected your function, got None.*Hint: pass the function"):
         ch09.check_decode_bytes(None)
 
 
@@ -243,11 +251,13 @@ def test_decode_bytes_given_something_else_than_a_function():
 
 
 def encode_latest_merge_first(text, merges):
-    return ch09._by_priority(list(text.encode("utf-8")), merges, first=max)  # wrong: highest rank first
+    # wrong: highest rank first
+    return ch09._by_priority(list(text.encode("utf-8")), merges, first=max)
 
 
 def encode_from_code_points(text, merges):
-    return ch09._by_priority([ord(c) for c in text], merges)  # wrong: starts from code points, not bytes
+    # wrong: starts from code points, not bytes
+    return ch09._by_priority([ord(c) for c in text], merges)
 
 
 def encode_longest_match(text, merges):
@@ -276,8 +286,9 @@ def test_encode_with_merges_other_wrong_rules_get_their_own_hint(wrong, hint):
     assert "leftmost pair" not in str(error.value)
 
 
-# 09-m1 (review 2026-11-28): a pre-tokenizer that keeps only part of the text got a hint about merging
-# ("some merges were missed" for \\w+); the fault is the lost text, and the hint now says so.
+# 09-m1 (review 2026-11-28): a pre-tokenizer that keeps only part of the text got a hint about
+# merging ("some merges were missed" for \\w+); the fault is the lost text, and the hint now says
+# so.
 
 
 def encode_first_chunk_only(text, merges):  # re.match finds one chunk, the first
@@ -291,14 +302,16 @@ def encode_words_only(text, merges):  # \w+ drops the spaces and the punctuation
     return [i for word in re.findall(r"\w+", text) for i in encode_sequential(word, merges)]
 
 
-def encode_each_chunk(text, merges):  # a pre-tokenizer whose chunks cover the whole text: still right here
+# a pre-tokenizer whose chunks cover the whole text: still right here
+def encode_each_chunk(text, merges):
     import re
     return [i for chunk in re.findall(r".+", text, re.S) for i in encode_sequential(chunk, merges)]
 
 
 @pytest.mark.parametrize("wrong", [encode_first_chunk_only, encode_words_only])
 def test_encode_with_merges_lost_text_is_named(wrong):
-    with pytest.raises(ExerciseError, match="(?s)part of the text is missing.*Hint: every byte of the text") as error:
+    with pytest.raises(ExerciseError, match="(?s)part of the text is missing.*Hint: every byte of "
+                                            "the text") as error:
         ch09.check_encode_with_merges(wrong)
     assert "merges were missed" not in str(error.value)
 

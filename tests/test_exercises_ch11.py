@@ -1,4 +1,5 @@
-"""The checks of chapter 11's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 11's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import math
 
 import pytest
@@ -22,13 +23,15 @@ def expect_pass(check, fn, capsys):
 
 
 def test_mask_right(capsys):
-    expect_pass(ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :], capsys)
+    expect_pass(ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :],
+                capsys)
 
 
 # --- cross-attention ---
 
 
-def cross_attention(x, memory, mask, layer, scale_by_c=False, use_mask=True, fill=float("-inf"), softmax_dim=-1):
+def cross_attention(x, memory, mask, layer, scale_by_c=False, use_mask=True, fill=float("-inf"),
+                    softmax_dim=-1):
     """The right answer with its defaults; each keyword turns on one classic mistake."""
     B, T, C = x.shape
     hs = C // layer.n_head
@@ -58,7 +61,8 @@ def smoothed(logits, targets, eps):
 
 def test_label_smoothing_right(capsys):
     expect_pass(ch11.check_label_smoothed_loss, smoothed, capsys)
-    expect_pass(ch11.check_label_smoothed_loss, lambda l, t, e: F.cross_entropy(l, t, label_smoothing=e), capsys)
+    expect_pass(ch11.check_label_smoothed_loss, lambda l, t,
+                e: F.cross_entropy(l, t, label_smoothing=e), capsys)
 
 
 def over_wrong_tokens(logits, targets, eps):
@@ -132,25 +136,33 @@ WRONG_ANSWERS = [
     *[(check, not_done, "Not done yet", None) for check in (
         ch11.check_source_padding_mask, ch11.check_cross_attention, ch11.check_label_smoothed_loss,
         ch11.check_beam_step, ch11.check_add_positions)],
-    (ch11.check_source_padding_mask, lambda src, pad: (src == pad)[:, None, None, :], "inverted", None),
+    (ch11.check_source_padding_mask, lambda src, pad: (src == pad)[:, None, None, :], "inverted",
+     None),
     (ch11.check_source_padding_mask, lambda src, pad: src != pad, "attention scores are", None),
-    (ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :].float(), "boolean", None),
-    (ch11.check_source_padding_mask, lambda src, pad: (src != 0)[:, None, None, :], "wrong places", None),
-    (ch11.check_cross_attention, lambda *a: cross_attention(*a, use_mask=False), "padded source positions", None),
-    (ch11.check_cross_attention, lambda *a: cross_attention(*a, scale_by_c=True), "sqrt\\(C\\)", None),
-    (ch11.check_cross_attention, lambda *a: cross_attention(*a)[:, :, None], "expected shape", None),
+    (ch11.check_source_padding_mask, lambda src, pad: (src != pad)[:, None, None, :].float(),
+     "boolean", None),
+    (ch11.check_source_padding_mask, lambda src, pad: (src != 0)[:, None, None, :], "wrong places",
+     None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, use_mask=False),
+     "padded source positions", None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, scale_by_c=True), "sqrt\\(C\\)",
+     None),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a)[:, :, None], "expected shape",
+     None),
     (ch11.check_cross_attention, lambda x, memory, mask, layer: x, "differ", None),
     (ch11.check_cross_attention, lambda *a: cross_attention(*a, softmax_dim=-2), "over the queries",
      "softmax over the last axis"),
-    (ch11.check_cross_attention, lambda *a: cross_attention(*a, fill=0.0), "filled with 0", "float('-inf')"),
+    (ch11.check_cross_attention, lambda *a: cross_attention(*a, fill=0.0), "filled with 0",
+     "float('-inf')"),
     # issue 22: a float64 output used to crash the check (torch.allclose of float64 and float32)
     (ch11.check_cross_attention, lambda *a: cross_attention(*a).double(),
      "(?s)expected torch.float32, got dtype torch.float64.*Hint: ", None),
     (ch11.check_label_smoothed_loss, over_wrong_tokens, "V - 1 WRONG", None),
     (ch11.check_label_smoothed_loss, lambda l, t, e: F.cross_entropy(l, t), "differ", None),
-    (ch11.check_label_smoothed_loss, lambda l, t, e: F.cross_entropy(l, t, label_smoothing=e, reduction="none"),
-     "one loss per position", None),
-    # issue 22: a forgotten `return` used to die with TypeError in float(got), an unreduced loss with ValueError
+    (ch11.check_label_smoothed_loss, lambda l, t,
+     e: F.cross_entropy(l, t, label_smoothing=e, reduction="none"), "one loss per position", None),
+    # issue 22: a forgotten `return` used to die with TypeError in float(got), an unreduced loss
+    # with ValueError
     (ch11.check_label_smoothed_loss, lambda logits, targets, eps: None,
      "(?s)returned None.*Hint: did you forget the `return`", None),
     (ch11.check_label_smoothed_loss, lambda logits, targets, eps: -(F.log_softmax(logits, -1)),
@@ -160,19 +172,22 @@ WRONG_ANSWERS = [
     (ch11.check_beam_step, ignores_scores, "ignore the hypotheses' own scores", None),
     (ch11.check_beam_step, swaps_beam_and_token, "beams/tokens", None),
     (ch11.check_beam_step, lambda s, l, k: l.max(-1).values[:k], "shape|expected a tuple", None),
-    (ch11.check_beam_step, beam_step_true_division, "(?s)beams has dtype torch.float32.*Hint: idx / V divides",
-     None),
+    (ch11.check_beam_step, beam_step_true_division,
+     "(?s)beams has dtype torch.float32.*Hint: idx / V divides", None),
     (ch11.check_add_positions, ch11.add_positions_buggy, "same encoding", None),
-    (ch11.check_add_positions, lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]).flip(0),
-     "differ", None),
-    # right values in another dtype (e.g. a table built with NumPy): no traceback, a hint on the dtype
-    *[(ch11.check_add_positions, lambda x, dtype=dtype: add_positions(x).to(dtype), "but your sum is",
-       "torch.from_numpy(pe).to(x.dtype)") for dtype in (torch.float64, torch.float16)],
+    (ch11.check_add_positions,
+     lambda x: x + sinusoidal_position_encoding(x.shape[1], x.shape[2]).flip(0), "differ", None),
+    # right values in another dtype (e.g. a table built with NumPy): no traceback, a hint on the
+    # dtype
+    *[(ch11.check_add_positions, lambda x, dtype=dtype: add_positions(x).to(dtype),
+       "but your sum is", "torch.from_numpy(pe).to(x.dtype)")
+      for dtype in (torch.float64, torch.float16)],
 ]
 
 
 @pytest.mark.parametrize("check, wrong, message, hint", WRONG_ANSWERS,
-                         ids=[f"{check.__name__}-{i}" for i, (check, *_) in enumerate(WRONG_ANSWERS)])
+                         ids=[f"{check.__name__}-{i}" for i,
+                              (check, *_) in enumerate(WRONG_ANSWERS)])
 def test_wrong_answers_fail_with_their_hint(check, wrong, message, hint):
     with pytest.raises(ExerciseError, match=message) as error:
         check(wrong)

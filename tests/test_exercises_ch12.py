@@ -1,4 +1,5 @@
-"""The checks of chapter 12's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 12's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 
@@ -73,17 +74,19 @@ def concatenates(model, batches):
 
 @pytest.mark.parametrize("wrong, message", [
     # Issue 22: the check handed over a model without gradients, so a loop that never zeroes passed.
-    (never_zeroes, "(?s)include the ones the model already held.*Hint: zero the gradients once, BEFORE"),
+    (never_zeroes,
+     "(?s)include the ones the model already held.*Hint: zero the gradients once, BEFORE"),
     # Issue 22: the exercise forbids concatenating the micro-batches; the check now sees it.
-    (concatenates, "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
+    (concatenates,
+     "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
 ])
 def test_accumulation_mistakes_the_check_used_to_miss(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch12.check_accumulated_gradients(wrong)
 
 
-# 12-M1 (review 2026-11-28): the check hooked the model itself, and model.forward(x, y) skips a module's
-# own hooks, so these two answers were accepted. The hook now sits on the token embedding.
+# 12-M1 (review 2026-11-28): the check hooked the model itself, and model.forward(x, y) skips a
+# module's own hooks, so these two answers were accepted. The hook now sits on the token embedding.
 
 
 def stacked_via_forward(model, batches):
@@ -107,7 +110,8 @@ def accumulated_via_forward(model, batches):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (stacked_via_forward, "(?s)forward pass of micro-batch 2 ran before the backward pass of micro-batch 1"
+    (stacked_via_forward,
+     "(?s)forward pass of micro-batch 2 ran before the backward pass of micro-batch 1"
                           ".*Hint: call backward\\(\\) on each micro-batch's loss"),
     (concatenates_via_forward,
      "(?s)called on a batch of 6 sequences; each micro-batch has 3.*Hint: do not concatenate"),
@@ -196,11 +200,13 @@ def test_days_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message) as error:
         ch12.check_training_days(wrong)
     first = (124e6, 300e9, 8, 312e12, 0.4)  # the check's first case: its days are never printed
-    assert f"{training_days(*first):.4g}" not in str(error.value) and "expected" not in str(error.value)
+    assert (f"{training_days(*first):.4g}" not in str(error.value)
+            and "expected" not in str(error.value))
 
 
 def sum_losses_then_one_backward(model, batches):
-    # the same gradient, but every micro-batch's graph is kept until the one backward: no memory saved
+    # the same gradient, but every micro-batch's graph is kept until the one backward: no memory
+    # saved
     model.zero_grad(set_to_none=True)
     losses = [model(x, y)[1] for x, y in batches]
     (sum(losses) / len(losses)).backward()

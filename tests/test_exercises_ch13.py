@@ -1,4 +1,5 @@
-"""The checks of chapter 13's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 13's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 
@@ -76,7 +77,8 @@ def test_map_block_in_lower_precision_gets_a_dtype_hint(dtype):
     # 13-n1 (review 2026-11-28): bf16 tensors got "the values are not those of GPT-2's tensor"
     def lower_precision(hf_state, i):
         return {k: v.to(dtype) for k, v in map_block(hf_state, i).items()}
-    with pytest.raises(ExerciseError, match=f"(?s)your tensor is {dtype}.*Hint: copy the tensors as they are"):
+    with pytest.raises(ExerciseError,
+                       match=f"(?s)your tensor is {dtype}.*Hint: copy the tensors as they are"):
         ch13.check_map_block(lower_precision)
 
 
@@ -107,12 +109,14 @@ def test_count_not_done():
     (lambda L, C, V, T: 12 * L * C * C, "off by"),
     (lambda L, C, V, T: "355M", "expected an int"),
     # Issue 22: int() used to truncate, so the exact count + 0.7 passed.
-    (lambda L, C, V, T: gpt2_parameters(L, C, V, T) + 0.7, "(?s)not a whole number.*Hint: a count is an integer"),
-    # Issue 22: forgetting the Linear layers' biases (c_attn 3C + attn.c_proj C + c_fc 4C + mlp.c_proj
-    # C = 9C per block) got only the generic hint.
+    (lambda L, C, V, T: gpt2_parameters(L, C, V, T) + 0.7,
+     "(?s)not a whole number.*Hint: a count is an integer"),
+    # Issue 22: forgetting the Linear layers' biases (c_attn 3C + attn.c_proj C + c_fc 4C +
+    # mlp.c_proj C = 9C per block) got only the generic hint.
     (lambda L, C, V, T: gpt2_parameters(L, C, V, T) - 9 * L * C,
      # the check's first case is GPT-2 medium, L = 24, C = 1024: short by 9 * 24 * 1024 = 221,184
-     f"(?s)off by -{9 * 24 * 1024:,}\\).*Hint: the biases of the Linear layers are missing: .* 9C per block"),
+     f"(?s)off by -{9 * 24 * 1024:,}\\).*Hint: the biases of the Linear layers are missing: .* 9C "
+     "per block"),
 ])
 def test_count_wrong_answers_fail(wrong, message):
     with pytest.raises(ExerciseError, match=message):

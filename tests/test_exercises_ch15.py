@@ -1,4 +1,5 @@
-"""The checks of chapter 15's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 15's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import copy
 import math
 
@@ -47,7 +48,8 @@ def test_mask_prompt_correct(capsys):
 
 
 def mask_float(targets, n_prompt):
-    return torch.where(torch.arange(len(targets)) < n_prompt - 1, float(IGNORE_INDEX), targets.float())
+    return torch.where(torch.arange(len(targets)) < n_prompt - 1, float(IGNORE_INDEX),
+                       targets.float())
 
 
 def mask_int32(targets, n_prompt):
@@ -62,7 +64,8 @@ def mask_with_minus_one(targets, n_prompt):
     return out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (mask_one_too_many, "one too many"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (mask_one_too_many, "one too many"),
                                             (mask_float, "torch.long"), (mask_int32, "torch.long"),
                                             (mask_with_minus_one, "use IGNORE_INDEX"),
                                             (mask_in_place, "changed the targets"),
@@ -100,12 +103,15 @@ def lora_forward_a_at_b(x, W, b, A, B, alpha, rank):  # A @ B: (r, in) @ (out, r
     return x @ W.T + b + (alpha / rank) * (x @ (A @ B))
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (lora_forward_unscaled, "not scaled"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (lora_forward_unscaled, "not scaled"),
                                             (lora_forward_inverse, "rank / alpha"),
                                             (lora_forward_no_bias, "values differ"),
                                             # 15-m8 (review 2026-11-28): A @ B got the generic hint
-                                            (lora_forward_a_at_b, "(?s)cannot be multiplied.*Hint: A is \\(rank, "
-                                                                  "in\\) and B \\(out, rank\\).*A @ B does not fit")])
+                                            (lora_forward_a_at_b,
+                                             "(?s)cannot be multiplied.*Hint: A is \\(rank, "
+                                                                  "in\\) and B \\(out, rank\\).*A "
+                                                                  "@ B does not fit")])
 def test_lora_forward_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_lora_forward(wrong)
@@ -145,12 +151,22 @@ def test_merge_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"),
-                                            # 15-m8 (review 2026-11-28): A.T @ B.T got the generic hint
-                                            (merge_transposed,
-                                             "(?s)raised RuntimeError.*Hint: A.T @ B.T is \\(in, r\\) @ \\(r, out\\)"),
-                                            (merge_unscaled, "values differ"), (merge_delta_only, "values differ"),
-                                            (merge_a_at_b, "B @ A is \\(out, r\\)"), (merge_module, "returned a module")])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (not_done, "Not done yet"),
+        # 15-m8 (review 2026-11-28): A.T @ B.T got the generic
+        # hint
+        (
+            merge_transposed,
+            "(?s)raised RuntimeError.*Hint: A.T @ B.T is \\(in, r\\) @ \\(r, out\\)",
+        ),
+        (merge_unscaled, "values differ"),
+        (merge_delta_only, "values differ"),
+        (merge_a_at_b, "B @ A is \\(out, r\\)"),
+        (merge_module, "returned a module"),
+    ],
+)
 def test_merge_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch15.check_merge(wrong)
@@ -183,7 +199,8 @@ def test_lora_count_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (lora_count_square, "C to 3C"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (lora_count_square, "C to 3C"),
                                             (lora_count_full_matrices, "not the count")])
 def test_lora_count_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
@@ -198,15 +215,17 @@ def make_layer(base, rank, alpha):
 
 
 class Adapter(nn.Module):
-    def __init__(self, base, rank, alpha, a_random, b_random, freeze=True, freeze_bias=True, deep_copy=False,
-                 b_buffer=False):
+    def __init__(self, base, rank, alpha, a_random, b_random, freeze=True, freeze_bias=True,
+                 deep_copy=False, b_buffer=False):
         super().__init__()
         self.base = copy.deepcopy(base) if deep_copy else base.requires_grad_(not freeze)
         if not freeze_bias:
             self.base.bias.requires_grad_(True)
-        self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features) if a_random
+        self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features)
+                              if a_random
                               else torch.zeros(rank, base.in_features))
-        B = torch.randn(base.out_features, rank) if b_random else torch.zeros(base.out_features, rank)
+        B = (torch.randn(base.out_features, rank) if b_random
+             else torch.zeros(base.out_features, rank))
         if b_buffer:
             self.register_buffer("B", B)
         else:
@@ -245,7 +264,8 @@ class WrongShape(nn.Module):
     (lambda: ch15.check_mask_prompt(mask_prompt), True),
     (lambda: ch15.check_merge(merge), True),
     (lambda: ch15.check_lora_count(lora_count), True),
-    (lambda: ch15.check_lora_init(lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True)), False),
+    (lambda: ch15.check_lora_init(lambda base, r,
+                                  a: Adapter(base, r, a, a_random=True, b_random=True)), False),
 ])
 def test_checks_leave_the_global_random_state_alone(check, good):
     torch.manual_seed(123)
@@ -261,13 +281,19 @@ def test_checks_leave_the_global_random_state_alone(check, good):
 
 @pytest.mark.parametrize("wrong, message", [
     (not_done, "Not done yet"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True), "does not start as the base"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=False, b_random=False), "no adapter parameter gets a gradient"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze=False), "still trainable"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze_bias=False), "bias is still trainable"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, deep_copy=True), "trainable copy of the base"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=True),
+     "does not start as the base"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=False, b_random=False),
+     "no adapter parameter gets a gradient"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze=False),
+     "still trainable"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, freeze_bias=False),
+     "bias is still trainable"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, deep_copy=True),
+     "trainable copy of the base"),
     (lambda base, r, a: base.requires_grad_(False), "nothing in this layer trains"),
-    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, b_buffer=True), "is a buffer"),
+    (lambda base, r, a: Adapter(base, r, a, a_random=True, b_random=False, b_buffer=True),
+     "is a buffer"),
     (WrongShape, r"\(2, 5, 24\)"),
 ])
 def test_lora_init_wrong(wrong, message):
@@ -275,7 +301,8 @@ def test_lora_init_wrong(wrong, message):
         ch15.check_lora_init(wrong)
 
 
-class WithGain(Adapter):  # a DoRA-like trainable (d_out,) gain besides A and B: not LoRA, not a copy either
+# a DoRA-like trainable (d_out,) gain besides A and B: not LoRA, not a copy either
+class WithGain(Adapter):
     def __init__(self, base, rank, alpha):
         super().__init__(base, rank, alpha, a_random=True, b_random=False)
         self.gain = nn.Parameter(torch.ones(base.out_features))
@@ -286,6 +313,7 @@ class WithGain(Adapter):  # a DoRA-like trainable (d_out,) gain besides A and B:
 
 def test_lora_init_extra_gain_vector_is_not_called_a_copy():
     # 15-m8 (review 2026-11-28): it was told "a trainable copy of the base"
-    with pytest.raises(ExerciseError, match="(?s)also trains gain, a vector of 24 numbers.*Hint: drop the extra") as e:
+    with pytest.raises(ExerciseError, match="(?s)also trains gain, a vector of 24 numbers.*Hint: "
+                                            "drop the extra") as e:
         ch15.check_lora_init(WithGain)
     assert "copy" not in str(e.value)

@@ -32,7 +32,8 @@ def test_acc_norm_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (acc_not_normalised, "that is acc"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (acc_not_normalised, "that is acc"),
                                             (acc_norm_with_the_space, "space before the choice"),
                                             (acc_norm_argmin, "not losses")])
 def test_acc_norm_wrong(wrong, message):
@@ -46,7 +47,8 @@ def bpb(loss, n_tokens, n_bytes):
 
 @pytest.mark.parametrize("wrong, message", [
     (not_done, "Not done yet"), (lambda l, t, b: l * t / b, "nats per byte"),
-    (lambda l, t, b: l / math.log(2), "bits per token"), (lambda l, t, b: l * t * math.log(2) / b, "multiplied")])
+    (lambda l, t, b: l / math.log(2), "bits per token"),
+    (lambda l, t, b: l * t * math.log(2) / b, "multiplied")])
 def test_bits_per_byte_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch16.check_bits_per_byte(wrong)
@@ -87,10 +89,12 @@ def normal_approximation(scores, iters, seed):
     return x.mean().item() - half, x.mean().item() + half
 
 
-def bootstrap_in_a_loop(scores, iters, seed):  # another correct way to resample: one draw per resample
+# another correct way to resample: one draw per resample
+def bootstrap_in_a_loop(scores, iters, seed):
     x = torch.tensor(scores, dtype=torch.float64)
     g = torch.Generator().manual_seed(seed)
-    means = torch.stack([x[torch.randint(len(x), (len(x),), generator=g)].mean() for _ in range(iters)])
+    means = torch.stack([x[torch.randint(len(x), (len(x),), generator=g)].mean()
+                         for _ in range(iters)])
     return torch.quantile(means, 0.025).item(), torch.quantile(means, 0.975).item()
 
 
@@ -102,7 +106,8 @@ def test_bootstrap_correct(capsys, right):
 
 @pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"),
                                             (bootstrap_without_replacement, "without replacement"),
-                                            (bootstrap_of_the_scores, "does not contain the mean|far too wide"),
+                                            (bootstrap_of_the_scores,
+                                             "does not contain the mean|far too wide"),
                                             (bootstrap_90, "a 90% interval"),
                                             (normal_approximation, "normal approximation")])
 def test_bootstrap_wrong(wrong, message):

@@ -17,7 +17,8 @@ def render_text(messages):
         if isinstance(content, str):
             body = content
         else:
-            body = "".join(p["text"] if p["type"] == "text" else PARTS[p["type"]][0] + p["text"] + PARTS[p["type"]][1]
+            body = "".join(p["text"] if p["type"] == "text"
+                           else PARTS[p["type"]][0] + p["text"] + PARTS[p["type"]][1]
                            for p in content)
         out += f"<|{m['role']}|>" + body + "<|end|>"
     return out
@@ -44,8 +45,10 @@ def test_render_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (render_without_end, "no message is closed"),
-                                            (render_end_only_after_assistant, "not closed by <|end|>"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (render_without_end, "no message is closed"),
+                                            (render_end_only_after_assistant,
+                                             "not closed by <|end|>"),
                                             (render_with_words, "not with words")])
 def test_render_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
@@ -96,8 +99,9 @@ def test_assistant_mask_correct(capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (not_done, "Not done yet"), (mask_everything, "every token"), (mask_with_role_token, "train on <\\|assistant"),
-    (mask_without_end, "never learn to stop"), (mask_with_results, "calculator's result"),
+    (not_done, "Not done yet"), (mask_everything, "every token"),
+    (mask_with_role_token, "train on <\\|assistant"), (mask_without_end, "never learn to stop"),
+    (mask_with_results, "calculator's result"),
     (lambda tokens: assistant_mask(tokens)[:-1], "values for")])
 def test_assistant_mask_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
@@ -105,7 +109,8 @@ def test_assistant_mask_wrong(wrong, message):
 
 
 def calculate(text):
-    """A recursive-descent calculator: sum of terms, term of factors, factor a signed number or (sum)."""
+    """A recursive-descent calculator: sum of terms, term of factors, factor a signed number or
+    (sum)."""
     pos = 0
 
     def peek():
@@ -148,7 +153,8 @@ def calculate(text):
             right = operand()
             if op == "/" and right == 0:
                 raise ValueError("division by zero")
-            value = {"+": value + right, "-": value - right, "*": value * right, "/": value / right if right else 0}[op]
+            value = {"+": value + right, "-": value - right, "*": value * right,
+                     "/": value / right if right else 0}[op]
         return value
 
     def expression():
@@ -248,13 +254,15 @@ def test_calculator_correct(capsys):
     assert "Correct!" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, message", [(not_done, "Not done yet"), (calculate_with_eval, "eval"),
+@pytest.mark.parametrize("wrong, message",
+                         [(not_done, "Not done yet"), (calculate_with_eval, "eval"),
                                             (calculate_with_filtered_eval, "calls eval"),
                                             (calculate_with_builtins_eval, "calls eval"),
                                             (calculate_with_getattr_eval, "calls eval"),
                                             (calculate_with_imported_eval, "through builtins"),
                                             (calculate_left_to_right, "bind tighter"),
-                                            (lambda text: 19, "not a string"), (lambda text: "19", "expected '14'")])
+                                            (lambda text: 19, "not a string"),
+                          (lambda text: "19", "expected '14'")])
 def test_calculator_wrong(wrong, message):
     with pytest.raises(ExerciseError, match=message):
         ch17.check_calculator(wrong)

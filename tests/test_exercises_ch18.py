@@ -1,4 +1,5 @@
-"""The checks of chapter 18's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 18's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,8 @@ def test_dpo_loss_correct(right, capsys):
     assert_leaves_rng_alone(ch18.check_dpo_loss, right)
 
 
-@pytest.mark.parametrize("wrong, message", [(no_reference, "ignores the reference"), (flipped, "prefers the rejected"),
+@pytest.mark.parametrize("wrong, message", [(no_reference, "ignores the reference"),
+                                            (flipped, "prefers the rejected"),
                                             (no_beta, "leaves out beta"), (the_mean, r"\(B,\)")])
 def test_dpo_loss_wrong(wrong, message):
     assert_not_done(ch18.check_dpo_loss, not_done)
@@ -79,7 +81,8 @@ def test_group_advantages_correct(capsys):
     assert_leaves_rng_alone(ch18.check_group_advantages, advantages)
 
 
-@pytest.mark.parametrize("wrong, message", [(centred_only, "not divided"), (whole_batch, "whole batch"),
+@pytest.mark.parametrize("wrong, message",
+                         [(centred_only, "not divided"), (whole_batch, "whole batch"),
                                             (population_std, "population std")])
 def test_group_advantages_wrong(wrong, message):
     assert_not_done(ch18.check_group_advantages, not_done)
@@ -129,7 +132,8 @@ def test_clipped_objective_correct(right, capsys):
     assert_leaves_rng_alone(ch18.check_clipped_objective, right)
 
 
-@pytest.mark.parametrize("wrong, message", [(with_max, "the max"), (clipped_term_only, "only the clipped"),
+@pytest.mark.parametrize("wrong, message",
+                         [(with_max, "the max"), (clipped_term_only, "only the clipped"),
                                             (ratio_of_logps, "not of log-probabilities"),
                                             (not_negated, "its negative")])
 def test_clipped_objective_wrong(wrong, message):

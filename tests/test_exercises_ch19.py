@@ -1,4 +1,5 @@
-"""The checks of chapter 19's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 19's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import math
 
 import numpy as np
@@ -47,7 +48,8 @@ def test_run_flops_correct(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [(all_parameters, "lookups"), (six_nd, "that is 6ND"),
-                                            (forward_only, "forward pass only"), (no_head, "LM head is missing"),
+                                            (forward_only, "forward pass only"),
+                                            (no_head, "LM head is missing"),
                                             (with_positions, "position table")])
 def test_run_flops_wrong(wrong, message):
     assert_not_done(ch19.check_run_flops, not_done)
@@ -82,7 +84,8 @@ def test_isoflop_minimum_correct(capsys):
     assert_leaves_rng_alone(ch19.check_isoflop_minimum, vertex_in_log_n)
 
 
-@pytest.mark.parametrize("wrong, message", [(best_run, "best run's size"), (vertex_in_n, "against N itself"),
+@pytest.mark.parametrize("wrong, message",
+                         [(best_run, "best run's size"), (vertex_in_n, "against N itself"),
                                             (log_of_vertex, "that is ln N_opt")])
 def test_isoflop_minimum_wrong(wrong, message):
     assert_not_done(ch19.check_isoflop_minimum, not_done)

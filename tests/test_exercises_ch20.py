@@ -1,4 +1,5 @@
-"""The checks of chapter 20's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 20's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,12 +42,14 @@ def test_top_k_weights_correct(right, capsys):
     assert_leaves_rng_alone(ch20.check_top_k_weights, right)
 
 
-def detached_weights(logits, k):  # 20-M6: the right values, but the router could never learn through them
+# 20-M6: the right values, but the router could never learn through them
+def detached_weights(logits, k):
     weights, experts = top_k_weights(logits.detach(), k)
     return weights, experts
 
 
-def detached_probabilities(logits, k):  # a detached softmax, renormalised: no gradient reaches the logits
+# a detached softmax, renormalised: no gradient reaches the logits
+def detached_probabilities(logits, k):
     weights, experts = F.softmax(logits, dim=-1).detach().topk(k, dim=-1)
     return weights / weights.sum(-1, keepdim=True), experts
 
@@ -65,7 +68,8 @@ def test_top_k_weights_other_right_answers(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (not_renormalised, "sum to less than 1"), (raw_logits, "raw logits"), (lowest, "highest-scoring"),
+    (not_renormalised, "sum to less than 1"), (raw_logits, "raw logits"),
+    (lowest, "highest-scoring"),
     # 20-M6 (review 2026-11-28): detached weights were accepted
     (detached_weights, "(?s)carry no gradient.*Hint: compute them from router_logits"),
     (detached_probabilities, "(?s)carry no gradient.*Hint: compute them from router_logits"),
@@ -157,13 +161,14 @@ def test_balancing_loss_the_no_minlength_answer_really_crashes_on_a_collapsed_ro
 @pytest.mark.parametrize("wrong, message", [
     (without_e, "E times too small"), (probabilities_twice, "mean probability"),
     # 20-m7: the slip of the exercise's solution box, and the first choice only, are named
-    (per_token_fraction, "(?s)k = 2 times too small: you divided the counts by N \\* k.*Hint: divide the counts by N"),
+    (per_token_fraction,
+     "(?s)k = 2 times too small: you divided the counts by N \\* k.*Hint: divide the counts by N"),
     (first_choice_only, "(?s)only each token's first choice.*Hint: count every expert among the k"),
     (detached_p, "(?s)right value but carries no gradient.*Hint: f is a count"),
     (python_float, "(?s)right value but carries no gradient \\(got the float.*Hint: f is a count"),
     (counts_only, "(?s)right value but carries no gradient.*Hint: f is a count"),
-    (no_minlength, "(?s)On a collapsed router.*must match the size.*Hint: torch.bincount returns max\\(id\\) \\+ 1 "
-                   "counts.*pass minlength=E"),
+    (no_minlength, "(?s)On a collapsed router.*must match the size.*Hint: torch.bincount returns "
+                   "max\\(id\\) \\+ 1 counts.*pass minlength=E"),
 ])
 def test_balancing_loss_wrong(wrong, message):
     assert_not_done(ch20.check_balancing_loss, not_done)
@@ -210,8 +215,10 @@ def with_ffn_hidden(config):  # ffn_hidden is None when the config does not set 
 
 @pytest.mark.parametrize("wrong, message", [(total, "that is the total"), (no_router, "routers"),
                                             (two_matrices, "3 \\* C \\* H"),
-                                            (one_layer_only, "(?s)one layer only.*Hint: .*config.n_layer"),
-                                            (with_ffn_hidden, "(?s)NoneType.*Hint: config.ffn_hidden is None")])
+                                            (one_layer_only,
+                                             "(?s)one layer only.*Hint: .*config.n_layer"),
+                                            (with_ffn_hidden,
+                                             "(?s)NoneType.*Hint: config.ffn_hidden is None")])
 def test_active_parameters_wrong(wrong, message):
     assert_not_done(ch20.check_active_parameters, not_done)
     with pytest.raises(ExerciseError, match=message):
@@ -219,11 +226,13 @@ def test_active_parameters_wrong(wrong, message):
 
 
 def test_active_parameters_does_not_reveal_the_answer():
-    # 20-m6 (review 2026-11-28): the message printed the expected count ("gave 2,041,216, expected 824,704")
+    # 20-m6 (review 2026-11-28): the message printed the expected count ("gave 2,041,216, expected
+    # 824,704")
     from course_lib.sizing import active_parameters
     from course_lib.model import GPTConfig
-    c = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, norm="rmsnorm", rope_theta=10000.0,
-                  mlp="swiglu", tie_weights=False, moe_experts=8, moe_top_k=2, ffn_hidden=176)
+    c = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, norm="rmsnorm",
+                  rope_theta=10000.0, mlp="swiglu", tie_weights=False, moe_experts=8, moe_top_k=2,
+                  ffn_hidden=176)
     expected = active_parameters(c)
     with pytest.raises(ExerciseError) as info:
         ch20.check_active_parameters(lambda config: active(config) + 1)

@@ -1,4 +1,5 @@
-"""The checks of chapter 21's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 21's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 from exercise_helpers import assert_correct, assert_leaves_rng_alone, assert_not_done, not_done
@@ -28,12 +29,16 @@ def test_previous_token_score_correct(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, phrase", [
-    (lambda p: p.diagonal(0, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),  # the current token
+    # the current token
+    (lambda p: p.diagonal(0, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),
     (lambda p: p.diagonal(-2, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),  # two back
-    (lambda p: p.diagonal(1, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),  # above the diagonal
-    (lambda p: p.diagonal(-1, -2, -1).mean((0, -1)), "T - 1 entries"),  # ARENA's mean over the diagonal
+    # above the diagonal
+    (lambda p: p.diagonal(1, -2, -1).sum(-1).mean(0) / p.shape[-1], "off by one"),
+    # ARENA's mean over the diagonal
+    (lambda p: p.diagonal(-1, -2, -1).mean((0, -1)), "T - 1 entries"),
     (lambda p: p.diagonal(-1, -2, -1).sum(-1).mean(0), "values differ"),  # not divided by T
-    (lambda p: p.diagonal(-1, -2, -1).sum(-1).mean(1) / p.shape[-1], "expected shape"),  # mean over heads
+    # mean over heads
+    (lambda p: p.diagonal(-1, -2, -1).sum(-1).mean(1) / p.shape[-1], "expected shape"),
 ])
 def test_previous_token_score_wrong(wrong, phrase):
     with pytest.raises(ExerciseError, match=phrase):
@@ -84,7 +89,8 @@ def shifted_back(patterns, tokens):  # off by one the other way: key s - 1
     return ((patterns * detection[:, None]).sum((-2, -1)) / patterns.sum((-2, -1))).mean(0)
 
 
-def fixed_stripe(patterns, tokens):  # ARENA's stripe at one offset: right only for one repeat length
+# ARENA's stripe at one offset: right only for one repeat length
+def fixed_stripe(patterns, tokens):
     return patterns.diagonal(offset=-3, dim1=-2, dim2=-1).sum(-1).mean(0) / patterns.shape[-1]
 
 
@@ -145,7 +151,8 @@ def one_mean(z, head, mean_z):  # the mean over positions too
     return z
 
 
-@pytest.mark.parametrize("wrong, phrase", [(wrong_axis_time, "wrong axis"), (wrong_axis_channel, "wrong axis"),
+@pytest.mark.parametrize("wrong, phrase",
+                         [(wrong_axis_time, "wrong axis"), (wrong_axis_channel, "wrong axis"),
                                            (zeroed, "zero-ablation"), (one_mean, "each position"),
                                            (lambda z, head, mean_z: z, "no head was replaced")])
 def test_mean_ablation_wrong(wrong, phrase):

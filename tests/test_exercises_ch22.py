@@ -1,4 +1,5 @@
-"""The checks of chapter 22's exercises: right answers pass, plausible wrong ones fail with a hint."""
+"""The checks of chapter 22's exercises: right answers pass, plausible wrong ones fail with a
+hint."""
 import pytest
 import torch
 from exercise_helpers import assert_correct, assert_leaves_rng_alone, assert_not_done, not_done
@@ -24,7 +25,8 @@ def test_accept_correct(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, phrase", [
-    (lambda p, q: torch.tensor(1.0, dtype=torch.float64), "not the target's"),  # keep every draft token
+    # keep every draft token
+    (lambda p, q: torch.tensor(1.0, dtype=torch.float64), "not the target's"),
     (lambda p, q: p, "not the target's"),                                      # p(x), not p/q
     (lambda p, q: p / q, "not a probability"),                                  # no min(1, .)
     (lambda p, q: torch.clamp(q / p, max=1.0), "not the target's"),            # upside down
@@ -45,7 +47,8 @@ def residual(p, q):
     return r / r.sum()
 
 
-@pytest.mark.parametrize("right", [residual, lambda p, q: torch.relu(p - q) / torch.relu(p - q).sum()])
+@pytest.mark.parametrize("right",
+                         [residual, lambda p, q: torch.relu(p - q) / torch.relu(p - q).sum()])
 def test_residual_correct(right, capsys):
     ch22.check_residual(right)
     assert_correct(capsys)
@@ -54,9 +57,10 @@ def test_residual_correct(right, capsys):
 
 @pytest.mark.parametrize("wrong, phrase", [
     (lambda p, q: (p - q).clamp_min(0), "sums to"),            # not normalised
-    (lambda p, q: p, "is p itself"),                          # forgetting the residual: resample from p
+    (lambda p, q: p, "is p itself"),  # forgetting the residual: resample from p
     (lambda p, q: p - q, "negative"),                         # no max(0, .)
-    (lambda p, q: (q - p).clamp_min(0) / (q - p).clamp_min(0).sum(), "not the target's"),  # the other side
+    # the other side
+    (lambda p, q: (q - p).clamp_min(0) / (q - p).clamp_min(0).sum(), "not the target's"),
     (lambda p, q: q, "not the target's"),                     # the draft again
 ])
 def test_residual_wrong(wrong, phrase):

@@ -44,8 +44,8 @@ def test_symmetric_per_row_correct(capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (per_column, "one per column"), (per_tensor, "largest"), (off_by_one_qmax, "2\\*\\*\\(bits-1\\) - 1"),
-    (truncated, "nearest code")])
+    (per_column, "one per column"), (per_tensor, "largest"),
+    (off_by_one_qmax, "2\\*\\*\\(bits-1\\) - 1"), (truncated, "nearest code")])
 def test_symmetric_per_row_wrong(wrong, message):
     assert_not_done(ch23.check_symmetric_per_row, not_done)
     with pytest.raises(ExerciseError, match=message):
@@ -103,8 +103,9 @@ def test_asymmetric_correct(capsys):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (float_zero, "not integers"), (floor_zero, "round\\(-lo / scale\\)"), (sign_flipped_zero, "zero point is"),
-    (unclamped, "outside|round first"), (range_without_zero, "scale is|outside")])
+    (float_zero, "not integers"), (floor_zero, "round\\(-lo / scale\\)"),
+    (sign_flipped_zero, "zero point is"), (unclamped, "outside|round first"),
+    (range_without_zero, "scale is|outside")])
 def test_asymmetric_wrong(wrong, message):
     assert_not_done(ch23.check_asymmetric, not_done)
     with pytest.raises(ExerciseError, match=message):
@@ -126,9 +127,11 @@ def test_quantize_with_grid_correct(capsys):
 
 @pytest.mark.parametrize("wrong, message", [
     (lambda w, scale, bits: torch.round(w / scale), "not clamped"),
-    (lambda w, scale, bits: torch.round(w / scale).clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1), "the code -"),
+    (lambda w, scale,
+     bits: torch.round(w / scale).clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1), "the code -"),
     (lambda w, scale, bits: torch.round(w / scale).clamp(0, 2 ** bits - 1), "not clamp"),
-    (lambda w, scale, bits: torch.trunc(w / scale).clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1), "not clamp"),
+    (lambda w, scale, bits: torch.trunc(w / scale).clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1),
+     "not clamp"),
 ])
 def test_quantize_with_grid_wrong(wrong, message):
     assert_not_done(ch23.check_quantize_with_grid, not_done)

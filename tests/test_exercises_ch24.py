@@ -1,4 +1,5 @@
-"""The checks of chapter 24's exercises: right answers pass, the classic wrong ones fail with a hint."""
+"""The checks of chapter 24's exercises: right answers pass, the classic wrong ones fail with a
+hint."""
 import pytest
 import torch
 from exercise_helpers import assert_correct, assert_not_done, not_done
@@ -60,7 +61,8 @@ def test_gated_step(capsys):
     assert_correct(capsys)
 
 
-@pytest.mark.parametrize("wrong,phrase", [(decay_after_write, "after the write"), (no_decay, "never decays"),
+@pytest.mark.parametrize("wrong,phrase",
+                         [(decay_after_write, "after the write"), (no_decay, "never decays"),
                                           (read_before_write, "o: values differ")])
 def test_gated_step_refuses(wrong, phrase):
     with pytest.raises(ExerciseError, match=phrase):
@@ -76,7 +78,8 @@ def chunk_decay(g):
 def chunk_decay_masked(g):  # the same with -inf before exp, as the library writes it
     cum = g.cumsum(-1)
     C = len(g)
-    return (cum[:, None] - cum[None, :]).masked_fill(torch.ones(C, C, dtype=torch.bool).triu(1), float("-inf")).exp()
+    return (cum[:, None] - cum[None, :]).masked_fill(torch.ones(C, C, dtype=torch.bool).triu(1),
+                                                     float("-inf")).exp()
 
 
 def strict(g):  # the chunk boundary off by one: the token's own write left out
@@ -105,6 +108,7 @@ def test_chunk_decay_refuses(wrong, phrase):
         ch24.check_chunk_decay(wrong)
 
 
-@pytest.mark.parametrize("check", [ch24.check_delta_write, ch24.check_gated_step, ch24.check_chunk_decay])
+@pytest.mark.parametrize("check",
+                         [ch24.check_delta_write, ch24.check_gated_step, ch24.check_chunk_decay])
 def test_not_done(check):
     assert_not_done(check, not_done)

@@ -1,5 +1,5 @@
-"""Every check of every chapter, given a right answer computed in float64 or float16 where float32 is
-expected, either accepts it or refuses it with an ExerciseError and a hint: never a raw traceback
+"""Every check of every chapter, given a right answer computed in float64 or float16 where float32
+is expected, either accepts it or refuses it with an ExerciseError and a hint: never a raw traceback
 (such as torch's "Double did not match Float" or "mat1 and mat2 must have the same dtype").
 
 A student builds a table with NumPy (float64), calls ``.double()`` to be safe, or ``.half()`` to
@@ -26,8 +26,10 @@ from test_exercises_bad_answers import _checks
 # check -> (test module, name of a right answer in it), or a right answer written here when the
 # chapter's test writes it inline. Checks that take several functions list each.
 RIGHT = {
-    "ch01.check_encode_decode": {"encode": ("test_exercises_ch01", "encode"),
-                                 "decode": ("test_exercises_ch01", "decode")},
+    "ch01.check_encode_decode": {
+        "encode": ("test_exercises_ch01", "encode"),
+        "decode": ("test_exercises_ch01", "decode"),
+    },
     "ch01.check_get_batch": ("test_exercises_ch01", "get_batch"),
     "ch01.check_unigram_entropy_bits": ("test_exercises_ch01", "entropy_bits"),
     "ch02.check_bigram_forward": ("test_exercises_ch02", "bigram_forward"),
@@ -42,8 +44,10 @@ RIGHT = {
     "ch03.check_score_variance": ("test_exercises_ch03", "variance_right"),
     "ch04.check_head_attention": ("test_exercises_ch04", "head_right"),
     "ch04.check_is_permutation_equivariant": ("test_exercises_ch04", "equivariant_right"),
-    "ch04.check_split_heads": {"split_heads": ("test_exercises_ch04", "split_right"),
-                               "merge_heads": ("test_exercises_ch04", "merge_right")},
+    "ch04.check_split_heads": {
+        "split_heads": ("test_exercises_ch04", "split_right"),
+        "merge_heads": ("test_exercises_ch04", "merge_right"),
+    },
     "ch05.check_dropout": ("test_exercises_ch05", "dropout"),
     "ch05.check_layer_norm": ("test_exercises_ch05", "layer_norm"),
     "ch05.check_post_ln_block": ("test_exercises_ch05", "post_ln_block"),
@@ -57,9 +61,13 @@ RIGHT = {
     "ch08.check_temperature_probs": ("test_exercises_ch08", "temperature_probs"),
     "ch08.check_top_p_filter": ("test_exercises_ch08", "top_p"),
     "ch09.check_apply_merge": ("test_exercises_ch09", "merge"),
-    "ch09.check_bits_per_char": lambda loss, n_tokens, n_chars: torch.tensor(loss * n_tokens / n_chars / math.log(2)),
+    "ch09.check_bits_per_char": lambda loss, n_tokens, n_chars: torch.tensor(
+        loss * n_tokens / n_chars / math.log(2)
+    ),
     "ch09.check_count_pairs": lambda ids: Counter(zip(ids, ids[1:])),
-    "ch09.check_decode_bytes": lambda vocab, ids: b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace"),
+    "ch09.check_decode_bytes": lambda vocab, ids: b"".join(vocab[i] for i in ids).decode(
+        "utf-8", errors="replace"
+    ),
     "ch09.check_encode_with_merges": ("test_exercises_ch09", "encode_by_rank"),
     "ch10.check_accuracy_fixed": ("test_exercises_ch10", "accuracy_fixed"),
     "ch10.check_combine_masks": ("test_exercises_ch10", "combine_masks"),
@@ -118,7 +126,7 @@ RIGHT = {
 
 # Cases that still crash would be listed here as strict xfails (so that a fix shows up as XPASS);
 # chapter 15's check_lora_forward and check_lora_init were the last, now refused with a dtype hint.
-KNOWN_TRACEBACKS: set[str] = set()  # none left; a case that crashes goes here, strict, until it is fixed
+KNOWN_TRACEBACKS: set[str] = set()  # none left; a case that crashes goes here, strict, until fixed
 
 
 def _resolve(entry):
@@ -156,7 +164,8 @@ def _cases():
         check = param.values[0]
         for dtype in (torch.float64, torch.float16):
             case_id = f"{param.id}-{str(dtype).replace('torch.', '')}"
-            marks = [pytest.mark.xfail(reason="ch14/ch15 helper", strict=True)] if case_id in KNOWN_TRACEBACKS else []
+            marks = ([pytest.mark.xfail(reason="ch14/ch15 helper", strict=True)]
+                     if case_id in KNOWN_TRACEBACKS else [])
             cases.append(pytest.param(param.id, check, dtype, id=case_id, marks=marks))
     return cases
 
@@ -165,7 +174,8 @@ def _answers(name, check, dtype):
     entry = RIGHT[name]
     if isinstance(entry, dict):
         return {arg: _in_dtype(_resolve(fn), dtype) for arg, fn in entry.items()}
-    required = [p.name for p in inspect.signature(check).parameters.values() if p.default is inspect.Parameter.empty]
+    required = [p.name for p in inspect.signature(check).parameters.values()
+                if p.default is inspect.Parameter.empty]
     assert len(required) == 1, f"{name} takes {required}: give each a right answer in RIGHT"
     return {required[0]: _in_dtype(_resolve(entry), dtype)}
 
@@ -184,7 +194,8 @@ def test_the_right_answers_used_here_are_right(check, capsys):
 
 
 @pytest.mark.parametrize("name, check, dtype", _cases())
-def test_a_right_answer_in_another_dtype_is_accepted_or_refused_with_a_hint(name, check, dtype, capsys):
+def test_a_right_answer_in_another_dtype_is_accepted_or_refused_with_a_hint(name, check, dtype,
+                                                                            capsys):
     answers = _answers(name, check, dtype)
     try:
         with torch.random.fork_rng(devices=[]):

@@ -23,13 +23,15 @@ DATA = torch.randint(0, 10, (500,), generator=torch.Generator().manual_seed(1))
 def test_without_new_tokens_the_two_losses_agree():
     m = tiny_gpt(V=10)
     r = vocab_split_loss(m, DATA, V0=10, batches=3, batch_size=4)
-    assert r["loss"] == pytest.approx(r["old_vocab_loss"]) and r["new_mass"] == pytest.approx(0.0, abs=1e-7)
+    assert (r["loss"] == pytest.approx(r["old_vocab_loss"])
+            and r["new_mass"] == pytest.approx(0.0, abs=1e-7))
     assert r["uniform"] == pytest.approx(math.log(10))
 
 
 def test_a_pure_prior_shift_leaves_the_old_vocabulary_loss_unchanged():
-    """Raising only the new tokens' logits (their LM-head bias, here their rows' output) moves mass onto
-    them and raises the plain loss, but the loss renormalised over the old tokens does not move."""
+    """Raising only the new tokens' logits (their LM-head bias, here their rows' output) moves mass
+    onto them and raises the plain loss, but the loss renormalised over the old tokens does not
+    move."""
     base = extend_vocabulary(tiny_gpt(V=10), 2)
     before = vocab_split_loss(base, DATA, V0=10, batches=3, batch_size=4)
     shifted = extend_vocabulary(tiny_gpt(V=10), 2)
@@ -41,7 +43,8 @@ def test_a_pure_prior_shift_leaves_the_old_vocabulary_loss_unchanged():
 
         def forward(self, h):
             out = self.head(h)
-            return torch.cat([out[..., :10], out[..., 10:] + 5.0], -1)  # +5 on every new token's logit
+            # +5 on every new token's logit
+            return torch.cat([out[..., :10], out[..., 10:] + 5.0], -1)
 
     shifted.lm_head = Shift(shifted.lm_head)
     after = vocab_split_loss(shifted, DATA, V0=10, batches=3, batch_size=4)
@@ -66,12 +69,14 @@ def test_replay_replaces_a_share_of_the_rows_with_text():
     fn = replay_batch_fn(task_batches, text, 0.25)
     x, y = fn("train", torch.Generator().manual_seed(0))
     assert x.shape == (8, 6) and y.shape == (8, 6)
-    assert (y[:2] != IGNORE_INDEX).all() and torch.equal(y[:2], (x[:2] + 1) % 10)  # text windows, shifted
+    # text windows, shifted
+    assert (y[:2] != IGNORE_INDEX).all() and torch.equal(y[:2], (x[:2] + 1) % 10)
     assert (y[2:, :4] == IGNORE_INDEX).all()
     assert replay_token_share((x, y), 2) == pytest.approx(12 / (12 + 12))
     vx, vy = fn("val", torch.Generator().manual_seed(0))  # the task's validation stays the task's
     assert torch.equal((vx, vy)[1], task_batches("val", torch.Generator().manual_seed(0))[1])
-    assert replay_batch_fn(task_batches, text, 0.0)("train", torch.Generator().manual_seed(0))[1].eq(1).sum() == 16
+    assert replay_batch_fn(task_batches, text,
+                           0.0)("train", torch.Generator().manual_seed(0))[1].eq(1).sum() == 16
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.0, 2])

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib.generate import (compare_cache_speed, generate, generate_batch, generate_text, sample_next,
-                                 top_k_filter, top_p_filter)
+from course_lib.generate import (compare_cache_speed, generate, generate_batch, generate_text,
+                                 sample_next, top_k_filter, top_p_filter)
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenizers import CharTokenizer
 
@@ -17,12 +17,14 @@ torch.manual_seed(0)
 MODEL = GPT(GPTConfig(vocab_size=12, block_size=10, n_layer=2, n_head=2, n_embd=16)).eval()
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.8), dict(temperature=0)])
+@pytest.mark.parametrize("kwargs", [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.8),
+                                    dict(temperature=0)])
 def test_kv_cache_gives_the_same_tokens_as_recomputation(kwargs):
     idx = torch.randint(12, (3, 4), generator=torch.Generator().manual_seed(1))
     # 25 new tokens: past block_size 10, so cropping and cache refills are exercised too.
     a = generate(MODEL, idx, 25, generator=torch.Generator().manual_seed(2), **kwargs)
-    b = generate(MODEL, idx, 25, generator=torch.Generator().manual_seed(2), use_cache=True, **kwargs)
+    b = generate(MODEL, idx, 25, generator=torch.Generator().manual_seed(2), use_cache=True,
+                 **kwargs)
     assert a.shape == (3, 29) and torch.equal(a, b)
     assert torch.equal(a[:, :4], idx)
 
@@ -97,11 +99,15 @@ def test_compare_cache_speed_reports_both_speeds_and_equal_tokens(model):
 
 
 def test_compare_cache_speed_uses_the_seed_like_generate(model):
-    # The tokens it compares are the ones generate() gives for that seed: nothing else draws from it.
+    # The tokens it compares are the ones generate() gives for that seed: nothing else draws from
+    # it.
     idx = torch.zeros(1, 1, dtype=torch.long)
     expected = generate(model, idx, 10, generator=torch.Generator().manual_seed(5))
     assert compare_cache_speed(model, idx, 10, seed=5)["same_tokens"]
-    assert torch.equal(expected, generate(model, idx, 10, generator=torch.Generator().manual_seed(5), use_cache=True))
+    assert torch.equal(
+        expected,
+        generate(model, idx, 10, generator=torch.Generator().manual_seed(5), use_cache=True),
+    )
 
 
 def test_compare_cache_speed_rejects_zero_repeats(model):
@@ -112,8 +118,9 @@ def test_compare_cache_speed_rejects_zero_repeats(model):
 @pytest.mark.slow  # starts a benchmark script in a fresh process
 def test_kv_cache_benchmark_script_runs_and_checks_equal_tokens():
     # The CPU preset (block_size 64) with a 60-token prompt: 4 new tokens, a quick smoke test.
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_cache.py"), "--preset", "shakespeare-char-cpu",
-                          "--prompt-len", "60", "--repeats", "1", "--threads", "1"],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_cache.py"), "--preset",
+                          "shakespeare-char-cpu", "--prompt-len", "60", "--repeats", "1",
+                          "--threads", "1"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "without KV cache:" in out.stdout and "with KV cache:" in out.stdout
@@ -136,11 +143,13 @@ def _alone(prompt, n, seed, use_cache, end_id=None, **kwargs):
 
 @settings(max_examples=25)
 @given(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=10), min_size=1, max_size=4),
-       st.integers(0, 14), st.sampled_from(range(len(SAMPLERS))), st.booleans(), st.sampled_from([None, 3]))
+       st.integers(0, 14), st.sampled_from(range(len(SAMPLERS))), st.booleans(),
+       st.sampled_from([None, 3]))
 def test_batched_generation_equals_one_prompt_at_a_time(prompts, n, sampler, use_cache, end_id):
     kwargs = SAMPLERS[sampler]
     gens = [torch.Generator().manual_seed(100 + i) for i in range(len(prompts))]
-    batched = generate_batch(MODEL, prompts, n, generators=gens, use_cache=use_cache, end_id=end_id, **kwargs)
+    batched = generate_batch(MODEL, prompts, n, generators=gens, use_cache=use_cache, end_id=end_id,
+                             **kwargs)
     expected = [_alone(p, n, 100 + i, use_cache, end_id, **kwargs) for i, p in enumerate(prompts)]
     assert batched == expected
 
@@ -154,14 +163,16 @@ def test_generate_accepts_a_list_of_prompts_and_stops_rows_at_the_end_token():
         new = o[len(p):]
         assert 0 not in new[:-1] and (new[-1] == 0 or len(new) == 20)
     greedy = generate_batch(MODEL, prompts, 5, temperature=0)
-    assert greedy == [generate(MODEL, torch.tensor([p]), 5, temperature=0)[0].tolist() for p in prompts]
+    assert greedy == [generate(MODEL, torch.tensor([p]), 5, temperature=0)[0].tolist()
+                      for p in prompts]
 
 
 @pytest.mark.parametrize("prompts, kwargs, message", [
     ([], {}, "non-empty list of prompts"),
     ([[1], []], {}, "prompt 1 is empty"),
     ([[1] * 11], {}, "prompt 0 has 11 tokens, more than block_size 10"),
-    ([[1], [2]], dict(generators=[torch.Generator()]), "one generator per prompt: 2 prompts, 1 generators"),
+    ([[1], [2]], dict(generators=[torch.Generator()]),
+     "one generator per prompt: 2 prompts, 1 generators"),
     ([[1]], dict(pad_id=12), "pad_id 12 must be a token id"),
     ([[1]], dict(top_k=0), "top_k must be"),
 ])

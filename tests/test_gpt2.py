@@ -7,7 +7,8 @@ import torch
 from model_helpers import logits_of, logits_through_kv_cache
 
 from course_lib import GPT, GPTConfig
-from course_lib.gpt2 import GPT2_SIZES, PUBLISHED_PARAMETERS, config_from_hf, gpt2_config, weight_map
+from course_lib.gpt2 import (GPT2_SIZES, PUBLISHED_PARAMETERS, config_from_hf, gpt2_config,
+                             weight_map)
 from course_lib.sizing import count_parameters
 
 transformers = pytest.importorskip("transformers")
@@ -16,12 +17,14 @@ transformers = pytest.importorskip("transformers")
 def tiny_hf(seed=0, **overrides):
     torch.manual_seed(seed)
     # weights 5x larger than GPT-2's initialisation: the MLP's inputs then reach the range where the
-    # exact and the tanh GELU differ by more than the tolerance (see test_exact_gelu_would_not_match)
-    options = dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=3, n_head=4, initializer_range=0.1,
-                   bos_token_id=0, eos_token_id=0)
+    # exact and the tanh GELU differ by more than the tolerance (see
+    # test_exact_gelu_would_not_match)
+    options = dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=3, n_head=4,
+                   initializer_range=0.1, bos_token_id=0, eos_token_id=0)
     options.update(overrides)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**options)).eval()
-    with torch.no_grad():  # GPT-2 initialises biases and LayerNorms to 0 and 1: randomise them to test them
+    # GPT-2 initialises biases and LayerNorms to 0 and 1: randomise them to test them
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if "ln_" in name or name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
@@ -47,7 +50,8 @@ def test_logits_equal_with_kv_cache(pair):
     hf, ours = pair
     x = ids(T=24, seed=2)
     expected, _ = logits_of(hf, ours, x)
-    torch.testing.assert_close(logits_through_kv_cache(ours, x, prompt=10)[0], expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits_through_kv_cache(ours, x, prompt=10)[0], expected, atol=1e-5,
+                               rtol=1e-5)
 
 
 def test_exact_gelu_would_not_match(pair):
@@ -117,11 +121,13 @@ def test_unknown_name():
 
 def test_other_architecture_rejected():
     bert = transformers.BertForMaskedLM(transformers.BertConfig(
-        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64))
     with pytest.raises(ValueError, match="expected a GPT-2 model.*'bert'"):
         GPT.from_pretrained(bert)
-    bare = transformers.GPT2Model(transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1,
-                                                          n_head=2, bos_token_id=0, eos_token_id=0))
+    bare = transformers.GPT2Model(transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16,
+                                                          n_layer=1, n_head=2, bos_token_id=0,
+                                                          eos_token_id=0))
     with pytest.raises(ValueError, match="no language-model head"):
         GPT.from_pretrained(bare)
     with pytest.raises(TypeError, match="expected a transformers GPT2LMHeadModel"):
@@ -129,9 +135,11 @@ def test_other_architecture_rejected():
 
 
 def test_unsupported_gpt2_settings_rejected():
-    for overrides, message in [(dict(n_inner=100), "n_inner"), (dict(activation_function="relu"), "activation"),
+    for overrides, message in [(dict(n_inner=100), "n_inner"),
+                               (dict(activation_function="relu"), "activation"),
                                (dict(layer_norm_epsilon=1e-6), "layer_norm_epsilon"),
                                (dict(scale_attn_by_inverse_layer_idx=True), "inverse_layer_idx")]:
-        config = transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1, n_head=2, **overrides)
+        config = transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1,
+                                         n_head=2, **overrides)
         with pytest.raises(ValueError, match=message):
             config_from_hf(config)

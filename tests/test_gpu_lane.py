@@ -1,5 +1,6 @@
 """course_lib.tools.gpu_lane (``make gpu-test``): one line and exit 0 without CUDA, a summary of a
-few lines on a GPU; and the ``gpu`` marker's tests are skipped with one reason where CUDA is absent."""
+few lines on a GPU; and the ``gpu`` marker's tests are skipped with one reason where CUDA is
+absent."""
 import json
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_without_cuda_the_lane_skips_with_one_line(monkeypatch, capsys):
     monkeypatch.setattr(gpu_lane, "cuda_available", lambda: False)
-    monkeypatch.setattr(gpu_lane, "run_unit_tests", lambda *a: pytest.fail("ran the tests without a GPU"))
+    monkeypatch.setattr(gpu_lane, "run_unit_tests",
+                        lambda *a: pytest.fail("ran the tests without a GPU"))
     assert tools_main(["gpu-lane"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == [gpu_lane.SKIP_LINE] and err == ""
@@ -27,34 +29,44 @@ def test_without_cuda_the_lane_skips_with_one_line(monkeypatch, capsys):
                     reason="checks the skip of make gpu-test on a machine without CUDA, with make")
 def test_make_gpu_test_skips_cleanly_without_cuda():
     # this test's interpreter, not the python3 on PATH (which may have no torch)
-    done = subprocess.run(["make", "-s", "gpu-test", f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["make", "-s", "gpu-test", f"PYTHON={sys.executable}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [gpu_lane.SKIP_LINE] and done.stderr == ""
 
 
 @pytest.mark.slow  # a pytest run in a subprocess
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip reason on a machine without CUDA")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks the skip reason on a machine without CUDA")
 def test_gpu_marked_tests_are_skipped_with_one_reason_without_cuda():
-    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_gpu.py", "-q", "-rs", "-p", "no:cacheprovider"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_gpu.py", "-q", "-rs", "-p",
+                           "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]
     skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert skipped and all("needs a CUDA GPU (torch.cuda.is_available() is False)" in line for line in skipped)
+    assert (skipped and all("needs a CUDA GPU (torch.cuda.is_available() is False)" in line
+                            for line in skipped))
     assert " passed" not in done.stdout and "failed" not in done.stdout
 
 
 def _fake_lane(monkeypatch, unit_exit=0, chapter_error=None):
     monkeypatch.setattr(gpu_lane, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
-    unit = {"exit": unit_exit, "seconds": 300.0, "counts": {"passed": 978, "failed": unit_exit, "skipped": 5},
-            "failures": ["FAILED tests/test_x.py::test_y - RuntimeError: boom"] if unit_exit else []}
+    unit = {
+        "exit": unit_exit,
+        "seconds": 300.0,
+        "counts": {"passed": 978, "failed": unit_exit, "skipped": 5},
+        "failures": ["FAILED tests/test_x.py::test_y - RuntimeError: boom"] if unit_exit else [],
+    }
     monkeypatch.setattr(gpu_lane, "run_unit_tests", lambda workers: unit)
-    chapters = [{"chapter": n, "name": f"ch{n:02d}", "seconds": 10.0 * n, "error": chapter_error if n == 8 else None}
+    chapters = [{"chapter": n, "name": f"ch{n:02d}", "seconds": 10.0 * n,
+                 "error": chapter_error if n == 8 else None}
                 for n in range(1, 16)]
     monkeypatch.setattr(gpu_lane, "run_chapters", lambda numbers, timeout: chapters)
 
 
-def test_on_a_gpu_the_summary_is_a_few_lines_and_the_details_go_to_json(monkeypatch, capsys, tmp_path):
+def test_on_a_gpu_the_summary_is_a_few_lines_and_the_details_go_to_json(monkeypatch, capsys,
+                                                                        tmp_path):
     _fake_lane(monkeypatch)
     assert tools_main(["gpu-lane", "--json", str(tmp_path / "lane.json")]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -68,13 +80,15 @@ def test_on_a_gpu_a_failure_is_named_and_the_exit_status_is_1(monkeypatch, capsy
     _fake_lane(monkeypatch, unit_exit=1, chapter_error="RuntimeError: view size is not compatible")
     assert tools_main(["gpu-lane"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED tests/test_x.py::test_y" in out and "ch08 stopped: RuntimeError: view size" in out
+    assert ("FAILED tests/test_x.py::test_y" in out
+            and "ch08 stopped: RuntimeError: view size" in out)
     assert len(out.splitlines()) <= 6
 
 
 def test_pytest_counts_reads_the_summary_line():
     out = "....\nFAILED a::b\n= 2 failed, 970 passed, 5 skipped, 1 xfailed, 3 errors in 12.30s ="
-    assert gpu_lane._pytest_counts(out) == {"failed": 2, "passed": 970, "skipped": 5, "xfailed": 1, "error": 3}
+    assert gpu_lane._pytest_counts(out) == {"failed": 2, "passed": 970, "skipped": 5, "xfailed": 1,
+                                            "error": 3}
     assert gpu_lane._pytest_counts("") == {}
 
 
@@ -86,25 +100,30 @@ def test_chapters_run_in_the_hosts_environment_and_errors_are_one_line(monkeypat
     def fake_execute(path, timeout, env):
         seen.append((Path(path).name, env))
         if "ch02" in Path(path).name:
-            raise RuntimeError("An error occurred while executing the following cell:\n------\nx = 1\n------\n"
-                               "ValueError: a bad cell")
+            raise RuntimeError("An error occurred while executing the following cell:\n------\nx = "
+                               "1\n------\nValueError: a bad cell")
 
     monkeypatch.setattr("course_lib.tools.chapters.execute_notebook", fake_execute)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "host-value")
     results = gpu_lane.run_chapters([1, 2], timeout=5)
-    assert [r["chapter"] for r in results] == [1, 2] and [name[:4] for name, _ in seen] == ["ch01", "ch02"]
+    assert ([r["chapter"] for r in results] == [1, 2]
+            and [name[:4] for name, _ in seen] == ["ch01", "ch02"])
     assert results[0]["error"] is None and results[1]["error"] == "ValueError: a bad cell"
     env = seen[0][1]
     assert env["ATEN_CPU_CAPABILITY"] == "host-value" and str(ROOT) in env["PYTHONPATH"].split(":")
 
 
-def test_a_bad_json_path_is_refused_before_any_work_and_the_file_is_written_atomically(monkeypatch, capsys, tmp_path):
-    """--json wrote its file with Path.write_text after the whole lane (issue 46): a folder or a device
-    failed after hours of work, and a reader could see half a file. Now checked first, on any machine,
-    and written through course_lib.utils.write_text_atomic, as eval's --json."""
+def test_a_bad_json_path_is_refused_before_any_work_and_the_file_is_written_atomically(
+    monkeypatch, capsys, tmp_path
+):
+    """--json wrote its file with Path.write_text after the whole lane (issue 46): a folder or a
+    device failed after hours of work, and a reader could see half a file. Now checked first, on any
+    machine, and written through course_lib.utils.write_text_atomic, as eval's --json."""
     (tmp_path / "adir").mkdir()
-    for path, why in ((tmp_path / "adir", "is a folder: name a file in it"), ("/dev/null", "is not a regular file")):
-        monkeypatch.setattr(gpu_lane, "cuda_available", lambda: pytest.fail("worked before checking --json"))
+    for path, why in ((tmp_path / "adir", "is a folder: name a file in it"),
+                      ("/dev/null", "is not a regular file")):
+        monkeypatch.setattr(gpu_lane, "cuda_available",
+                            lambda: pytest.fail("worked before checking --json"))
         assert tools_main(["gpu-lane", "--json", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --json {path} ") and why in err and err.count("\n") == 1
@@ -119,4 +138,5 @@ def test_json_dash_writes_the_details_to_stdout_and_the_summary_to_stderr(monkey
     _fake_lane(monkeypatch)
     assert tools_main(["gpu-lane", "--json", "-"]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out)["unit"]["counts"]["passed"] == 978 and err.startswith("gpu-test on Fake GPU")
+    assert (json.loads(out)["unit"]["counts"]["passed"] == 978
+            and err.startswith("gpu-test on Fake GPU"))

@@ -1,6 +1,7 @@
 """GPT.from_pretrained for Mixtral and Qwen3-MoE (course_lib.hf_moe): on tiny random models built
 offline, Hugging Face's logits and ours agree within 1e-5, greedy tokens are the same with and
-without our KV cache, and the load-balancing loss equals Hugging Face's on the same router logits."""
+without our KV cache, and the load-balancing loss equals Hugging Face's on the same router
+logits."""
 import pytest
 import torch
 from model_helpers import logits_of, logits_through_kv_cache
@@ -14,9 +15,10 @@ from course_lib.sizing import active_parameters, count_parameters
 transformers = pytest.importorskip("transformers")
 
 V, T_MAX = 97, 32
-COMMON = dict(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=T_MAX, rms_norm_eps=1e-6, initializer_range=0.1, bos_token_id=None,
-              eos_token_id=None, pad_token_id=None, num_experts_per_tok=2, router_aux_loss_coef=0.02)
+COMMON = dict(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=T_MAX, rms_norm_eps=1e-6,
+              initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+              num_experts_per_tok=2, router_aux_loss_coef=0.02)
 
 
 def tiny_hf(kind: str, seed=0, **overrides):
@@ -30,7 +32,9 @@ def tiny_hf(kind: str, seed=0, **overrides):
         options = dict(COMMON, intermediate_size=64, moe_intermediate_size=40, num_experts=6,
                        head_dim=16 if kind.endswith("-hd") else 12,
                        norm_topk_prob=kind == "qwen3_moe-norm")
-        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**(options | overrides)))
+        model = transformers.Qwen3MoeForCausalLM(
+            transformers.Qwen3MoeConfig(**(options | overrides))
+        )
     with torch.no_grad():  # norms start at 1 and the router near 0: randomise them to test them
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -44,7 +48,8 @@ def ids(B=2, T=20, seed=1):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-KINDS = ["mixtral", "mixtral-sw", "qwen3_moe", "qwen3_moe-norm", "qwen3_moe-hd"]  # Qwen3-MoE: norm_topk_prob False, True; head_dim
+# Qwen3-MoE: norm_topk_prob False, True; head_dim
+KINDS = ["mixtral", "mixtral-sw", "qwen3_moe", "qwen3_moe-norm", "qwen3_moe-hd"]
 _pairs = {}
 
 
@@ -60,9 +65,11 @@ def test_config_carries_every_setting(pair):
     hf, ours = pair
     c, h = ours.config, hf.config
     qwen = h.model_type == "qwen3_moe"
-    assert c.moe_experts == (h.num_experts if qwen else h.num_local_experts) and c.moe_top_k == h.num_experts_per_tok
+    assert (c.moe_experts == (h.num_experts if qwen else h.num_local_experts)
+            and c.moe_top_k == h.num_experts_per_tok)
     assert c.moe_norm_topk == (h.norm_topk_prob if qwen else True) and c.qk_norm == qwen
-    assert c.ffn_size == (h.moe_intermediate_size if qwen else h.intermediate_size) and c.moe_aux_coef == 0.02
+    assert (c.ffn_size == (h.moe_intermediate_size if qwen else h.intermediate_size)
+            and c.moe_aux_coef == 0.02)
     assert ours.num_parameters() == sum(p.numel() for p in hf.parameters()) == count_parameters(c)
     assert active_parameters(c) < count_parameters(c)
 
@@ -84,7 +91,8 @@ def test_greedy_tokens_equal_hugging_face_generate_with_and_without_cache(pair):
     hf, ours = pair
     prompt = ids(B=1, T=6, seed=3)
     n = T_MAX - 6
-    with torch.no_grad():  # no end-of-text id (min_new_tokens would forbid it where ours may pick it)
+    # no end-of-text id (min_new_tokens would forbid it where ours may pick it)
+    with torch.no_grad():
         expected = hf.generate(prompt, do_sample=False, max_new_tokens=n, pad_token_id=None,
                                attention_mask=torch.ones_like(prompt))
     assert torch.equal(generate(ours, prompt, n, temperature=0), expected)
@@ -102,8 +110,10 @@ def test_balancing_loss_equals_hugging_face(pair):
     torch.testing.assert_close(ours.balancing_loss(), out.aux_loss, atol=1e-6, rtol=1e-6)
     from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
-    logits = tuple(torch.randn(30, ours.config.moe_experts) for _ in range(3))  # any logits, any layers
-    torch.testing.assert_close(load_balancing_loss(logits, 2), load_balancing_loss_func(logits, logits[0].shape[1], 2))
+    # any logits, any layers
+    logits = tuple(torch.randn(30, ours.config.moe_experts) for _ in range(3))
+    torch.testing.assert_close(load_balancing_loss(logits, 2),
+                               load_balancing_loss_func(logits, logits[0].shape[1], 2))
 
 
 def test_training_loss_is_hugging_faces_with_labels():
@@ -111,7 +121,8 @@ def test_training_loss_is_hugging_faces_with_labels():
     ours = GPT.from_pretrained(hf).train()  # dropout is 0: train mode only adds the balancing loss
     x = ids(seed=5)
     with torch.no_grad():
-        expected = hf(x[:, :-1], labels=x[:, :-1], output_router_logits=True)  # HF shifts its labels
+        # HF shifts its labels
+        expected = hf(x[:, :-1], labels=x[:, :-1], output_router_logits=True)
         _, loss = ours(x[:, :-2], x[:, 1:-1])  # ours predicts targets given next to the inputs
     # HF's router logits cover one more position (the last, which has no label): compare the parts
     ce = expected.loss - 0.02 * expected.aux_loss
@@ -123,7 +134,8 @@ def test_training_loss_is_hugging_faces_with_labels():
 
 
 def test_unsupported_settings_rejected():
-    for kind, overrides, phrase in [("qwen3_moe", dict(sliding_window=16, use_sliding_window=True), "sliding"),
+    for kind, overrides, phrase in [("qwen3_moe", dict(sliding_window=16, use_sliding_window=True),
+                                     "sliding"),
                                     ("mixtral", dict(hidden_act="gelu"), "hidden_act"),
                                     ("qwen3_moe", dict(decoder_sparse_step=2), "dense layers")]:
         with pytest.raises(ValueError, match=phrase):

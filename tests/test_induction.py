@@ -6,21 +6,24 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib.induction.ablation import (ablate, composition_score, cut_path, head_matrices, head_means,
-                                           k_composition, random_composition_baseline)
-from course_lib.induction.analysis import examine, group_losses, offset_attention, path_table, top_heads
+from course_lib.induction.ablation import (ablate, composition_score, cut_path, head_matrices,
+                                           head_means, k_composition, random_composition_baseline)
+from course_lib.induction.analysis import (examine, group_losses, offset_attention, path_table,
+                                           top_heads)
 from course_lib.induction.model import AttnOnlyConfig, AttnOnlyTransformer, token_losses
-from course_lib.induction.scores import (all_scores, attention_patterns, duplicate_token_pattern, head_scores,
-                                         induction_pattern, previous_token_pattern, stripe_scores)
+from course_lib.induction.scores import (all_scores, attention_patterns, duplicate_token_pattern,
+                                         head_scores, induction_pattern, previous_token_pattern,
+                                         stripe_scores)
 from course_lib.induction.task import RepeatTask, batch_fn, repeat_mask, repeat_rows
-from course_lib.induction.training import (best_induction_score, crossing_step, induction_trainer, mean_interval,
-                                           measure, probe_rows, repeat_loss_rows, train_config,
-                                           train_with_probes)
+from course_lib.induction.training import (best_induction_score, crossing_step, induction_trainer,
+                                           mean_interval, measure, probe_rows, repeat_loss_rows,
+                                           train_config, train_with_probes)
 
 
 def small_model(seed=0, **changes):
     torch.manual_seed(seed)
-    return AttnOnlyTransformer(AttnOnlyConfig(vocab_size=16, block_size=20, n_embd=16, n_head=2, **changes)).eval()
+    return AttnOnlyTransformer(AttnOnlyConfig(vocab_size=16, block_size=20, n_embd=16, n_head=2,
+                                              **changes)).eval()
 
 
 # --- the task ---
@@ -46,7 +49,8 @@ def test_the_fixed_offset_control_repeats_at_one_distance():
 
 def test_the_repeat_mask_marks_the_second_copy_but_its_first_token():
     mask = repeat_mask(torch.tensor([3, 5]), 10)
-    assert mask[0].nonzero().flatten().tolist() == [8, 9]  # copy at 7, 8, 9: token 7 is unpredictable
+    # copy at 7, 8, 9: token 7 is unpredictable
+    assert mask[0].nonzero().flatten().tolist() == [8, 9]
     assert mask[1].nonzero().flatten().tolist() == [6, 7, 8, 9]
 
 
@@ -120,7 +124,8 @@ def test_detection_patterns_follow_transformer_lens_definitions_on_a_small_examp
     dup = duplicate_token_pattern(tokens)[0]
     assert dup.nonzero().tolist() == [[3, 0], [4, 1], [5, 2]]
     ind = induction_pattern(tokens)[0]
-    assert ind.nonzero().tolist() == [[3, 1], [4, 2], [5, 3]]  # the token after the earlier occurrence
+    # the token after the earlier occurrence
+    assert ind.nonzero().tolist() == [[3, 1], [4, 2], [5, 3]]
 
 
 def test_perfect_heads_score_one_and_stripe_scores_agree_on_a_fixed_repeat():
@@ -135,9 +140,11 @@ def test_perfect_heads_score_one_and_stripe_scores_agree_on_a_fixed_repeat():
     patterns = torch.stack([prev, ind])[None, :, None]  # (1, L=2, nh=1, T, T)
     scores = all_scores(patterns, tokens)
     assert scores["previous_token"][0, 0].item() == pytest.approx(7 / 8)  # 7 of 8 queries have one
-    assert scores["induction"][1, 0].item() == pytest.approx(4 / 8)  # queries 4-7 have an earlier copy
+    # queries 4-7 have an earlier copy
+    assert scores["induction"][1, 0].item() == pytest.approx(4 / 8)
     assert stripe_scores(patterns, -1)[0, 0].item() == pytest.approx(1.0)
-    assert stripe_scores(patterns, -3)[1, 0].item() == pytest.approx(4 / 5)  # diagonal 1 - n, n = 4: (3, 0) off
+    # diagonal 1 - n, n = 4: (3, 0) off
+    assert stripe_scores(patterns, -3)[1, 0].item() == pytest.approx(4 / 5)
 
 
 def test_head_scores_refuses_patterns_of_the_wrong_shape():
@@ -174,7 +181,8 @@ def test_mean_ablation_writes_the_mean_and_the_axis_is_the_head():
 
 
 @pytest.mark.parametrize("args, phrase", [((2, 0), "no head 2.0"), ((0, 5), "no head 0.5"),
-                                          ((0, 0, "half"), "how must be"), ((0, 0, "mean"), "needs the heads")])
+                                          ((0, 0, "half"), "how must be"),
+                                          ((0, 0, "mean"), "needs the heads")])
 def test_bad_ablations_are_refused(args, phrase):
     with pytest.raises(ValueError, match=phrase):
         with ablate(small_model(), *args):
@@ -182,10 +190,12 @@ def test_bad_ablations_are_refused(args, phrase):
 
 
 def qkv_of_layer_1(model, idx):
-    """Layer 1's queries, keys and values (B, nh, T, hs) in one forward pass, read at the hook points."""
+    """Layer 1's queries, keys and values (B, nh, T, hs) in one forward pass, read at the hook
+    points."""
     seen = {}
     attn = model.attn[1]
-    handles = [getattr(attn, f"hook_{p}").register_forward_hook(lambda m, a, t, p=p: seen.__setitem__(p, t))
+    handles = [getattr(attn, f"hook_{p}").register_forward_hook(lambda m, a, t,
+                                                                p=p: seen.__setitem__(p, t))
                for p in "qkv"]
     logits, _ = model(idx)
     for handle in handles:
@@ -202,12 +212,14 @@ def test_a_path_cut_changes_one_input_of_the_target_heads_only(path):
         without, _ = qkv_of_layer_1(model, idx)
     with cut_path(model, (0, [1]), (1, [0]), path, "zero"):
         cut, _ = qkv_of_layer_1(model, idx)
-    assert not model.ln[1]._forward_pre_hooks and not model.attn[0].hook_z._forward_hooks  # all removed
+    # all removed
+    assert not model.ln[1]._forward_pre_hooks and not model.attn[0].hook_z._forward_hooks
     for p in "qkv":
         expected = without[p][:, 0] if p == path else full[p][:, 0]  # target head 0
         assert torch.allclose(cut[p][:, 0], expected, atol=1e-6), p
         assert torch.equal(cut[p][:, 1], full[p][:, 1])  # head 1.1 is not a target
-    assert not torch.allclose(without[path][:, 0], full[path][:, 0], atol=1e-4)  # the cut did something
+    # the cut did something
+    assert not torch.allclose(without[path][:, 0], full[path][:, 0], atol=1e-4)
 
 
 def test_path_cuts_nest_each_input_cut_as_if_alone():
@@ -298,14 +310,18 @@ def test_a_short_run_is_probed_and_reproducible():
         trainer = induction_trainer(task, train_config(6, seed=3))
         curves.append(train_with_probes(trainer, task, 3, rows))
     assert curves[0] == curves[1] and curves[0]["step"] == [0, 3, 6]
-    assert abs(curves[0]["repeat"][0] - task.chance_loss) < 0.05 and abs(curves[0]["icl_score"][0]) < 0.05
-    assert curves[0]["induction_score"][0] == best_induction_score(induction_trainer(task, train_config(6, 3)).model,
-                                                                   rows[0])
+    assert (abs(curves[0]["repeat"][0] - task.chance_loss) < 0.05
+            and abs(curves[0]["icl_score"][0]) < 0.05)
+    assert curves[0]["induction_score"][0] == best_induction_score(
+        induction_trainer(task, train_config(6, 3)).model, rows[0]
+    )
     report = examine(trainer.model, task, *rows)
     assert len(report["ablation"]["zero"]) == 2 and len(report["ablation"]["mean"][1]) == 4
     assert "positional" not in report and set(report["paths"]) == {"q", "k", "v"}
     groups = report["groups"]
-    assert sorted(groups["top_layer1"]["heads"] + groups["other_layer1"]["heads"]) == [[1, h] for h in range(4)]
+    assert sorted(groups["top_layer1"]["heads"] + groups["other_layer1"]["heads"]) == [
+        [1, h] for h in range(4)
+    ]
     assert len(report["paths_to_layer1"]["k"]["per_head"]) == 4
     with pytest.raises(ValueError, match="probe_every"):
         train_with_probes(trainer, task, 0, rows)
@@ -337,10 +353,12 @@ def test_group_and_path_losses_equal_the_hooks_they_stand_for():
     means = head_means(model, rows)
     with ablate(model, 0, 0, "mean", means), ablate(model, 1, 1, "mean", means):
         expected = repeat_loss_rows(model, task, rows, lengths).mean().item()
-    assert group_losses(model, task, rows, lengths, [(0, 0), (1, 1)], "mean", means)["repeat"][0] == expected
+    assert group_losses(model, task, rows, lengths, [(0, 0), (1, 1)], "mean",
+                        means)["repeat"][0] == expected
     table = path_table(model, task, rows, lengths, [1], means)
     with cut_path(model, (0, [0]), (1, [1]), "k", "mean", means):
-        assert table["k"]["per_head"][0][0] == repeat_loss_rows(model, task, rows, lengths).mean().item()
+        assert table["k"]["per_head"][0][0] == repeat_loss_rows(model, task, rows,
+                                                                lengths).mean().item()
     with cut_path(model, (0, [0, 1]), (1, [1]), "v", "mean", means):
         assert table["v"]["layer0"][0] == repeat_loss_rows(model, task, rows, lengths).mean().item()
 
@@ -356,9 +374,11 @@ def test_a_fixed_offset_model_gets_the_positional_tests():
     fixed = RepeatTask(vocab_size=16, seq_len=20, min_repeat=6, max_repeat=6)
     variable = RepeatTask(vocab_size=16, seq_len=20, min_repeat=4, max_repeat=8)
     rows, lengths = repeat_rows(fixed, 8, torch.Generator().manual_seed(11))
-    report = examine(small_model(), fixed, rows, lengths, transfer=(variable, *probe_rows(variable, 8)))
+    report = examine(small_model(), fixed, rows, lengths,
+                     transfer=(variable, *probe_rows(variable, 8)))
     positional = report["positional"]
-    assert len(positional["offset_attention"]) == 2 and abs(positional["transfer"] - math.log(16)) < 0.1
+    assert (len(positional["offset_attention"]) == 2
+            and abs(positional["transfer"] - math.log(16)) < 0.1)
 
 
 def test_a_model_too_small_for_the_task_is_refused():
@@ -373,19 +393,22 @@ def test_the_induction_command_trains_resumes_and_refuses_to_change_the_task(tmp
     from course_lib.cli import main
 
     out = str(tmp_path / "run")
-    assert main(["induction", "--out", out, "--max-iters", "2", "--set", "batch_size=4", "--device", "cpu"]) == 0
+    assert main(["induction", "--out", out, "--max-iters", "2", "--set", "batch_size=4", "--device",
+                 "cpu"]) == 0
     said = capsys.readouterr().out
     assert "repeat length drawn per row (8-24)" in said and "repeat loss" in said
-    assert main(["induction", "--out", out, "--resume", "--fixed-offset", "--max-iters", "3", "--device", "cpu"]) == 2
+    assert main(["induction", "--out", out, "--resume", "--fixed-offset", "--max-iters", "3",
+                 "--device", "cpu"]) == 2
     assert "keeps its task" in capsys.readouterr().err
     assert main(["induction", "--out", out, "--resume", "--max-iters", "3", "--device", "cpu"]) == 0
-    assert main(["induction", "--out", str(tmp_path / "f"), "--fixed-offset", "--max-iters", "1", "--set",
-                 "batch_size=2", "--device", "cpu"]) == 0
+    assert main(["induction", "--out", str(tmp_path / "f"), "--fixed-offset", "--max-iters", "1",
+                 "--set", "batch_size=2", "--device", "cpu"]) == 0
     assert "fixed-offset control (L = 16)" in capsys.readouterr().out
 
 
 def test_probing_does_not_change_the_run():
-    """train_with_probes trains in chunks and measures in between: the weights equal a straight run's."""
+    """train_with_probes trains in chunks and measures in between: the weights equal a straight
+    run's."""
     task = RepeatTask(vocab_size=32, seq_len=48)
     probed = induction_trainer(task, train_config(6, seed=4, batch_size=4))
     train_with_probes(probed, task, 2, probe_rows(task, 8))

@@ -10,7 +10,8 @@ from course_lib.induction.model import AttnOnlyConfig, AttnOnlyTransformer
 from course_lib.induction.scores import all_scores, attention_patterns, stripe_scores
 from course_lib.induction.task import RepeatTask, repeat_rows
 
-transformer_lens = pytest.importorskip("transformer_lens", reason="pip install 'transformer_lens>=3.9,<4'")
+transformer_lens = pytest.importorskip("transformer_lens",
+                                       reason="pip install 'transformer_lens>=3.9,<4'")
 from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
 from transformer_lens import head_detector  # noqa: E402
 
@@ -21,8 +22,8 @@ def to_hooked_transformer(model: AttnOnlyTransformer) -> HookedTransformer:
     (3C, C) matrix."""
     c = model.config
     C, nh, hs = c.n_embd, c.n_head, c.head_size
-    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=C, n_ctx=c.block_size, d_head=hs, n_heads=nh,
-                                  d_vocab=c.vocab_size, attn_only=True, act_fn="relu",
+    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=C, n_ctx=c.block_size, d_head=hs,
+                                  n_heads=nh, d_vocab=c.vocab_size, attn_only=True, act_fn="relu",
                                   normalization_type="LN" if c.layer_norm else None,
                                   positional_embedding_type="standard", default_prepend_bos=False,
                                   device="cpu", seed=0)
@@ -32,12 +33,16 @@ def to_hooked_transformer(model: AttnOnlyTransformer) -> HookedTransformer:
     for i, attn in enumerate(model.attn):
         W, b = attn.c_attn.weight, attn.c_attn.bias
         for j, name in enumerate("QKV"):
-            state[f"blocks.{i}.attn.W_{name}"] = W[j * C:(j + 1) * C].T.reshape(C, nh, hs).permute(1, 0, 2)
+            state[f"blocks.{i}.attn.W_{name}"] = W[j * C:(j + 1) * C].T.reshape(C, nh,
+                                                                                hs).permute(1, 0, 2)
             state[f"blocks.{i}.attn.b_{name}"] = b[j * C:(j + 1) * C].reshape(nh, hs)
         state[f"blocks.{i}.attn.W_O"] = attn.c_proj.weight.T.reshape(nh, hs, C)
         state[f"blocks.{i}.attn.b_O"] = attn.c_proj.bias
         if c.layer_norm:
-            state[f"blocks.{i}.ln1.w"], state[f"blocks.{i}.ln1.b"] = model.ln[i].weight, model.ln[i].bias
+            state[f"blocks.{i}.ln1.w"], state[f"blocks.{i}.ln1.b"] = (
+                model.ln[i].weight,
+                model.ln[i].bias,
+            )
     if c.layer_norm:
         state["ln_final.w"], state["ln_final.b"] = model.ln_final.weight, model.ln_final.bias
     missing = set(tl.state_dict()) - set(state)
@@ -67,7 +72,9 @@ def test_patterns_logits_and_head_scores_equal_transformer_lens(layer_norm):
     with torch.no_grad():
         tl_logits, cache = tl.run_with_cache(rows)
         our_logits, _ = model(rows)
-    assert (tl_logits - our_logits).abs().max() < 1e-6 * max(1.0, our_logits.abs().max().item()) * 10, (tl_logits - our_logits).abs().max()
+    assert (tl_logits - our_logits).abs().max() < 1e-6 * max(
+        1.0, our_logits.abs().max().item()
+    ) * 10, (tl_logits - our_logits).abs().max()
     theirs = torch.stack([cache["pattern", layer] for layer in range(2)], dim=1)  # (B, L, nh, T, T)
     assert (ours - theirs).abs().max() < 1e-6
 
@@ -79,7 +86,8 @@ def test_patterns_logits_and_head_scores_equal_transformer_lens(layer_norm):
         # detect_head's own loop, row by row: score each head of each row, then the mean over rows
         per_row = torch.tensor([[[head_detector.compute_head_attention_similarity_score(
             theirs[b, layer, head], detection_pattern(rows[b:b + 1]), exclude_bos=False,
-            exclude_current_token=False, error_measure="mul") for head in range(4)] for layer in range(2)]
+            exclude_current_token=False, error_measure="mul") for head in range(4)]
+                                 for layer in range(2)]
             for b in range(len(rows))])
         assert (scores[name] - per_row.mean(0)).abs().max() < 1e-6, name
         assert scores[name].max() > 0.01  # a non-trivial comparison

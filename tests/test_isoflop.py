@@ -1,8 +1,10 @@
-"""course_lib.scaling.isoflop: the sweep's shapes, what a budget buys each, and one run trained to its plan."""
+"""course_lib.scaling.isoflop: the sweep's shapes, what a budget buys each, and one run trained to
+its plan."""
 import pytest
 import torch
 
-from course_lib.scaling.isoflop import (FAMILY, LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters, plan_run, shape_config,
+from course_lib.scaling.isoflop import (FAMILY, LADDER, TRAIN, WARMUP_FRACTION, matmul_parameters,
+                                        plan_run, shape_config,
                                 train_planned)
 from course_lib.model import GPT
 from course_lib.sizing import flops_per_token
@@ -33,7 +35,8 @@ def test_plan_spends_the_budget_in_whole_steps():
     tokens_per_step = TRAIN["batch_size"] * 64
     assert plan["D"] == plan["steps"] * tokens_per_step
     assert plan["flops"] == plan["flops_per_token"] * plan["D"]
-    assert abs(plan["flops"] - 1e11) <= plan["flops_per_token"] * tokens_per_step / 2  # the nearest whole step
+    # the nearest whole step
+    assert abs(plan["flops"] - 1e11) <= plan["flops_per_token"] * tokens_per_step / 2
     assert plan["epochs"] == pytest.approx(plan["D"] / 1_000_000)
     assert plan["warmup_iters"] == round(WARMUP_FRACTION * plan["steps"])
 

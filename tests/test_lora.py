@@ -8,8 +8,9 @@ import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
 from course_lib import GPT, GPTConfig
-from course_lib.lora import (DEFAULT_TARGETS, LoRALinear, add_lora, lora_layers, lora_parameter_count,
-                             lora_state_dict, merge_lora, trainable_parameters)
+from course_lib.lora import (DEFAULT_TARGETS, LoRALinear, add_lora, lora_layers,
+                             lora_parameter_count, lora_state_dict, merge_lora,
+                             trainable_parameters)
 
 TINY = GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=24, bias=True)
 
@@ -38,7 +39,8 @@ def test_start_state_is_the_base_model_exactly():
     add_lora(model, rank=4, alpha=8)
     assert torch.equal(model(x)[0], before)  # B = 0: the update is exactly zero, not just small
     layers = lora_layers(model)
-    assert sorted(layers) == [f"blocks.{i}.attn.{n}" for i in range(2) for n in ("c_attn", "c_proj")]
+    assert sorted(layers) == [f"blocks.{i}.attn.{n}" for i in range(2)
+                              for n in ("c_attn", "c_proj")]
     for layer in layers.values():
         assert torch.count_nonzero(layer.lora_B) == 0 and torch.count_nonzero(layer.lora_A) > 0
         assert layer.scaling == 8 / 4
@@ -46,7 +48,8 @@ def test_start_state_is_the_base_model_exactly():
 
 def test_the_mlp_c_proj_is_not_a_default_target():
     model = add_lora(tiny_gpt())
-    assert isinstance(model.blocks[0].mlp.c_proj, nn.Linear) and not isinstance(model.blocks[0].mlp.c_proj, LoRALinear)
+    assert (isinstance(model.blocks[0].mlp.c_proj, nn.Linear)
+            and not isinstance(model.blocks[0].mlp.c_proj, LoRALinear))
 
 
 def test_merge_gives_the_same_logits_and_plain_linear_layers():
@@ -59,7 +62,8 @@ def test_merge_gives_the_same_logits_and_plain_linear_layers():
     merge_lora(model)
     assert not lora_layers(model)
     assert isinstance(model.blocks[0].attn.c_attn, nn.Linear)
-    torch.testing.assert_close(model(x)[0], adapted, atol=1e-5, rtol=0)  # ... and merging keeps that change
+    # ... and merging keeps that change
+    torch.testing.assert_close(model(x)[0], adapted, atol=1e-5, rtol=0)
     # the merged weight is W + (alpha / r) B A, computed here independently of LoRALinear.merged
     fresh = add_lora(tiny_gpt(), rank=4, alpha=8)
     randomize_b(fresh)
@@ -86,13 +90,20 @@ def test_b_zero_means_a_gets_no_gradient_at_the_first_step():
     x = tokens()
     model(x, x)[1].backward()
     layer = model.blocks[0].attn.c_attn
-    assert torch.count_nonzero(layer.lora_A.grad) == 0 and torch.count_nonzero(layer.lora_B.grad) > 0
+    assert (torch.count_nonzero(layer.lora_A.grad) == 0
+            and torch.count_nonzero(layer.lora_B.grad) > 0)
 
 
 # Ranks up to the narrowest width (C = 8): a larger one is refused (check_rank_fits).
 @settings(max_examples=15, deadline=None)
-@given(rank=st.integers(1, 8), n_layer=st.integers(1, 3), heads_and_c=st.sampled_from([(1, 8), (2, 16), (4, 32)]),
-       targets=st.sampled_from([DEFAULT_TARGETS, ("c_attn",), ("c_fc", "c_proj"), ("attn.c_proj", "mlp.c_fc")]))
+@given(
+    rank=st.integers(1, 8),
+    n_layer=st.integers(1, 3),
+    heads_and_c=st.sampled_from([(1, 8), (2, 16), (4, 32)]),
+    targets=st.sampled_from(
+        [DEFAULT_TARGETS, ("c_attn",), ("c_fc", "c_proj"), ("attn.c_proj", "mlp.c_fc")]
+    ),
+)
 def test_trainable_parameters_follow_the_formula(rank, n_layer, heads_and_c, targets):
     n_head, C = heads_and_c
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=n_layer, n_head=n_head, n_embd=C))
@@ -125,7 +136,7 @@ def test_a_is_initialised_like_peft_and_nn_linear():
     assert layer.lora_A.abs().max() > 0.95 * bound  # 25,600 uniform draws come close to the bound
 
 
-# --- the reference: peft's LoRA on a Hugging Face GPT-2 ------------------------------------------------
+# --- the reference: peft's LoRA on a Hugging Face GPT-2 -------------------------------------------
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
@@ -157,7 +168,8 @@ def test_equal_to_peft_lora_on_gpt2(targets):
             copied += 2
     n_peft = sum(1 for n in theirs_params if ".lora_" in n)
     assert copied == n_peft == 2 * 3 * len(targets)  # every peft adapter received ours
-    assert trainable_parameters(ours) == sum(p.numel() for p in theirs.parameters() if p.requires_grad)
+    assert trainable_parameters(ours) == sum(p.numel() for p in theirs.parameters()
+                                             if p.requires_grad)
     x = torch.randint(0, 97, (2, 32), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         our_logits = ours(x)[0]

@@ -26,7 +26,8 @@ def test_new_rows_leave_the_old_logits_alone(pretrained):
     base, _ = load_model(pretrained)
     bigger = extend_vocabulary(base, 11).eval()
     assert bigger.config.vocab_size == base.config.vocab_size + 11
-    x = torch.randint(0, base.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, base.config.vocab_size, (2, 48),
+                      generator=torch.Generator().manual_seed(0))
     old, new = base(x)[0], bigger(x)[0]
     torch.testing.assert_close(new[..., :base.config.vocab_size], old, atol=1e-6, rtol=0)
     mean_row = base.lm_head.weight.mean(0)  # every new output row is the mean of the old ones
@@ -34,7 +35,7 @@ def test_new_rows_leave_the_old_logits_alone(pretrained):
     torch.testing.assert_close(bigger.wte.weight[-11], base.wte.weight.mean(0))
 
 
-# --- LoRA checkpoints --------------------------------------------------------------------------------
+# --- LoRA checkpoints -----------------------------------------------------------------------------
 
 
 def lora_from(pretrained, rank=4):
@@ -52,9 +53,11 @@ def test_lora_gpt_starts_as_the_extended_base_and_trains_only_adapters_and_new_r
     torch.testing.assert_close(model.eval()(x)[0], full(x)[0], atol=1e-6, rtol=0)
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
     n_new = tok.vocab_size - base.config.vocab_size
-    assert trained == {"wte.new", "lm_head.new"} | {f"{k}.lora_{m}" for k in lora_layers(model) for m in "AB"}
+    assert trained == {"wte.new",
+                       "lm_head.new"} | {f"{k}.lora_{m}" for k in lora_layers(model) for m in "AB"}
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    # the formula: 2 blocks x (c_attn 4 + c_proj 2) r C, plus the new rows of the embedding and the head
+    # the formula: 2 blocks x (c_attn 4 + c_proj 2) r C, plus the new rows of the embedding and the
+    # head
     assert model.trainable_count() == numel == 2 * 6 * 4 * 32 + 2 * n_new * 32
 
 
@@ -67,7 +70,8 @@ def test_lora_checkpoint_round_trip_holds_only_what_changed(pretrained, tmp_path
     path = save_checkpoint(tmp_path / "ft.pt", model, tokenizer=tok)
     ckpt = load_checkpoint(path)
     assert ckpt["model_kind"] == "gpt-lora"
-    assert set(ckpt["model"]) == {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    assert set(ckpt["model"]) == {n for n, p in model.named_parameters(remove_duplicate=False)
+                                  if p.requires_grad}
     loaded, _ = load_model(path)
     x = torch.randint(0, tok.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(loaded(x)[0], model.eval()(x)[0], atol=0, rtol=0)
@@ -95,7 +99,8 @@ def test_old_rows_and_base_weights_stay_frozen_under_weight_decay(pretrained):
     model, tok = lora_from(pretrained)
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     config = TrainConfig(max_iters=3, batch_size=4, weight_decay=0.5, eval_interval=3, eval_iters=1)
-    Trainer(model, config=config, batch_fn=answer_batch_fn(tok, 4), progress=False, verbose=False).train()
+    Trainer(model, config=config, batch_fn=answer_batch_fn(tok, 4), progress=False,
+            verbose=False).train()
     for n, p in model.named_parameters():
         if n in frozen:
             assert torch.equal(p, frozen[n]), n
@@ -112,7 +117,8 @@ def test_a_base_that_is_no_regular_file_is_refused_before_it_is_read(pretrained,
     ckpt["model_config"]["base_checkpoint"] = str(tmp_path) if where == "folder" else "/dev/zero"
     torch.save(ckpt, path)
     what = "is a folder" if where == "folder" else "is not a regular file"
-    with pytest.raises(CheckpointError, match=f"the base model of this LoRA checkpoint, .*, {what}"):
+    with pytest.raises(CheckpointError,
+                       match=f"the base model of this LoRA checkpoint, .*, {what}"):
         load_model(path)
 
 

@@ -19,7 +19,10 @@ def test_masked_loss_and_accuracy_on_a_hand_checked_batch():
     mask = targets != IGNORE_INDEX
     loss = masked_cross_entropy(logits, targets.clamp(min=0), mask)
     # the mean of the two real positions' losses: -log softmax(5, 0)[0] and -log softmax(0, 5)[0]
-    expected = (F.cross_entropy(logits[0, :1], targets[0, :1]) + F.cross_entropy(logits[0, 1:2], targets[0, 1:2])) / 2
+    expected = (
+        F.cross_entropy(logits[0, :1], targets[0, :1])
+        + F.cross_entropy(logits[0, 1:2], targets[0, 1:2])
+    ) / 2
     assert torch.allclose(loss, expected)
 
 
@@ -61,7 +64,8 @@ def test_estimate_loss_is_the_eval_mode_mean_over_fixed_batches(tiny_model):
     assert list(estimate_loss(model, batch_fn, 1, splits=("val",))) == ["val"]
 
 
-@pytest.mark.parametrize("n, batch_size", [(41, 3), (33, 64), (9, 1)])  # a tail, exact windows, tail only
+# a tail, exact windows, tail only
+@pytest.mark.parametrize("n, batch_size", [(41, 3), (33, 64), (9, 1)])
 def test_sequence_loss_scores_every_token_but_the_first_once(n, batch_size):
     """Derived by hand: every target data[1:] predicted once, from the window of T = 8 tokens it
     falls in (windows start at 0, 8, 16, ...), each window a separate forward pass."""

@@ -44,8 +44,8 @@ import_every_module()
 KINDS = sorted(MODELS)
 
 # Small sizes for the fields a config class has; its other fields keep their defaults.
-SMALL = {"vocab_size": 13, "block_size": 8, "n_layer": 1, "n_encoder_layers": 1, "n_decoder_layers": 1,
-         "n_head": 2, "n_embd": 16, "dropout": 0.0}
+SMALL = {"vocab_size": 13, "block_size": 8, "n_layer": 1, "n_encoder_layers": 1,
+         "n_decoder_layers": 1, "n_head": 2, "n_embd": 16, "dropout": 0.0}
 
 
 def small_config(config_class):
@@ -57,7 +57,8 @@ def small_lora(tmp_path):
     """gpt-lora: rank-2 adapters on a small GPT checkpoint, its vocabulary grown by 2 tokens
     (``from_base`` reads only the new vocabulary size from the tokenizer)."""
     base = save_checkpoint(tmp_path / "base.pt", GPT(small_config(GPTConfig)))
-    return MODELS["gpt-lora"].from_base(base, SimpleNamespace(vocab_size=SMALL["vocab_size"] + 2), rank=2)
+    return MODELS["gpt-lora"].from_base(base, SimpleNamespace(vocab_size=SMALL["vocab_size"] + 2),
+                                        rank=2)
 
 
 def small_int4(tmp_path):
@@ -67,7 +68,8 @@ def small_int4(tmp_path):
     return MODELS["gpt-int4"](MODELS["gpt-int4"].config_class(**config))
 
 
-FACTORIES = {"gpt-lora": small_lora, "gpt-int4": small_int4}  # kind -> (tmp_path -> a small model of that kind)
+# kind -> (tmp_path -> a small model of that kind)
+FACTORIES = {"gpt-lora": small_lora, "gpt-int4": small_int4}
 
 
 def build(kind: str, tmp_path):
@@ -80,8 +82,9 @@ def build(kind: str, tmp_path):
         try:
             config = small_config(cls.config_class)
         except (TypeError, ValueError) as e:
-            pytest.fail(f"model kind {kind!r}: {cls.config_class.__name__}'s defaults with the sizes of SMALL do "
-                        f"not make a config ({e}): add a factory for {kind!r} to FACTORIES")
+            pytest.fail(f"model kind {kind!r}: {cls.config_class.__name__}'s defaults with the "
+                        f"sizes of SMALL do not make a config ({e}): add a factory for {kind!r} to "
+                        "FACTORIES")
         model = cls(config)
     assert type(model) is cls, f"the factory of {kind!r} built a {type(model).__name__}"
     return model.eval()
@@ -95,9 +98,11 @@ def batch(model, B: int = 3):
 
 
 def test_the_registry_holds_the_kinds_of_the_chapters_and_every_factory_is_a_kind():
-    # bigram (chapter 2), gpt (6), seq2seq (11), gpt-lora (15): at least these, once every module is imported
+    # bigram (chapter 2), gpt (6), seq2seq (11), gpt-lora (15): at least these, once every module is
+    # imported
     assert {"bigram", "gpt", "seq2seq", "gpt-lora"} <= set(KINDS)
-    assert set(FACTORIES) <= set(KINDS), f"factories of kinds nobody registers: {set(FACTORIES) - set(KINDS)}"
+    assert set(FACTORIES) <= set(KINDS), ("factories of kinds nobody registers: "
+                                          f"{set(FACTORIES) - set(KINDS)}")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -119,7 +124,8 @@ def test_forward_gives_logits_for_every_position_and_a_loss_that_trains_it(kind,
     loss.backward()
     trained = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trained, f"{kind}: nothing to train"
-    no_gradient = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    no_gradient = [name for name,
+                   p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not no_gradient, f"{kind}: the loss does not reach {no_gradient}"
 
 
@@ -130,7 +136,8 @@ def test_a_checkpoint_gives_it_back_bitwise(kind, tmp_path):
     with torch.no_grad():
         logits = model(x, y)[0]
     loaded, ckpt = load_model(save_checkpoint(tmp_path / "ckpt.pt", model))
-    assert ckpt["model_kind"] == kind and type(loaded) is type(model) and loaded.config == model.config
+    assert (ckpt["model_kind"] == kind and type(loaded) is type(model)
+            and loaded.config == model.config)
     assert_same_weights(model, loaded)
     with torch.no_grad():
         assert torch.equal(loaded(x, y)[0], logits)
@@ -145,9 +152,11 @@ def test_the_registry_finds_its_class_by_name(kind, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unregistered_subclass_is_refused_in_one_line_and_nothing_is_written(kind, tmp_path):
     model = build(kind, tmp_path)
-    model.__class__ = type(f"Unregistered{type(model).__name__}", (type(model),), {})  # same weights, no name
+    # same weights, no name
+    model.__class__ = type(f"Unregistered{type(model).__name__}", (type(model),), {})
     before = set(tmp_path.iterdir())
-    with pytest.raises(CheckpointError, match=r"Unregistered\w+ is not a registered model kind") as refused:
+    with pytest.raises(CheckpointError,
+                       match=r"Unregistered\w+ is not a registered model kind") as refused:
         save_checkpoint(tmp_path / "ckpt.pt", model)
     assert "register_model" in str(refused.value) and "\n" not in str(refused.value)
     assert set(tmp_path.iterdir()) == before

@@ -1,8 +1,8 @@
 """nbgrader end to end, with the instructor guide's commands, on chapter 3:
 `python -m course_lib.tools assignments build --format nbgrader --out course/source`, then in the
-course folder `nbgrader generate_assignment`, `nbgrader autograde` of three submissions (every answer
-written, untouched, one classic mistake) and `nbgrader export`: full marks, zero, and every point
-but the mistaken check's, whose feedback is the check's own message and hint.
+course folder `nbgrader generate_assignment`, `nbgrader autograde` of three submissions (every
+answer written, untouched, one classic mistake) and `nbgrader export`: full marks, zero, and every
+point but the mistaken check's, whose feedback is the check's own message and hint.
 
 Cost: three runs of chapter 3 plus nbgrader's commands, about 34 s of CPU time (32 s user + 2 s
 system, measured with /usr/bin/time on the course's shared 2-core machine); marked slow.
@@ -24,10 +24,12 @@ def test_nbgrader_round_trip(tmp_path):
     course = tmp_path / "course"
     source = build("nbgrader", course / "source")
     assignment = source.parent.name
-    (course / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "gpt-course"\n')
+    (course / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = '
+                                               '"gpt-course"\n')
     run(nbgrader, "generate_assignment", assignment, cwd=course)
     release = nbformat.read(course / "release" / assignment / NOTEBOOK, as_version=4)
-    solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nbformat.read(source, as_version=4).cells
+    solved = {c.metadata["nbgrader"]["grade_id"]: c.source
+              for c in nbformat.read(source, as_version=4).cells
               if c.metadata.get("nbgrader", {}).get("solution")}
     points = sum(c.metadata["nbgrader"].get("points", 0) for c in release.cells
                  if c.metadata.get("nbgrader", {}).get("grade"))
@@ -52,7 +54,8 @@ def test_nbgrader_round_trip(tmp_path):
     run(nbgrader, "autograde", assignment, cwd=course)
     run(nbgrader, "export", cwd=course)
     with open(course / "grades.csv", newline="") as f:
-        scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(f)}
+        scores = {row["student_id"]: (float(row["score"]), float(row["max_score"]))
+                  for row in csv.DictReader(f)}
     # one point per check (nbgrader source metadata); the mistake loses exactly its check's point
     mistake_points = sum(1 for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")
                          and f"check_{MISTAKE_IN}(" in c.source)
@@ -63,7 +66,8 @@ def test_nbgrader_round_trip(tmp_path):
     graded = nbformat.read(course / "autograded" / "mistake" / assignment / NOTEBOOK, as_version=4)
     [check] = [c for c in graded.cells if f"check_{MISTAKE_IN}(" in c.source]
     [error] = [o for o in check.outputs if o.output_type == "error"]
-    mistaken_solution = make_mistake(solved[next(k for k, v in solved.items() if f"def {MISTAKE_IN}(" in v)])
+    mistaken_solution = make_mistake(solved[next(k for k,
+                                                 v in solved.items() if f"def {MISTAKE_IN}(" in v)])
     assert error.ename == "ExerciseError"
     for line in mistake_message(mistaken_solution):
         assert line in error.evalue, f"{line!r} is missing from nbgrader's feedback: {error.evalue}"

@@ -1,5 +1,5 @@
-"""course_lib.norms: RMSNorm equals torch.nn.RMSNorm, keeps a unit root mean square, the norm of Llama-style blocks and of QK-norm
-(chapter 14)."""
+"""course_lib.norms: RMSNorm equals torch.nn.RMSNorm, keeps a unit root mean square, the norm of
+Llama-style blocks and of QK-norm (chapter 14)."""
 import torch
 from hypothesis import given, settings, strategies as st
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 
 from course_lib.data import load_text, train_val_split
-from course_lib.optim import (Muon, MuonWithAdamW, configure_optimizer, cosine_lr, lr_at, muon_lr_ratio,
-                              muon_param_groups, newton_schulz, set_lr, wsd_lr)
+from course_lib.optim import (Muon, MuonWithAdamW, configure_optimizer, cosine_lr, lr_at,
+                              muon_lr_ratio, muon_param_groups, newton_schulz, set_lr, wsd_lr)
 from course_lib.tokenizers import CharTokenizer
 from course_lib.train import TrainConfig, Trainer
 
@@ -21,11 +21,13 @@ LLAMA_STYLE = dict(norm="rmsnorm", rope_theta=10000.0, mlp="swiglu", n_kv_head=1
 
 @pytest.fixture
 def model(tiny_model):
-    return lambda seed=0, **changes: tiny_model(seed, **{"vocab_size": TOK.vocab_size, "n_embd": 32, **changes})
+    return lambda seed=0, **changes: tiny_model(seed, **{"vocab_size": TOK.vocab_size, "n_embd": 32,
+                                                         **changes})
 
 
 def tiny_config(**kw):
-    defaults = dict(max_iters=24, batch_size=8, learning_rate=3e-3, warmup_iters=4, eval_interval=8, eval_iters=2)
+    defaults = dict(max_iters=24, batch_size=8, learning_rate=3e-3, warmup_iters=4, eval_interval=8,
+                    eval_iters=2)
     return TrainConfig(**{**defaults, **kw})
 
 
@@ -57,7 +59,8 @@ def test_the_default_optimizer_and_schedule_train_exactly_as_before(model):
         for group in adamw.param_groups:
             group["lr"] = lr
         adamw.zero_grad(set_to_none=True)
-        by_hand(*get_batch(TRAIN, by_hand.config.block_size, config.batch_size, generator))[1].backward()
+        by_hand(*get_batch(TRAIN, by_hand.config.block_size, config.batch_size,
+                           generator))[1].backward()
         torch.nn.utils.clip_grad_norm_(by_hand.parameters(), config.grad_clip)
         adamw.step()
     for (name, a), b in zip(trainer.model.state_dict().items(), by_hand.state_dict().values()):
@@ -66,7 +69,8 @@ def test_the_default_optimizer_and_schedule_train_exactly_as_before(model):
 
 def test_set_lr_writes_the_rate_and_scales_only_groups_that_ask():
     w = nn.Parameter(torch.zeros(2, 2))
-    opt = torch.optim.SGD([{"params": [w]}, {"params": [nn.Parameter(torch.zeros(2))], "lr_scale": 20.0}], lr=1.0)
+    opt = torch.optim.SGD([{"params": [w]},
+                           {"params": [nn.Parameter(torch.zeros(2))], "lr_scale": 20.0}], lr=1.0)
     set_lr(opt, 1e-3)
     assert [g["lr"] for g in opt.param_groups] == [1e-3, 1e-3 * 20.0]
 
@@ -96,7 +100,8 @@ def test_our_muon_in_bfloat16_equals_torch_muon_bitwise():
 
 def test_newton_schulz_in_float32_agrees_with_bfloat16_and_flattens_the_spectrum():
     torch.manual_seed(0)
-    g = torch.randn(64, 16) @ torch.diag(torch.logspace(-2, 1, 16))  # singular values spread over 1e3
+    # singular values spread over 1e3
+    g = torch.randn(64, 16) @ torch.diag(torch.logspace(-2, 1, 16))
     coefficients = (3.4445, -4.775, 2.0315)
     o32 = newton_schulz(g, coefficients, 5, 1e-7, torch.float32)
     o16 = newton_schulz(g, coefficients, 5, 1e-7, torch.bfloat16)
@@ -112,7 +117,8 @@ def test_newton_schulz_in_float32_agrees_with_bfloat16_and_flattens_the_spectrum
 def test_muon_lr_ratio_follows_torch():
     assert muon_lr_ratio(torch.Size([512, 128]), "original") == 2.0  # sqrt(512 / 128)
     assert muon_lr_ratio(torch.Size([128, 512]), "original") == 1.0  # wide: max(1, 1/4) = 1
-    assert muon_lr_ratio(torch.Size([128, 512]), "match_rms_adamw") == pytest.approx(0.2 * math.sqrt(512))
+    assert muon_lr_ratio(torch.Size([128, 512]),
+                         "match_rms_adamw") == pytest.approx(0.2 * math.sqrt(512))
 
 
 @pytest.mark.parametrize("tie", [False, True])
@@ -123,10 +129,12 @@ def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(model, tie, changes):
     m = model(tie_weights=tie, **changes)
     hidden, other, vectors = muon_param_groups(m)
     names = {id(p): n for n, p in m.named_parameters()}  # a tied matrix once, as wte.weight
-    expect_hidden = {n for n, p in m.named_parameters() if n.startswith("blocks.") and n.endswith(".weight")
+    expect_hidden = {n for n,
+                     p in m.named_parameters() if n.startswith("blocks.") and n.endswith(".weight")
                      and p.dim() == 2}
     assert {names[id(p)] for p in hidden} == expect_hidden
-    assert {names[id(p)] for p in other} == ({"wte.weight"} | ({"wpe.weight"} if m.wpe is not None else set())
+    assert {names[id(p)]
+            for p in other} == ({"wte.weight"} | ({"wpe.weight"} if m.wpe is not None else set())
                                              | (set() if tie else {"lm_head.weight"}))
     assert {names[id(p)] for p in vectors} == {n for n, p in m.named_parameters() if p.dim() == 1}
     if changes.get("mlp") == "swiglu":
@@ -150,13 +158,14 @@ def test_muon_needs_hidden_matrices():
 
 def test_a_muon_run_trains_and_uses_muon_for_the_blocks(model):
     m = model(**LLAMA_STYLE)
-    trainer = Trainer(m, TRAIN, VAL, tiny_config(optimizer="muon", muon_lr=0.02, schedule="wsd"), progress=False,
-                      verbose=False)
+    trainer = Trainer(m, TRAIN, VAL, tiny_config(optimizer="muon", muon_lr=0.02, schedule="wsd"),
+                      progress=False, verbose=False)
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
     history = trainer.train()
     assert history["val_loss"][-1] < history["val_loss"][0] - 0.3
     state = trainer.optimizer.state_dict()
-    assert len(state["muon"]["state"]) == len(muon_param_groups(m)[0])  # one momentum buffer per matrix
+    # one momentum buffer per matrix
+    assert len(state["muon"]["state"]) == len(muon_param_groups(m)[0])
     assert all(not torch.equal(before[n], p) for n, p in m.named_parameters())
 
 
@@ -167,14 +176,17 @@ def test_resume_with_muon_is_bitwise(model, tmp_path):
     straight = Trainer(model(**LLAMA_STYLE), TRAIN, VAL, config, progress=False, verbose=False)
     straight.train()
 
-    stopped = Trainer(model(**LLAMA_STYLE), TRAIN, VAL, config, out_dir=tmp_path, progress=False, verbose=False)
+    stopped = Trainer(model(**LLAMA_STYLE), TRAIN, VAL, config, out_dir=tmp_path, progress=False,
+                      verbose=False)
     stopped.train(until=11)
     stopped.save()
     torch.manual_seed(999)  # disturb the global RNG before resuming
-    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False, verbose=False)
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False,
+                             verbose=False)
     assert isinstance(resumed.optimizer, MuonWithAdamW) and resumed.step == 11
     resumed.train()
-    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+    for (name, a), b in zip(straight.model.state_dict().items(),
+                            resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
     assert straight.history == resumed.history
     a, b = straight.optimizer.state_dict(), resumed.optimizer.state_dict()
@@ -184,7 +196,8 @@ def test_resume_with_muon_is_bitwise(model, tmp_path):
 
 
 def test_an_adamw_checkpoint_does_not_resume_as_muon(model, tmp_path):
-    trainer = Trainer(model(), TRAIN, VAL, tiny_config(max_iters=2), out_dir=tmp_path, progress=False, verbose=False)
+    trainer = Trainer(model(), TRAIN, VAL, tiny_config(max_iters=2), out_dir=tmp_path,
+                      progress=False, verbose=False)
     trainer.train()
     with pytest.raises(ValueError, match="cannot resume this run.*another optimizer"):
         Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False,
@@ -209,8 +222,8 @@ def test_wsd_warms_up_holds_then_decays_linearly():
     assert f(99, 0.0) == lr
     assert f(warmup, 1.0) == lr and f(55, 1.0) == pytest.approx(lr + (55 - 10) / 90 * (low - lr))
     # what the Trainer uses
-    config = TrainConfig(schedule="wsd", learning_rate=lr, min_lr=low, warmup_iters=warmup, max_iters=S,
-                         cooldown_fraction=0.3)
+    config = TrainConfig(schedule="wsd", learning_rate=lr, min_lr=low, warmup_iters=warmup,
+                         max_iters=S, cooldown_fraction=0.3)
     assert [lr_at(s, config) for s in range(120)] == [f(s) for s in range(120)]
 
 

@@ -27,7 +27,8 @@ def test_plot_gradient_norms_uses_a_log_axis():
 
 
 def test_plot_parameter_shares_stack_to_100_percent():
-    configs = [GPTConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2, n_embd=C) for C in (16, 64)]
+    configs = [GPTConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2, n_embd=C)
+               for C in (16, 64)]
     breakdowns = {f"C={c.n_embd}": parameter_breakdown(c) for c in configs}
     ax = plots.plot_parameter_shares(breakdowns)
     heights = [0.0, 0.0]
@@ -99,7 +100,12 @@ def test_plot_eval_losses_run_labels_give_run_j_the_jth_marker_and_a_second_lege
     ax = plots.plot_eval_losses(runs, baseline=3.3473, run_labels=["seed 1", "seed 2"])
     lines = ax.get_lines()
     # run j of every variant shares a marker, and the two runs of a variant differ
-    assert lines[0].get_marker() == lines[2].get_marker() != lines[1].get_marker() == lines[3].get_marker()
+    assert (
+        lines[0].get_marker()
+        == lines[2].get_marker()
+        != lines[1].get_marker()
+        == lines[3].get_marker()
+    )
     assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
     legends = [child for child in ax.get_children() if isinstance(child, matplotlib.legend.Legend)]
     texts = sorted([t.get_text() for t in legend.get_texts()] for legend in legends)

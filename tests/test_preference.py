@@ -21,14 +21,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.model import GPT, GPTConfig
-from course_lib.align.dpo import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss, dpo_metrics,
-                                   implicit_rewards, pack_completions, pack_pairs, sequence_logprobs,
+from course_lib.align.dpo import (DPOConfig, completion_logprobs, dpo_batch_loss, dpo_loss,
+                                  dpo_metrics,
+                                   implicit_rewards, pack_completions, pack_pairs,
+                                  sequence_logprobs,
                                    token_logprobs)
 
 
 def small_gpt(seed=0, dtype=torch.float64):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=20, block_size=32, n_layer=1, n_head=2, n_embd=16)).to(dtype).eval()
+    return GPT(GPTConfig(vocab_size=20, block_size=32, n_layer=1, n_head=2,
+                         n_embd=16)).to(dtype).eval()
 
 
 # --- log-probabilities, by hand -----------------------------------------------------------------
@@ -106,7 +109,8 @@ def test_logprobs_carry_gradients():
 
 def test_dpo_loss_by_hand():
     # margin = (-1 - -2) - (-3 - -2.5) = 1.5; loss = -log sigmoid(0.1 * 1.5)
-    loss = dpo_loss(torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.5]), beta=0.1)
+    loss = dpo_loss(torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]),
+                    torch.tensor([-2.5]), beta=0.1)
     assert loss.item() == pytest.approx(-math.log(1 / (1 + math.exp(-0.15))), abs=1e-7)
 
 
@@ -119,7 +123,8 @@ betas = st.floats(0.01, 5.0)
 def test_dpo_loss_is_softplus_of_minus_beta_margin(margin, beta, ref_c, ref_r):
     m = torch.tensor([margin], dtype=torch.float64)
     # split the margin between the two log-ratios anyhow: only their difference matters
-    chosen, rejected = torch.tensor([ref_c], dtype=torch.float64) + m / 2, torch.tensor([ref_r], dtype=torch.float64) - m / 2
+    chosen, rejected = (torch.tensor([ref_c], dtype=torch.float64) + m / 2,
+                        torch.tensor([ref_r], dtype=torch.float64) - m / 2)
     loss = dpo_loss(chosen, rejected, torch.tensor([ref_c], dtype=torch.float64),
                     torch.tensor([ref_r], dtype=torch.float64), beta=beta)
     assert loss.item() == pytest.approx(F.softplus(-beta * m).item(), rel=1e-9, abs=1e-12)
@@ -130,14 +135,16 @@ def test_dpo_loss_is_softplus_of_minus_beta_margin(margin, beta, ref_c, ref_r):
 def test_dpo_loss_decreases_in_the_margin(a, b, beta):
     low, high = sorted([a, b])
     zero = torch.zeros(1, dtype=torch.float64)
-    loss = lambda m: dpo_loss(torch.tensor([m], dtype=torch.float64), zero, zero, zero, beta=beta).item()  # noqa: E731
+    loss = lambda m: dpo_loss(torch.tensor([m], dtype=torch.float64), zero, zero,  # noqa: E731
+                              zero, beta=beta).item()
     assert loss(high) <= loss(low)
 
 
 @given(betas)
 def test_dpo_loss_is_ln2_at_zero_margin(beta):
     x = torch.tensor([-4.0, -7.5], dtype=torch.float64)
-    assert torch.allclose(dpo_loss(x, x, x, x, beta=beta), torch.full((2,), math.log(2), dtype=torch.float64))
+    assert torch.allclose(dpo_loss(x, x, x, x, beta=beta),
+                          torch.full((2,), math.log(2), dtype=torch.float64))
 
 
 def test_dpo_config_refuses_bad_settings():
@@ -147,8 +154,10 @@ def test_dpo_config_refuses_bad_settings():
         DPOConfig(loss_type="kto")
     with pytest.raises(ValueError, match="label_smoothing"):
         DPOConfig(loss_type="robust", label_smoothing=0.5)
-    with pytest.raises(ValueError, match=r"DPOConfig.pair_group_size must be an integer in \[2, 512\], got 1000"):
-        DPOConfig(pair_group_size=1000)  # review 2026-11-28 rows 90-91 (A2): it named max_rows, not the option
+    with pytest.raises(ValueError, match=r"DPOConfig.pair_group_size must be an integer in \[2, "
+                                         r"512\], got 1000"):
+        # review 2026-11-28 rows 90-91 (A2): it named max_rows, not the option
+        DPOConfig(pair_group_size=1000)
     with pytest.raises(ValueError, match="ipo loss divides"):
         x = torch.zeros(1)
         dpo_loss(x, x, x, x, loss_type="ipo")
@@ -175,7 +184,8 @@ def test_dpo_batch_loss_moves_the_policy_towards_the_chosen_answer():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert loss.item() < loss0.item() and metrics["rewards/accuracies"] == 1.0 and metrics["rewards/margins"] > 0
+    assert (loss.item() < loss0.item() and metrics["rewards/accuracies"] == 1.0
+            and metrics["rewards/margins"] > 0)
     assert all(p.grad is None for p in reference.parameters())
 
 
@@ -218,7 +228,8 @@ def test_sequence_logprobs_equal_trls_dpo_path(trl_twins, tmp_path):
     with torch.no_grad():
         theirs = torch.cat(trainer.compute_ref_log_probs(trainer.model, batch))  # TRL's sums, (2B,)
         per_token = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       labels=batch["input_ids"].masked_fill(mask == 0, -100), fused_lm_head=True).log_probs
+                       labels=batch["input_ids"].masked_fill(mask == 0, -100),
+                       fused_lm_head=True).log_probs
         torch.testing.assert_close(token_logprobs(ours, ids, mask), per_token, rtol=0, atol=1e-6)
         torch.testing.assert_close(sequence_logprobs(ours, ids, mask), theirs, rtol=1e-6, atol=1e-6)
 
@@ -247,15 +258,18 @@ def test_dpo_loss_equals_trls_per_example(trl_twins, tmp_path, loss_type, option
             pc, pr = trainer.compute_ref_log_probs(hf, batch)
             rc, rr = trainer.compute_ref_log_probs(hf_ref, batch)
             lengths = batch["completion_mask"].sum(1)
-            same = dpo_loss(pc, pr, rc, rr, beta, loss_type, config.label_smoothing, lengths[:1], lengths[1:])
-            # float32 to its rounding on any host: relative, since a loss of 0.7 summed from log-probabilities
-            # of a hundred tokens moves by a few 1e-6 with the CPU's kernels (2.6e-6 on an Intel Xeon)
+            same = dpo_loss(pc, pr, rc, rr, beta, loss_type, config.label_smoothing, lengths[:1],
+                            lengths[1:])
+            # float32 to its rounding on any host: relative, since a loss of 0.7 summed from
+            # log-probabilities of a hundred tokens moves by a few 1e-6 with the CPU's kernels
+            # (2.6e-6 on an Intel Xeon)
             assert same.item() == pytest.approx(theirs.item(), rel=FLOAT32_SUMS, abs=1e-6)
             # and end to end, from our GPT's own log-probabilities
             ids, mask = pack_pairs([(p, c, r)], pad_id=0)
             ours_loss, metrics = dpo_batch_loss(ours, ref, ids, mask, config)
             assert ours_loss.item() == pytest.approx(theirs.item(), rel=FLOAT32_SUMS, abs=1e-6)
-        mode = "train" if trainer.model.training else "eval"  # TRL files its metrics by the model's mode
+        # TRL files its metrics by the model's mode
+        mode = "train" if trainer.model.training else "eval"
         logged = {k: v[-1] for k, v in trainer._metrics[mode].items() if k.startswith("rewards/")}
         assert len(logged) == 4  # chosen, rejected, accuracies, margins
         for key, value in logged.items():

@@ -1,4 +1,5 @@
-"""course_lib.pretrained: the shipped pretrained model loads offline, only with the right SHA-256."""
+"""course_lib.pretrained: the shipped pretrained model loads offline, only with the right
+SHA-256."""
 import shutil
 
 import pytest
@@ -7,7 +8,8 @@ import torch
 from course_lib.checkpoint import CheckpointError, load_checkpoint
 from course_lib.data import load_text, sha256_of
 from course_lib.finetune import text_loss
-from course_lib.pretrained import PRETRAINED_PATH, PRETRAINED_SHA256, load_pretrained, pretrained_checkpoint
+from course_lib.pretrained import (PRETRAINED_PATH, PRETRAINED_SHA256, load_pretrained,
+                                   pretrained_checkpoint)
 
 
 def test_the_shipped_file_is_small_and_matches_its_checksum():

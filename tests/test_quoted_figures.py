@@ -1,9 +1,9 @@
 """One figure for one run: the CPU preset's full-run val loss (2000 steps, seed 1337, on the whole
 validation split) is recorded once, course_lib.presets.CPU_PRESET_VAL_LOSS, measured by
-benchmarks/speedrun.py into course_lib/records/speedrun_results.json. Every place that quotes it quotes
-that value, tied here to its source; chapter 13 prints it from the constant instead of pasting it.
-Other estimates of the same preset are quoted only with their estimator named (200 random batches,
-20 random batches of 32 windows), and are tied to their sources too."""
+benchmarks/speedrun.py into course_lib/records/speedrun_results.json. Every place that quotes it
+quotes that value, tied here to its source; chapter 13 prints it from the constant instead of
+pasting it. Other estimates of the same preset are quoted only with their estimator named (200
+random batches, 20 random batches of 32 windows), and are tied to their sources too."""
 import json
 import re
 
@@ -18,7 +18,8 @@ FIGURE = f"{CPU_PRESET_VAL_LOSS}"
 RECORDS = ROOT / "course_lib" / "records"
 
 
-MEASURED = ROOT / "book" / "measured.md"  # the book's "Measured results" page: one row per benchmark
+# the book's "Measured results" page: one row per benchmark
+MEASURED = ROOT / "book" / "measured.md"
 
 
 def _measured_row(script: str) -> str:
@@ -39,7 +40,8 @@ def test_the_measured_page_and_the_benchmark_quote_the_recorded_figure_and_name_
     assert f"val loss {FIGURE} (`speedrun.py`'s record), the one figure the book quotes" in row, row
     # the script's own estimate is quoted with its estimator, never as the book's figure
     assert "1.859 on 200 random batches" in row
-    for path in (ROOT / "benchmarks" / "train_shakespeare_cpu.py", ROOT / "course_lib" / "presets.py"):
+    for path in (ROOT / "benchmarks" / "train_shakespeare_cpu.py",
+                 ROOT / "course_lib" / "presets.py"):
         text = path.read_text()
         assert FIGURE in text and "whole validation split" in text, path
     # speedrun.py's row quotes the three seeds' whole-split losses as the record has them
@@ -54,7 +56,8 @@ def test_chapter_13_prints_the_constant_and_pastes_no_other_figure():
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert "CPU_PRESET_VAL_LOSS" in code
     # a pasted val loss such as 1.875 next to "val loss" would be a second figure for the same run
-    assert not re.search(r"val loss \d\.\d{2,3} nats", code), "print CPU_PRESET_VAL_LOSS, do not paste it"
+    assert not re.search(r"val loss \d\.\d{2,3} nats",
+                         code), "print CPU_PRESET_VAL_LOSS, do not paste it"
     outputs = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
                       for o in c.get("outputs", []))
     assert f"val loss {FIGURE} nats" in outputs
@@ -64,8 +67,8 @@ def test_chapter_13_prints_the_constant_and_pastes_no_other_figure():
 
 @pytest.mark.slow
 def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate():
-    """course_lib.pretrained's docstring and the fine-tuning row of book/measured.md quote the shipped model:
-    recomputed here (about 10 s on 2 cores)."""
+    """course_lib.pretrained's docstring and the fine-tuning row of book/measured.md quote the
+    shipped model: recomputed here (about 10 s on 2 cores)."""
     import course_lib.pretrained as pretrained
     from course_lib.data import load_text, train_val_split
     from course_lib.finetune import TASK_CHARS, extend_tokenizer, text_loss
@@ -78,7 +81,8 @@ def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate()
     whole = round(sequence_loss(model, val), 3)
     assert whole == CPU_PRESET_VAL_LOSS
     assert f"is {FIGURE}, the one figure the book quotes" in " ".join(pretrained.__doc__.split())
-    # the fine-tuning row of book/measured.md: ch15's estimate, the shipped model with the new characters' rows
+    # the fine-tuning row of book/measured.md: ch15's estimate, the shipped model with the new
+    # characters' rows
     tok = extend_tokenizer(tok0, TASK_CHARS)
     start = extend_vocabulary(model, tok.vocab_size - tok0.vocab_size)
     estimate = text_loss(start, tok, text[int(0.9 * len(text)):])
@@ -86,17 +90,25 @@ def test_the_shipped_model_is_that_run_and_the_finetune_row_names_its_estimate()
 
 
 def test_the_measured_page_quotes_the_eval_speed_record():
-    """book/measured.md's eval_speed.py row: the figures of course_lib/records/eval_speed.json, as stored."""
+    """book/measured.md's eval_speed.py row: the figures of course_lib/records/eval_speed.json, as
+    stored."""
     import statistics
     rec = json.loads((RECORDS / "eval_speed.json").read_text())
     row = _measured_row("eval_speed.py")
     med = {k: statistics.median(v) for k, v in rec["seconds"].items()}
     best = {k: min(v) for k, v in rec["seconds"].items()}
     ll = "lm_eval_loglikelihood"
-    assert f"{rec['requests']} next-line log-likelihood requests, medians of {rec['repeats']}" in row, row
-    assert f"({med[ll] / med['ours_loglikelihood_our_gpt']:.2f}x faster on the medians" in row  # not bold: noisy
+    assert (
+        f"{rec['requests']} next-line log-likelihood requests, medians of {rec['repeats']}" in row
+    ), row
+    # not bold: noisy
+    assert f"({med[ll] / med['ours_loglikelihood_our_gpt']:.2f}x faster on the medians" in row
     assert f"({med[ll] / med['ours_loglikelihood']:.2f}x)" in row
-    assert f"{best[ll] / best['ours_loglikelihood_our_gpt']:.2f}x and {best[ll] / best['ours_loglikelihood']:.2f}x" in row
+    assert (
+        f"{best[ll] / best['ours_loglikelihood_our_gpt']:.2f}x and "
+        f"{best[ll] / best['ours_loglikelihood']:.2f}x"
+        in row
+    )
     assert f"{med['lm_eval_generate'] / med['ours_generate']:.2f}x" in row
     loads = rec["load_average_after_each_repeat"]
     assert f"load average {min(loads):.1f}-{max(loads):.1f}" in row
@@ -105,17 +117,21 @@ def test_the_measured_page_quotes_the_eval_speed_record():
 
 
 def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_its_run():
-    """book/measured.md's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and the shipped
-    chat model is the run the record names (its final validation loss is the one stored in it)."""
+    """book/measured.md's chat_sft.py row: the ranges of course_lib/records/chat_sft_runs.json, and
+    the shipped chat model is the run the record names (its final validation loss is the one stored
+    in it)."""
     from course_lib.chat.engine import CHAT_V1_MODEL_PATH
     from course_lib.checkpoint import load_checkpoint
 
     rec = json.loads((RECORDS / "chat_sft_runs.json").read_text())
     row = _measured_row("chat_sft.py")
-    for iters, start in [(1000, "pretrained"), (1000, "scratch"), (3000, "pretrained"), (3000, "scratch")]:
-        losses = [r["final_val_loss"] for r in rec["runs"] if r["iters"] == iters and r["start"] == start]
+    for iters, start in [(1000, "pretrained"), (1000, "scratch"), (3000, "pretrained"),
+                         (3000, "scratch")]:
+        losses = [r["final_val_loss"] for r in rec["runs"] if r["iters"] == iters
+                  and r["start"] == start]
         assert len(losses) == 3
-    ranges = {(i, s): sorted(r["final_val_loss"] for r in rec["runs"] if r["iters"] == i and r["start"] == s)
+    ranges = {(i, s): sorted(r["final_val_loss"] for r in rec["runs"] if r["iters"] == i
+                             and r["start"] == s)
               for i in (1000, 3000) for s in ("pretrained", "scratch")}
     fmt = {1000: "{:.3f}", 3000: "{:.2f}"}
     for (i, s), v in ranges.items():
@@ -123,46 +139,59 @@ def test_the_measured_page_quotes_the_chat_sft_record_and_the_shipped_model_is_i
     shipped = rec["chosen"]["shipped"].split()[0]
     run = next(r for r in rec["runs"] if r["name"] == shipped)
     ckpt = load_checkpoint(CHAT_V1_MODEL_PATH)  # the record's run is the first chat model
-    assert ckpt["step"] == run["iters"] and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"]
+    assert (ckpt["step"] == run["iters"]
+            and round(ckpt["history"]["val_loss"][-1], 5) == run["final_val_loss"])
 
 
 def test_the_measured_page_quotes_the_align_records():
-    """book/measured.md's align_speed.py and align_compare.py rows: the figures of their records, as stored."""
+    """book/measured.md's align_speed.py and align_compare.py rows: the figures of their records, as
+    stored."""
     speed = json.loads((RECORDS / "align_speed.json").read_text())
     row = _measured_row("align_speed.py")
     for name in ("dpo", "grpo"):
         s = speed["steps"][name]
         assert s["ratio_median"] == s["median_s"]["trl"] / s["median_s"]["ours"]
-        assert f"{1e3 * s['median_s']['ours']:.1f} ms against {1e3 * s['median_s']['trl']:.1f} ms " \
-               f"(**{s['ratio_median']:.2f}x faster**" in row, (name, row)
+        assert (
+            f"{1e3 * s['median_s']['ours']:.1f} ms against {1e3 * s['median_s']['trl']:.1f} ms "
+            f"(**{s['ratio_median']:.2f}x faster**" in row
+        ), (name, row)
         assert f"{s['ratio_fastest']:.2f}x" in row
     assert f"medians of {speed['repeats']}; load average {speed['load_average'][0]:.1f}" in row
-    for name, label in (("dpo", "DPO"), ("grpo", "GRPO")):  # the paired per-repeat ratios, as chapter 18 prints
+    # the paired per-repeat ratios, as chapter 18 prints
+    for name, label in (("dpo", "DPO"), ("grpo", "GRPO")):
         s = speed["steps"][name]
-        paired = torch.tensor([t / o for t, o in zip(s["seconds"]["trl"], s["seconds"]["ours"])], dtype=torch.float64)
+        paired = torch.tensor([t / o for t, o in zip(s["seconds"]["trl"], s["seconds"]["ours"])],
+                              dtype=torch.float64)
         p10, p50, p90 = paired.quantile(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
         faster = f"faster in {int((paired > 1).sum())} of {len(paired)}"
-        assert f"{label} median {p50:.2f}x, 10-90% {p10:.2f}-{p90:.2f}x, " in row and faster in row, (name, row)
+        assert (f"{label} median {p50:.2f}x, 10-90% {p10:.2f}-{p90:.2f}x, " in row
+                and faster in row), (name, row)
     compare = json.loads((RECORDS / "align_compare.json").read_text())
     row = _measured_row("align_compare.py")
     for name, label in (("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO")):
         s = compare["summary"][name]
-        runs = [r for r in compare["runs"].values() if r["method"] == name and r["reward"] == "exact"
+        runs = [r for r in compare["runs"].values() if r["method"] == name
+                and r["reward"] == "exact"
                 and r["learning_rate"] == compare["chosen_learning_rate"][name]]
         assert sorted(r["seed"] for r in runs) == s["seeds"] == [0, 1, 2]
         assert abs(s["mean"] - sum(r["test"]["accuracy"] for r in runs) / len(runs)) < 1e-12
         assert f"{label} {s['mean']:.3f} +- {s['std']:.3f}" in row, (name, row)
     assert f"{compare['start']['test']['accuracy']:.3f} of chapter 16's 200 test sums right" in row
     hack = compare["summary"]
-    assert f"exact accuracy {hack['grpo-units-hack']['mean']:.3f} against the control's " \
-           f"{hack['grpo-exact-hack']['mean']:.3f}" in row and f"lr {compare['hack_learning_rate']:.0e}".replace("e-0", "e-") in row
+    assert (
+        f"exact accuracy {hack['grpo-units-hack']['mean']:.3f} against the control's "
+        f"{hack['grpo-exact-hack']['mean']:.3f}"
+        in row
+        and f"lr {compare['hack_learning_rate']:.0e}".replace("e-0", "e-") in row
+    )
 
 
 def test_the_finetune_record_holds_the_benchmarks_runs_and_the_measured_page_quotes_it():
     """Every record of benchmarks/finetune_dates.py is one of its RUNS, keyed and configured as the
     benchmark keys and configures it today (records merged from several branches must not drift);
-    book/measured.md's finetune_dates.py row quotes each stored run's held-out exact match (mean ± sd over the
-    seeds, n=3 unless stated) and its Shakespeare loss over the old characters, as stored."""
+    book/measured.md's finetune_dates.py row quotes each stored run's held-out exact match (mean ±
+    sd over the seeds, n=3 unless stated) and its Shakespeare loss over the old characters, as
+    stored."""
     import statistics
     bench = load_benchmark("finetune_dates")
     records = json.loads(bench.RECORDS.read_text())
@@ -171,11 +200,13 @@ def test_the_finetune_record_holds_the_benchmarks_runs_and_the_measured_page_quo
         assert r["name"] in bench.RUNS, key
         assert key == f"{r['name']} | seed {r['seed']} | {r['steps']} steps"
         assert {k: r[k] for k in bench.RUNS[r["name"]]} == bench.RUNS[r["name"]], key
-        if r["steps"] == bench.DEFAULT_STEPS[r["task"]] and r["n_eval"] == bench.DEFAULT_EVAL[r["task"]]:
+        if (r["steps"] == bench.DEFAULT_STEPS[r["task"]]
+            and r["n_eval"] == bench.DEFAULT_EVAL[r["task"]]):
             by_name.setdefault(r["name"], []).append(r)
     row = _measured_row("finetune_dates.py")
     for name, runs in by_name.items():
         em = [100 * r["exact_match"] for r in runs]
         old = statistics.mean(r["old_vocab_loss"] for r in runs)
-        sd = (f" ± {statistics.stdev(em):.1f}" if len(em) > 1 else "") + (f" (n={len(em)})" if len(em) != 3 else "")
+        sd = ((f" ± {statistics.stdev(em):.1f}" if len(em) > 1
+               else "") + (f" (n={len(em)})" if len(em) != 3 else ""))
         assert f"`{name}` {statistics.mean(em):.1f}%{sd}, {old:.2f}" in row, (name, row)

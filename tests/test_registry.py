@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_model_kind_is_registered_under_its_name():
     from course_lib.lora_gpt import LoRAGPT
 
-    for kind, cls in [("gpt", GPT), ("bigram", BigramLanguageModel), ("seq2seq", Seq2Seq), ("gpt-lora", LoRAGPT)]:
+    for kind, cls in [("gpt", GPT), ("bigram", BigramLanguageModel), ("seq2seq", Seq2Seq),
+                      ("gpt-lora", LoRAGPT)]:
         assert registry.lookup(kind) is cls and cls.model_kind == kind
         assert registry.MODELS[kind] is cls
 
@@ -30,8 +31,10 @@ def test_unknown_kinds_and_unregistered_classes_are_clear_errors():
         pass
 
     with pytest.raises(ValueError, match="Subclass is not a registered model kind"):
-        registry.kind_of(Subclass(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)))
-    assert registry.kind_of(GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4))) == "gpt"
+        registry.kind_of(Subclass(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1,
+                                            n_embd=4)))
+    assert registry.kind_of(GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1,
+                                          n_embd=4))) == "gpt"
 
 
 def test_register_model_checks_the_config_class_and_refuses_a_taken_name():
@@ -67,7 +70,8 @@ def test_the_registry_imports_no_course_lib_module():
 
 
 def kinds_defined_in_the_source() -> set[str]:
-    """Every name given to ``@register_model("name", ...)`` in course_lib's source (read, not imported)."""
+    """Every name given to ``@register_model("name", ...)`` in course_lib's source (read, not
+    imported)."""
     kinds = set()
     for path in (ROOT / "course_lib").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

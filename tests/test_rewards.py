@@ -1,5 +1,5 @@
-"""course_lib.align.rewards: the arithmetic task, its rewards (two of them hackable), seeded groups of
-samples that resume exactly, GRPO's scores and DPO's pairs from a model's own answers."""
+"""course_lib.align.rewards: the arithmetic task, its rewards (two of them hackable), seeded groups
+of samples that resume exactly, GRPO's scores and DPO's pairs from a model's own answers."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from course_lib.evaluation.tasks import load_task
 from course_lib.model import GPT, GPTConfig
-from course_lib.align.rewards import (Group, answer_text, arithmetic_items, cut_at_end, exact_answer_reward,
+from course_lib.align.rewards import (Group, answer_text, arithmetic_items, cut_at_end,
+                                      exact_answer_reward,
                                 expected_answer, flatten, format_reward, get_reward, greedy_answers,
                                 greedy_reward, greedy_scores, preference_pairs,
                                 sample_group, sample_groups, score_groups, units_digit_reward)
@@ -20,7 +21,8 @@ TOKENIZER = CharTokenizer("0123456789+-*=\n ")
 
 def tiny_model(seed=0):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16)).eval()
+    return GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=16, n_layer=1, n_head=2,
+                         n_embd=16)).eval()
 
 
 def test_arithmetic_items_hold_out_chapter_16s_test_items():
@@ -29,14 +31,16 @@ def test_arithmetic_items_hold_out_chapter_16s_test_items():
     assert len(train) == 90 * 90 - 200
     assert not {i["prompt"] for i in test} & {i["prompt"] for i in train}
     assert all(expected_answer(i["prompt"]) == i["answer"] for i in train[:100] + test)
-    assert arithmetic_items("train", seed=1) != train and sorted(map(str, arithmetic_items("train", 1))) == \
+    assert arithmetic_items("train",
+                            seed=1) != train and sorted(map(str, arithmetic_items("train", 1))) == \
         sorted(map(str, train))
     with pytest.raises(ValueError, match="split"):
         arithmetic_items("val")
 
 
 def test_expected_answer():
-    assert expected_answer("64+91=") == "155" and expected_answer("12-30=") == "-18" and expected_answer("7*8=") == "56"
+    assert (expected_answer("64+91=") == "155" and expected_answer("12-30=") == "-18"
+            and expected_answer("7*8=") == "56")
     with pytest.raises(ValueError, match="not an arithmetic prompt"):
         expected_answer("hello")
 
@@ -67,7 +71,8 @@ def test_only_the_right_sum_earns_the_exact_reward(a, b, guess):
 
 @given(st.integers(10, 99), st.integers(10, 99), st.integers(0, 300))
 def test_the_units_digit_reward_pays_every_right_sum_and_some_wrong_ones(a, b, guess):
-    """A proxy: the exact reward implies it; it pays a wrong sum exactly when the last digits agree."""
+    """A proxy: the exact reward implies it; it pays a wrong sum exactly when the last digits
+    agree."""
     prompt = f"{a}+{b}="
     units = units_digit_reward(prompt, f"{guess}\n")
     assert units == float(guess % 10 == (a + b) % 10)
@@ -75,9 +80,12 @@ def test_the_units_digit_reward_pays_every_right_sum_and_some_wrong_ones(a, b, g
 
 
 def test_the_units_digit_reward_wants_a_number_then_end():
-    assert units_digit_reward("64+91=", "5\n") == 1.0 and units_digit_reward("64+91=", "145\n") == 1.0
-    assert units_digit_reward("64+91=", "155") == 0.0 and units_digit_reward("64+91=", "1+5\n") == 0.0
-    assert units_digit_reward("64+91=", "154\n") == 0.0 and get_reward("units") is units_digit_reward
+    assert (units_digit_reward("64+91=", "5\n") == 1.0
+            and units_digit_reward("64+91=", "145\n") == 1.0)
+    assert (units_digit_reward("64+91=", "155") == 0.0
+            and units_digit_reward("64+91=", "1+5\n") == 0.0)
+    assert (units_digit_reward("64+91=", "154\n") == 0.0
+            and get_reward("units") is units_digit_reward)
 
 
 def test_cut_at_end():
@@ -103,8 +111,8 @@ def test_sample_group_is_reproducible_from_the_generator_state():
 
 def test_sample_groups_and_scores():
     model = tiny_model()
-    groups = sample_groups(model, TOKENIZER, ["12+34=", "5+6="], 3, 5, torch.Generator().manual_seed(0),
-                           reward=format_reward)
+    groups = sample_groups(model, TOKENIZER, ["12+34=", "5+6="], 3, 5,
+                           torch.Generator().manual_seed(0), reward=format_reward)
     assert [g.prompt for g in groups] == ["12+34=", "5+6="]
     for g in groups:
         assert g.completions == [TOKENIZER.decode(c) for c in g.completion_ids]
@@ -116,11 +124,13 @@ def test_sample_groups_and_scores():
 
 
 def _group(prompt, answers, rewards):
-    return Group(prompt, TOKENIZER.encode(prompt), [TOKENIZER.encode(a) for a in answers], answers, rewards)
+    return Group(prompt, TOKENIZER.encode(prompt), [TOKENIZER.encode(a) for a in answers], answers,
+                 rewards)
 
 
 def test_score_groups_by_hand():
-    rewards, adv = score_groups([_group("1+1=", ["2\n", "3\n"], [1.0, 0.0]), _group("2+2=", ["4\n", "4\n"], [1.0, 1.0])],
+    rewards, adv = score_groups([_group("1+1=", ["2\n", "3\n"], [1.0, 0.0]),
+                                 _group("2+2=", ["4\n", "4\n"], [1.0, 1.0])],
                                 scale_rewards="none")
     assert rewards.tolist() == [1.0, 0.0, 1.0, 1.0] and adv.tolist() == [0.5, -0.5, 0.0, 0.0]
     with pytest.raises(ValueError, match="same number"):
@@ -143,11 +153,12 @@ def test_pairs_from_sampled_groups_feed_dpo():
     from course_lib.align.dpo import DPOConfig, dpo_batch_loss, pack_pairs
 
     model = tiny_model()
-    groups = sample_groups(model, TOKENIZER, ["12+34=", "5+6="], 6, 5, torch.Generator().manual_seed(1),
-                           reward=format_reward)
+    groups = sample_groups(model, TOKENIZER, ["12+34=", "5+6="], 6, 5,
+                           torch.Generator().manual_seed(1), reward=format_reward)
     pairs = preference_pairs(groups)
     assert pairs, "a random model answers in both forms"
-    assert all(format_reward("", TOKENIZER.decode(c)) == 1.0 and format_reward("", TOKENIZER.decode(r)) == 0.0
+    assert all(format_reward("", TOKENIZER.decode(c)) == 1.0
+               and format_reward("", TOKENIZER.decode(r)) == 0.0
                for _, c, r in pairs)
     ids, mask = pack_pairs(pairs, pad_id=0)
     loss, _ = dpo_batch_loss(model, model, ids, mask, DPOConfig())
@@ -156,7 +167,8 @@ def test_pairs_from_sampled_groups_feed_dpo():
 
 def test_greedy_answers_keep_the_items_order_and_scores_are_per_item():
     model, tokenizer = tiny_model(), TOKENIZER
-    items = [{"prompt": p} for p in ("64+91=", "5+5=", "10+20=", "7+8=", "99+99=")]  # two prompt lengths
+    # two prompt lengths
+    items = [{"prompt": p} for p in ("64+91=", "5+5=", "10+20=", "7+8=", "99+99=")]
     answers = greedy_answers(model, tokenizer, items)
     one_by_one = [greedy_answers(model, tokenizer, [item])[0] for item in items]
     assert answers == one_by_one and len(answers) == 5

@@ -19,9 +19,11 @@ QUIET = dict(device="cpu", progress=False)
 
 def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
     base = pretrained_checkpoint()
-    straight = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"}, out_dir=tmp_path / "straight", **QUIET)
+    straight = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"},
+                                       out_dir=tmp_path / "straight", **QUIET)
     straight.train()
-    first = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"}, out_dir=tmp_path / "split", **QUIET)
+    first = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"},
+                                    out_dir=tmp_path / "split", **QUIET)
     first.train()
     resumed = runs.resume_chat_sft_run(tmp_path / "split" / "ckpt.pt", {"max_iters": "3"}, **QUIET)
     assert resumed.step == 2
@@ -30,7 +32,8 @@ def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_
     assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
                                                  resumed.model.state_dict().values()))
     ckpt = load_checkpoint(tmp_path / "split" / "ckpt.pt")
-    assert ckpt["trained_on"]["command"] == "chat-sft" and ckpt["trained_on"]["from_scratch"] is False
+    assert (ckpt["trained_on"]["command"] == "chat-sft"
+            and ckpt["trained_on"]["from_scratch"] is False)
     assert ckpt["tokenizer"]["type"] == "chat"
     with pytest.raises(ValueError, match="made by `chat-sft`, not `finetune`"):
         runs.resume_finetune_run(tmp_path / "split" / "ckpt.pt", **QUIET)
@@ -41,7 +44,8 @@ def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_
 def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_scratch(tmp_path):
     base = pretrained_checkpoint()
     tuned = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, **QUIET)
-    control = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True, **QUIET)
+    control = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True,
+                                      **QUIET)
     assert isinstance(tuned.tokenizer, ChatTokenizer) and tuned.model.config == control.model.config
     pretrained = load_checkpoint(base)["model"]["blocks.0.attn.c_attn.weight"].float()
     assert torch.equal(tuned.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
@@ -53,7 +57,8 @@ def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_s
 
 def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu", *sum((["--set", f"{k}={v}"] for k, v in
+    args = ["chat-sft", "--out", str(out), "--device", "cpu",
+            *sum((["--set", f"{k}={v}"] for k, v in
                                                                     SETTINGS.items()), [])]
     assert main(args + ["--max-iters", "2"]) == 0
     assert "saved" in capsys.readouterr().out
@@ -70,24 +75,31 @@ def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_p
     from course_lib.model import GPT, GPTConfig
 
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu", *sum((["--set", f"{k}={v}"] for k, v in
+    args = ["chat-sft", "--out", str(out), "--device", "cpu",
+            *sum((["--set", f"{k}={v}"] for k, v in
                                                                     SETTINGS.items()), [])]
     assert main(args + ["--max-iters", "1"]) == 0
     before = (out / "ckpt.pt").read_bytes()
     other = save_checkpoint(tmp_path / "other.pt", GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16)))
-    refused = [(["--from-scratch"], "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
+    refused = [(["--from-scratch"],
+                "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
                                     "resumed run keeps how it started; leave --from-scratch out"),
-               (["--checkpoint", str(other)], f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
-                                              "file; a resumed run keeps its base: .*leave --checkpoint out"),
-               (["--set", "seed=7"], "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps"),
-               (["--pack"], "--pack: .*ckpt.pt was not trained on packed rows, and a resumed run keeps how it started")]
+               (["--checkpoint", str(other)],
+                f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
+                                              "file; a resumed run keeps its base: .*leave "
+                                              "--checkpoint out"),
+               (["--set", "seed=7"],
+                "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps"),
+               (["--pack"], "--pack: .*ckpt.pt was not trained on packed rows, and a resumed run "
+                            "keeps how it started")]
     for extra, phrase in refused:
         capsys.readouterr()
         assert main(args + ["--max-iters", "2", "--resume", *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and re.search(phrase, err), err
     assert (out / "ckpt.pt").read_bytes() == before
-    assert main(args + ["--max-iters", "2", "--resume", "--checkpoint", str(pretrained_checkpoint())]) == 0
+    assert main(args + ["--max-iters", "2", "--resume", "--checkpoint",
+                        str(pretrained_checkpoint())]) == 0
 
 
 def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path):
@@ -109,8 +121,10 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     """``chat-sft --pack`` (issue 54): rows of block_size tokens; the checkpoint says so, a resume
     without --pack continues packed."""
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack", *sum((["--set", f"{k}={v}"] for k, v in
-                                                                              SETTINGS.items()), [])]
+    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack",
+            *sum((["--set", f"{k}={v}"] for k, v in
+                                                                              SETTINGS.items()),
+                 [])]
     assert main(args + ["--max-iters", "2"]) == 0
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
     args.remove("--pack")

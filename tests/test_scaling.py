@@ -8,9 +8,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib.scaling import (LossLaw, bootstrap, fit_loss_law, fit_parabola, fit_power_law, huber, interval,
-                                isoflop_frontier, isoflop_minimum, leave_one_budget_out, parabola_minimum,
-                                resample_residuals, seed_spread)
+from course_lib.scaling import (LossLaw, bootstrap, fit_loss_law, fit_parabola, fit_power_law,
+                                huber, interval, isoflop_frontier, isoflop_minimum,
+                                leave_one_budget_out, parabola_minimum, resample_residuals,
+                                seed_spread)
 
 LAW = LossLaw(E=1.4, A=60.0, B=400.0, alpha=0.45, beta=0.38)
 
@@ -61,8 +62,8 @@ def test_power_law_refuses_bad_input():
 def test_huber_is_quadratic_then_linear_and_continuous():
     delta = 0.01
     r = torch.tensor([-0.5, -delta, 0.0, 0.005, delta, 0.3], dtype=torch.float64)
-    expected = torch.tensor([delta * (0.5 - delta / 2), delta**2 / 2, 0.0, 0.005**2 / 2, delta**2 / 2,
-                             delta * (0.3 - delta / 2)], dtype=torch.float64)
+    expected = torch.tensor([delta * (0.5 - delta / 2), delta**2 / 2, 0.0, 0.005**2 / 2,
+                             delta**2 / 2, delta * (0.3 - delta / 2)], dtype=torch.float64)
     torch.testing.assert_close(huber(r, delta), expected)
 
 
@@ -90,7 +91,8 @@ def test_isoflop_frontier_recovers_the_law_s_exponents():
     # the law is not exactly a parabola in log N: its vertex is a little off, the exponent barely
     assert frontier["a"] == pytest.approx(LAW.a, abs=0.01)
     assert frontier["b"] == pytest.approx(1 - LAW.a, abs=0.01)
-    assert frontier["a"] + frontier["b"] == pytest.approx(1.0, abs=1e-9)  # N_opt D_opt = C / 6 at every budget
+    # N_opt D_opt = C / 6 at every budget
+    assert frontier["a"] + frontier["b"] == pytest.approx(1.0, abs=1e-9)
     for m in frontier["minima"]:
         assert m["N_opt"] == pytest.approx(LAW.optimal_N(m["C"]), rel=0.05) and m["inside"]
 
@@ -98,10 +100,12 @@ def test_isoflop_frontier_recovers_the_law_s_exponents():
 
 def test_a_vertex_beyond_the_sizes_trained_is_flagged():
     runs = synthetic_sweep(LAW, [1e13, 1e14])
-    left_arm = []  # at 1e13, only models smaller than the optimum: the vertex lies beyond the largest
+    # at 1e13, only models smaller than the optimum: the vertex lies beyond the largest
+    left_arm = []
     for C in (1e13,):
         for N in LAW.optimal_N(C) * np.geomspace(0.05, 0.6, 5):
-            left_arm.append(dict(budget=C, N=N, D=C / (6 * N), flops=C, loss=float(LAW(N, C / (6 * N)))))
+            left_arm.append(dict(budget=C, N=N, D=C / (6 * N), flops=C,
+                                 loss=float(LAW(N, C / (6 * N)))))
     runs = left_arm + [r for r in runs if r["budget"] == 1e14]
     first, second = isoflop_frontier(runs)["minima"]
     assert not first["inside"] and first["N_opt"] > max(r["N"] for r in left_arm)
@@ -115,7 +119,8 @@ def test_isoflop_frontier_needs_two_budgets():
 
 def test_fit_loss_law_recovers_the_constants():
     runs = synthetic_sweep(LAW, [1e11, 1e12, 1e13], per_budget=5)
-    fit = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs], refine=2)
+    fit = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs],
+                       refine=2)
     for name in ("E", "A", "B", "alpha", "beta"):
         assert getattr(fit, name) == pytest.approx(getattr(LAW, name), rel=1e-3), name
 
@@ -125,7 +130,8 @@ def test_fit_loss_law_from_a_start_and_refusals():
     N, D, L = ([r[k] for r in runs] for k in ("N", "D", "loss"))
     near = LossLaw(E=1.3, A=50.0, B=500.0, alpha=0.4, beta=0.4)
     fit = fit_loss_law(N, D, L, start=near)
-    assert fit.alpha == pytest.approx(LAW.alpha, rel=1e-3) and fit.beta == pytest.approx(LAW.beta, rel=1e-3)
+    assert (fit.alpha == pytest.approx(LAW.alpha, rel=1e-3)
+            and fit.beta == pytest.approx(LAW.beta, rel=1e-3))
     with pytest.raises(ValueError, match="at least 5 runs"):
         fit_loss_law(N[:4], D[:4], L[:4])
 
@@ -146,7 +152,8 @@ def test_bootstrap_is_seeded_and_counts_refusals():
 
 def test_residual_bootstrap_keeps_every_size_and_brackets_the_exponent():
     rng = np.random.default_rng(0)
-    runs = [dict(r, loss=r["loss"] + 0.01 * rng.standard_normal()) for r in synthetic_sweep(LAW, [1e12, 1e13, 1e14])]
+    runs = [dict(r, loss=r["loss"] + 0.01 * rng.standard_normal())
+            for r in synthetic_sweep(LAW, [1e12, 1e13, 1e14])]
     sample = resample_residuals(runs, np.random.default_rng(1))
     assert [(r["budget"], r["N"]) for r in sample] == [(r["budget"], r["N"]) for r in runs]
     assert [r["loss"] for r in sample] != [r["loss"] for r in runs]
@@ -159,7 +166,8 @@ def test_residual_bootstrap_keeps_every_size_and_brackets_the_exponent():
 
 
 def _law_runs(law=LAW, budgets=(1e10, 2e10, 4e10, 8e10), seeds=(0, 1, 2), noise=0.01):
-    """Runs whose loss is ``law`` at (N, D = C / 6N) plus a seed's noise: 5 sizes around each optimum."""
+    """Runs whose loss is ``law`` at (N, D = C / 6N) plus a seed's noise: 5 sizes around each
+    optimum."""
     rng = np.random.default_rng(0)
     runs = []
     for C in budgets:
@@ -185,10 +193,13 @@ def test_seed_spread_measures_the_noise_it_was_given():
 def test_leave_one_budget_out_finds_the_budget_that_breaks_the_law():
     clean = leave_one_budget_out(_law_runs(noise=0.0))
     assert [b["budget"] for b in clean] == [1e10, 2e10, 4e10, 8e10]
-    assert all(abs(e) < 2e-3 for b in clean for e in b["errors"].values())  # the law predicts what it made
+    # the law predicts what it made
+    assert all(abs(e) < 2e-3 for b in clean for e in b["errors"].values())
     assert all(b["a"] == pytest.approx(LAW.a, abs=0.05) for b in clean)
-    shifted = [dict(r, loss=r["loss"] + (0.1 if r["budget"] == 8e10 else 0.0)) for r in _law_runs(noise=0.0)]
+    shifted = [dict(r, loss=r["loss"] + (0.1 if r["budget"] == 8e10 else 0.0))
+               for r in _law_runs(noise=0.0)]
     last = leave_one_budget_out(shifted)[-1]
-    assert last["mean_error"] == pytest.approx(0.1, abs=0.01)  # a budget off the law is seen when left out
+    # a budget off the law is seen when left out
+    assert last["mean_error"] == pytest.approx(0.1, abs=0.01)
     with pytest.raises(ValueError, match="at least 3 budgets"):
         leave_one_budget_out(_law_runs(budgets=(1e10, 2e10)))

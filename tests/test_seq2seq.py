@@ -12,19 +12,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from course_lib import checkpoint
-from course_lib.dates import (DATE_ALPHABET, DATE_FORMATS, date_batch_fn, date_split_days, date_test_set,
-                              date_tokenizer, format_date, sample_dates)
-from course_lib.seq2seq import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, Seq2Seq, Seq2SeqConfig, encode_batch,
-                                label_smoothed_cross_entropy, shift_right, torch_reference_logits)
+from course_lib.dates import (DATE_ALPHABET, DATE_FORMATS, date_batch_fn, date_split_days,
+                              date_test_set, date_tokenizer, format_date, sample_dates)
+from course_lib.seq2seq import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, Seq2Seq, Seq2SeqConfig,
+                                encode_batch, label_smoothed_cross_entropy, shift_right,
+                                torch_reference_logits)
 from course_lib.tokenizers import CharTokenizer, tokenizer_from_dict
-from course_lib.translate import beam_search, greedy_decode, length_penalty, translate, translations_exact_match
+from course_lib.translate import (beam_search, greedy_decode, length_penalty, translate,
+                                  translations_exact_match)
 from course_lib.train import TrainConfig, Trainer
 from course_lib.utils import IGNORE_INDEX
 
 
 def tiny(**kw) -> Seq2SeqConfig:
-    return Seq2SeqConfig(**{**dict(vocab_size=23, block_size=16, n_encoder_layers=2, n_decoder_layers=2,
-                                   n_head=2, n_embd=16, dropout=0.0), **kw})
+    return Seq2SeqConfig(**{**dict(vocab_size=23, block_size=16, n_encoder_layers=2,
+                                   n_decoder_layers=2, n_head=2, n_embd=16, dropout=0.0), **kw})
 
 
 def padded_batch(g: torch.Generator, B=4, S=9, T=7, V=23):
@@ -58,7 +60,8 @@ def test_copy_really_matters():
     model = Seq2Seq(tiny()).eval()
     reference = model.torch_transformer()  # fresh weights, not copied
     src, tgt_in = padded_batch(g)
-    assert (model(src, tgt_in=tgt_in)[0] - torch_reference_logits(model, reference, src, tgt_in)).abs().max() > 1e-2
+    assert (model(src, tgt_in=tgt_in)[0] - torch_reference_logits(model, reference, src,
+                                                                  tgt_in)).abs().max() > 1e-2
 
 
 def test_torch_transformer_needs_its_layout():
@@ -67,12 +70,14 @@ def test_torch_transformer_needs_its_layout():
 
 
 def test_source_padding_is_invisible():
-    """Extra padding on a source changes nothing: the masks hide it from the encoder and from cross-attention."""
+    """Extra padding on a source changes nothing: the masks hide it from the encoder and from
+    cross-attention."""
     g = torch.Generator().manual_seed(2)
     model = Seq2Seq(tiny()).eval()
     src, tgt_in = padded_batch(g)
     longer = torch.cat([src, torch.full((src.shape[0], 4), PAD_ID)], dim=1)
-    torch.testing.assert_close(model(src, tgt_in=tgt_in)[0], model(longer, tgt_in=tgt_in)[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(model(src, tgt_in=tgt_in)[0], model(longer, tgt_in=tgt_in)[0],
+                               atol=1e-5, rtol=0)
     # a sequence alone gives the same logits as inside a padded batch
     alone = model(src[2:3, :1], tgt_in=tgt_in[2:3])[0]
     torch.testing.assert_close(alone, model(src, tgt_in=tgt_in)[0][2:3], atol=1e-5, rtol=0)
@@ -105,7 +110,8 @@ def test_shift_right_is_teacher_forcing():
     assert shift_right(targets).tolist() == [[BOS_ID, 5, 6, 7], [BOS_ID, 8, EOS_ID, PAD_ID]]
 
 
-@given(st.integers(1, 5), st.integers(1, 6), st.integers(2, 9), st.floats(0.0, 0.9), st.integers(0, 10**6))
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(2, 9), st.floats(0.0, 0.9),
+       st.integers(0, 10**6))
 def test_label_smoothing_equals_pytorch(B, T, V, eps, seed):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(B, T, V, generator=g) * 3
@@ -117,7 +123,8 @@ def test_label_smoothing_equals_pytorch(B, T, V, eps, seed):
 
 
 def test_label_smoothing_minimum_is_not_one_hot():
-    """With epsilon > 0 the loss is smallest for the smoothed distribution, not for a one-hot one."""
+    """With epsilon > 0 the loss is smallest for the smoothed distribution, not for a one-hot
+    one."""
     V, eps = 5, 0.1
     target = torch.tensor([2])
     smoothed = torch.full((1, V), eps / V)
@@ -209,7 +216,8 @@ def brute_force_best(model, src, length, alpha):
     return max([best] + [(s / length_penalty(len(ids), alpha), ids) for ids, s in frontier])
 
 
-@pytest.mark.parametrize("seed", [7, 11, 17, 28])  # models where the best sequence is not greedy's for some alpha
+# models where the best sequence is not greedy's for some alpha
+@pytest.mark.parametrize("seed", [7, 11, 17, 28])
 def test_wide_beam_finds_the_best_sequence(seed):
     torch.manual_seed(seed)
     model = Seq2Seq(tiny(vocab_size=5, n_embd=8)).eval()  # 2 real tokens + EOS
@@ -218,7 +226,8 @@ def test_wide_beam_finds_the_best_sequence(seed):
     best = [brute_force_best(model, src, 3, alpha)[1] for alpha in (0.0, 0.6, 2.0)]
     assert any(ids != greedy for ids in best)
     for alpha, ids in zip((0.0, 0.6, 2.0), best):
-        # 16 beams hold every hypothesis (at most 4 live x 3 tokens = 12 candidates a step): exhaustive
+        # 16 beams hold every hypothesis (at most 4 live x 3 tokens = 12 candidates a step):
+        # exhaustive
         assert beam_search(model, src, beam_size=16, max_len=3, alpha=alpha)[0] == ids
 
 
@@ -250,7 +259,8 @@ def test_dates_tokenizer_ids_follow_the_documented_rule():
 
 def test_checkpoints_of_the_old_seq2seq_tokenizer_still_load():
     """Before the character tokenizers were merged, train-dates stored {"type": "seq2seq-char",
-    "chars": ...}: it comes back as the same vocabulary (specials <pad>, <s>, </s>, then the chars)."""
+    "chars": ...}: it comes back as the same vocabulary (specials <pad>, <s>, </s>, then the
+    chars)."""
     old = {"type": "seq2seq-char", "chars": DATE_ALPHABET}
     tok = tokenizer_from_dict(old)
     assert tok.to_dict() == date_tokenizer().to_dict()
@@ -278,8 +288,10 @@ def test_exact_match_is_one_for_right_answers_and_zero_for_wrong_ones(beam_size)
     copier = CopyModel(tiny(vocab_size=tok.vocab_size))
     sources = ["abc", "d", "cab", "abcdabcd", "bb"]
     assert translate(copier, tok, sources, beam_size=beam_size) == sources
-    assert translations_exact_match(copier, tok, [(s, s) for s in sources], beam_size=beam_size, batch_size=2) == 1.0
-    assert translations_exact_match(copier, tok, [(s, s + "a") for s in sources], beam_size=beam_size) == 0.0
+    assert translations_exact_match(copier, tok, [(s, s) for s in sources], beam_size=beam_size,
+                                    batch_size=2) == 1.0
+    assert translations_exact_match(copier, tok, [(s, s + "a") for s in sources],
+                                    beam_size=beam_size) == 0.0
     # two right answers of five: 2 / 5
     pairs = [(s, s if k in (1, 3) else s[::-1] + "x") for k, s in enumerate(sources)]
     assert translations_exact_match(copier, tok, pairs, beam_size=beam_size, batch_size=3) == 2 / 5
@@ -291,7 +303,8 @@ def test_translate_follows_the_greedy_path_decoded_by_hand(seed):
     text alone, then append the most likely next token (never PAD or BOS) until EOS or max_len."""
     torch.manual_seed(seed)
     tok = CharTokenizer("abcd", specials=SPECIALS)
-    model = Seq2Seq(tiny(vocab_size=tok.vocab_size)).eval()  # V = 7: EOS is likely enough to come up
+    # V = 7: EOS is likely enough to come up
+    model = Seq2Seq(tiny(vocab_size=tok.vocab_size)).eval()
     texts, max_len = ["abcd", "a", "dcbadd", "bb"], 6
     expected = []
     with torch.no_grad():
@@ -323,7 +336,8 @@ def test_date_task_is_deterministic_and_held_out():
     b = sample_dates(days["train"], 20, torch.Generator().manual_seed(3))
     assert a == b
     test = date_test_set(50)
-    held = {(datetime.date(1950, 1, 1) + datetime.timedelta(days=int(d))).isoformat() for d in days["val"]}
+    held = {(datetime.date(1950, 1, 1) + datetime.timedelta(days=int(d))).isoformat()
+            for d in days["val"]}
     assert all(target in held for _, target in test)
     tok = date_tokenizer()
     assert max(len(s) for s, _ in date_test_set(2000)) <= 32  # fits block_size
@@ -337,10 +351,10 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
     torch.manual_seed(0)
     tok = date_tokenizer()
     model = Seq2Seq(tiny(vocab_size=tok.vocab_size, block_size=32, n_embd=32, n_head=4))
-    config = TrainConfig(max_iters=30, batch_size=16, schedule="transformer", warmup_iters=10, eval_interval=15,
-                         eval_iters=2)
-    trainer = Trainer(model, config=config, batch_fn=date_batch_fn(tok, 16), out_dir=tmp_path, tokenizer=tok,
-                      progress=False)
+    config = TrainConfig(max_iters=30, batch_size=16, schedule="transformer", warmup_iters=10,
+                         eval_interval=15, eval_iters=2)
+    trainer = Trainer(model, config=config, batch_fn=date_batch_fn(tok, 16), out_dir=tmp_path,
+                      tokenizer=tok, progress=False)
     history = trainer.train()
     assert history["loss"][-1] < history["loss"][0]
     assert history["lr"][9] == pytest.approx(32**-0.5 * 10**-0.5)  # the peak of the warmup
@@ -353,7 +367,8 @@ def test_trainer_trains_it_and_checkpoint_round_trips(tmp_path):
     pairs = date_test_set(20)
     own = translate(loaded, tok2, [source for source, _ in pairs])
     targets = [t + "x" if i % 4 == 0 else t for i, t in enumerate(own)]
-    assert translations_exact_match(loaded, tok2, list(zip([s for s, _ in pairs], targets)), batch_size=7) == 15 / 20
+    assert translations_exact_match(loaded, tok2, list(zip([s for s, _ in pairs], targets)),
+                                    batch_size=7) == 15 / 20
 
 
 def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
@@ -367,4 +382,5 @@ def test_train_dates_writes_a_checkpoint_the_cli_can_use(tmp_path):
     assert tok.to_dict() == date_tokenizer().to_dict() and isinstance(model, Seq2Seq)
     # the checkpoint rebuilds the trained translator: the same beam search output
     texts = ["3 March 2021", "12/01/99"]
-    assert translate(model, tok, texts, beam_size=2) == translate(trainer.model, trainer.tokenizer, texts, beam_size=2)
+    assert translate(model, tok, texts,
+                     beam_size=2) == translate(trainer.model, trainer.tokenizer, texts, beam_size=2)

@@ -14,37 +14,44 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib.model import GPT, GPTConfig
 from course_lib.presets import PRESETS
-from course_lib.sizing import (count_parameters, flops_per_token, format_count, format_table, kv_cache_bytes,
-                               parameter_breakdown, parameter_table, training_memory_bytes)
+from course_lib.sizing import (count_parameters, flops_per_token, format_count, format_table,
+                               kv_cache_bytes, parameter_breakdown, parameter_table,
+                               training_memory_bytes)
 from model_helpers import logits_through_kv_cache
 
 configs = st.builds(
     lambda V, T, L, nh, hs, bias, tie, norm, act: GPTConfig(
-        vocab_size=V, block_size=T, n_layer=L, n_head=nh, n_embd=nh * hs, bias=bias, tie_weights=tie,
-        norm_position=norm, activation=act),
+        vocab_size=V, block_size=T, n_layer=L, n_head=nh, n_embd=nh * hs, bias=bias,
+        tie_weights=tie, norm_position=norm, activation=act),
     st.integers(1, 70), st.integers(1, 40), st.integers(1, 4), st.integers(1, 4), st.integers(1, 8),
-    st.booleans(), st.booleans(), st.sampled_from(["pre", "post"]), st.sampled_from(["gelu", "relu"]),
+    st.booleans(), st.booleans(), st.sampled_from(["pre", "post"]),
+    st.sampled_from(["gelu", "relu"]),
 )
 
-# Chapter 14's options, alone and together: RMSNorm, RoPE, SwiGLU (default or any hidden size), n_kv_head.
+# Chapter 14's options, alone and together: RMSNorm, RoPE, SwiGLU (default or any hidden size),
+# n_kv_head.
 modern_configs = st.builds(
     lambda V, T, L, n_kv, groups, hs, bias, tie, norm, rope, mlp, hidden: GPTConfig(
-        vocab_size=V, block_size=T, n_layer=L, n_head=n_kv * groups, n_kv_head=n_kv, n_embd=n_kv * groups * hs,
-        bias=bias, tie_weights=tie, norm=norm, rope_theta=rope, mlp=mlp, ffn_hidden=hidden),
+        vocab_size=V, block_size=T, n_layer=L, n_head=n_kv * groups, n_kv_head=n_kv,
+        n_embd=n_kv * groups * hs, bias=bias, tie_weights=tie, norm=norm, rope_theta=rope, mlp=mlp,
+        ffn_hidden=hidden),
     st.integers(1, 70), st.integers(1, 40), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
-    st.sampled_from([2, 4, 6]), st.booleans(), st.booleans(), st.sampled_from(["layernorm", "rmsnorm"]),
-    st.sampled_from([None, 10000.0]), st.sampled_from(["standard", "swiglu"]), st.one_of(st.none(), st.integers(1, 50)),
+    st.sampled_from([2, 4, 6]), st.booleans(), st.booleans(),
+    st.sampled_from(["layernorm", "rmsnorm"]), st.sampled_from([None, 10000.0]),
+    st.sampled_from(["standard", "swiglu"]), st.one_of(st.none(), st.integers(1, 50)),
 )
 
 
 @given(configs)
 def test_parameter_formula_equals_numel_for_every_config(config):
     model = GPT(config)
-    assert count_parameters(config) == sum(p.numel() for p in model.parameters()) == model.num_parameters()
+    assert count_parameters(config) == sum(p.numel()
+                                           for p in model.parameters()) == model.num_parameters()
 
 
 def test_breakdown_matches_the_modules():
-    config = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=True, tie_weights=False)
+    config = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, bias=True,
+                       tie_weights=False)
     model = GPT(config)
     parts = parameter_breakdown(config)
     count = lambda mods: sum(p.numel() for m in mods for p in m.parameters())
@@ -52,7 +59,9 @@ def test_breakdown_matches_the_modules():
     assert parts["position embedding"] == model.wpe.weight.numel()
     assert parts["attention"] == count(b.attn for b in model.blocks)
     assert parts["MLP"] == count(b.mlp for b in model.blocks)
-    assert parts["LayerNorms"] == count([b.ln_1 for b in model.blocks] + [b.ln_2 for b in model.blocks] + [model.ln_f])
+    assert parts["LayerNorms"] == count(
+        [b.ln_1 for b in model.blocks] + [b.ln_2 for b in model.blocks] + [model.ln_f]
+    )
     assert parts["LM head"] == model.lm_head.weight.numel()
     # Chapter 6's rule, 12 C^2 per block without biases: the weights of the blocks' Linear layers
     blocks = GPT(GPTConfig(n_embd=128, bias=False)).blocks
@@ -62,13 +71,14 @@ def test_breakdown_matches_the_modules():
 
 
 def gpt2(n_layer, n_head, n_embd) -> GPTConfig:
-    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True)
+    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head,
+                     n_embd=n_embd, bias=True)
 
 
 def llama(vocab, context, n_layer, n_head, n_kv_head, n_embd, hidden) -> GPTConfig:
-    return GPTConfig(vocab_size=vocab, block_size=context, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head,
-                     n_embd=n_embd, ffn_hidden=hidden, norm="rmsnorm", rope_theta=10000.0, mlp="swiglu",
-                     bias=False, tie_weights=False)
+    return GPTConfig(vocab_size=vocab, block_size=context, n_layer=n_layer, n_head=n_head,
+                     n_kv_head=n_kv_head, n_embd=n_embd, ffn_hidden=hidden, norm="rmsnorm",
+                     rope_theta=10000.0, mlp="swiglu", bias=False, tie_weights=False)
 
 
 # Published exact counts: what Hugging Face's models report (model.num_parameters()) for the
@@ -79,14 +89,16 @@ PUBLISHED = {
     "gpt2-large": (gpt2(36, 20, 1280), 774_030_080),
     "gpt2-xl": (gpt2(48, 25, 1600), 1_557_611_200),
     "meta-llama/Llama-2-7b-hf": (llama(32000, 4096, 32, 32, 32, 4096, 11008), 6_738_415_616),
-    "TinyLlama/TinyLlama-1.1B (grouped-query)": (llama(32000, 2048, 22, 32, 4, 2048, 5632), 1_100_048_384),
+    "TinyLlama/TinyLlama-1.1B (grouped-query)": (llama(32000, 2048, 22, 32, 4, 2048, 5632),
+                                                 1_100_048_384),
 }
 
 
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_counts_equal_the_published_ones_and_a_built_model(name):
     config, published = PUBLISHED[name]
-    with torch.device("meta"):  # shapes without memory: even GPT-2 XL builds in a fraction of a second
+    # shapes without memory: even GPT-2 XL builds in a fraction of a second
+    with torch.device("meta"):
         built = sum(p.numel() for p in GPT(config).parameters())
     assert count_parameters(config) == built == published
 
@@ -97,8 +109,10 @@ def test_the_gpt2_small_preset_is_gpt2():
 
 def test_gpt3_has_about_175_billion_parameters():
     """The GPT-3 paper (Brown et al. 2020, table 2.1) gives 175.0B for 96 layers, C = 12288,
-    context 2048, and no exact count; with GPT-2's vocabulary and layout ours is 174.6B, within 0.3%."""
-    gpt3 = GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, bias=True)
+    context 2048, and no exact count; with GPT-2's vocabulary and layout ours is 174.6B, within
+    0.3%."""
+    gpt3 = GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288,
+                     bias=True)
     with torch.device("meta"):
         built = sum(p.numel() for p in GPT(gpt3).parameters())
     assert count_parameters(gpt3) == built == pytest.approx(175.0e9, rel=3e-3)
@@ -129,16 +143,18 @@ def test_flops_per_token_equal_the_matmul_flops_torch_counts(config):
         _, loss = model(x, x)
         loss.backward()
     extra = elementwise_parameters(model)
-    assert flops_per_token(config, training=False) == forward.get_total_flops() / (B * T) + 2 * extra
+    assert (flops_per_token(config,
+                            training=False) == forward.get_total_flops() / (B * T) + 2 * extra)
     assert flops_per_token(config) == training.get_total_flops() / (B * T) + 6 * extra
 
 
 def test_training_memory_is_what_adamw_allocates():
     """Weights, gradients and AdamW's two moments, measured on a model after one step (AdamW's
     per-tensor step counters, a few scalars, are left out, as the estimate leaves them out)."""
-    for config in (GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, bias=True),
-                   GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=4, n_kv_head=2, n_embd=16,
-                             tie_weights=False, norm="rmsnorm", mlp="swiglu")):
+    for config in (GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                             bias=True),
+                   GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=4, n_kv_head=2,
+                             n_embd=16, tie_weights=False, norm="rmsnorm", mlp="swiglu")):
         model = GPT(config)
         optimizer = torch.optim.AdamW(model.parameters())
         x = torch.randint(0, config.vocab_size, (2, config.block_size))
@@ -146,7 +162,8 @@ def test_training_memory_is_what_adamw_allocates():
         optimizer.step()
         params = list(model.parameters())  # each shared tensor once (a tied LM head)
         state = [t for p in params for key, t in optimizer.state[p].items() if key != "step"]
-        measured = {"weights": sum(p.nbytes for p in params), "gradients": sum(p.grad.nbytes for p in params),
+        measured = {"weights": sum(p.nbytes for p in params),
+                    "gradients": sum(p.grad.nbytes for p in params),
                     "AdamW state": sum(t.nbytes for t in state)}
         assert training_memory_bytes(config) == {**measured, "total": sum(measured.values())}
 
@@ -195,7 +212,8 @@ def test_parameter_formula_equals_numel_with_the_modern_options(config):
 
 def test_swiglu_with_the_8_3_rule_keeps_the_mlp_weights():
     for C in (128, 768, 4096):
-        standard, swiglu = GPTConfig(n_embd=C, n_head=8), GPTConfig(n_embd=C, n_head=8, mlp="swiglu")
+        standard, swiglu = GPTConfig(n_embd=C,
+                                     n_head=8), GPTConfig(n_embd=C, n_head=8, mlp="swiglu")
         assert swiglu.ffn_size % 32 == 0 and 0 <= swiglu.ffn_size - 8 * C / 3 < 32
         ratio = parameter_breakdown(swiglu)["MLP"] / parameter_breakdown(standard)["MLP"]
         assert 1.0 <= ratio < 1 + 3 * 32 / (8 * C)  # only the rounding up adds weights
@@ -204,7 +222,8 @@ def test_swiglu_with_the_8_3_rule_keeps_the_mlp_weights():
 @pytest.mark.parametrize("n_kv_head", [1, 2, 4])  # multi-query, grouped-query, multi-head
 def test_kv_cache_bytes_are_what_a_full_cache_holds(n_kv_head):
     """The bytes of keys and values a KV cache holds once the model has read a full context."""
-    config = GPTConfig(vocab_size=11, block_size=12, n_layer=3, n_head=4, n_kv_head=n_kv_head, n_embd=16)
+    config = GPTConfig(vocab_size=11, block_size=12, n_layer=3, n_head=4, n_kv_head=n_kv_head,
+                       n_embd=16)
     x = torch.randint(0, config.vocab_size, (5, config.block_size))
     _, cache = logits_through_kv_cache(GPT(config).eval(), x, prompt=4)
     held = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
@@ -216,17 +235,20 @@ def test_kv_cache_bytes_shrink_by_the_group_size():
     mha = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
     for n_kv in (1, 2, 3, 4, 6, 12):
         gqa = GPTConfig(**{**mha.to_dict(), "n_kv_head": n_kv})
-        assert kv_cache_bytes(gqa, batch_size=3, bytes_per_value=2) * (12 // n_kv) == kv_cache_bytes(
+        assert kv_cache_bytes(gqa, batch_size=3,
+                              bytes_per_value=2) * (12 // n_kv) == kv_cache_bytes(
             mha, batch_size=3, bytes_per_value=2)
 
 
 def test_memory_parts_hold_the_weights_and_a_lower_estimate_of_what_backward_keeps():
     """The parts of a model (every size that allocates) add up to its parameters and RoPE's angles,
-    less the norms' gains; a training step's activations are at most what autograd saves for backward."""
+    less the norms' gains; a training step's activations are at most what autograd saves for
+    backward."""
     from course_lib.sizing import memory_parts
 
-    config = GPTConfig(vocab_size=50, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=12,
-                       rope_theta=1e4, mlp="swiglu", ffn_hidden=40, moe_experts=4, moe_top_k=2, moe_shared_expert=True)
+    config = GPTConfig(vocab_size=50, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+                       head_dim=12, rope_theta=1e4, mlp="swiglu", ffn_hidden=40, moe_experts=4,
+                       moe_top_k=2, moe_shared_expert=True)
     model = GPT(config)
     held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
     norms = sum(p.numel() for n, p in model.named_parameters() if "ln" in n or "norm" in n)
@@ -249,15 +271,18 @@ def test_memory_parts_hold_the_weights_and_a_lower_estimate_of_what_backward_kee
 
 
 def test_a_training_batch_over_the_memory_is_refused_and_the_presets_fit(monkeypatch):
-    """Review 2026-11-28 row 9: chat-sft's model (vocabulary 88) with batch_size 100,000 needs about 200 GiB;
-    the GPU preset's step (batch 64) fits in a 12 GiB Colab."""
+    """Review 2026-11-28 row 9: chat-sft's model (vocabulary 88) with batch_size 100,000 needs about
+    200 GiB; the GPU preset's step (batch 64) fits in a 12 GiB Colab."""
     from course_lib import utils
     from course_lib.sizing import check_gpt_fits
     from course_lib.utils import TooLargeError
 
-    monkeypatch.setattr(utils, "available_memory", lambda: (12 * 2**30, "available on this machine"))
-    chat = GPTConfig(vocab_size=88, block_size=64, n_layer=4, n_head=4, n_embd=128, tie_weights=False)
-    with pytest.raises(TooLargeError, match=r"batch_size 100,000 x block_size 64\), needs at least .*: choose a "
+    monkeypatch.setattr(utils, "available_memory",
+                        lambda: (12 * 2**30, "available on this machine"))
+    chat = GPTConfig(vocab_size=88, block_size=64, n_layer=4, n_head=4, n_embd=128,
+                     tie_weights=False)
+    with pytest.raises(TooLargeError,
+                       match=r"batch_size 100,000 x block_size 64\), needs at least .*: choose a "
                                             r"smaller batch_size \(grad_accum_steps=N"):
         check_gpt_fits(chat, 100_000)
     for name in ("shakespeare-char-cpu", "shakespeare-char-gpu"):

@@ -18,14 +18,16 @@ from model_helpers import TINY, tiny_trainer
 def test_fp16_on_cpu_is_a_clear_error():
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU.*bf16"):
         tiny_trainer(dtype="fp16")
-    with pytest.raises(ValueError, match="dtype must be one of 'fp32', 'bf16', 'fp16', got 'float16'"):
+    with pytest.raises(ValueError,
+                       match="dtype must be one of 'fp32', 'bf16', 'fp16', got 'float16'"):
         TrainConfig(dtype="float16")
 
 
 def test_fp16_on_cpu_from_the_command_line(capsys, tmp_path):
     from course_lib.cli import main
 
-    assert main(["train", "--dtype", "fp16", "--device", "cpu", "--out", str(tmp_path / "run")]) == 2
+    assert main(["train", "--dtype", "fp16", "--device", "cpu", "--out",
+                 str(tmp_path / "run")]) == 2
     assert "'fp16' needs a CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
@@ -60,10 +62,12 @@ def test_bf16_autocast_on_cpu_is_close_to_fp32():
 @pytest.mark.slow  # ten seconds or more on 2 cores (make unit leaves it out)
 def test_compile_on_cpu_gives_the_same_losses():
     eager, compiled = tiny_trainer(max_iters=2), tiny_trainer(max_iters=2, compile=True)
-    assert compiled.train_model._orig_mod is compiled.model  # torch.compile's OptimizedModule wraps the model
+    # torch.compile's OptimizedModule wraps the model
+    assert compiled.train_model._orig_mod is compiled.model
     h_eager, h_compiled = eager.train(), compiled.train()
     assert h_compiled["loss"] == pytest.approx(h_eager["loss"], rel=1e-4)
-    assert not compiled._compile_unproven and compiled.train_model._orig_mod is compiled.model  # no fallback
+    # no fallback
+    assert not compiled._compile_unproven and compiled.train_model._orig_mod is compiled.model
 
 
 def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
@@ -90,8 +94,10 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
 def test_a_real_error_is_not_hidden_by_the_compile_fallback():
     trainer = tiny_trainer(compile=True)
     trainer.train_model = trainer.model
-    trainer.batch_fn = lambda split, g: (torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(2, 8\), got \(2, 9\)"):
+    trainer.batch_fn = lambda split, g: (torch.zeros(2, 8, dtype=torch.long),
+                                         torch.zeros(2, 9, dtype=torch.long))
+    with pytest.raises(ValueError,
+                       match=r"targets must have the shape of idx \(2, 8\), got \(2, 9\)"):
         trainer.train_step()
 
 
@@ -99,7 +105,8 @@ def test_a_real_error_is_not_hidden_by_the_compile_fallback():
 
 
 @pytest.mark.parametrize("changes", [{}, {"tie_weights": True}, {"bias": True},
-                                     {"rope_theta": 10000.0, "n_kv_head": 1, "mlp": "swiglu", "norm": "rmsnorm"}])
+                                     {"rope_theta": 10000.0, "n_kv_head": 1, "mlp": "swiglu",
+                                      "norm": "rmsnorm"}])
 def test_the_model_counts_its_flops_as_sizing_does_from_the_config(changes):
     from dataclasses import replace
 
@@ -127,27 +134,33 @@ def test_mfu_is_the_models_flops_over_the_gpus_peak(monkeypatch):
     from course_lib import sizing
 
     assert sizing.gpu_peak_flops("cpu") is None
-    assert sizing.model_flops_utilization(flops_per_token(TINY), 1e6, "cpu") is None  # no peak for a CPU
-    monkeypatch.setattr(sizing, "gpu_peak_flops", lambda device: 1e12)  # as if the device were a GPU of 1 TFLOP/s
+    # no peak for a CPU
+    assert sizing.model_flops_utilization(flops_per_token(TINY), 1e6, "cpu") is None
+    # as if the device were a GPU of 1 TFLOP/s
+    monkeypatch.setattr(sizing, "gpu_peak_flops", lambda device: 1e12)
     meter = speed.SpeedMeter(GPT(TINY), torch.device("cpu"))
     meter.record(1, 1.0)
     meter.record(tokens=500, seconds=0.5, n_processes=2)  # 2000 tokens/s over 2 devices
     assert meter.mfu == pytest.approx(flops_per_token(TINY) * 2000 / (2 * 1e12))
     assert meter.postfix()["mfu"] == f"{100 * meter.mfu:.1f}%"
-    no_flops = speed.SpeedMeter(torch.nn.Linear(2, 2), torch.device("cpu"))  # a model that cannot count them
+    # a model that cannot count them
+    no_flops = speed.SpeedMeter(torch.nn.Linear(2, 2), torch.device("cpu"))
     no_flops.record(1, 1.0)
     no_flops.record(10, 1.0)
-    assert no_flops.flops_per_token is None and no_flops.mfu is None and no_flops.tokens_per_s == 10.0
+    assert (no_flops.flops_per_token is None and no_flops.mfu is None
+            and no_flops.tokens_per_s == 10.0)
     # 1,000,000 FLOPs per token at 1e6 tokens/s on 2 GPUs of 312 TFLOP/s (an A100's peak) each
     monkeypatch.setattr(sizing, "gpu_peak_flops", lambda device: 312e12)
-    assert sizing.model_flops_utilization(1_000_000, 1e6, "cuda", n_devices=2) == pytest.approx(1e12 / 624e12)
+    assert sizing.model_flops_utilization(1_000_000, 1e6, "cuda",
+                                          n_devices=2) == pytest.approx(1e12 / 624e12)
 
 
 def test_a_trainer_measures_tokens_per_second_but_no_mfu_on_a_cpu():
     trainer = tiny_trainer(max_iters=3)
     assert trainer.tokens_per_s is None
     trainer.train()
-    assert trainer.tokens_per_s > 0 and trainer.mfu is None  # 2 timed steps of 4 x 8 tokens; no CPU peak
+    # 2 timed steps of 4 x 8 tokens; no CPU peak
+    assert trainer.tokens_per_s > 0 and trainer.mfu is None
     assert trainer.speed.flops_per_token == flops_per_token(TINY)
 
 
@@ -197,7 +210,8 @@ def test_the_trainer_scopes_tf32_to_its_training_run(monkeypatch):
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
     before = torch.get_float32_matmul_precision()
     assert before != "high"  # else "restored" below could not be told from "still switched on"
-    trainer = Trainer(model, config=TrainConfig(max_iters=2, eval_iters=1, eval_interval=2, batch_size=2),
+    trainer = Trainer(model,
+                      config=TrainConfig(max_iters=2, eval_iters=1, eval_interval=2, batch_size=2),
                       batch_fn=batches, device="cpu", progress=False, verbose=False)
     assert torch.get_float32_matmul_precision() == before  # building the Trainer switches nothing
     trainer.train()

@@ -24,13 +24,15 @@ from course_lib.train import TrainConfig, Trainer
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDRUN, GPU = "shakespeare-char-speedrun", "shakespeare-char-speedrun-gpu"
 # The preset's optimizer and schedule on a model and run small enough for seconds.
-SMALL_MODEL = ["--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2", "--set", "n_kv_head=1",
-               "--set", "block_size=32", "--set", "batch_size=8", "--device", "cpu"]
-SMALL = [*SMALL_MODEL, "--set", "max_iters=40", "--set", "eval_interval=10", "--set", "eval_iters=2"]
+SMALL_MODEL = ["--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2", "--set",
+               "n_kv_head=1", "--set", "block_size=32", "--set", "batch_size=8", "--device", "cpu"]
+SMALL = [*SMALL_MODEL, "--set", "max_iters=40", "--set", "eval_interval=10", "--set",
+         "eval_iters=2"]
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("speedrun_benchmark", ROOT / "benchmarks" / "speedrun.py")
+    spec = importlib.util.spec_from_file_location("speedrun_benchmark",
+                                                  ROOT / "benchmarks" / "speedrun.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -46,7 +48,8 @@ def text_file(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("name", [SPEEDRUN, GPU])
 def test_the_speedrun_presets_validate(name):
     preset = get_preset(name)
-    # Rebuilding the configs from their dicts runs every rule of GPT_CONFIG_RULES / TRAIN_CONFIG_RULES.
+    # Rebuilding the configs from their dicts runs every rule of GPT_CONFIG_RULES /
+    # TRAIN_CONFIG_RULES.
     assert GPTConfig.from_dict(preset.model.to_dict()) == preset.model
     assert TrainConfig.from_dict(vars(preset.train)) == preset.train
     assert preset.model.vocab_size == get_preset("shakespeare-char-cpu").model.vocab_size
@@ -58,8 +61,8 @@ def test_the_speedrun_presets_validate(name):
 
 
 def test_the_speedrun_preset_evaluates_only_at_its_start_and_end(tiny_model):
-    """Evaluation time counts against the speedrun: the Trainer evaluates it at step 0 and at the end
-    only, each estimate on at least as many windows as the CPU preset's (so no noisier)."""
+    """Evaluation time counts against the speedrun: the Trainer evaluates it at step 0 and at the
+    end only, each estimate on at least as many windows as the CPU preset's (so no noisier)."""
     train, cpu = get_preset(SPEEDRUN).train, get_preset("shakespeare-char-cpu").train
     data = torch.zeros(100, dtype=torch.long)
     trainer = Trainer(tiny_model(), data, data, train, progress=False)
@@ -76,7 +79,8 @@ def test_the_gpu_speedrun_is_refused_on_a_cpu_in_one_line(tmp_path, capsys):
     out = tmp_path / "gpu"
     assert main(["train", "--preset", GPU, "--device", "cpu", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "made for a cuda device" in err and "shakespeare-char-speedrun instead" in err
+    assert (err.count("\n") == 1 and "made for a cuda device" in err
+            and "shakespeare-char-speedrun instead" in err)
     assert not out.exists()  # nothing written
 
 
@@ -85,8 +89,8 @@ def test_the_whole_split_estimate_counts_every_token_once(tmp_path, text_file):
     """The benchmark's fixed estimate equals the mean of the per-token losses of the whole split,
     computed here in one go from the model's logits for consecutive windows (the definition)."""
     out = tmp_path / "run"
-    assert main(["train", "--text", str(text_file), "--out", str(out), "--set", "max_iters=2", "--set", "eval_iters=1",
-                 *SMALL_MODEL]) == 0
+    assert main(["train", "--text", str(text_file), "--out", str(out), "--set", "max_iters=2",
+                 "--set", "eval_iters=1", *SMALL_MODEL]) == 0
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     benchmark = load_benchmark()
     from course_lib.checkpoint import load_model, load_tokenizer
@@ -110,7 +114,8 @@ def test_the_whole_split_estimate_counts_every_token_once(tmp_path, text_file):
 
 
 def _restore_ctrl_c():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a non-interactive shell ignores SIGINT
+    # a child of a non-interactive shell ignores SIGINT
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.slow  # three training processes
@@ -120,15 +125,17 @@ def test_a_speedrun_stopped_by_ctrl_c_resumes_bitwise(tmp_path, text_file, optim
     momentum buffers must travel in the checkpoint): Ctrl-C at step 25, then --resume, gives exactly
     the weights and history of the run that was never stopped."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    command = lambda out, *extra: [sys.executable, "-m", "course_lib", "train", "--preset", SPEEDRUN,
-                                   "--text", str(text_file), "--out", str(out), *SMALL,
+    command = lambda out, *extra: [sys.executable, "-m", "course_lib", "train", "--preset",
+                                   SPEEDRUN, "--text", str(text_file), "--out", str(out), *SMALL,
                                    "--set", f"optimizer={optimizer}", *extra]
-    straight = subprocess.run(command(tmp_path / "straight"), capture_output=True, text=True, env=env, timeout=300)
+    straight = subprocess.run(command(tmp_path / "straight"), capture_output=True, text=True,
+                              env=env, timeout=300)
     assert straight.returncode == 0, straight.stderr
 
     out = tmp_path / "stopped"
     proc = subprocess.Popen(command(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(env, COURSE_LIB_TEST_PAUSE_AT="step:25"), preexec_fn=_restore_ctrl_c)
+                            env=dict(env, COURSE_LIB_TEST_PAUSE_AT="step:25"),
+                            preexec_fn=_restore_ctrl_c)
     for line in proc.stdout:
         if "paused at step:25" in line:
             proc.send_signal(signal.SIGINT)
@@ -142,7 +149,8 @@ def test_a_speedrun_stopped_by_ctrl_c_resumes_bitwise(tmp_path, text_file, optim
         assert set(stopped["optimizer"]) == {"muon", "adamw"}
         assert all("momentum_buffer" in s for s in stopped["optimizer"]["muon"]["state"].values())
 
-    resumed = subprocess.run(command(out, "--resume"), capture_output=True, text=True, env=env, timeout=300)
+    resumed = subprocess.run(command(out, "--resume"), capture_output=True, text=True, env=env,
+                             timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     a, b = (torch.load(p / "ckpt.pt", weights_only=True) for p in (tmp_path / "straight", out))
     assert a["step"] == b["step"] == 40
@@ -154,7 +162,8 @@ def test_a_speedrun_stopped_by_ctrl_c_resumes_bitwise(tmp_path, text_file, optim
 @pytest.mark.slow  # four training processes
 def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speedrun.py"), "--seeds", "5",
-                          "--max-iters", "3", "--json", str(tmp_path / "r.json"), "--curve-evals", "3"],
+                          "--max-iters", "3", "--json", str(tmp_path / "r.json"), "--curve-evals",
+                          "3"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode in (0, 1), out.stderr  # 3 steps reach no goal: exit status 1
     assert "wall-time ratio speedrun / baseline" in out.stdout and "does NOT hold" in out.stdout
@@ -162,14 +171,16 @@ def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
     assert set(result["runs"]) == {"shakespeare-char-cpu", SPEEDRUN} and result["seeds"] == [5]
     for runs in result["runs"].values():
         [run] = runs
-        assert run["wall_s"] <= run["wall_exit_s"] and run["val_loss"] > 2.5  # 3 steps: barely trained
+        # 3 steps: barely trained
+        assert run["wall_s"] <= run["wall_exit_s"] and run["val_loss"] > 2.5
         assert run["curve"][-1]["estimate"] == "whole validation split"
     # --curve-evals 3 on 3 steps: the speedrun evaluates at steps 0, 1, 2, 3
     assert [p["step"] for p in result["runs"][SPEEDRUN][0]["curve"][:-1]] == [0, 1, 2, 3]
 
 
 def test_the_measured_page_quotes_the_measured_benchmark():
-    """One source for the figures: book/measured.md's row is what course_lib/records/speedrun_results.json holds."""
+    """One source for the figures: book/measured.md's row is what
+    course_lib/records/speedrun_results.json holds."""
     result = json.loads((ROOT / "course_lib" / "records" / "speedrun_results.json").read_text())
     row = next(line for line in (ROOT / "book" / "measured.md").read_text().splitlines()
                if line.startswith("| `speedrun.py`"))
@@ -178,16 +189,22 @@ def test_the_measured_page_quotes_the_measured_benchmark():
     for preset in ("shakespeare-char-cpu", SPEEDRUN):
         runs = result["runs"][preset]
         walls, losses = [r["wall_s"] for r in runs], [r["val_loss"] for r in runs]
-        assert f"{min(walls):.1f}-{max(walls):.1f} s" in row and f"{min(losses):.3f}-{max(losses):.3f}" in row
+        assert (f"{min(walls):.1f}-{max(walls):.1f} s" in row
+                and f"{min(losses):.3f}-{max(losses):.3f}" in row)
 
 
 def test_the_record_log_ends_with_the_preset():
-    """The last recipe of course_lib/records/speedrun_records.json, applied to shakespeare-char-cpu as --set
-    settings, is the speedrun preset (its evaluation settings aside, which change no weight)."""
-    records = json.loads((ROOT / "course_lib" / "records" / "speedrun_records.json").read_text())["records"]
+    """The last recipe of course_lib/records/speedrun_records.json, applied to shakespeare-char-cpu
+    as --set settings, is the speedrun preset (its evaluation settings aside, which change no
+    weight)."""
+    records = json.loads((ROOT / "course_lib" / "records" / "speedrun_records.json").read_text())[
+        "records"
+    ]
     last = [r for r in records if r["kept"] and "recipe" in r][-1]
     cpu, speedrun = get_preset("shakespeare-char-cpu"), get_preset(SPEEDRUN)
     assert replace(cpu.model, **last["recipe"]["model"]) == speedrun.model
-    evaluation = dict(eval_interval=speedrun.train.eval_interval, eval_iters=speedrun.train.eval_iters)
+    evaluation = dict(eval_interval=speedrun.train.eval_interval,
+                      eval_iters=speedrun.train.eval_iters)
     assert replace(cpu.train, **last["recipe"]["train"], **evaluation) == speedrun.train
-    assert all(r["val_loss"] <= 1.88 for r in last["runs"] if r["max_iters"] == speedrun.train.max_iters)
+    assert all(r["val_loss"] <= 1.88 for r in last["runs"]
+               if r["max_iters"] == speedrun.train.max_iters)

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from course_lib.data import load_text
-from course_lib.tokenizers import (TOKENIZERS, CharTokenizer, Tokenizer, load_tokenizer_file, register_tokenizer,
-                                   save_tokenizer_file, tokenizer_from_dict, train_tokenizer)
+from course_lib.tokenizers import (TOKENIZERS, CharTokenizer, Tokenizer, load_tokenizer_file,
+                                   register_tokenizer, save_tokenizer_file, tokenizer_from_dict,
+                                   train_tokenizer)
 
 SHAKESPEARE = load_text("tinyshakespeare")
 TOK = CharTokenizer.from_text(SHAKESPEARE)
@@ -34,7 +35,8 @@ def test_round_trip_when_built_from_the_text_itself(text):
 
 
 def test_unknown_character_names_it_and_the_fix():
-    with pytest.raises(ValueError, match=r"unknown character 'é' \(U\+00E9\) at position 3.*build the tokenizer"):
+    with pytest.raises(ValueError, match=r"unknown character 'é' \(U\+00E9\) at position 3.*build "
+                                         r"the tokenizer"):
         TOK.encode("caf\u00e9")
 
 
@@ -46,7 +48,8 @@ def test_empty_text_is_a_clear_error():
 def test_unknown_id_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown token id 65"):
         TOK.decode([1, 65])
-    with pytest.raises(ValueError, match="unknown token id -1"):  # not the last entry, as a list would read it
+    # not the last entry, as a list would read it
+    with pytest.raises(ValueError, match="unknown token id -1"):
         TOK.decode([-1])
     with pytest.raises(ValueError, match="must be integers, got 1.5"):
         TOK.decode([1.5])
@@ -67,8 +70,10 @@ def test_tokenizers_come_back_from_their_dict_through_the_registry():
     back = tokenizer_from_dict(TOK.to_dict())
     assert type(back) is CharTokenizer and back.chars == TOK.chars
     built = train_tokenizer("char", "hello")
-    assert built.chars == ["e", "h", "l", "o"] and train_tokenizer({"type": "char"}, "hello").chars == built.chars
-    with pytest.raises(ValueError, match="unknown tokenizer type 'sentencepiece'; known types: .*char"):
+    assert (built.chars == ["e", "h", "l", "o"]
+            and train_tokenizer({"type": "char"}, "hello").chars == built.chars)
+    with pytest.raises(ValueError,
+                       match="unknown tokenizer type 'sentencepiece'; known types: .*char"):
         tokenizer_from_dict({"type": "sentencepiece"})
     with pytest.raises(ValueError, match="a dict with a 'type' key"):
         tokenizer_from_dict({"chars": "abc"})
@@ -90,20 +95,24 @@ SPECIALS = ("<pad>", "<bos>", "<eos>")
 
 
 def test_specials_come_first_then_the_characters():
-    """The documented rule: special token k has id k; character c has id len(specials) + its rank."""
+    """The documented rule: special token k has id k; character c has id len(specials) + its
+    rank."""
     tok = CharTokenizer.from_text("hello", specials=SPECIALS)
     assert tok.chars == ["e", "h", "l", "o"] and tok.itos == list(SPECIALS) + tok.chars
     assert tok.special_ids == {"<pad>": 0, "<bos>": 1, "<eos>": 2} and tok.vocab_size == 3 + 4
     assert tok.encode("hello") == [3 + "ehlo".index(c) for c in "hello"]
     assert tok.decode([1] + tok.encode("hell") + [2, 0]) == "<bos>hell<eos><pad>"
     assert tok.decode([1] + tok.encode("hell") + [2, 0], skip_special=True) == "hell"
-    # the characters keep their ids relative to each other: the same text without specials, shifted by 3
+    # the characters keep their ids relative to each other: the same text without specials, shifted
+    # by 3
     assert tok.encode("hello") == [i + 3 for i in CharTokenizer.from_text("hello").encode("hello")]
 
 
 def test_special_token_names_are_never_read_from_text():
-    tok = CharTokenizer.from_text("<bos>", specials=SPECIALS)  # the characters < b o s > are ordinary ones
-    assert tok.encode("<bos>") == [tok.stoi[c] for c in "<bos>"] and tok.special_ids["<bos>"] not in tok.encode("<bos>")
+    # the characters < b o s > are ordinary ones
+    tok = CharTokenizer.from_text("<bos>", specials=SPECIALS)
+    assert (tok.encode("<bos>") == [tok.stoi[c] for c in "<bos>"]
+            and tok.special_ids["<bos>"] not in tok.encode("<bos>"))
 
 
 @pytest.mark.parametrize("chars, specials, message", [
@@ -120,7 +129,8 @@ def test_bad_specials_are_a_clear_error(chars, specials, message):
 def test_specials_survive_dict_file_and_train_spec(tmp_path):
     tok = CharTokenizer("ab", specials=SPECIALS)
     assert tok.to_dict() == {"type": "char", "chars": "ab", "specials": list(SPECIALS)}
-    assert CharTokenizer("ab").to_dict() == {"type": "char", "chars": "ab"}  # what checkpoints always stored
+    # what checkpoints always stored
+    assert CharTokenizer("ab").to_dict() == {"type": "char", "chars": "ab"}
     save_tokenizer_file(tok, tmp_path / "tok.json")
     back = load_tokenizer_file(tmp_path / "tok.json")
     assert back.itos == tok.itos and back.specials == tok.specials
@@ -130,7 +140,8 @@ def test_specials_survive_dict_file_and_train_spec(tmp_path):
 
 # --- one interface test, run over every registered tokenizer type -------------------------------
 # Parametrized from the registry, so a new type (registered on import of course_lib) is covered
-# without touching this file. Each is built through the interface itself: train_tokenizer(name, text).
+# without touching this file. Each is built through the interface itself: train_tokenizer(name,
+# text).
 
 SAMPLE = SHAKESPEARE[:3000]
 ALPHABET = sorted(set(SAMPLE))
@@ -160,7 +171,8 @@ def test_every_type_comes_back_equal_from_its_dict_and_file(registered, tmp_path
     _, tok = registered
     d = json.loads(json.dumps(tok.to_dict()))  # what a checkpoint or a file holds: JSON
     back = tokenizer_from_dict(d)
-    assert type(back) is type(tok) and back.to_dict() == tok.to_dict() and back.vocab_size == tok.vocab_size
+    assert (type(back) is type(tok) and back.to_dict() == tok.to_dict()
+            and back.vocab_size == tok.vocab_size)
     assert back.encode(SAMPLE) == tok.encode(SAMPLE)
     save_tokenizer_file(tok, tmp_path / "tok.json")
     assert load_tokenizer_file(tmp_path / "tok.json").to_dict() == tok.to_dict()
@@ -168,7 +180,8 @@ def test_every_type_comes_back_equal_from_its_dict_and_file(registered, tmp_path
 
 def test_every_type_handles_an_unseen_character_and_a_bad_id_clearly(registered):
     """A character the training text lacks either encodes losslessly (byte-level BPE spells any
-    text) or is refused by a ValueError that names it; an id outside the vocabulary is a ValueError."""
+    text) or is refused by a ValueError that names it; an id outside the vocabulary is a
+    ValueError."""
     _, tok = registered
     unseen = "caf\u00e9 \u4e2d"
     assert {"\u00e9", "\u4e2d"}.isdisjoint(SAMPLE)  # é and 中 are not in the training text

@@ -18,29 +18,37 @@ def test_a_loss_that_moved_in_its_fourth_decimal_agrees():
 def test_a_wrong_loss_curve_another_line_or_another_shape_disagrees():
     stored = "step 250: loss 2.0679, val loss 2.1151\ntorch.Size([12, 64, 65])\n"
     assert "not within" in disagreement(stored, stored.replace("2.1151", "2.4151"), DEFAULT)
-    assert disagreement(stored, stored.replace("val loss", "train loss"), DEFAULT) == "the text differs beyond its numbers"
-    assert "whole number 64" in disagreement(stored, stored.replace("65]", "64]"), DEFAULT)  # sizes: exact
-    assert disagreement(stored, stored + "step 500: loss 1.9\n", DEFAULT) is not None  # a missing or extra line
+    assert disagreement(stored, stored.replace("val loss", "train loss"),
+                        DEFAULT) == "the text differs beyond its numbers"
+    # sizes: exact
+    assert "whole number 64" in disagreement(stored, stored.replace("65]", "64]"), DEFAULT)
+    # a missing or extra line
+    assert disagreement(stored, stored + "step 500: loss 1.9\n", DEFAULT) is not None
 
 
 def test_a_shape_glued_to_letters_is_text_and_must_match_exactly():
     # "12x64", "ch04" and a weights hash are words: a host does not change them
-    assert disagreement("a 12x64 batch", "a 12x65 batch", DEFAULT) == "the text differs beyond its numbers"
+    assert disagreement("a 12x64 batch", "a 12x65 batch",
+                        DEFAULT) == "the text differs beyond its numbers"
     assert disagreement("hash b7bff3f7450f", "hash b7bff3f7450e", DEFAULT) is not None
 
 
 def test_white_space_that_widens_a_column_agrees():
     assert disagreement("loss  9.99 |\n", "loss 10.01 |\n", DEFAULT) is None
-    assert disagreement("12,345 tokens", "12,351 tokens", Tolerance(rtol=0.01, counts=True)) is None  # one number
+    # one number
+    assert disagreement("12,345 tokens", "12,351 tokens", Tolerance(rtol=0.01, counts=True)) is None
 
 
 def test_a_host_dependent_cell_is_not_compared_but_a_tolerance_is_needed_for_the_rest():
     sampled = Tolerance(host_dependent="text sampled after training")
     assert disagreement("ROMEO: the king", "JULIET: a queen", sampled) is None
     assert disagreement("0.070 of the sums right", "0.090 of the sums right", DEFAULT) is not None
-    assert disagreement("0.070 of the sums right", "0.090 of the sums right", Tolerance(atol=0.03)) is None
-    assert disagreement("14 of 200 right", "18 of 200 right", Tolerance(atol=5)) is not None  # counts: exact ...
-    assert disagreement("14 of 200 right", "18 of 200 right", Tolerance(atol=5, counts=True)) is None  # ... unless
+    assert disagreement("0.070 of the sums right", "0.090 of the sums right",
+                        Tolerance(atol=0.03)) is None
+    # counts: exact ...
+    assert disagreement("14 of 200 right", "18 of 200 right", Tolerance(atol=5)) is not None
+    assert disagreement("14 of 200 right", "18 of 200 right",
+                        Tolerance(atol=5, counts=True)) is None  # ... unless
 
 
 def test_the_cell_declares_over_the_chapter_over_the_default():
@@ -48,8 +56,10 @@ def test_the_cell_declares_over_the_chapter_over_the_default():
     chapter = {"numerics": {"rtol": 0.05}}
     assert declared(chapter, {}) == Tolerance(rtol=0.05, atol=DEFAULT.atol)
     assert declared(chapter, {"numerics": {"atol": 0.1, "rtol": 0}}) == Tolerance(rtol=0, atol=0.1)
-    assert declared(chapter, {"numerics": {"host_dependent": "sampled"}}).host_dependent == "sampled"
-    with pytest.raises(ValueError, match="unknown numerics metadata.*rtol, atol, counts or host_dependent"):
+    assert declared(chapter,
+                    {"numerics": {"host_dependent": "sampled"}}).host_dependent == "sampled"
+    with pytest.raises(ValueError,
+                       match="unknown numerics metadata.*rtol, atol, counts or host_dependent"):
         declared({}, {"numerics": {"tolerance": 0.1}})
     with pytest.raises(ValueError, match="not negative"):
         Tolerance(rtol=-1)
@@ -68,7 +78,7 @@ def test_every_output_agrees_with_itself_and_with_a_small_move_but_not_a_large_o
     assert disagreement(stored, text(moved), DEFAULT) is not None
 
 
-# --- the chapters as another CPU computed them -----------------------------------------------------
+# --- the chapters as another CPU computed them ----------------------------------------------------
 
 def _nbval_sanitizer():
     """nbval's sanitizing of make test (tests/nbval_sanitize.cfg): timings, rates, addresses."""
@@ -89,11 +99,11 @@ def _nbval_sanitizer():
 
 
 def test_the_chapters_as_an_amd_epyc_computed_them_agree_within_their_declared_tolerance():
-    """The reference host (course_lib/records/numerics_reference.json) is an Intel Xeon; the chapters
-    were stored on an AMD EPYC before, under the same pin and torch, and 41 cells of 9 chapters
-    printed other digits there. Each of those cells, as the AMD host printed it, must pass tolerance
-    mode against the chapter as stored now, so a contributor on that host sees a green make test;
-    and one printed number moved by 10 % must still fail."""
+    """The reference host (course_lib/records/numerics_reference.json) is an Intel Xeon; the
+    chapters were stored on an AMD EPYC before, under the same pin and torch, and 41 cells of 9
+    chapters printed other digits there. Each of those cells, as the AMD host printed it, must pass
+    tolerance mode against the chapter as stored now, so a contributor on that host sees a green
+    make test; and one printed number moved by 10 % must still fail."""
     import json
 
     import nbformat
@@ -104,8 +114,10 @@ def test_the_chapters_as_an_amd_epyc_computed_them_agree_within_their_declared_t
 
     other = json.loads((ROOT / "tests" / "fixtures" / "numerics_amd_epyc_outputs.json").read_text())
     skip = ("metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
-            "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg")  # nbval's, without nbdime
-    assert "image/png" in skip and hasattr(IPyNbFile, "setup")  # the nbval these lists were read from
+            # nbval's, without nbdime
+            "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg")
+    # the nbval these lists were read from
+    assert "image/png" in skip and hasattr(IPyNbFile, "setup")
     sanitize, compared, host_dependent = _nbval_sanitizer(), 0, 0
     for path, cells in other["cells"].items():
         nb = nbformat.read(ROOT / path, as_version=4)
@@ -119,13 +131,16 @@ def test_the_chapters_as_an_amd_epyc_computed_them_agree_within_their_declared_t
             assert why is None, f"{path} code cell {index}: {why}"
             compared += tolerance.host_dependent is None
             host_dependent += tolerance.host_dependent is not None
-    assert compared > 2 * host_dependent, (compared, host_dependent)  # most cells are still compared (29 and 12)
+    # most cells are still compared (29 and 12)
+    assert compared > 2 * host_dependent, (compared, host_dependent)
     # the control: a printed loss 10 % off on that host fails
     nb = nbformat.read(ROOT / "book" / "ch04_attention_heads.ipynb", as_version=4)
     cell = [c for c in nb.cells if c.cell_type == "code"][18]
     stored = transform_streams_for_comparison(cell.outputs)
     wrong = [dict(o) for o in stored]
-    losses = next(o for o in wrong if "val loss" in o.get("stdout", ""))  # nbval keys a stream by its name
+    # nbval keys a stream by its name
+    losses = next(o for o in wrong if "val loss" in o.get("stdout", ""))
     loss = losses["stdout"].split("val loss ")[1].split()[0].rstrip(",")
     losses["stdout"] = losses["stdout"].replace(loss, f"{float(loss) * 1.1:.4f}")
-    assert "not within" in cell_disagreement(stored, wrong, declared(nb.metadata, cell.metadata), skip, sanitize)
+    assert "not within" in cell_disagreement(stored, wrong, declared(nb.metadata, cell.metadata),
+                                             skip, sanitize)

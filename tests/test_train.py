@@ -28,7 +28,8 @@ def model(tiny_model):
 
 
 def tiny_train_config(**kw):
-    defaults = dict(max_iters=30, batch_size=8, learning_rate=3e-3, warmup_iters=5, eval_interval=10, eval_iters=4)
+    defaults = dict(max_iters=30, batch_size=8, learning_rate=3e-3, warmup_iters=5,
+                    eval_interval=10, eval_iters=4)
     return TrainConfig(**{**defaults, **kw})
 
 
@@ -116,7 +117,8 @@ def test_weight_decay_applies_to_matrices_only(model):
     opt = configure_optimizer(model, TrainConfig(weight_decay=0.1))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert (all(p.dim() == 2 for p in decay["params"])
+            and all(p.dim() == 1 for p in no_decay["params"]))
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_parameters()
 
 
@@ -134,7 +136,8 @@ def test_schedules():
         TrainConfig(schedule="linear")
 
 
-def test_a_resume_from_a_checkpoint_already_read_does_not_read_it_again(model, tmp_path, monkeypatch):
+def test_a_resume_from_a_checkpoint_already_read_does_not_read_it_again(model, tmp_path,
+                                                                        monkeypatch):
     config = tiny_train_config(max_iters=6)
     straight = Trainer(model(), TRAIN, VAL, config, progress=False, verbose=False)
     straight.train()
@@ -144,25 +147,27 @@ def test_a_resume_from_a_checkpoint_already_read_does_not_read_it_again(model, t
     reads = []
     real_load = torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: reads.append(a) or real_load(*a, **k))
-    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False, verbose=False,
-                             checkpoint=ckpt)
+    resumed = Trainer.resume(tmp_path / "ckpt.pt", train_data=TRAIN, val_data=VAL, progress=False,
+                             verbose=False, checkpoint=ckpt)
     assert reads == [] and resumed.step == 3
     resumed.train()
     assert resumed.history == straight.history
 
 
 def test_a_batch_too_large_is_refused_before_the_first_step(monkeypatch):
-    """Review 2026-11-28 R1 (rows 8-11, 29): batch_size has a bound, and a Trainer of a GPT checks its
-    step's activations against the memory (here 4 GiB) before anything is drawn."""
+    """Review 2026-11-28 R1 (rows 8-11, 29): batch_size has a bound, and a Trainer of a GPT checks
+    its step's activations against the memory (here 4 GiB) before anything is drawn."""
     from course_lib import utils
     from course_lib.model import GPT, GPTConfig
     from course_lib.utils import TooLargeError
 
-    with pytest.raises(ValueError, match=r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"):
+    with pytest.raises(ValueError,
+                       match=r"batch_size must be an integer in \[1, 1e\+06\], got 1000000000"):
         TrainConfig(batch_size=10**9)
     monkeypatch.setattr(utils, "available_memory", lambda: (4 * 2**30, "available on this machine"))
     model = GPT(GPTConfig(vocab_size=10, block_size=64, n_layer=1, n_head=2, n_embd=16))
     data = torch.randint(0, 10, (500,))
-    with pytest.raises(TooLargeError, match=r"a training step's activations \(batch_size 100,000 x block_size 64\)"):
+    with pytest.raises(TooLargeError, match=r"a training step's activations \(batch_size 100,000 x "
+                                            r"block_size 64\)"):
         Trainer(model, data, data, TrainConfig(batch_size=100_000))
     Trainer(model, data, data, TrainConfig(batch_size=64), progress=False)  # a usual batch fits

@@ -1,4 +1,5 @@
-"""course_lib.unscramble: held-out words never reach training, scrambles keep the letters, batches mask the prompt."""
+"""course_lib.unscramble: held-out words never reach training, scrambles keep the letters, batches
+mask the prompt."""
 import itertools
 import math
 import random
@@ -9,8 +10,9 @@ from hypothesis import strategies as st
 
 from course_lib.finetune import SEP, END, extend_tokenizer
 from course_lib.pretrained import load_pretrained
-from course_lib.unscramble import (N_TEST_WORDS, arrangements, guessing_baseline, scramble, scrambled_pairs, unscramble_batch_fn,
-                                   unscramble_test_pairs, word_split)
+from course_lib.unscramble import (N_TEST_WORDS, arrangements, guessing_baseline, scramble,
+                                   scrambled_pairs, unscramble_batch_fn, unscramble_test_pairs,
+                                   word_split)
 from course_lib.utils import IGNORE_INDEX
 
 

@@ -13,17 +13,20 @@ from course_lib.utils import OutputPathError, check_output_file, write_text_atom
 
 
 def leftovers(folder):
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".write-check"))
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp")
+                  or p.name.startswith(".write-check"))
 
 
 def test_a_new_file_is_written_and_its_folders_made(tmp_path):
     out = tmp_path / "cards" / "sub" / "card.json"
-    assert check_output_file(out) == str(out) and not out.parent.exists()  # the check writes nothing
+    # the check writes nothing
+    assert check_output_file(out) == str(out) and not out.parent.exists()
     assert write_text_atomic(out, "{}\n") == str(out)
     assert out.read_text() == "{}\n" and leftovers(out.parent) == []
     mask = os.umask(0)
     os.umask(mask)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask  # like any file the user writes, not 0600
+    # like any file the user writes, not 0600
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
 
 
 def test_an_existing_text_file_is_replaced_and_keeps_its_mode(tmp_path):
@@ -39,7 +42,8 @@ def test_a_checkpoint_is_never_replaced(tmp_path, kind):
     ckpt = tmp_path / "ckpt.pt"
     torch.save({"w": torch.zeros(2)}, ckpt, _use_new_zipfile_serialization=kind == "zip")
     before = ckpt.read_bytes()
-    with pytest.raises(OutputPathError, match=r"^--json .*ckpt.pt holds a checkpoint .* choose another file$"):
+    with pytest.raises(OutputPathError,
+                       match=r"^--json .*ckpt.pt holds a checkpoint .* choose another file$"):
         write_text_atomic(ckpt, "{}")
     assert ckpt.read_bytes() == before and leftovers(tmp_path) == []
 
@@ -50,7 +54,8 @@ def test_an_input_is_never_replaced_even_through_a_link(tmp_path):
     link = tmp_path / "link.json"
     link.symlink_to(data)
     for path in (data, link):
-        with pytest.raises(OutputPathError, match="is this command's input .*data.txt: writing there would destroy"):
+        with pytest.raises(OutputPathError,
+                           match="is this command's input .*data.txt: writing there would destroy"):
             check_output_file(path, inputs=[data], option="--out")
     assert data.read_text() == "the input"
 
@@ -68,7 +73,8 @@ def test_a_device_or_a_pipe_is_refused(tmp_path):
 def test_a_folder_is_refused_with_a_file_name_to_use(tmp_path):
     folder = tmp_path / "cards"
     folder.mkdir()
-    with pytest.raises(OutputPathError, match=r"is a folder: name a file in it, e.g. --json .*cards/out.json"):
+    with pytest.raises(OutputPathError,
+                       match=r"is a folder: name a file in it, e.g. --json .*cards/out.json"):
         write_text_atomic(folder, "{}")
     assert list(folder.iterdir()) == [] and leftovers(tmp_path) == []
 
@@ -76,21 +82,25 @@ def test_a_folder_is_refused_with_a_file_name_to_use(tmp_path):
 @pytest.mark.parametrize("sub", ["card.json", "deeper/card.json"])
 def test_a_file_used_as_a_folder_is_refused(tmp_path, sub):
     (tmp_path / "small.txt").write_text("x")
-    with pytest.raises(OutputPathError, match=r"cannot be made: .*small.txt is a file, not a folder"):
+    with pytest.raises(OutputPathError,
+                       match=r"cannot be made: .*small.txt is a file, not a folder"):
         check_output_file(tmp_path / "small.txt" / sub)
 
 
 def test_an_overlong_name_is_refused(tmp_path):
-    with pytest.raises(OutputPathError, match=r"cannot be made: the name x{20}\.\.\. is 305 bytes, more than"):
+    with pytest.raises(OutputPathError,
+                       match=r"cannot be made: the name x{20}\.\.\. is 305 bytes, more than"):
         check_output_file(tmp_path / ("x" * 300 + ".json"))
 
 
 def test_an_unwritable_folder_is_refused(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
-        raise PermissionError(1, "Operation not permitted")  # what a read-only or immutable folder answers
+        # what a read-only or immutable folder answers
+        raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
-    with pytest.raises(OutputPathError, match=r"the folder .* is not writable \(Operation not permitted\)"):
+    with pytest.raises(OutputPathError,
+                       match=r"the folder .* is not writable \(Operation not permitted\)"):
         check_output_file(tmp_path / "card.json")
 
 

@@ -38,10 +38,11 @@ def trl_dpo_trainer(model, ref_model, tmp_path, **config):
     from trl import DPOConfig, DPOTrainer
 
     hf_tok, _ = char_hf_tokenizer()
-    args = DPOConfig(output_dir=str(tmp_path / "trl-dpo"), report_to="none", use_cpu=True, save_strategy="no",
-                     bf16=False, per_device_train_batch_size=2, **config)
+    args = DPOConfig(output_dir=str(tmp_path / "trl-dpo"), report_to="none", use_cpu=True,
+                     save_strategy="no", bf16=False, per_device_train_batch_size=2, **config)
     data = Dataset.from_dict({"prompt": ["ab", "cd"], "chosen": ["e", "f"], "rejected": ["g", "h"]})
-    return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=data, processing_class=hf_tok)
+    return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=data,
+                      processing_class=hf_tok)
 
 
 def trl_grpo_trainer(tmp_path, reward_funcs=None, seed: int = 0, **config):
@@ -58,8 +59,8 @@ def trl_grpo_trainer(tmp_path, reward_funcs=None, seed: int = 0, **config):
         hf.save_pretrained(folder)
         char_hf_tokenizer()[0].save_pretrained(folder)
     hf_tok, _ = char_hf_tokenizer()
-    args = GRPOConfig(output_dir=str(tmp_path / "trl-grpo"), report_to="none", use_cpu=True, save_strategy="no",
-                      bf16=False, **config)
+    args = GRPOConfig(output_dir=str(tmp_path / "trl-grpo"), report_to="none", use_cpu=True,
+                      save_strategy="no", bf16=False, **config)
     rewards = reward_funcs or (lambda completions, **kw: [float(len(c)) for c in completions])
     data = Dataset.from_dict({"prompt": ["ab", "cd"]})
     trainer = GRPOTrainer(model=str(folder), reward_funcs=rewards, args=args, train_dataset=data,

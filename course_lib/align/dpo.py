@@ -10,8 +10,8 @@ right padding changes nothing that is scored and no attention mask is needed.
 
 **DPO** (Rafailov et al. 2023, "Direct Preference Optimization"). The policy that maximises
 ``E[r(x, y)] - beta * KL(pi || pi_ref)`` is ``pi*(y|x) = pi_ref(y|x) exp(r(x, y) / beta) / Z(x)``,
-so a reward can be read off any policy: ``r(x, y) = beta * log(pi(y|x) / pi_ref(y|x)) + beta log Z(x)``.
-Put into the Bradley-Terry model of a preference ``y_w > y_l``, ``Z(x)`` cancels and the
+so a reward can be read off any policy: ``r(x, y) = beta * log(pi(y|x) / pi_ref(y|x)) + beta log
+Z(x)``. Put into the Bradley-Terry model of a preference ``y_w > y_l``, ``Z(x)`` cancels and the
 maximum-likelihood loss of the preference data is a loss on the policy itself::
 
     margin = (log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))
@@ -44,11 +44,13 @@ def pack_completions(prompts: list[list[int]], completions: list[list[int]], pad
     on the prompt and the pads; T is the longest row. An empty completion is allowed (it scores 0).
     """
     if len(prompts) != len(completions):
-        raise ValueError(f"give one completion per prompt: {len(prompts)} prompts, {len(completions)} completions")
+        raise ValueError(f"give one completion per prompt: {len(prompts)} prompts, "
+                         f"{len(completions)} completions")
     if not prompts:
         raise ValueError("no prompts: give at least one (prompt, completion) pair")
     if any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token: the first answer token is predicted from it")
+        raise ValueError("every prompt needs at least one token: the first answer token is "
+                         "predicted from it")
     T = max(len(p) + len(c) for p, c in zip(prompts, completions))
     input_ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((len(prompts), T), dtype=torch.long)
@@ -76,8 +78,8 @@ def token_logprobs(model, input_ids: torch.Tensor, completion_mask: torch.Tensor
     at) and computed in at least float32.
     """
     if input_ids.shape != completion_mask.shape:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and completion_mask {tuple(completion_mask.shape)} "
-                         "must have the same (B, T) shape")
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and completion_mask "
+                         f"{tuple(completion_mask.shape)} must have the same (B, T) shape")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     logits = model_logits(model, input_ids)[:, :-1]  # (B, T-1, V): position t predicts token t+1
@@ -87,11 +89,13 @@ def token_logprobs(model, input_ids: torch.Tensor, completion_mask: torch.Tensor
         logits = logits / temperature
     targets = input_ids[:, 1:]  # (B, T-1)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logps = picked - torch.logsumexp(logits, dim=-1)  # log_softmax at the target, without a (B, T, V) copy
+    # log_softmax at the target, without a (B, T, V) copy
+    logps = picked - torch.logsumexp(logits, dim=-1)
     return logps * completion_mask[:, 1:].to(logps.dtype)
 
 
-def sequence_logprobs(model, input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+def sequence_logprobs(model, input_ids: torch.Tensor,
+                      completion_mask: torch.Tensor) -> torch.Tensor:
     """``log pi(completion | prompt)`` of each row: (B,), the sum of :func:`token_logprobs`."""
     return token_logprobs(model, input_ids, completion_mask).sum(dim=1)
 
@@ -108,8 +112,10 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     input_ids, completion_mask = pack_completions(prompts, completions, pad_id, device)
     per_token = token_logprobs(model, input_ids, completion_mask, temperature)  # (B, T-1)
     Tc = max(1, max(len(c) for c in completions))
-    starts = torch.tensor([len(p) - 1 for p in prompts], device=device)  # where each completion's scores begin
-    index = (starts[:, None] + torch.arange(Tc, device=device)).clamp(max=per_token.size(1) - 1)  # (B, Tc)
+    # where each completion's scores begin
+    starts = torch.tensor([len(p) - 1 for p in prompts], device=device)
+    # (B, Tc)
+    index = (starts[:, None] + torch.arange(Tc, device=device)).clamp(max=per_token.size(1) - 1)
     mask = (torch.arange(Tc, device=device)[None, :] < torch.tensor([len(c) for c in completions],
                                                                     device=device)[:, None]).long()
     return per_token.gather(1, index) * mask, mask
@@ -123,20 +129,23 @@ DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 @dataclass
 class DPOConfig:
     """The settings of the DPO loss (names and defaults as TRL's ``DPOConfig``)."""
-    beta: float = 0.1  # how far from the reference the policy may move: the KL penalty's inverse weight
-    loss_type: str = "sigmoid"  # "sigmoid" (DPO), "ipo" (Azar et al. 2023), "hinge" (SLiC), "robust" (rDPO)
+    # how far from the reference the policy may move: the KL penalty's inverse weight
+    beta: float = 0.1
+    # "sigmoid" (DPO), "ipo" (Azar et al. 2023), "hinge" (SLiC), "robust" (rDPO)
+    loss_type: str = "sigmoid"
     label_smoothing: float = 0.0  # "robust" only: the assumed share of flipped preference labels
     # A DPO run's own pairs (course_lib.align): answers sampled from the base model, G per prompt
     pair_prompts: int = 512  # training prompts whose answers make the pairs
     pair_group_size: int = 8  # answers sampled per prompt
 
     def __post_init__(self):
-        check_fields(self, DPO_CONFIG_RULES)  # label_smoothing < 0.5: at 0.5 a preference carries no signal
+        # label_smoothing < 0.5: at 0.5 a preference carries no signal
+        check_fields(self, DPO_CONFIG_RULES)
 
 
 # The most answers sampled to one prompt: one sampling batch holds a whole group, and
-# course_lib.align.rewards.sample_groups batches at most this many rows (refused at config time, not at the
-# first step, for GRPO's group_size and DPO's pair_group_size alike).
+# course_lib.align.rewards.sample_groups batches at most this many rows (refused at config time, not
+# at the first step, for GRPO's group_size and DPO's pair_group_size alike).
 MAX_GROUP_SIZE = 512
 
 # The largest beta accepted (DPO's, and GRPO's KL weight): published runs use 0.01 to 0.5, and
@@ -144,7 +153,8 @@ MAX_GROUP_SIZE = 512
 MAX_BETA = 100.0
 
 DPO_CONFIG_RULES = {
-    "beta": Rule(float, 0, MAX_BETA, "(]"),  # beyond, the loss and its gradient overflow (review 2026-11-28 A1)
+    # beyond, the loss and its gradient overflow (review 2026-11-28 A1)
+    "beta": Rule(float, 0, MAX_BETA, "(]"),
     "loss_type": Rule(str, choices=DPO_LOSS_TYPES),
     "label_smoothing": Rule(float, 0, 0.5, "[)"),
     "pair_prompts": Rule(int, 1),
@@ -158,12 +168,13 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
              rejected_lengths: torch.Tensor | None = None) -> torch.Tensor:
     """The per-pair DPO loss (B,) from sequence log-probabilities, each (B,).
 
-    ``"sigmoid"``: ``softplus(-beta * margin)``, DPO's loss; ``"hinge"``: ``relu(1 - beta * margin)``;
-    ``"robust"``: the unbiased loss when a share ``label_smoothing`` of labels is flipped;
-    ``"ipo"``: ``(margin' - 1 / (2 beta))**2`` where ``margin'`` uses log-ratios divided by each
-    answer's token count (``chosen_lengths``, ``rejected_lengths``), as TRL does.
+    ``"sigmoid"``: ``softplus(-beta * margin)``, DPO's loss; ``"hinge"``: ``relu(1 - beta *
+    margin)``; ``"robust"``: the unbiased loss when a share ``label_smoothing`` of labels is
+    flipped; ``"ipo"``: ``(margin' - 1 / (2 beta))**2`` where ``margin'`` uses log-ratios divided by
+    each answer's token count (``chosen_lengths``, ``rejected_lengths``), as TRL does.
     """
-    DPOConfig(beta=float(beta), loss_type=loss_type, label_smoothing=float(label_smoothing))  # checks the settings
+    # checks the settings
+    DPOConfig(beta=float(beta), loss_type=loss_type, label_smoothing=float(label_smoothing))
     chosen_logratios = policy_chosen - ref_chosen  # (B,)
     rejected_logratios = policy_rejected - ref_rejected
     margin = chosen_logratios - rejected_logratios
@@ -173,21 +184,26 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
         return torch.relu(1 - beta * margin)
     if loss_type == "robust":
         eps = label_smoothing
-        return (-(1 - eps) * F.logsigmoid(beta * margin) + eps * F.logsigmoid(-beta * margin)) / (1 - 2 * eps)
+        return (-(1 - eps) * F.logsigmoid(beta * margin) + eps * F.logsigmoid(-beta * margin)) / (
+            1 - 2 * eps
+        )
     if chosen_lengths is None or rejected_lengths is None:
-        raise ValueError("the ipo loss divides each log-ratio by its answer's token count: pass chosen_lengths "
-                         "and rejected_lengths (completion_mask.sum(1) of each half)")
+        raise ValueError("the ipo loss divides each log-ratio by its answer's token count: pass "
+                         "chosen_lengths and rejected_lengths (completion_mask.sum(1) of each "
+                         "half)")
     per_token_margin = (chosen_logratios / chosen_lengths.clamp(min=1)
                         - rejected_logratios / rejected_lengths.clamp(min=1))
     return (per_token_margin - 1 / (2 * beta)) ** 2
 
 
-def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
+def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor,
+                     beta: float) -> torch.Tensor:
     """DPO's implicit reward of each answer, ``beta * (log pi - log pi_ref)``: (B,) -> (B,)."""
     return beta * (policy_logps - ref_logps)
 
 
-def dpo_metrics(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: float) -> dict[str, float]:
+def dpo_metrics(policy_chosen, policy_rejected, ref_chosen, ref_rejected,
+                beta: float) -> dict[str, float]:
     """What TRL logs about a DPO batch (its ``rewards/*`` and ``logps/*``), as floats: the mean
     implicit rewards of the chosen and rejected answers, the reward accuracy (share of pairs whose
     chosen answer wins) and the mean reward margin."""
@@ -197,7 +213,8 @@ def dpo_metrics(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: 
         return {"rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
                 "rewards/accuracies": (chosen > rejected).float().mean().item(),
                 "rewards/margins": (chosen - rejected).mean().item(),
-                "logps/chosen": policy_chosen.mean().item(), "logps/rejected": policy_rejected.mean().item()}
+                "logps/chosen": policy_chosen.mean().item(),
+                "logps/rejected": policy_rejected.mean().item()}
 
 
 def pack_pairs(pairs: list[tuple[list[int], list[int], list[int]]], pad_id: int,

@@ -25,15 +25,16 @@ from .rewards import answer_text, exact_answer_reward, sample_groups
 
 
 def sft_microbatch_step(logps: torch.Tensor, response_mask: torch.Tensor, grad_accum_steps: int,
-                        normalize_constant: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                        normalize_constant: float = 1.0) -> tuple[torch.Tensor,
+                                                                  dict[str, torch.Tensor]]:
     """One micro-batch of SFT: ``-(logps * mask).sum() / normalize_constant / grad_accum_steps``,
     back-propagated. ``logps`` (B, T): the policy's log-probability of each target token (with
     gradients); ``response_mask`` (B, T): 1 on the answer's tokens, 0 on the prompt and pads.
     Returns the loss that was back-propagated (detached) and ``{"nll": the masked NLL sum / the
     constant (before the division by the accumulation steps), "tokens": answer tokens}``."""
     if logps.shape != response_mask.shape:
-        raise ValueError(f"logps {tuple(logps.shape)} and response_mask {tuple(response_mask.shape)} must have "
-                         "the same (B, T) shape")
+        raise ValueError(f"logps {tuple(logps.shape)} and response_mask "
+                         f"{tuple(response_mask.shape)} must have the same (B, T) shape")
     if not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
         raise ValueError(f"grad_accum_steps must be a whole number >= 1, got {grad_accum_steps!r}")
     if not normalize_constant > 0:
@@ -50,14 +51,15 @@ def verified_samples(model, tokenizer, items: list[dict], n: int, generator: tor
     """Rejection sampling: ``n`` answers to each item's prompt (temperature 1, from ``generator``),
     the ones ``reward`` pays (above 0.5) kept as SFT items ``{"prompt", "answer"}`` (the answer
     without END), one per accepted sample."""
-    groups = sample_groups(model, tokenizer, [item["prompt"] for item in items], n, max_new_tokens, generator, reward)
+    groups = sample_groups(model, tokenizer, [item["prompt"] for item in items], n, max_new_tokens,
+                           generator, reward)
     return [{"prompt": g.prompt, "answer": answer_text(text)} for g in groups
             for text, r in zip(g.completions, g.rewards) if r > 0.5]
 
 
-def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_round: int, samples: int,
-                     settings: dict, seed: int = 0, device: str = "cpu", reward=exact_answer_reward,
-                     epochs: float = 1.0, keep_going=None):
+def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_round: int,
+                     samples: int, settings: dict, seed: int = 0, device: str = "cpu",
+                     reward=exact_answer_reward, epochs: float = 1.0, keep_going=None):
     """Up to ``rounds`` rounds of expert iteration from ``model`` (trained in place and returned,
     with one dict per round: prompts, accepted samples, distinct prompts solved, SFT steps, the
     last loss and validation accuracy).
@@ -75,13 +77,15 @@ def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_rou
     from ..train import TrainConfig
 
     if min(rounds, prompts_per_round, samples) < 1 or not epochs > 0:
-        raise ValueError("rounds, prompts_per_round and samples must each be at least 1, and epochs positive")
+        raise ValueError("rounds, prompts_per_round and samples must each be at least 1, and "
+                         "epochs positive")
     config = TrainConfig(**{**settings, "seed": seed})
     pick = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
     history, trainer = [], None
     for r in range(rounds):
-        if (keep_going is not None and not keep_going(history)) or (trainer and trainer.step >= config.max_iters):
+        if ((keep_going is not None and not keep_going(history))
+            or (trainer and trainer.step >= config.max_iters)):
             break
         prompts = pick.sample(items["train"], min(prompts_per_round, len(items["train"])))
         kept = verified_samples(model, tokenizer, prompts, samples, generator, reward)
@@ -89,8 +93,9 @@ def expert_iteration(model, tokenizer, items: dict, rounds: int, prompts_per_rou
                  "solved": len({k["prompt"] for k in kept}), "steps": 0}
         if kept:
             if trainer is None:
-                trainer = SFTTrainer(model.requires_grad_(True), {"train": kept, "val": items["val"]}, config,
-                                     device=device, tokenizer=tokenizer, progress=False, verbose=False)
+                trainer = SFTTrainer(model.requires_grad_(True),
+                                     {"train": kept, "val": items["val"]}, config, device=device,
+                                     tokenizer=tokenizer, progress=False, verbose=False)
             trainer.items["train"] = kept
             before = trainer.step
             trainer.train(until=before + math.ceil(epochs * len(kept) / config.batch_size))

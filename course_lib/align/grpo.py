@@ -45,13 +45,18 @@ SCALE_REWARDS = ("group", "batch", "none")
 class GRPOConfig:
     """The settings of the GRPO objective (names and defaults as TRL's ``GRPOConfig``)."""
     group_size: int = 8  # G answers sampled per prompt (TRL: num_generations)
-    beta: float = 0.0  # weight of the KL penalty to the reference; 0: no reference model (TRL's default)
+    # weight of the KL penalty to the reference; 0: no reference model (TRL's default)
+    beta: float = 0.0
     epsilon: float = 0.2  # the ratio is clipped to [1 - epsilon, 1 + epsilon_high]
     epsilon_high: float | None = None  # None: epsilon (DAPO's "clip higher" uses 0.28)
-    loss_type: str = "dapo"  # how per-token losses are averaged: grpo, bnpo, dr_grpo, dapo (see the module)
-    scale_rewards: str = "group"  # divide advantages by the std of the group, of the batch, or not at all
-    importance_sampling_level: str = "token"  # "token" (PPO, GRPO) or "sequence" (GSPO: one ratio per answer)
-    kl_bias_correction: bool = True  # multiply the KL term by the ratio (TRL's use_bias_correction_kl)
+    # how per-token losses are averaged: grpo, bnpo, dr_grpo, dapo (see the module)
+    loss_type: str = "dapo"
+    # divide advantages by the std of the group, of the batch, or not at all
+    scale_rewards: str = "group"
+    # "token" (PPO, GRPO) or "sequence" (GSPO: one ratio per answer)
+    importance_sampling_level: str = "token"
+    # multiply the KL term by the ratio (TRL's use_bias_correction_kl)
+    kl_bias_correction: bool = True
     max_completion_length: int = 16  # longest answer sampled; dr_grpo divides by it
     temperature: float = 1.0  # sampling temperature; answers are scored at the same temperature
 
@@ -91,7 +96,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str 
         raise ValueError(f"rewards must be a flat tensor of prompts * group_size values, got shape "
                          f"{tuple(rewards.shape)} with group_size {group_size}")
     if scale_rewards not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
+        raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got "
+                         f"{scale_rewards!r}")
     grouped = rewards.view(-1, group_size)  # (prompts, G)
     centred = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
     if scale_rewards == "none":
@@ -121,9 +127,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              config: GRPOConfig, ref_logps: torch.Tensor | None = None,
-              num_items: float | torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, config: GRPOConfig, ref_logps: torch.Tensor | None = None,
+              num_items: float | torch.Tensor | None = None) -> tuple[torch.Tensor,
+                                                                      dict[str, float]]:
     """The GRPO loss (a scalar to minimise) and what TRL logs about it.
 
     ``logps`` (B, Tc): the policy's per-token log-probabilities of the sampled answers (with
@@ -136,16 +143,19 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     mask = mask.to(logps.dtype)
     advantages = advantages.unsqueeze(1)  # (B, 1): every token of an answer shares its advantage
     log_ratio = logps - old_logps
-    if config.importance_sampling_level == "sequence":  # GSPO: the answer's mean log-ratio, one per answer
+    # GSPO: the answer's mean log-ratio, one per answer
+    if config.importance_sampling_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)  # (B, 1)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1 - config.epsilon, 1 + config.clip_high)
-    per_token = -torch.min(ratio * advantages, clipped * advantages)  # (B, Tc) or (B, 1): pessimistic
+    # (B, Tc) or (B, 1): pessimistic
+    per_token = -torch.min(ratio * advantages, clipped * advantages)
     stats = {}
     if config.beta != 0.0:
         if ref_logps is None:
             raise ValueError(f"beta={config.beta} penalises the KL to a reference: pass ref_logps "
-                             "(the reference model's log-probabilities of the answers), or set beta=0")
+                             "(the reference model's log-probabilities of the answers), or set "
+                             "beta=0")
         kl = kl_k3(logps, ref_logps)
         if config.kl_bias_correction:  # samples came from pi_old, not pi: reweight them
             kl = kl * ratio
@@ -160,7 +170,8 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     return loss, stats
 
 
-def _average(per_token: torch.Tensor, mask: torch.Tensor, config: GRPOConfig, num_items) -> torch.Tensor:
+def _average(per_token: torch.Tensor, mask: torch.Tensor, config: GRPOConfig,
+             num_items) -> torch.Tensor:
     """The per-token losses (B, Tc) averaged as ``config.loss_type`` says (the table above)."""
     masked = per_token * mask  # (B, Tc); a (B, 1) per-answer loss is broadcast onto the tokens
     if config.loss_type == "grpo":
@@ -173,8 +184,9 @@ def _average(per_token: torch.Tensor, mask: torch.Tensor, config: GRPOConfig, nu
     return masked.sum() / total.clamp(min=1)
 
 
-def grpo_batch_loss(policy, prompts: list[list[int]], completions: list[list[int]], advantages: torch.Tensor,
-                    config: GRPOConfig, pad_id: int, old_logps: torch.Tensor | None = None,
+def grpo_batch_loss(policy, prompts: list[list[int]], completions: list[list[int]],
+                    advantages: torch.Tensor, config: GRPOConfig, pad_id: int,
+                    old_logps: torch.Tensor | None = None,
                     reference=None) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss of sampled ``completions`` (token lists) to ``prompts`` under ``policy``.
 
@@ -187,8 +199,10 @@ def grpo_batch_loss(policy, prompts: list[list[int]], completions: list[list[int
     ref_logps = None
     if config.beta != 0.0:
         if reference is None:
-            raise ValueError(f"beta={config.beta} needs the reference model: pass reference=, or set beta=0")
+            raise ValueError(f"beta={config.beta} needs the reference model: pass reference=, or "
+                             "set beta=0")
         with torch.no_grad():
-            ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id, config.temperature)
+            ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id,
+                                               config.temperature)
     loss, stats = grpo_loss(logps, old, advantages, mask, config, ref_logps)
     return loss, {"loss": loss.item(), **stats}

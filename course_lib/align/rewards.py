@@ -54,7 +54,8 @@ def arithmetic_items(split: str = "train", seed: int = 0) -> list[dict]:
     if split != "train":
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     held_out = {item["prompt"] for item in test}
-    items = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10, 100) for b in range(10, 100)
+    items = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10, 100)
+             for b in range(10, 100)
              if f"{a}+{b}=" not in held_out]
     random.Random(seed).shuffle(items)
     return items
@@ -64,7 +65,8 @@ def expected_answer(prompt: str) -> str:
     """The right answer to ``"a+b="`` (also ``-`` and ``*``), as text."""
     m = _SUM.match(prompt)
     if m is None:
-        raise ValueError(f"not an arithmetic prompt: {prompt!r}; expected the form 'a+b=' (or a-b=, a*b=)")
+        raise ValueError(f"not an arithmetic prompt: {prompt!r}; expected the form 'a+b=' (or "
+                         "a-b=, a*b=)")
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     return str({"+": a + b, "-": a - b, "*": a * b}[op])
 
@@ -81,7 +83,8 @@ def answer_text(completion: str) -> str | None:
 
 
 def exact_answer_reward(prompt: str, completion: str) -> float:
-    """1.0 when the answer (the completion up to END, spaces ignored) is the right number, else 0.0."""
+    """1.0 when the answer (the completion up to END, spaces ignored) is the right number, else
+    0.0."""
     answer = answer_text(completion)
     return float(answer is not None and answer.strip() == expected_answer(prompt))
 
@@ -134,13 +137,15 @@ def cut_at_end(ids: list[int], end_id: int) -> list[int]:
 
 
 def sample_group(model, tokenizer, prompt: str, group_size: int, max_new_tokens: int,
-                 generator: torch.Generator, temperature: float = 1.0) -> tuple[list[int], list[list[int]]]:
+                 generator: torch.Generator,
+                 temperature: float = 1.0) -> tuple[list[int], list[list[int]]]:
     """G answers to ``prompt``: its token ids and G completion token lists (:func:`cut_at_end`).
 
     All randomness comes from ``generator``: the same state gives the same answers, so a run
     that saves ``generator.get_state()`` resumes exactly.
     """
-    group = sample_groups(model, tokenizer, [prompt], group_size, max_new_tokens, generator, None, temperature)[0]
+    group = sample_groups(model, tokenizer, [prompt], group_size, max_new_tokens, generator, None,
+                          temperature)[0]
     return group.prompt_ids, group.completion_ids
 
 
@@ -153,7 +158,8 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
     per batch (two-digit sums all have one length: one batch), all from the one ``generator``.
     """
     if group_size < 1 or max_rows < group_size:
-        raise ValueError(f"group_size must be at least 1 and at most max_rows ({max_rows}), got {group_size}")
+        raise ValueError(f"group_size must be at least 1 and at most max_rows ({max_rows}), got "
+                         f"{group_size}")
     encoded = [tokenizer.encode(p) for p in prompts]
     end_id = tokenizer.encode(END)[0]
     device = next(model.parameters()).device
@@ -165,12 +171,14 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
     for length, members in by_length.items():
         for start in range(0, len(members), per_batch):
             chunk = members[start:start + per_batch]
-            idx = torch.tensor([encoded[i] for i in chunk for _ in range(group_size)], dtype=torch.long,
+            idx = torch.tensor([encoded[i] for i in chunk for _ in range(group_size)],
+                               dtype=torch.long,
                                device=device)  # (len(chunk) * G, Tp)
             out = generate(model, idx, max_new_tokens, temperature=temperature, generator=generator,
                            use_cache=True)[:, length:].tolist()
             for j, i in enumerate(chunk):
-                completions[i] = [cut_at_end(row, end_id) for row in out[j * group_size:(j + 1) * group_size]]
+                completions[i] = [cut_at_end(row, end_id)
+                                  for row in out[j * group_size:(j + 1) * group_size]]
     groups = []
     for i, prompt in enumerate(prompts):
         texts = [tokenizer.decode(ids) for ids in completions[i]]
@@ -179,7 +187,8 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
     return groups
 
 
-def score_groups(groups: list[Group], scale_rewards: str = "group") -> tuple[torch.Tensor, torch.Tensor]:
+def score_groups(groups: list[Group],
+                 scale_rewards: str = "group") -> tuple[torch.Tensor, torch.Tensor]:
     """The rewards (N,) of the groups' answers, side by side, and GRPO's advantages (N,)
     (:func:`course_lib.align.grpo.group_advantages`)."""
     if not groups:
@@ -198,7 +207,8 @@ def flatten(groups: list[Group]) -> tuple[list[list[int]], list[list[int]]]:
     return prompts, [c for g in groups for c in g.completion_ids]
 
 
-def greedy_answers(model, tokenizer, items: list[dict], max_new_tokens: int = 6, batch_size: int = 100) -> list[str]:
+def greedy_answers(model, tokenizer, items: list[dict], max_new_tokens: int = 6,
+                   batch_size: int = 100) -> list[str]:
     """The greedy completion of ``model`` to each item's ``"prompt"`` (up to and including its
     first END, or cut at ``max_new_tokens``), in the items' order. Prompts of one length are
     answered as one batch."""
@@ -213,23 +223,25 @@ def greedy_answers(model, tokenizer, items: list[dict], max_new_tokens: int = 6,
     for members in by_length.values():
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
-            idx = torch.tensor([tokenizer.encode(items[i]["prompt"]) for i in chunk], dtype=torch.long, device=device)
-            out = generate(model, idx, max_new_tokens, temperature=0.0, use_cache=True)[:, idx.size(1):]
+            idx = torch.tensor([tokenizer.encode(items[i]["prompt"]) for i in chunk],
+                               dtype=torch.long, device=device)
+            out = generate(model, idx, max_new_tokens, temperature=0.0,
+                           use_cache=True)[:, idx.size(1):]
             for i, row in zip(chunk, out.tolist()):
                 answers[i] = tokenizer.decode(cut_at_end(row, end_id))
     return [answers[i] for i in range(len(items))]
 
 
-def greedy_scores(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
-                  batch_size: int = 100) -> list[float]:
+def greedy_scores(model, tokenizer, items: list[dict], reward=exact_answer_reward,
+                  max_new_tokens: int = 6, batch_size: int = 100) -> list[float]:
     """``reward`` of the greedy answer to each item (one value per item: chapter 16's intervals
     are computed from these)."""
     answers = greedy_answers(model, tokenizer, items, max_new_tokens, batch_size)
     return [float(reward(item["prompt"], answer)) for item, answer in zip(items, answers)]
 
 
-def greedy_reward(model, tokenizer, items: list[dict], reward=exact_answer_reward, max_new_tokens: int = 6,
-                  batch_size: int = 100) -> float:
+def greedy_reward(model, tokenizer, items: list[dict], reward=exact_answer_reward,
+                  max_new_tokens: int = 6, batch_size: int = 100) -> float:
     """Mean ``reward`` of the greedy answers of ``model`` to ``items`` (``{"prompt", ...}``): with
     the exact reward, the share answered right."""
     scores = greedy_scores(model, tokenizer, items, reward, max_new_tokens, batch_size)

@@ -63,7 +63,8 @@ def best_of_n(scores: Sequence[float], right: Sequence[bool], n: int) -> bool:
     verifier scores highest (``scores``; the first of equal scores, i.e. a random one of them,
     as the samples come in random order) is right (``right``)."""
     if not 1 <= n <= min(len(scores), len(right)):
-        raise ValueError(f"n must be between 1 and the number of samples ({min(len(scores), len(right))}), got {n}")
+        raise ValueError("n must be between 1 and the number of samples "
+                         f"({min(len(scores), len(right))}), got {n}")
     best = max(range(n), key=lambda i: (scores[i], -i))
     return bool(right[best])
 
@@ -109,14 +110,16 @@ def per_token_entropy(logits: torch.Tensor) -> torch.Tensor:
     ``-sum_v p_v log p_v`` with ``p = softmax(logits)``, from log_softmax (stable for any logits:
     a token of probability 0 adds 0, not NaN)."""
     logp = F.log_softmax(logits.float(), dim=-1)
-    p_logp = torch.where(logp > -float("inf"), logp.exp() * logp, 0.0)  # a -inf logit: 0 * -inf is NaN
+    # a -inf logit: 0 * -inf is NaN
+    p_logp = torch.where(logp > -float("inf"), logp.exp() * logp, 0.0)
     return -p_logp.sum(dim=-1)
 
 
 # --- parsing answers ----------------------------------------------------------------------------
 
 _LETTER_PATTERNS = (
-    r"(?i:answer)\s*(?i:is|:)?\s*(?i:option\s*)?\(?([{L}])\)?(?![A-Za-z])",  # "the answer is (B)", "Answer: C"
+    # "the answer is (B)", "Answer: C"
+    r"(?i:answer)\s*(?i:is|:)?\s*(?i:option\s*)?\(?([{L}])\)?(?![A-Za-z])",
     r"^\s*\(?([{L}])\)?(?:[.):\s]|$)",  # "B", "(B)", "B) ...", "C. because" at the start
     r"\(([{L}])\)",  # "(D)" anywhere
 )

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from .pairs import encode_pair
 from ..generate import generate, generate_batch
 
-# --- log-likelihood of a continuation ---------------------------------------------------------------
+# --- log-likelihood of a continuation -------------------------------------------------------------
 
 
 def _accepts_mask(model) -> bool:
@@ -56,7 +56,8 @@ def _rows(groups: list[tuple[tuple, list[tuple[int, list[int]]]]], block_size: i
         if packed and len(conts) > 1 and L + sum(len(c) - 1 for _, c in conts) <= block_size \
                 and L + max(len(c) for _, c in conts) - 1 <= block_size:
             # context, then each continuation but its last token: cont[0] is predicted from the
-            # context's last position (shared), cont[j] from cont[j - 1] in the continuation's segment
+            # context's last position (shared), cont[j] from cont[j - 1] in the continuation's
+            # segment
             ids, segments, positions, where = context[:], [0] * L, list(range(L)), []
             for k, (i, cont) in enumerate(conts, start=1):
                 where.append((i, [L - 1] + list(range(len(ids), len(ids) + len(cont) - 1)), cont))
@@ -93,8 +94,9 @@ def _packed_mask(segments: list[int], T: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]], batch_size: int = 32,
-                         progress: bool = False, share_context: bool = True) -> list[tuple[float, bool]]:
+def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
+                         batch_size: int = 32, progress: bool = False,
+                         share_context: bool = True) -> list[tuple[float, bool]]:
     """``[(log-likelihood, is_greedy)]`` for token-id requests ``(context_ids, continuation_ids)``.
 
     Requests with the same context are grouped (``share_context``) and packed into one row
@@ -109,7 +111,8 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
         if len(cont) == 0:
             raise ValueError(f"request {i} has no continuation tokens: there is nothing to score")
         if len(context) == 0:
-            raise ValueError(f"request {i} has an empty context: give at least one token of context")
+            raise ValueError(f"request {i} has an empty context: give at least one token of "
+                             "context")
         key = tuple(context) if share_context else (i, tuple(context))
         by_context.setdefault(key, []).append((i, list(cont)))
     groups = [(k if share_context else k[1], v) for k, v in by_context.items()]
@@ -126,13 +129,16 @@ def loglikelihood_tokens(model, requests: Sequence[tuple[list[int], list[int]]],
         for b, r in enumerate(batch):
             ids[b, :len(r["ids"])] = torch.tensor(r["ids"])
         if any(r["segments"] is not None for r in batch):
-            mask = torch.stack([_packed_mask(r["segments"] or [0] * len(r["ids"]), T) for r in batch])
+            mask = torch.stack([_packed_mask(r["segments"] or [0] * len(r["ids"]), T)
+                                for r in batch])
             positions = torch.zeros(len(batch), T, dtype=torch.long)
             for b, r in enumerate(batch):
                 pos = r["positions"] or list(range(len(r["ids"])))
                 positions[b, :len(pos)] = torch.tensor(pos)
-            logits, _ = model(ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))
-        else:  # right padding: a causal model's real positions never see it (lm-eval passes no mask)
+            logits, _ = model(ids.to(device), attention_mask=mask.to(device),
+                              position_ids=positions.to(device))
+        else:
+            # right padding: a causal model's real positions never see it (lm-eval passes no mask)
             logits, _ = model(ids.to(device))
         logprobs = F.log_softmax(_at_least_float32(logits), dim=-1).cpu()  # (B, T, V)
         for b, r in enumerate(batch):
@@ -176,11 +182,12 @@ def choice_scores(lls: Sequence[float], choices: Sequence[str], gold: int) -> di
     characters (``len(choice)``, the choice without the space that joins it to the question)."""
     lls = torch.tensor(list(lls), dtype=torch.float64)
     lengths = torch.tensor([float(len(c)) for c in choices], dtype=torch.float64)
-    return {"acc": float(int(lls.argmax()) == gold), "acc_norm": float(int((lls / lengths).argmax()) == gold)}
+    return {"acc": float(int(lls.argmax()) == gold),
+            "acc_norm": float(int((lls / lengths).argmax()) == gold)}
 
 
-def multiple_choice(model, tokenizer, items: Sequence[dict], batch_size: int = 32, progress: bool = False,
-                    delimiter: str = " ") -> dict:
+def multiple_choice(model, tokenizer, items: Sequence[dict], batch_size: int = 32,
+                    progress: bool = False, delimiter: str = " ") -> dict:
     """Score items ``{"context", "choices", "gold"}``: each choice's continuation is
     ``delimiter + choice``. Returns per-item ``lls``, ``acc`` and ``acc_norm`` lists."""
     requests, spans = [], []
@@ -198,7 +205,7 @@ def multiple_choice(model, tokenizer, items: Sequence[dict], batch_size: int = 3
     return out
 
 
-# --- bits per byte ---------------------------------------------------------------------------------
+# --- bits per byte --------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -229,14 +236,17 @@ def text_nll(model, ids: Sequence[int], stride: int | None = None, batch_size: i
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
-    for b0 in tqdm(range(0, len(windows), batch_size), desc="bits per byte", disable=not progress, leave=False):
+    for b0 in tqdm(range(0, len(windows), batch_size), desc="bits per byte", disable=not progress,
+                   leave=False):
         chunk = windows[b0:b0 + batch_size]
-        for length in sorted({min(block, len(ids) - 1 - s) for s, _ in chunk}):  # equal lengths stack
+        # equal lengths stack
+        for length in sorted({min(block, len(ids) - 1 - s) for s, _ in chunk}):
             same = [(s, f) for s, f in chunk if min(block, len(ids) - 1 - s) == length]
             x = torch.stack([ids[s:s + length] for s, _ in same]).to(device)  # (B, T)
             y = torch.stack([ids[s + 1:s + 1 + length] for s, _ in same]).to(device)
             logits, _ = model(x)
-            nll = F.cross_entropy(_at_least_float32(logits).transpose(1, 2), y, reduction="none")  # (B, T)
+            # (B, T)
+            nll = F.cross_entropy(_at_least_float32(logits).transpose(1, 2), y, reduction="none")
             for row, (_, first) in enumerate(same):
                 total += float(nll[row, first:].double().sum())
                 count += length - first
@@ -244,7 +254,8 @@ def text_nll(model, ids: Sequence[int], stride: int | None = None, batch_size: i
     return total, count
 
 
-def bits_per_byte(model, tokenizer, text: str, stride: int | None = None, progress: bool = False) -> float:
+def bits_per_byte(model, tokenizer, text: str, stride: int | None = None,
+                  progress: bool = False) -> float:
     """Bits per UTF-8 byte of ``text``: the total negative log-likelihood of its tokens (after the
     first) in bits, divided by the bytes those tokens spell. A tokenizer-independent measure: a
     character model and a BPE model that predict the same text equally well get the same number,
@@ -261,7 +272,7 @@ def bits_per_byte_from_loss(loss_nats_per_token: float, bytes_per_token: float) 
     return loss_nats_per_token / math.log(2) / bytes_per_token
 
 
-# --- generative tasks ------------------------------------------------------------------------------
+# --- generative tasks -----------------------------------------------------------------------------
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -274,7 +285,8 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 @torch.no_grad()
 def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 32,
-                    stop: Sequence[str] = ("\n",), batch_size: int = 32, progress: bool = False) -> list[str]:
+                    stop: Sequence[str] = ("\n",), batch_size: int = 32,
+                    progress: bool = False) -> list[str]:
     """Greedy continuations of ``prompts``, each cut at its first stop sequence. Prompts are
     cropped on the left to leave room for ``max_new_tokens``; a one-token stop sequence ends a
     row early."""
@@ -289,13 +301,16 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
         raise ValueError("a prompt is empty: give every prompt at least one character")
     use_cache = "cache" in inspect.signature(model.forward).parameters
     outs = []
-    for start in tqdm(range(0, len(encoded), batch_size), desc="generating", disable=not progress, leave=False):
+    for start in tqdm(range(0, len(encoded), batch_size), desc="generating", disable=not progress,
+                      leave=False):
         chunk = encoded[start:start + batch_size]
         if _accepts_mask(model):
-            new = generate_batch(model, chunk, max_new_tokens, temperature=0, end_id=end_id, use_cache=use_cache)
+            new = generate_batch(model, chunk, max_new_tokens, temperature=0, end_id=end_id,
+                                 use_cache=use_cache)
         else:  # a model without padding masks (the bigram table): one prompt at a time
             device = next(model.parameters()).device
-            new = [generate(model, torch.tensor([p], device=device), max_new_tokens, temperature=0)[0].tolist()
+            new = [generate(model, torch.tensor([p], device=device), max_new_tokens,
+                            temperature=0)[0].tolist()
                    for p in chunk]
         outs += [cut_at_stop(tokenizer.decode(n[len(p):]), stop) for p, n in zip(chunk, new)]
     return outs
@@ -330,7 +345,7 @@ def few_shot_prompt(shots: Sequence[tuple[str, str]], prompt: str, separator: st
     return "".join(p + a + separator for p, a in shots) + prompt
 
 
-# --- uncertainty -----------------------------------------------------------------------------------
+# --- uncertainty ----------------------------------------------------------------------------------
 
 
 def mean_stderr(xs: Sequence[float]) -> float:
@@ -343,7 +358,8 @@ def mean_stderr(xs: Sequence[float]) -> float:
 
 
 def bootstrap_interval(xs: Sequence[float], iters: int = 2000, level: float = 0.95, seed: int = 0,
-                       statistic: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float]:
+                       statistic: Callable[[torch.Tensor],
+                                           torch.Tensor] | None = None) -> tuple[float, float]:
     """A percentile bootstrap interval of ``statistic`` (default the mean): resample the items
     with replacement ``iters`` times and take the central ``level`` of the statistic's values."""
     if not 0 < level < 1:
@@ -354,11 +370,13 @@ def bootstrap_interval(xs: Sequence[float], iters: int = 2000, level: float = 0.
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(len(x), (iters, len(x)), generator=g)
     stats = statistic(x[idx]) if statistic else x[idx].mean(dim=1)  # (iters,)
-    lo, hi = torch.quantile(stats, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    lo, hi = torch.quantile(stats,
+                            torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
     return float(lo), float(hi)
 
 
-def paired_comparison(a: Sequence[float], b: Sequence[float], iters: int = 2000, seed: int = 0) -> dict:
+def paired_comparison(a: Sequence[float], b: Sequence[float], iters: int = 2000,
+                      seed: int = 0) -> dict:
     """Compare two models scored on the same items: the mean difference ``a - b``, its paired
     standard error and bootstrap interval (resampling items, not models), the items each one
     wins, and a two-sided p-value of the paired bootstrap (how often the resampled difference
@@ -370,14 +388,16 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], iters: int = 2000,
         raise ValueError(f"paired scores need the same items: {len(a)} and {len(b)} scores")
     d = [x - y for x, y in zip(a, b)]
     x = torch.as_tensor(d, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)  # the resamples of bootstrap_interval(d, iters, seed=seed)
+    # the resamples of bootstrap_interval(d, iters, seed=seed)
+    g = torch.Generator().manual_seed(seed)
     means = x[torch.randint(len(x), (iters, len(x)), generator=g)].mean(dim=1)
     lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     mean = float(x.mean())
-    other_side = float((means <= 0).double().mean()) if mean > 0 else float((means >= 0).double().mean())
+    other_side = (float((means <= 0).double().mean()) if mean > 0
+                  else float((means >= 0).double().mean()))
     a_wins, b_wins = sum(v > 0 for v in d), sum(v < 0 for v in d)
-    out = {"diff": mean, "stderr": mean_stderr(d), "interval": (lo, hi), "a_wins": a_wins, "b_wins": b_wins,
-           "p_value": min(1.0, 2 * other_side)}
+    out = {"diff": mean, "stderr": mean_stderr(d), "interval": (lo, hi), "a_wins": a_wins,
+           "b_wins": b_wins, "p_value": min(1.0, 2 * other_side)}
     if set(a) | set(b) <= {0.0, 1.0}:
         out["mcnemar_p"] = mcnemar_p(a_wins, b_wins)
     return out
@@ -392,7 +412,7 @@ def mcnemar_p(a_wins: int, b_wins: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
-# --- contamination -----------------------------------------------------------------------------------
+# --- contamination --------------------------------------------------------------------------------
 
 
 def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -403,8 +423,9 @@ def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 
 def contamination(items: Sequence[str], train_ngrams: set, n: int = 8) -> list[float]:
     """For each evaluation text, the share of its ``n``-word sequences found in the training text
-    (``train_ngrams = word_ngrams(train_text, n)``); an item shorter than ``n`` words gets 0. GPT-3's
-    report used 13-grams over whole documents; our items are lines, hence a smaller ``n``."""
+    (``train_ngrams = word_ngrams(train_text, n)``); an item shorter than ``n`` words gets 0.
+    GPT-3's report used 13-grams over whole documents; our items are lines, hence a smaller
+    ``n``."""
     shares = []
     for text in items:
         grams = word_ngrams(text, n)

@@ -67,9 +67,10 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     if n_spaces:  # "Answer: " + "A" is scored as "Answer:" + " A", the way the text is tokenized
         continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
     if not context:
-        raise ValueError("the context is empty or only whitespace (which moves to the continuation): "
-                         "a model of the book has no begin-of-text token to condition on; give at least "
-                         "one character of context that is not whitespace")
+        raise ValueError("the context is empty or only whitespace (which moves to the "
+                         "continuation): a model of the book has no begin-of-text token to "
+                         "condition on; give at least one character of context that is not "
+                         "whitespace")
     whole = list(tokenizer.encode(context + continuation))
     context_ids = list(tokenizer.encode(context))
     n = len(context_ids)

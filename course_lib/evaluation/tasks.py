@@ -38,7 +38,8 @@ TASKS_DIR = Path(__file__).parent.parent / "tasks"
 HELDOUT_START = 0.91  # test items come from tiny Shakespeare after this share of its characters
 TRAIN_END = 0.89  # few-shot examples from before this share
 N_TEST, N_TRAIN = 200, 20
-# SHA-256 of each frozen file (python -c "from course_lib.evaluation.tasks import write_tasks; write_tasks()")
+# SHA-256 of each frozen file (python -c "from course_lib.evaluation.tasks import write_tasks;
+# write_tasks()")
 TASK_SHA256 = {
     "next-line": "f04b15947d5223b446af6c9cdcd580ab563e2966fbd66323cb5600495285b2d1",
     "next-speaker": "825232ecc82ccb2ffb2643b34ca84e024e72afc227721e9bf2fced0284deabb8",
@@ -63,7 +64,8 @@ class Task:
     parser: str | None = None  # "first-word" or "number" (generate tasks)
     max_new_tokens: int = 16
     separator: str = "\n"  # between few-shot examples
-    delimiter: str = " "  # between a choice item's context and each choice (lm-eval's target_delimiter)
+    # between a choice item's context and each choice (lm-eval's target_delimiter)
+    delimiter: str = " "
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -74,8 +76,10 @@ class Task:
         the first ``shots`` training items with their worked solutions, the stop sequences."""
         items = self.test + self.train[:shots]
         if self.kind == "choice":
-            return [i["context"] + self.delimiter + c + self.separator for i in items for c in i["choices"]]
-        shots_text = [s["prompt"] + s.get("solution", s["answer"]) + self.separator for s in self.train[:shots]]
+            return [i["context"] + self.delimiter + c + self.separator for i in items
+                    for c in i["choices"]]
+        shots_text = [s["prompt"] + s.get("solution", s["answer"]) + self.separator
+                      for s in self.train[:shots]]
         return [i["prompt"] + i["answer"] for i in self.test] + shots_text + self.stop
 
 
@@ -92,7 +96,8 @@ def _majority(answers: list[str]) -> float:
 
 
 def _lines(start: float, end: float) -> list[tuple[int, str, str]]:
-    """(index, line, speaker) of the non-empty, non-name lines of tiny Shakespeare between two shares."""
+    """(index, line, speaker) of the non-empty, non-name lines of tiny Shakespeare between two
+    shares."""
     text = load_text()
     part = text[int(start * len(text)):int(end * len(text))]
     out, speaker = [], None
@@ -114,16 +119,20 @@ def _next_line_items(lines, n: int, rng: random.Random) -> list[dict]:
         far = [ln for j, ln, _ in lines if abs(j - i2) > 200 and ln != true]
         choices = rng.sample(far, 3) + [true]
         rng.shuffle(choices)
-        items.append({"context": a + "\n" + b + "\n", "choices": choices, "gold": choices.index(true)})
+        items.append({"context": a + "\n" + b + "\n", "choices": choices,
+                      "gold": choices.index(true)})
     return items
 
 
 def build_next_line(seed: int = 0) -> Task:
     rng = random.Random(seed)
-    test = _enough(_next_line_items(_lines(HELDOUT_START, 1.0), 3 * N_TEST, rng), N_TEST, "next-line test")
-    train = _enough(_next_line_items(_lines(0.0, TRAIN_END), 3 * N_TRAIN, rng), N_TRAIN, "next-line train")
-    return Task("next-line", "choice", "the true next line of a held-out speech among 4 (3 lines from far away)",
-                0.25, test, train)
+    test = _enough(_next_line_items(_lines(HELDOUT_START, 1.0), 3 * N_TEST, rng), N_TEST,
+                   "next-line test")
+    train = _enough(_next_line_items(_lines(0.0, TRAIN_END), 3 * N_TRAIN, rng), N_TRAIN,
+                    "next-line train")
+    return Task("next-line", "choice",
+                "the true next line of a held-out speech among 4 (3 lines from far away)", 0.25,
+                test, train)
 
 
 def _speeches(start: float, end: float) -> list[tuple[str, str]]:
@@ -151,22 +160,28 @@ def _speaker_items(speeches, n: int, rng: random.Random) -> list[dict]:
 
 def build_next_speaker(seed: int = 1) -> Task:
     rng = random.Random(seed)
-    test = _enough(_speaker_items(_speeches(HELDOUT_START, 1.0), 2 * N_TEST, rng), N_TEST, "next-speaker test")
-    train = _enough(_speaker_items(_speeches(0.0, TRAIN_END), 2 * N_TRAIN, rng), N_TRAIN, "next-speaker train")
-    return Task("next-speaker", "choice", "who speaks next after a held-out speech, among 4 speakers of the "
-                "same scene", 0.25, test, train, delimiter="")  # the name starts a line: no space before it
+    test = _enough(_speaker_items(_speeches(HELDOUT_START, 1.0), 2 * N_TEST, rng), N_TEST,
+                   "next-speaker test")
+    train = _enough(_speaker_items(_speeches(0.0, TRAIN_END), 2 * N_TRAIN, rng), N_TRAIN,
+                    "next-speaker train")
+    # the name starts a line: no space before it
+    return Task("next-speaker", "choice",
+                "who speaks next after a held-out speech, among 4 speakers of the "
+                "same scene", 0.25, test, train, delimiter="")
 
 
 def _word_items(lines, n: int, rng: random.Random) -> list[dict]:
     items = []
     for p in rng.sample(range(1, len(lines)), 3 * n):
         words = lines[p][1].split(" ")
-        if len(words) < 4 or lines[p - 1][0] != lines[p][0] - 1:  # two consecutive lines of one speech
+        # two consecutive lines of one speech
+        if len(words) < 4 or lines[p - 1][0] != lines[p][0] - 1:
             continue
         k = rng.randrange(2, len(words))
         target = re.match(r"[A-Za-z']*", words[k]).group(0)
         if target:
-            items.append({"prompt": lines[p - 1][1] + "\n" + " ".join(words[:k]) + " ", "answer": target})
+            items.append({"prompt": lines[p - 1][1] + "\n" + " ".join(words[:k]) + " ",
+                          "answer": target})
     return items[:n]
 
 
@@ -174,9 +189,10 @@ def build_next_word(seed: int = 2) -> Task:
     rng = random.Random(seed)
     test = _enough(_word_items(_lines(HELDOUT_START, 1.0), N_TEST, rng), N_TEST, "next-word test")
     train = _enough(_word_items(_lines(0.0, TRAIN_END), N_TRAIN, rng), N_TRAIN, "next-word train")
-    return Task("next-word", "generate", "the next word of a held-out line (first word of the output)",
-                _majority([i["answer"] for i in test]), test, train, stop=["\n"], parser="first-word",
-                max_new_tokens=12, separator="\n\n")
+    return Task("next-word", "generate",
+                "the next word of a held-out line (first word of the output)",
+                _majority([i["answer"] for i in test]), test, train, stop=["\n"],
+                parser="first-word", max_new_tokens=12, separator="\n\n")
 
 
 def build_dates(seed: int = 0) -> Task:
@@ -199,41 +215,55 @@ def build_arithmetic(seed: int = 3) -> Task:
 
 
 # GSM8K's format (Cobbe et al. 2021): a word problem, a worked solution, the answer after "####".
-# Twelve items written for this book: the first two are the few-shot examples, the other ten the test.
+# Twelve items written for this book: the first two are the few-shot examples, the other ten the
+# test.
 GSM8K_STYLE = [
-    ("Romeo has 12 roses and gives 5 to Juliet. How many roses does he keep?", "12 - 5 = 7. #### 7"),
+    ("Romeo has 12 roses and gives 5 to Juliet. How many roses does he keep?",
+     "12 - 5 = 7. #### 7"),
     ("A play has 5 acts of 4 scenes each. How many scenes is that?", "5 * 4 = 20. #### 20"),
-    ("Falstaff drinks 3 cups of sack a day. How many cups does he drink in 6 days?", "3 * 6 = 18. #### 18"),
-    ("The Globe holds 30 people per row and has 9 rows. How many people fit?", "30 * 9 = 270. #### 270"),
-    ("Prospero has 48 books and loses half of them at sea. How many books remain?", "48 / 2 = 24. #### 24"),
+    ("Falstaff drinks 3 cups of sack a day. How many cups does he drink in 6 days?",
+     "3 * 6 = 18. #### 18"),
+    ("The Globe holds 30 people per row and has 9 rows. How many people fit?",
+     "30 * 9 = 270. #### 270"),
+    ("Prospero has 48 books and loses half of them at sea. How many books remain?",
+     "48 / 2 = 24. #### 24"),
     ("Hamlet writes 14 lines, then 11 more. How many lines did he write?", "14 + 11 = 25. #### 25"),
     ("Each of 7 actors needs 2 swords. How many swords are needed?", "7 * 2 = 14. #### 14"),
     ("A ticket costs 6 pence. How much do 15 tickets cost, in pence?", "6 * 15 = 90. #### 90"),
-    ("Lear divides 90 acres among 3 daughters equally. How many acres does each get?", "90 / 3 = 30. #### 30"),
-    ("Puck circles the earth in 40 minutes. How many minutes do 4 circles take?", "40 * 4 = 160. #### 160"),
-    ("Viola has 25 coins, spends 8, then finds 6. How many coins has she now?", "25 - 8 + 6 = 23. #### 23"),
-    ("There are 64 guests and each table seats 8. How many tables are needed?", "64 / 8 = 8. #### 8"),
+    ("Lear divides 90 acres among 3 daughters equally. How many acres does each get?",
+     "90 / 3 = 30. #### 30"),
+    ("Puck circles the earth in 40 minutes. How many minutes do 4 circles take?",
+     "40 * 4 = 160. #### 160"),
+    ("Viola has 25 coins, spends 8, then finds 6. How many coins has she now?",
+     "25 - 8 + 6 = 23. #### 23"),
+    ("There are 64 guests and each table seats 8. How many tables are needed?",
+     "64 / 8 = 8. #### 8"),
 ]
 
 
 def build_gsm8k_style() -> Task:
-    item = lambda q, a: {"prompt": f"Question: {q}\nAnswer: ", "answer": a.split("#### ")[1],  # noqa: E731
+    item = lambda q, a: {"prompt": f"Question: {q}\nAnswer: ",  # noqa: E731
+                         "answer": a.split("#### ")[1],
                          "solution": a}
     train = [item(q, a) for q, a in GSM8K_STYLE[:2]]
     test = [item(q, a) for q, a in GSM8K_STYLE[2:]]
-    return Task("gsm8k-style", "generate", "GSM8K's format on 10 word problems written for the book (the number "
-                "after ####, else the last number)", _majority([i["answer"] for i in test]), test, train,
-                stop=["\n\n", "Question:"], parser="number", max_new_tokens=40, separator="\n\n")
+    return Task("gsm8k-style", "generate",
+                "GSM8K's format on 10 word problems written for the book (the number "
+                "after ####, else the last number)", _majority([i["answer"] for i in test]), test,
+                train, stop=["\n\n", "Question:"], parser="number", max_new_tokens=40,
+                separator="\n\n")
 
 
-BUILDERS = {"next-line": build_next_line, "next-speaker": build_next_speaker, "next-word": build_next_word,
-            "dates": build_dates, "arithmetic": build_arithmetic, "gsm8k-style": build_gsm8k_style}
+BUILDERS = {"next-line": build_next_line, "next-speaker": build_next_speaker,
+            "next-word": build_next_word, "dates": build_dates, "arithmetic": build_arithmetic,
+            "gsm8k-style": build_gsm8k_style}
 TASK_NAMES = tuple(BUILDERS)
 
 
 def task_bytes(task: Task) -> bytes:
     """The frozen form of a task: sorted-key JSON, UTF-8."""
-    return (json.dumps(task.to_dict(), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json.dumps(task.to_dict(), indent=1, sort_keys=True,
+                       ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def write_tasks(folder: str | Path = TASKS_DIR) -> dict[str, str]:
@@ -256,7 +286,8 @@ def check_task_names(names) -> list[str]:
         names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in BUILDERS]
     if unknown or not names:
-        raise ValueError(f"unknown task {', '.join(unknown) or '(none given)'}: choose from {', '.join(TASK_NAMES)}")
+        raise ValueError(f"unknown task {', '.join(unknown) or '(none given)'}: choose from "
+                         f"{', '.join(TASK_NAMES)}")
     twice = sorted({n for n in names if list(names).count(n) > 1})
     if twice:  # it would be scored, and printed, twice
         raise ValueError(f"task {', '.join(twice)} is named more than once: name each task once")
@@ -268,10 +299,12 @@ def load_task(name: str, folder: str | Path = TASKS_DIR) -> Task:
     check_task_names([name])
     path = Path(folder) / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"the task file {path} is missing from this installation: reinstall course_lib")
+        raise FileNotFoundError(f"the task file {path} is missing from this installation: "
+                                "reinstall course_lib")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if TASK_SHA256.get(name) != digest:
-        raise ValueError(f"{path} has SHA-256 {digest}, not the {TASK_SHA256.get(name)} this course_lib was released "
-                         "with: the file is damaged or was edited. Reinstall course_lib")
+        raise ValueError(f"{path} has SHA-256 {digest}, not the {TASK_SHA256.get(name)} this "
+                         "course_lib was released with: the file is damaged or was edited. "
+                         "Reinstall course_lib")
     return Task(**json.loads(data))

@@ -15,9 +15,10 @@ from typing import Any, Callable
 import torch
 
 
-_RETURN_HINT = ("did you forget the `return` statement? A function that ends without one returns None.")
-_NAN_HINT = ("NaN comes from 0/0, inf - inf or log of a negative number; print the intermediate values "
-             "of your function on a small input to see where it first appears.")
+_RETURN_HINT = ("did you forget the `return` statement? A function that ends without one returns "
+                "None.")
+_NAN_HINT = ("NaN comes from 0/0, inf - inf or log of a negative number; print the intermediate "
+             "values of your function on a small input to see where it first appears.")
 
 
 class ExerciseError(AssertionError):
@@ -41,7 +42,8 @@ def call(fn: Callable, *args, none_ok: bool = False, **kwargs) -> Any:
         result = fn(*args, **kwargs)
     except NotImplementedError:
         fail(f"Not done yet: {name}() still raises NotImplementedError.",
-             "replace `raise NotImplementedError()` with your code, run that cell, then run this check again.")
+             "replace `raise NotImplementedError()` with your code, run that cell, then run this "
+             "check again.")
     except ExerciseError:
         raise
     except Exception as e:
@@ -56,7 +58,8 @@ def expect_callable(fn) -> None:
     """Fail unless the check was given a function (not, say, the result of calling it)."""
     if not callable(fn):
         fail(f"expected your function, got {describe(fn)}.",
-             "pass the function itself, without calling it: check(my_function), not check(my_function()).")
+             "pass the function itself, without calling it: check(my_function), not "
+             "check(my_function()).")
 
 
 def call_with_hints(fn: Callable, hint_if: dict[str, str], *args, context: str = "") -> Any:
@@ -93,7 +96,8 @@ def expect_returned(value, what: str) -> None:
 
 
 def expect_sequence(value, length: int, what: str, hint: str | None = None):
-    """The answer as a tuple of ``length`` items (a tuple or a list), or fail naming what came back."""
+    """The answer as a tuple of ``length`` items (a tuple or a list), or fail naming what came
+    back."""
     expect_returned(value, what)
     if not isinstance(value, (tuple, list)) or len(value) != length:
         got = describe(value) if not isinstance(value, (tuple, list)) else \
@@ -102,7 +106,8 @@ def expect_sequence(value, length: int, what: str, hint: str | None = None):
     return tuple(value)
 
 
-def as_number(value, what: str, hint: str | None = "return a number (a Python float or a 0-d tensor).") -> float:
+def as_number(value, what: str,
+              hint: str | None = "return a number (a Python float or a 0-d tensor).") -> float:
     """The student's answer as a float (a one-element tensor counts), or fail naming what was
     returned; NaN fails too."""
     expect_returned(value, what)
@@ -139,15 +144,16 @@ def as_integer(value, what: str, hint: str | None = "return the count as a Pytho
         fail(f"{what}: got NaN (not a number).", _NAN_HINT)
     if math.isinf(number):
         fail(f"{what}: got {number}, not a count.",
-             "infinity comes from a division by zero or a number too large for its dtype (float16 stops at "
-             "65,504): compute the count with Python ints.")
+             "infinity comes from a division by zero or a number too large for its dtype (float16 "
+             "stops at 65,504): compute the count with Python ints.")
     if not number.is_integer():
         fail(f"{what}: got {number!r}, which is not a whole number.",
              "a count is an integer: divide with // (not /) and do not add fractions.")
     return int(number)
 
 
-def as_bool(value, what: str, hint: str | None = "return one True or False for the whole question.") -> bool:
+def as_bool(value, what: str,
+            hint: str | None = "return one True or False for the whole question.") -> bool:
     """The student's yes/no answer: a bool, a NumPy bool or a one-element bool tensor. None (a
     forgotten ``return``) is not read as False."""
     expect_returned(value, what)
@@ -167,7 +173,8 @@ def expect_tensor(value, shape, what: str, hint: str | None = None, shape_hint: 
     if not isinstance(value, torch.Tensor):
         fail(f"{what}: expected a tensor, got {describe(value)}.", hint)
     if value.shape != shape:
-        fail(f"{what}: expected shape {tuple(shape)}, got {tuple(value.shape)}.", shape_hint or hint)
+        fail(f"{what}: expected shape {tuple(shape)}, got {tuple(value.shape)}.",
+             shape_hint or hint)
     if dtype is not None:
         ok = value.is_floating_point() if dtype == "float" else value.dtype in (
             dtype if isinstance(dtype, tuple) else (dtype,))
@@ -175,17 +182,20 @@ def expect_tensor(value, shape, what: str, hint: str | None = None, shape_hint: 
             wanted = "a floating-point dtype" if dtype == "float" else " or ".join(
                 str(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
             fail(f"{what}: expected {wanted}, got dtype {value.dtype}.", dtype_hint or hint)
-    if not allow_nan and (value.is_floating_point() or value.is_complex()) and torch.isnan(value).any():
+    if (not allow_nan and (value.is_floating_point() or value.is_complex())
+        and torch.isnan(value).any()):
         fail(f"{what}: the tensor contains NaN.", _NAN_HINT)
 
 
-def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5, rtol: float = 1e-4):
+def expect_close(actual, expected, what: str, hint: str | None = None, atol: float = 1e-5,
+                 rtol: float = 1e-4):
     """Fail unless ``actual`` equals ``expected`` numerically (tensors or numbers)."""
     if isinstance(expected, torch.Tensor):
         expect_tensor(actual, expected.shape, what, hint)
         if not torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol):
             worst = (actual.double() - expected.double()).abs().max().item()
-            fail(f"{what}: values differ from the expected ones (largest difference {worst:.3g}).", hint)
+            fail(f"{what}: values differ from the expected ones (largest difference {worst:.3g}).",
+                 hint)
         return
     a = as_number(actual, what, hint)
     if not math.isclose(a, float(expected), abs_tol=atol, rel_tol=rtol):

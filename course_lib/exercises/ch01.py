@@ -8,13 +8,13 @@ import torch
 
 from ..data import get_batch
 from ..tokenizers import CharTokenizer
-from . import (ExerciseError, as_number, call, describe, expect_close, expect_equal, expect_sequence, expect_tensor,
-               fail, passed)
+from . import (ExerciseError, as_number, call, describe, expect_close, expect_equal,
+               expect_sequence, expect_tensor, fail, passed)
 
 # The last one is not sorted: an answer that numbers the characters of sorted(chars) (Karpathy's
 # sorted(set(text)) habit) agrees with the sorted ones and fails only there.
-_VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "0123456789",
-                 "zyx ab"]
+_VOCABULARIES = ["abc", " !,.ehlorw", "\n ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+                 "0123456789", "zyx ab"]
 
 
 def _as_ids(value):
@@ -37,29 +37,33 @@ def check_encode_decode(encode, decode) -> None:
                  "build the list with a comprehension: [stoi[c] for c in text].")
         ordered = "".join(sorted(chars))
         if ordered != chars and ids == CharTokenizer(ordered).encode(text):
-            fail(f"encode({text[:12]!r}..., {chars!r}) gave each character its position in sorted(chars) "
-                 f"({ordered!r}), not in chars.",
-                 "do not sort the vocabulary: chars is given in its order, and a character's id is its position "
-                 "in it, stoi = {c: i for i, c in enumerate(chars)}.")
+            fail(f"encode({text[:12]!r}..., {chars!r}) gave each character its position in "
+                 f"sorted(chars) ({ordered!r}), not in chars.",
+                 "do not sort the vocabulary: chars is given in its order, and a character's id is "
+                 "its position in it, stoi = {c: i for i, c in enumerate(chars)}.")
         if ids != tok.encode(text):
-            wrong = next((i for i, (a, b) in enumerate(zip(ids, tok.encode(text))) if a != b), min(len(ids), len(text)))
+            wrong = next((i for i, (a, b) in enumerate(zip(ids, tok.encode(text))) if a != b),
+                         min(len(ids), len(text)))
             fail(f"encode({text[:12]!r}..., {chars[:12]!r}...) is wrong at position {wrong} "
                  f"(got {len(ids)} ids for {len(text)} characters).",
-                 "the id of a character is its position in chars: stoi = {c: i for i, c in enumerate(chars)}.")
+                 "the id of a character is its position in chars: stoi = {c: i for i, c in "
+                 "enumerate(chars)}.")
         back = call(decode, tok.encode(text), chars)
         if not isinstance(back, str):
             fail(f"decode() should return a str, got {describe(back)}.",
                  "join the characters: ''.join(itos[i] for i in ids).")
         if ordered != chars and back == CharTokenizer(ordered).decode(tok.encode(text)):
-            fail(f"decode() of {len(text)} ids in the vocabulary {chars!r} read each id as a position in "
-                 f"sorted(chars) ({ordered!r}), not in chars.",
-                 "do not sort the vocabulary: id i is the character chars[i], itos = {i: c for i, c in "
-                 "enumerate(chars)}.")
+            fail(f"decode() of {len(text)} ids in the vocabulary {chars!r} read each id as a "
+                 f"position in sorted(chars) ({ordered!r}), not in chars.",
+                 "do not sort the vocabulary: id i is the character chars[i], itos = {i: c for i, "
+                 "c in enumerate(chars)}.")
         expect_equal(back, text, f"decode() of {len(text)} ids in the vocabulary {chars[:12]!r}",
-                     "itos = {i: c for i, c in enumerate(chars)}, then ''.join(itos[i] for i in ids).")
+                     "itos = {i: c for i, c in enumerate(chars)}, then ''.join(itos[i] for i in "
+                     "ids).")
         expect_equal(call(decode, call(encode, text, chars), chars), text, "decode(encode(text))",
                      "the round trip must give back the text exactly.")
-    expect_equal(_as_ids(call(encode, "", "abc")), [], "encode('', 'abc')", "an empty text has no ids.")
+    expect_equal(_as_ids(call(encode, "", "abc")), [], "encode('', 'abc')",
+                 "an empty text has no ids.")
     expect_equal(call(decode, [], "abc"), "", "decode([], 'abc')", "no ids give the empty string.")
     # An unknown character: a clear ValueError, not a bare KeyError.
     try:
@@ -68,18 +72,23 @@ def check_encode_decode(encode, decode) -> None:
         call(encode, "cab?", "abc")
     except ValueError as e:
         if "?" not in str(e):
-            fail(f"encode('cab?', 'abc') raised ValueError({str(e)!r}), which does not name the character '?'.",
+            fail(f"encode('cab?', 'abc') raised ValueError({str(e)!r}), which does not name the "
+                 "character '?'.",
                  "put the character in the message, e.g. f'unknown character {c!r}'.")
     except KeyError:
         fail("encode('cab?', 'abc') raised a bare KeyError for the unknown character '?'.",
-             "check `if c not in stoi:` and raise ValueError(f'unknown character {c!r} ...') that names it.")
+             "check `if c not in stoi:` and raise ValueError(f'unknown character {c!r} ...') that "
+             "names it.")
     except Exception as e:
-        fail(f"encode('cab?', 'abc') raised {type(e).__name__}: {e}; expected a ValueError naming '?'.",
+        fail(f"encode('cab?', 'abc') raised {type(e).__name__}: {e}; expected a ValueError naming "
+             "'?'.",
              "check `if c not in stoi:` and raise ValueError(f'unknown character {c!r} ...').")
     else:
         fail("encode('cab?', 'abc') returned without an error, but '?' is not in the vocabulary.",
-             "an unknown character must raise ValueError: silently skipping or guessing an id corrupts the data.")
-    passed("encode/decode agree with course_lib.tokenizers.CharTokenizer, and the round trip is exact.")
+             "an unknown character must raise ValueError: silently skipping or guessing an id "
+             "corrupts the data.")
+    passed("encode/decode agree with course_lib.tokenizers.CharTokenizer, and the round trip is "
+           "exact.")
 
 
 def check_get_batch(get_batch_fn) -> None:
@@ -96,19 +105,24 @@ def check_get_batch(get_batch_fn) -> None:
             if not isinstance(t, torch.Tensor):
                 fail(f"{name} should be a tensor, got {describe(t)}.", "torch.stack the windows.")
             if tuple(t.shape) != (B, T):
-                fail(f"with batch_size={B}, block_size={T}, {name} has shape {tuple(t.shape)}; expected ({B}, {T}).",
-                     "stack batch_size windows of block_size tokens: torch.stack([data[i:i + block_size] for i in ix]).")
+                fail(f"with batch_size={B}, block_size={T}, {name} has shape {tuple(t.shape)}; "
+                     f"expected ({B}, {T}).",
+                     "stack batch_size windows of block_size tokens: torch.stack([data[i:i + "
+                     "block_size] for i in ix]).")
             expect_tensor(t, (B, T), name, dtype=data.dtype,
-                          dtype_hint="the windows are slices of data and keep its dtype (token ids, torch.long): "
-                                     "take data[i:i + block_size] as it is, without .float() or torch.tensor(..., "
-                                     "dtype=...).")
+                          dtype_hint="the windows are slices of data and keep its dtype (token "
+                                     "ids, torch.long): take data[i:i + block_size] as it is, "
+                                     "without .float() or torch.tensor(..., dtype=...).")
         for b in range(B):
             start = int(where[x[b, 0]])
             if start + T > n or not torch.equal(x[b], data[start:start + T]):
-                fail(f"row {b} of x is not a contiguous window of data.", "x[b] must be data[i:i + block_size].")
+                fail(f"row {b} of x is not a contiguous window of data.",
+                     "x[b] must be data[i:i + block_size].")
             if start + T + 1 > n:
-                fail(f"row {b} of x starts at {start}, so its target would run past the end of data (length {n}).",
-                     "draw starts from torch.randint(len(data) - block_size, ...) so that y fits too.")
+                fail(f"row {b} of x starts at {start}, so its target would run past the end of "
+                     f"data (length {n}).",
+                     "draw starts from torch.randint(len(data) - block_size, ...) so that y fits "
+                     "too.")
             if not torch.equal(y[b], data[start + 1:start + T + 1]):
                 if torch.equal(y[b], x[b]):
                     hint = "y must be x shifted by one: y[b] = data[i + 1:i + block_size + 1]."
@@ -122,10 +136,12 @@ def check_get_batch(get_batch_fn) -> None:
     x3, _ = call(get_batch_fn, data, 8, 16, torch.Generator().manual_seed(8))
     if not torch.equal(x1, x2):
         fail("two calls with generators seeded alike gave different batches.",
-             "draw the starts with torch.randint(..., generator=generator), not from the global RNG.")
+             "draw the starts with torch.randint(..., generator=generator), not from the global "
+             "RNG.")
     if torch.equal(x1, x3):
         fail("generators seeded differently gave the same batch: the starts are not random.",
-             "draw the starts with torch.randint(len(data) - block_size, (batch_size,), generator=generator).")
+             "draw the starts with torch.randint(len(data) - block_size, (batch_size,), "
+             "generator=generator).")
     # Every start from 0 to len(data) - block_size - 1 must be possible (no off-by-one).
     data = torch.arange(10)
     x, _ = call(get_batch_fn, data, 4, 400, torch.Generator().manual_seed(0))
@@ -138,10 +154,12 @@ def check_get_batch(get_batch_fn) -> None:
              "torch.randint(len(data) - block_size, ...) (its upper bound is exclusive).")
     # The edge case of a single possible window: block_size = len(data) - 1.
     x, y = call(get_batch_fn, torch.arange(12), 11, 3, torch.Generator().manual_seed(2))
-    if not (torch.equal(x, torch.arange(11).expand(3, 11)) and torch.equal(y, torch.arange(1, 12).expand(3, 11))):
+    if not (torch.equal(x, torch.arange(11).expand(3, 11))
+            and torch.equal(y, torch.arange(1, 12).expand(3, 11))):
         fail("with len(data) = block_size + 1 there is exactly one window, data[:-1] -> data[1:]; "
              "your batch differs.", "draw starts with torch.randint(len(data) - block_size, ...).")
-    same = torch.equal(call(get_batch_fn, torch.arange(300), 8, 4, torch.Generator().manual_seed(5))[0],
+    same = torch.equal(call(get_batch_fn, torch.arange(300), 8, 4,
+                            torch.Generator().manual_seed(5))[0],
                        get_batch(torch.arange(300), 8, 4, torch.Generator().manual_seed(5))[0])
     passed("windows, targets shifted by one, reproducible with a seeded generator"
            + (" (and identical to course_lib.data.get_batch)." if same else "."))
@@ -155,21 +173,26 @@ def _entropy_bits(text: str) -> float:
 
 def check_unigram_entropy_bits(fn) -> None:
     """``fn(text) -> float``: the entropy in bits of the distribution of characters of ``text``."""
-    cases = [("aaaa", 0.0), ("ab", 1.0), ("abcd" * 3, 2.0), ("aab", None), ("hello, world!\n" * 2, None),
+    cases = [("aaaa", 0.0), ("ab", 1.0), ("abcd" * 3, 2.0), ("aab", None),
+             ("hello, world!\n" * 2, None),
              ("First Citizen:\nBefore we proceed any further, hear me speak.", None)]
     for text, known in cases:
         expected = _entropy_bits(text) if known is None else known
         got = as_number(call(fn, text), f"unigram entropy of {text[:20]!r}", "return a float")
         if expected > 0 and math.isclose(got, expected * math.log(2), rel_tol=1e-4):
-            fail(f"the entropy of {text[:20]!r} came out in nats ({got:.4f}), not bits ({expected:.4f}).",
+            fail(f"the entropy of {text[:20]!r} came out in nats ({got:.4f}), not bits "
+                 f"({expected:.4f}).",
                  "use math.log2 (or divide the natural-log result by math.log(2)).")
         if expected > 0 and math.isclose(got, -expected, rel_tol=1e-4):
             fail(f"the entropy of {text[:20]!r} is negative ({got:.4f}).",
-                 "H = -sum p log2 p: log2 p is negative for p < 1, so the minus sign makes H positive.")
+                 "H = -sum p log2 p: log2 p is negative for p < 1, so the minus sign makes H "
+                 "positive.")
         expect_close(got, expected, f"unigram entropy of {text[:20]!r}",
-                     "p(c) = count(c) / len(text) for each distinct character c, then H = -sum p(c) log2 p(c).",
+                     "p(c) = count(c) / len(text) for each distinct character c, then H = -sum "
+                     "p(c) log2 p(c).",
                      atol=1e-6)
-    passed("your entropies (in bits) match: 0 for one repeated character, 1 for two equally likely ones.")
+    passed("your entropies (in bits) match: 0 for one repeated character, 1 for two equally likely "
+           "ones.")
 
 
 __all__ = ["check_encode_decode", "check_get_batch", "check_unigram_entropy_bits", "ExerciseError"]

@@ -15,7 +15,8 @@ from . import as_bool, as_number, call, call_with_hints, expect_close, expect_te
 
 
 def _close(a, b, atol: float = 1e-5) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4)
+    return (isinstance(a, torch.Tensor) and a.shape == b.shape
+            and torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4))
 
 
 # --- v2: the matmul version -------------------------------------------------------------------
@@ -33,13 +34,14 @@ def check_average_past_matmul(fn) -> None:
         out = call(fn, x.clone())
         what = f"average_past_matmul on x of shape {shape}"
         expect_tensor(out, expected.shape, what, "return wei @ x.",
-                      "the (T, T) weights go on the LEFT: wei @ x multiplies (T, T) @ (B, T, C) -> (B, T, C). "
-                      "x @ wei would mix channels, not time steps.")
+                      "the (T, T) weights go on the LEFT: wei @ x multiplies (T, T) @ (B, T, C) -> "
+                      "(B, T, C). x @ wei would mix channels, not time steps.")
         T = shape[1]
         ones = torch.tril(torch.ones(T, T))
         if T > 1 and _close(out, ones @ x):
             fail(f"{what}: you return running SUMS, not running means.",
-                 "normalise each row of the tril so it sums to 1: wei = wei / wei.sum(dim=1, keepdim=True).")
+                 "normalise each row of the tril so it sums to 1: wei = wei / wei.sum(dim=1, "
+                 "keepdim=True).")
         upper = torch.triu(torch.ones(T, T))
         if T > 1 and _close(out, (upper / upper.sum(dim=1, keepdim=True)) @ x):
             fail(f"{what}: each position averages itself and the positions AFTER it (the future).",
@@ -48,18 +50,20 @@ def check_average_past_matmul(fn) -> None:
             fail(f"{what}: every position gets the mean of the WHOLE sequence.",
                  "mask the future with torch.tril before normalising the rows.")
         expect_close(out, expected, what,
-                     "out[b, t] must equal x[b, :t+1].mean(dim=0); print your weight matrix for T = 3.")
+                     "out[b, t] must equal x[b, :t+1].mean(dim=0); print your weight matrix for T "
+                     "= 3.")
     # float64: the weights must follow the input's dtype (and device)
     x = torch.randn(2, 6, 3, dtype=torch.float64, generator=generator)
     dtype_hint = ("create the weights with the input's dtype and device, e.g. "
                   "torch.tril(torch.ones(T, T, dtype=x.dtype, device=x.device)).")
-    out = call_with_hints(fn, {"dtype": dtype_hint, "Double": dtype_hint, "Float": dtype_hint}, x.clone(),
-                          context="On a float64 x, ")
+    out = call_with_hints(fn, {"dtype": dtype_hint, "Double": dtype_hint, "Float": dtype_hint},
+                          x.clone(), context="On a float64 x, ")
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
-        fail(f"average_past_matmul on a float64 x returned {getattr(out, 'dtype', type(out).__name__)}, "
-             "expected float64.", dtype_hint)
+        fail("average_past_matmul on a float64 x returned "
+             f"{getattr(out, 'dtype', type(out).__name__)}, expected float64.", dtype_hint)
     expect_close(out, average_past_loops(x), "average_past_matmul on a float64 x", dtype_hint)
-    passed(f"average_past_matmul agrees with the loop version on {len(shapes)} shapes, in float32 and float64.")
+    passed(f"average_past_matmul agrees with the loop version on {len(shapes)} shapes, in float32 "
+           "and float64.")
 
 
 # --- v3: masking ---------------------------------------------------------------------------------
@@ -78,7 +82,8 @@ def check_causal_softmax(fn) -> None:
         out = call(fn, scores.clone())
         what = f"causal_softmax on scores of shape {shape}"
         expect_tensor(out, expected.shape, what, "return the softmax weights.",
-                      "masked_fill and softmax keep the shape; slice the tril to [:T, :T] if you made a bigger one.",
+                      "masked_fill and softmax keep the shape; slice the tril to [:T, :T] if you "
+                      "made a bigger one.",
                       allow_nan=True)  # NaN has its own hint below
         if torch.isnan(out).any():
             fail(f"{what}: the weights contain NaN.",
@@ -86,24 +91,28 @@ def check_causal_softmax(fn) -> None:
                  "Mask where tril == 0, i.e. only s > t.")
         if T > 1 and _close(out, F.softmax(scores.masked_fill(~mask, 0.0), dim=-1)):
             fail(f"{what}: the future still gets weight: you filled it with 0, not -inf.",
-                 "a score of 0 is not 'forbidden': softmax turns it into exp(0) = 1 before normalising. "
-                 "Use float('-inf'), so that exp(-inf) = 0.")
+                 "a score of 0 is not 'forbidden': softmax turns it into exp(0) = 1 before "
+                 "normalising. Use float('-inf'), so that exp(-inf) = 0.")
         if T > 1 and _close(out, F.softmax(scores, dim=-1)):
             fail(f"{what}: no masking happened; the weights are a plain softmax of the scores.",
-                 "scores.masked_fill(tril == 0, float('-inf')) returns a NEW tensor: use its result.")
+                 "scores.masked_fill(tril == 0, float('-inf')) returns a NEW tensor: use its "
+                 "result.")
         if T > 1 and _close(out, F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-2)):
-            fail(f"{what}: the softmax runs along the wrong dimension (columns sum to 1, not rows).",
-                 "use F.softmax(scores, dim=-1): row t (one query) is a distribution over the positions s.")
+            fail(f"{what}: the softmax runs along the wrong dimension (columns sum to 1, not "
+                 "rows).",
+                 "use F.softmax(scores, dim=-1): row t (one query) is a distribution over the "
+                 "positions s.")
         future = out.masked_select(~mask.expand(out.shape)) if T > 1 else torch.zeros(0)
         if future.numel() and future.abs().max() > 1e-6:
             fail(f"{what}: some weight falls on the future (above the diagonal).",
                  "mask where tril == 0 (s > t), not where it is 1.")
         expect_close(out, expected, what,
                      "weights = F.softmax(scores.masked_fill(tril == 0, float('-inf')), dim=-1).")
-    passed(f"causal_softmax matches masked softmax on {len(shapes)} shapes, including (B, nh, T, T).")
+    passed(f"causal_softmax matches masked softmax on {len(shapes)} shapes, including (B, nh, T, "
+           "T).")
 
 
-# --- measuring the variance of the scores ----------------------------------------------------------
+# --- measuring the variance of the scores ---------------------------------------------------------
 
 
 def check_score_variance(fn, head_sizes=(8, 32, 128), tolerance: float = 0.15) -> None:
@@ -116,7 +125,8 @@ def check_score_variance(fn, head_sizes=(8, 32, 128), tolerance: float = 0.15) -
         for hs in head_sizes:
             number_hint = "return the variance as a number, e.g. scores.var().item()."
             raw = as_number(call(fn, hs, False), f"score_variance({hs}, scaled=False)", number_hint)
-            scaled = as_number(call(fn, hs, True), f"score_variance({hs}, scaled=True)", number_hint)
+            scaled = as_number(call(fn, hs, True), f"score_variance({hs}, scaled=True)",
+                               number_hint)
             results.append((hs, raw, scaled))
             unscaled_what = f"score_variance({hs}, scaled=False)"
             if not math.isclose(raw, hs, rel_tol=tolerance):
@@ -124,26 +134,30 @@ def check_score_variance(fn, head_sizes=(8, 32, 128), tolerance: float = 0.15) -
                     fail(f"{unscaled_what} = {raw:.4g}, about sqrt({hs}) = {math.sqrt(hs):.4g}: "
                          "that is the standard deviation.", "use .var(), not .std().")
                 if math.isclose(raw, 1.0, rel_tol=tolerance):
-                    fail(f"{unscaled_what} = {raw:.4g}, about 1: the unscaled scores should have variance "
-                         f"about the head size ({hs}).", "only multiply by head_size**-0.5 when scaled is True.")
+                    fail(f"{unscaled_what} = {raw:.4g}, about 1: the unscaled scores should have "
+                         f"variance about the head size ({hs}).",
+                         "only multiply by head_size**-0.5 when scaled is True.")
                 fail(f"{unscaled_what} = {raw:.4g}, expected about {hs} (within {tolerance:.0%}).",
-                     "draw q and k with torch.randn(B, T, head_size) (e.g. B = 8, T = 64, so the estimate is "
-                     "precise), form q @ k.transpose(-2, -1) and return its .var().")
+                     "draw q and k with torch.randn(B, T, head_size) (e.g. B = 8, T = 64, so the "
+                     "estimate is precise), form q @ k.transpose(-2, -1) and return its .var().")
             scaled_what = f"score_variance({hs}, scaled=True)"
             if not math.isclose(scaled, 1.0, rel_tol=tolerance):
                 if math.isclose(scaled, 1.0 / hs, rel_tol=tolerance):
-                    fail(f"{scaled_what} = {scaled:.4g}, about 1/{hs}: you divided the scores by the head size.",
-                         "divide by its SQUARE ROOT: dividing a score by a divides its variance by a**2.")
+                    fail(f"{scaled_what} = {scaled:.4g}, about 1/{hs}: you divided the scores by "
+                         "the head size.",
+                         "divide by its SQUARE ROOT: dividing a score by a divides its variance by "
+                         "a**2.")
                 if math.isclose(scaled, hs, rel_tol=tolerance):
                     fail(f"{scaled_what} = {scaled:.4g}, about {hs}: the scaling is missing.",
                          "multiply the scores by head_size**-0.5 when scaled is True.")
                 fail(f"{scaled_what} = {scaled:.4g}, expected about 1 (within {tolerance:.0%}).",
-                     "scale the scores (not q and k separately by 1/sqrt(hs) each, which divides by hs).")
+                     "scale the scores (not q and k separately by 1/sqrt(hs) each, which divides "
+                     "by hs).")
     table = ", ".join(f"hs={hs}: {raw:.4g} -> {scaled:.3f}" for hs, raw, scaled in results)
     passed(f"var(q k^T) is about the head size, and about 1 after scaling ({table}).")
 
 
-# --- rows sum to 1, nothing on the future ------------------------------------------------------------
+# --- rows sum to 1, nothing on the future ---------------------------------------------------------
 
 
 def _valid_cases(generator):
@@ -152,14 +166,20 @@ def _valid_cases(generator):
     avg = avg / avg.sum(dim=1, keepdim=True)
     scores = 2 * torch.randn(4, T, T, generator=generator)
     soft = F.softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
-    heads = F.softmax((2 * torch.randn(2, 3, 6, 6, generator=generator)).masked_fill(~causal_mask(6), float("-inf")), -1)
-    return [  # the cases that catch a specific mistake come first, so that its hint is the one shown
+    heads = F.softmax(
+        (2 * torch.randn(2, 3, 6, 6, generator=generator)).masked_fill(
+            ~causal_mask(6), float("-inf")
+        ),
+        -1,
+    )
+    # the cases that catch a specific mistake come first, so that its hint is the one shown
+    return [
         ("the identity (each token attends only to itself)", torch.eye(5),
-         "the diagonal is allowed (a token may attend to itself): only entries with s > t are the future, "
-         "e.g. torch.triu(w, diagonal=1)."),
+         "the diagonal is allowed (a token may attend to itself): only entries with s > t are the "
+         "future, e.g. torch.triu(w, diagonal=1)."),
         ("weights whose rows sum to 1 + 1e-6 (float rounding)", avg * (1 + 1e-6),
-         "floating-point sums are rarely exactly 1: compare with a tolerance, e.g. torch.allclose(rows, "
-         "torch.ones_like(rows), atol=1e-5)."),
+         "floating-point sums are rarely exactly 1: compare with a tolerance, e.g. "
+         "torch.allclose(rows, torch.ones_like(rows), atol=1e-5)."),
         ("the uniform average of the past (T = 8)", avg, None),
         ("a masked softmax of random scores, shape (4, 8, 8)", soft, None),
         ("multi-head weights, shape (2, 3, 6, 6)", heads, None),
@@ -184,7 +204,8 @@ def _invalid_cases(generator):
         ("rows summing to 1 but with a negative weight", negative,
          "weights are probabilities: check that every entry is >= 0 too."),
         ("a weight of 0.001 on the future", leak,
-         "even a small weight above the diagonal is a leak; allow only rounding errors (say 1e-6)."),
+         "even a small weight above the diagonal is a leak; allow only rounding errors (say "
+         "1e-6)."),
         ("weights at half strength (rows sum to 0.5)", 0.5 * _soft_like(T, generator),
          "check that every row sums to 1: w.sum(dim=-1)."),
     ]
@@ -195,7 +216,8 @@ def _soft_like(T, generator):
     return F.softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
 
 
-_BOOL_HINT = "return one True/False for the whole tensor, e.g. bool(a and b and c) or (a & b & c).item()."
+_BOOL_HINT = ("return one True/False for the whole tensor, e.g. bool(a and b and c) or (a & b & "
+              "c).item().")
 
 
 def check_is_causal_weights(fn) -> None:
@@ -206,7 +228,8 @@ def check_is_causal_weights(fn) -> None:
         answer = as_bool(call(fn, w.clone()), f"is_causal_weights for {name}", _BOOL_HINT)
         if not answer:
             fail(f"is_causal_weights said False for {name}, which is a valid causal weight matrix.",
-                 hint or "rows sum to 1 (up to rounding), nothing negative, nothing above the diagonal.")
+                 hint
+                 or "rows sum to 1 (up to rounding), nothing negative, nothing above the diagonal.")
     for name, w, hint in _invalid_cases(generator):
         answer = as_bool(call(fn, w.clone()), f"is_causal_weights for {name}", _BOOL_HINT)
         if answer:
@@ -214,7 +237,7 @@ def check_is_causal_weights(fn) -> None:
     passed("is_causal_weights accepts 5 valid weight matrices and rejects 5 invalid ones.")
 
 
-# --- spot the bug: softmax over the wrong axis --------------------------------------------------------
+# --- spot the bug: softmax over the wrong axis ----------------------------------------------------
 
 
 def _weights(q, k, scale, mask=True, dim=-1, fill=float("-inf")):
@@ -238,22 +261,25 @@ def check_attention_weights(fn) -> None:
         out = call(fn, q.clone(), k.clone())
         what = f"attention_weights on q, k of shape {(B, T, hs)}"
         expect_tensor(out, expected.shape, what, "return the (B, T, T) weights.",
-                      "the scores are q @ k.transpose(-2, -1): (B, T, hs) @ (B, hs, T) -> (B, T, T).",
+                      "the scores are q @ k.transpose(-2, -1): (B, T, hs) @ (B, hs, T) -> (B, T, "
+                      "T).",
                       allow_nan=True)  # NaN has its own hint below
         if torch.isnan(out).any():
             fail(f"{what}: the weights contain NaN.",
-                 "a row that is -inf everywhere gives NaN: mask only the future (tril == 0), never the diagonal.")
+                 "a row that is -inf everywhere gives NaN: mask only the future (tril == 0), never "
+                 "the diagonal.")
         scale = hs**-0.5
         if _close(out, _weights(q, k, scale, dim=-2)):
             rows = ", ".join(f"{r:.2f}" for r in out[0].sum(dim=-1).tolist())
-            fail(f"{what}: each COLUMN of your weights sums to 1, not each row (the rows of sequence 0 sum to "
-                 f"{rows}): the softmax normalises over the queries, dim=1, instead of over the keys.",
-                 "row t holds query t's weights over the keys s <= t and must sum to 1: softmax over the "
-                 "last axis, F.softmax(wei, dim=-1). With dim=1 (= dim=-2 on (B, T, T)) each key's column "
-                 "sums to 1 over the queries: key 0, which every query sees, shares its weight among all T "
-                 "queries, and query 0's row is just its share (about 1/T when the scores are alike). And "
-                 "that sum runs over later queries, so the future leaks into the weights of the past "
-                 "despite the mask.")
+            fail(f"{what}: each COLUMN of your weights sums to 1, not each row (the rows of "
+                 f"sequence 0 sum to {rows}): the softmax normalises over the queries, dim=1, "
+                 "instead of over the keys.",
+                 "row t holds query t's weights over the keys s <= t and must sum to 1: softmax "
+                 "over the last axis, F.softmax(wei, dim=-1). With dim=1 (= dim=-2 on (B, T, T)) "
+                 "each key's column sums to 1 over the queries: key 0, which every query sees, "
+                 "shares its weight among all T queries, and query 0's row is just its share "
+                 "(about 1/T when the scores are alike). And that sum runs over later queries, so "
+                 "the future leaks into the weights of the past despite the mask.")
         if _close(out, _weights(q, k, scale, mask=False)):
             fail(f"{what}: no masking: every position attends to the future.",
                  "set the scores of the future (s > t) to -inf before the softmax: "
@@ -262,11 +288,13 @@ def check_attention_weights(fn) -> None:
             fail(f"{what}: the future still gets weight: you filled it with 0, not -inf.",
                  "exp(0) = 1 is a weight like any other; only float('-inf') becomes exactly 0.")
         if _close(out, _weights(q, k, 1.0)):
-            fail(f"{what}: the scores are not scaled.", f"multiply q @ k^T by hs ** -0.5 = 1/sqrt({hs}).")
+            fail(f"{what}: the scores are not scaled.",
+                 f"multiply q @ k^T by hs ** -0.5 = 1/sqrt({hs}).")
         if _close(out, _weights(q, k, 1.0 / hs)):
-            fail(f"{what}: you divided the scores by hs, not by sqrt(hs).", "multiply by hs ** -0.5.")
+            fail(f"{what}: you divided the scores by hs, not by sqrt(hs).",
+                 "multiply by hs ** -0.5.")
         expect_close(out, expected, what,
-                     "wei = q @ k.transpose(-2, -1) * hs**-0.5, masked_fill(tril == 0, float('-inf')), "
-                     "then F.softmax(wei, dim=-1).")
+                     "wei = q @ k.transpose(-2, -1) * hs**-0.5, masked_fill(tril == 0, "
+                     "float('-inf')), then F.softmax(wei, dim=-1).")
     passed(f"every row of your weights sums to 1 over the keys, and they match "
            f"scaled_dot_product_attention on {len(cases)} shapes.")

@@ -14,15 +14,17 @@ _SMALL = [
     GPTConfig(vocab_size=65, block_size=32, n_layer=2, n_head=4, n_embd=32),
     GPTConfig(vocab_size=50, block_size=20, n_layer=3, n_head=2, n_embd=24, bias=True),
     GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=16, tie_weights=False),
-    GPTConfig(vocab_size=30, block_size=12, n_layer=2, n_head=2, n_embd=8, bias=True, tie_weights=False,
-              norm_position="post"),
+    GPTConfig(vocab_size=30, block_size=12, n_layer=2, n_head=2, n_embd=8, bias=True,
+              tie_weights=False, norm_position="post"),
     GPTConfig(vocab_size=7, block_size=5, n_layer=4, n_head=3, n_embd=12, norm_position="post"),
 ]
 _LARGE = [
-    GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True),  # GPT-2 small
+    # GPT-2 small
+    GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True),
     GPTConfig(vocab_size=50257, block_size=1024, n_layer=48, n_head=25, n_embd=1600, bias=True,
               tie_weights=False),
-    GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, bias=True),  # GPT-3
+    # GPT-3
+    GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, bias=True),
 ]
 
 
@@ -38,19 +40,27 @@ def _diagnose(diff: int, c: GPTConfig) -> str | None:
     b = 1 if c.bias else 0
     norm = C + b * C
     candidates = [
-        (V * C, "the LM head: V·C extra when tie_weights=False, nothing when it is tied to the token embedding"),
+        (V * C, "the LM head: V·C extra when tie_weights=False, nothing when it is tied to the "
+                "token embedding"),
         (T * C, "the position embedding: block_size · n_embd"),
-        (norm, "the final LayerNorm: it exists with norm_position='pre' only (post-LN blocks already end in one)"),
-        (2 * L * norm, "the two LayerNorms of every block: C gains each (+ C biases when bias=True)"),
-        (2 * L * norm + (norm if c.norm_position == "pre" else 0), "the LayerNorms (two per block, plus the final one)"),
-        (L * b * 9 * C, "the biases of the Linear layers: 3C + C in attention, 4C + C in the MLP, per block"),
-        (L * b * 11 * C, "the biases: Linear layers 9C per block, LayerNorms C each (only when bias=True)"),
-        (L * 4 * C * C, "the attention projections: q, k, v (3C²) plus the output projection (C²) per block"),
+        (norm, "the final LayerNorm: it exists with norm_position='pre' only (post-LN blocks "
+               "already end in one)"),
+        (2 * L * norm,
+         "the two LayerNorms of every block: C gains each (+ C biases when bias=True)"),
+        (2 * L * norm + (norm if c.norm_position == "pre" else 0),
+         "the LayerNorms (two per block, plus the final one)"),
+        (L * b * 9 * C,
+         "the biases of the Linear layers: 3C + C in attention, 4C + C in the MLP, per block"),
+        (L * b * 11 * C,
+         "the biases: Linear layers 9C per block, LayerNorms C each (only when bias=True)"),
+        (L * 4 * C * C,
+         "the attention projections: q, k, v (3C²) plus the output projection (C²) per block"),
         (L * 8 * C * C, "the MLP: C x 4C and 4C x C, so 8C² per block"),
     ]
     for amount, what in candidates:
         if amount and abs(diff) == amount:
-            return f"your count is {'too high' if diff > 0 else 'too low'} by exactly {amount:,}: check {what}."
+            return (f"your count is {'too high' if diff > 0 else 'too low'} by exactly {amount:,}: "
+                    f"check {what}.")
     return None
 
 
@@ -68,7 +78,8 @@ def check_count_parameters(fn) -> None:
             hint = _diagnose(got - expected, c) or (
                 "per block: attention 4C² (+ 4C biases), MLP 8C² (+ 5C biases), two LayerNorms; "
                 "embeddings V·C + T·C; a final LayerNorm with pre-LN; the LM head V·C unless tied.")
-            fail(f"for {_describe(c)} you counted {got:,}, but the model has {expected:,} parameters.", hint)
+            fail(f"for {_describe(c)} you counted {got:,}, but the model has {expected:,} "
+                 "parameters.", hint)
     passed("your count equals sum(p.numel()) on small models and course_lib's formula up to GPT-3 "
            f"({count_parameters(_LARGE[-1]):,}).")
 
@@ -105,13 +116,15 @@ def check_best_config(fn) -> None:
         if best is None:
             if got is not None:
                 fail(f"with a budget of {budget:,} no config fits (the smallest has "
-                     f"{count_parameters(budget_config(1, 64)):,} parameters), but you returned {got!r}.",
+                     f"{count_parameters(budget_config(1, 64)):,} parameters), but you returned "
+                     f"{got!r}.",
                      "return None when nothing fits the budget.")
             continue
         if got is None:
-            fail(f"with a budget of {budget:,} your function returned None, but a config with {best:,} "
-                 "parameters fits.",
-                 "return None only when nothing fits; otherwise did you forget the `return` statement?")
+            fail(f"with a budget of {budget:,} your function returned None, but a config with "
+                 f"{best:,} parameters fits.",
+                 "return None only when nothing fits; otherwise did you forget the `return` "
+                 "statement?")
         if not isinstance(got, GPTConfig):
             fail(f"with a budget of {budget:,} expected a GPTConfig, got {describe(got)}.",
                  "return the winning config, e.g. budget_config(n_layer, n_embd).")
@@ -119,9 +132,11 @@ def check_best_config(fn) -> None:
                 or got.n_layer not in BUDGET_LAYERS or got.n_embd not in BUDGET_WIDTHS \
                 or got.n_embd != got.n_head * BUDGET_HEAD_SIZE or got.bias or not got.tie_weights \
                 or got.norm_position != "pre":
-            fail(f"with a budget of {budget:,} you returned {_describe(got)}, which is outside the search space.",
-                 "only n_layer (1..16) and n_embd (64, 128, ..., 1024, with n_head = n_embd // 64) vary; "
-                 "build candidates with course_lib.exercises.ch06.budget_config(n_layer, n_embd).")
+            fail(f"with a budget of {budget:,} you returned {_describe(got)}, which is outside the "
+                 "search space.",
+                 "only n_layer (1..16) and n_embd (64, 128, ..., 1024, with n_head = n_embd // 64) "
+                 "vary; build candidates with course_lib.exercises.ch06.budget_config(n_layer, "
+                 "n_embd).")
         n = count_parameters(got)
         if n > budget:
             fail(f"with a budget of {budget:,} your config has {n:,} parameters: over the budget.",
@@ -129,9 +144,10 @@ def check_best_config(fn) -> None:
         if n < best:
             hint = ("the budget can be met exactly: keep counts <= budget, not < budget."
                     if best == budget else
-                    "try every (n_layer, n_embd) pair: the largest model under a budget is not always the "
-                    "deepest or the widest one.")
-            fail(f"with a budget of {budget:,} your config has {n:,} parameters, but one with {best:,} fits.", hint)
+                    "try every (n_layer, n_embd) pair: the largest model under a budget is not "
+                    "always the deepest or the widest one.")
+            fail(f"with a budget of {budget:,} your config has {n:,} parameters, but one with "
+                 f"{best:,} fits.", hint)
     passed("you found the largest model under every budget (and None when nothing fits).")
 
 
@@ -159,12 +175,13 @@ def check_gpt_logits(fn) -> None:
             expected = model(idx)[0]
             if isinstance(got, torch.Tensor) and got.shape == expected.shape:
                 expect_tensor(got, expected.shape, "your logits", dtype=expected.dtype,
-                              dtype_hint="the LM head returns float32 logits: return them as they are.")
+                              dtype_hint="the LM head returns float32 logits: return them as they "
+                                         "are.")
             if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
                     got, _logits_without_ln_f(model, idx), atol=1e-5):
                 fail("your logits equal those of a model without its final LayerNorm.",
-                     "`self.ln_f` is created in __init__ but never applied: normalise x after the last "
-                     "block, before the LM head.")
+                     "`self.ln_f` is created in __init__ but never applied: normalise x after the "
+                     "last block, before the LM head.")
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             fail(f"expected logits of shape {tuple(expected.shape)}, got "
                  f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.",

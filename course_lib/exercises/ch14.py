@@ -36,7 +36,8 @@ def _rms_norm(x, weight, eps):  # torch.nn.functional.rms_norm exists from torch
 
 
 def _close(a, b, atol=1e-5) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
+    return (isinstance(a, torch.Tensor) and a.shape == b.shape
+            and torch.allclose(a.double(), b.double(), atol=atol))
 
 
 def check_rope(fn, quiet: bool = False) -> None:
@@ -49,8 +50,10 @@ def check_rope(fn, quiet: bool = False) -> None:
         positions = torch.arange(T) + 3 * i  # not always from 0
         got = call(fn, x.clone(), positions.clone(), theta)
         expected = _rope(x, positions, theta)
-        what = f"rope(x of shape {tuple(shape)}, positions {positions.tolist()[:3]}..., theta={theta})"
-        expect_tensor(got, expected.shape, what, "return a tensor of x's shape: a rotation keeps every channel.")
+        what = (f"rope(x of shape {tuple(shape)}, positions {positions.tolist()[:3]}..., "
+                f"theta={theta})")
+        expect_tensor(got, expected.shape, what,
+                      "return a tensor of x's shape: a rotation keeps every channel.")
         if _close(got, expected):
             continue
         if _close(got, _rope_interleaved(x, positions, theta)):
@@ -59,31 +62,41 @@ def check_rope(fn, quiet: bool = False) -> None:
                  "a = x[..., :hs//2], b = x[..., hs//2:].")
         if _close(got, _rope(x, -positions, theta)):
             fail(f"{what}: every pair turns the wrong way (by minus the angle).",
-                 "(a, b) -> (a cos - b sin, a sin + b cos): the minus sign belongs to the first coordinate.")
+                 "(a, b) -> (a cos - b sin, a sin + b cos): the minus sign belongs to the first "
+                 "coordinate.")
         if _close(got, _rope(x, positions, theta**0.5)):
-            fail(f"{what}: the frequencies are off: pair j should turn by theta**(-2j/hs) per position.",
-                 "the exponent is 2j/hs for j = 0 .. hs/2 - 1 (torch.arange(0, hs, 2) / hs), not j/hs.")
+            fail(f"{what}: the frequencies are off: pair j should turn by theta**(-2j/hs) per "
+                 "position.",
+                 "the exponent is 2j/hs for j = 0 .. hs/2 - 1 (torch.arange(0, hs, 2) / hs), not "
+                 "j/hs.")
         if _close(got, _rope(x, torch.arange(T), theta)):
             fail(f"{what}: the positions start at 0 whatever `positions` says.",
-                 "use the positions you are given: with a KV cache the new tokens do not start at 0.")
+                 "use the positions you are given: with a KV cache the new tokens do not start at "
+                 "0.")
         fail(f"{what}: the values differ from RoPE's.",
-             "angles = positions[:, None] * theta ** (-torch.arange(0, hs, 2) / hs); rotate (a, b) by them.")
+             "angles = positions[:, None] * theta ** (-torch.arange(0, hs, 2) / hs); rotate (a, b) "
+             "by them.")
     if not quiet:
-        passed("your RoPE rotates every pair like course_lib.rope.apply_rope, for 3 shapes and two bases.")
+        passed("your RoPE rotates every pair like course_lib.rope.apply_rope, for 3 shapes and two "
+               "bases.")
 
 
 def check_rms_norm(fn) -> None:
     """``fn(x, weight, eps)``: x (..., C) divided by the root mean square of its C channels
     (sqrt(mean(x^2) + eps)), times the gain ``weight`` (C,)."""
     for i, (shape, eps) in enumerate([((4, 6), 1e-5), ((2, 3, 16), 1e-6), ((3, 8), 0.5)]):
-        x = torch.randn(*shape, generator=_gen(50 + i)) * 2 + 0.7  # a mean away from 0 tells RMS from LayerNorm
+        # a mean away from 0 tells RMS from LayerNorm
+        x = torch.randn(*shape, generator=_gen(50 + i)) * 2 + 0.7
         weight = torch.randn(shape[-1], generator=_gen(60 + i))
-        got = call_with_hints(fn, {"must match the size": "the mean over the last dimension has shape (...,) and "
+        got = call_with_hints(fn, {"must match the size": "the mean over the last dimension has "
+                                                          "shape (...,) and "
                                    "does not broadcast against x (..., C): keep the dimension, "
-                                   "x.pow(2).mean(dim=-1, keepdim=True)."}, x.clone(), weight.clone(), eps)
+                                   "x.pow(2).mean(dim=-1, keepdim=True)."}, x.clone(),
+                              weight.clone(), eps)
         expected = _rms_norm(x, weight, eps)
         what = f"rms_norm(x of shape {tuple(shape)}, weight, eps={eps})"
-        expect_tensor(got, expected.shape, what, "normalise over the last dimension and keep x's shape.")
+        expect_tensor(got, expected.shape, what,
+                      "normalise over the last dimension and keep x's shape.")
         if _close(got, expected):
             continue
         if _close(got, F.layer_norm(x, (shape[-1],), weight, None, eps)):
@@ -100,33 +113,39 @@ def check_rms_norm(fn) -> None:
             fail(f"{what}: you divide by the standard deviation (around the mean).",
                  "the root mean square is sqrt(mean(x**2)), about 0, not about the mean.")
         fail(f"{what}: the values differ from RMSNorm's.",
-             "mean of the squares over the last dim (keepdim=True), plus eps, square root, divide, times weight.")
-    passed("your RMSNorm equals x * rsqrt(mean(x**2) + eps) * weight, as course_lib.norms.RMSNorm and "
-           "torch.nn.RMSNorm compute it, for 3 shapes and eps values.")
+             "mean of the squares over the last dim (keepdim=True), plus eps, square root, divide, "
+             "times weight.")
+    passed("your RMSNorm equals x * rsqrt(mean(x**2) + eps) * weight, as course_lib.norms.RMSNorm "
+           "and torch.nn.RMSNorm compute it, for 3 shapes and eps values.")
 
 
 def check_repeat_kv(fn) -> None:
     """``fn(kv, n_rep)``: (B, n_kv, T, hs) -> (B, n_kv * n_rep, T, hs), query heads
     j * n_rep .. (j + 1) * n_rep - 1 reading key/value head j."""
-    for i, (shape, n_rep) in enumerate([((2, 2, 5, 4), 3), ((1, 4, 3, 8), 2), ((2, 1, 6, 4), 4), ((1, 3, 2, 2), 1)]):
+    for i, (shape, n_rep) in enumerate([((2, 2, 5, 4), 3), ((1, 4, 3, 8), 2), ((2, 1, 6, 4), 4),
+                                        ((1, 3, 2, 2), 1)]):
         kv = torch.randn(*shape, generator=_gen(70 + i))
         got = call(fn, kv.clone(), n_rep)
         expected = repeat_kv(kv, n_rep)
         what = f"repeat_kv(kv of shape {tuple(shape)}, n_rep={n_rep})"
-        expect_tensor(got, expected.shape, what, f"return shape (B, n_kv * n_rep, T, hs) = {tuple(expected.shape)}.")
+        expect_tensor(got, expected.shape, what,
+                      f"return shape (B, n_kv * n_rep, T, hs) = {tuple(expected.shape)}.")
         if torch.equal(got, expected):
             continue
         if torch.equal(got, kv.repeat(1, n_rep, 1, 1)):
             fail(f"{what}: the heads come out in the order 0, 1, ..., 0, 1, ... (tiled).",
                  "each key/value head serves n_rep neighbouring query heads: 0, 0, 1, 1, ...; "
                  "use kv.repeat_interleave(n_rep, dim=1).")
-        fail(f"{what}: the heads are not those of kv.", "repeat each head n_rep times along dim 1, in order.")
-    passed("your repeat_kv gives each group of query heads its key/value head, in the library's order.")
+        fail(f"{what}: the heads are not those of kv.",
+             "repeat each head n_rep times along dim 1, in order.")
+    passed("your repeat_kv gives each group of query heads its key/value head, in the library's "
+           "order.")
 
 
 def _attend_reference(q, k, v, positions, theta):
     cos, sin = rope_cos_sin(positions, q.shape[-1], theta)
-    return F.scaled_dot_product_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, is_causal=True)
+    return F.scaled_dot_product_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v,
+                                          is_causal=True)
 
 
 def _call_attend(fn, *args):
@@ -145,15 +164,18 @@ def _call_attend(fn, *args):
             tb = tb.tb_next
         where = tb.tb_frame.f_code
         if where is not getattr(fn, "__code__", None):
-            fail(f"Not done yet: attend() calls {where.co_name}(), which still raises NotImplementedError.",
-                 f"finish {where.co_name}() first (exercise 1, checked by ch14.check_rope), run its cell, "
-                 "then run this check again.")
+            fail(f"Not done yet: attend() calls {where.co_name}(), which still raises "
+                 "NotImplementedError.",
+                 f"finish {where.co_name}() first (exercise 1, checked by ch14.check_rope), run "
+                 "its cell, then run this check again.")
     fail("Not done yet: attend() still raises NotImplementedError.",
-         "replace `raise NotImplementedError()` with your code, run that cell, then run this check again.")
+         "replace `raise NotImplementedError()` with your code, run that cell, then run this check "
+         "again.")
 
 
 def _students_rope_is_wrong(fn) -> str | None:
-    """The problem check_rope finds with the ``rope`` that ``fn`` reads from its notebook, or None."""
+    """The problem check_rope finds with the ``rope`` that ``fn`` reads from its notebook, or
+    None."""
     rope = getattr(fn, "__globals__", {}).get("rope")
     if not callable(rope):
         return None
@@ -167,7 +189,8 @@ def _students_rope_is_wrong(fn) -> str | None:
 def check_rope_attention(fn) -> None:
     """Spot the bug. ``fn(q, k, v, positions, theta)``: causal attention of (B, nh, T, hs) queries,
     keys and values with RoPE at ``positions`` (T,); returns (B, nh, T, hs). A correct version
-    depends on relative positions only: shifting every position by the same amount changes nothing."""
+    depends on relative positions only: shifting every position by the same amount changes
+    nothing."""
     B, nh, T, hs = 2, 3, 6, 8
     q, k, v = (torch.randn(B, nh, T, hs, generator=_gen(80 + i)) for i in range(3))
     for shift, theta in [(0, 10000.0), (5, 10000.0), (2, 100.0)]:
@@ -182,14 +205,18 @@ def check_rope_attention(fn) -> None:
         if _close(got, _attend_reference(q, k, rotated_v, positions, theta)):
             fail(f"{what}: the values are rotated too, so the output depends on absolute positions "
                  "(shift every position by the same amount and it changes).",
-                 "RoPE rotates queries and keys only, so that their scores see m - n; values carry content.")
+                 "RoPE rotates queries and keys only, so that their scores see m - n; values carry "
+                 "content.")
         rope_problem = _students_rope_is_wrong(fn)
         if rope_problem:
-            fail(f"{what}: the output differs, and so does your rope() of exercise 1: {rope_problem}",
+            fail(f"{what}: the output differs, and so does your rope() of exercise 1: "
+                 f"{rope_problem}",
                  "make ch14.check_rope(rope) pass first; attend() uses it.")
         fail(f"{what}: the output differs from causal attention with RoPE on q and k.",
-             "rotate q and k with the same positions, leave v alone, then softmax(q k^T / sqrt(hs)) v, causally.")
-    passed("only queries and keys are rotated: the output is the same whatever the positions start from.")
+             "rotate q and k with the same positions, leave v alone, then softmax(q k^T / "
+             "sqrt(hs)) v, causally.")
+    passed("only queries and keys are rotated: the output is the same whatever the positions start "
+           "from.")
 
 
 def check_window_mask(fn) -> None:
@@ -200,32 +227,40 @@ def check_window_mask(fn) -> None:
         got = call(fn, T, window)
         expected = sliding_window_mask(T, T, window)
         what = f"window_mask(T={T}, window={window})"
-        expect_tensor(got, expected.shape, what, "return a (T, T) tensor: one row per query, one column per key.")
+        expect_tensor(got, expected.shape, what,
+                      "return a (T, T) tensor: one row per query, one column per key.")
         if got.dtype != torch.bool:
-            fail(f"{what}: the mask has dtype {got.dtype}.", "return booleans (True: may attend), e.g. a comparison.")
+            fail(f"{what}: the mask has dtype {got.dtype}.",
+                 "return booleans (True: may attend), e.g. a comparison.")
         if torch.equal(got, expected):
             continue
         t, s = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
         if torch.equal(got, (s <= t) & (t - s <= window)):
             fail(f"{what}: each query sees window + 1 positions.",
-                 "a window of W holds the query itself and the W - 1 positions before it: t - s < window.")
+                 "a window of W holds the query itself and the W - 1 positions before it: t - s < "
+                 "window.")
         if torch.equal(got, (s <= t) & (t - s < window - 1)):
             fail(f"{what}: each query sees window - 1 positions.",
-                 "the window counts the query itself: t - s runs from 0 to window - 1, so t - s < window.")
+                 "the window counts the query itself: t - s runs from 0 to window - 1, so t - s < "
+                 "window.")
         if torch.equal(got, (t - s).abs() < window):
-            fail(f"{what}: queries see keys after them.", "a decoder never looks ahead: also require s <= t.")
+            fail(f"{what}: queries see keys after them.",
+                 "a decoder never looks ahead: also require s <= t.")
         if torch.equal(got, expected.T):
             fail(f"{what}: the mask is transposed.", "rows are queries (t), columns are keys (s).")
         if torch.equal(got, ~expected):
             fail(f"{what}: your mask is inverted: True where a key is blocked.",
-                 "here True means MAY attend, as in F.scaled_dot_product_attention's boolean attn_mask (the "
-                 "opposite of nn.MultiheadAttention's boolean attn_mask, where True blocks): return "
-                 "(s <= t) & (t - s < window) without the ~.")
+                 "here True means MAY attend, as in F.scaled_dot_product_attention's boolean "
+                 "attn_mask (the opposite of nn.MultiheadAttention's boolean attn_mask, where True "
+                 "blocks): return (s <= t) & (t - s < window) without the ~.")
         if torch.equal(got, s <= t):
-            fail(f"{what}: that is the causal mask alone: each query sees every key before it, not only the "
-                 f"last {window}.", "add the window to the causal condition: (s <= t) & (t - s < window).")
-        fail(f"{what}: the mask differs from the sliding window's.", "True exactly where 0 <= t - s < window.")
+            fail(f"{what}: that is the causal mask alone: each query sees every key before it, not "
+                 f"only the last {window}.",
+                 "add the window to the causal condition: (s <= t) & (t - s < window).")
+        fail(f"{what}: the mask differs from the sliding window's.",
+             "True exactly where 0 <= t - s < window.")
     passed("your mask equals course_lib.attention.sliding_window_mask for 5 lengths and windows.")
 
 
-__all__ = ["check_rope", "check_rms_norm", "check_repeat_kv", "check_rope_attention", "check_window_mask"]
+__all__ = ["check_rope", "check_rms_norm", "check_repeat_kv", "check_rope_attention",
+           "check_window_mask"]

@@ -40,20 +40,26 @@ def check_previous_token_score(fn) -> None:
     for B, nh, T, seed in ((3, 4, 10, 0), (2, 2, 7, 1)):
         patterns = _patterns(B, nh, T, seed)
         got = call(fn, patterns.clone())
-        expect_tensor(got, (nh,), "scores", "one score per head: average over rows and sum over (query, key)")
+        expect_tensor(got, (nh,), "scores",
+                      "one score per head: average over rows and sum over (query, key)")
         expected = head_scores(patterns[:, None], previous_token_pattern(torch.zeros(B, T)))[0]
-        for offset, what in ((0, "the current token (the main diagonal)"), (-2, "the token two back"),
-                             (1, "the next token, above the diagonal, where a causal pattern is 0")):
+        for offset, what in ((0, "the current token (the main diagonal)"),
+                             (-2, "the token two back"), (1, "the next token, above the diagonal, "
+                                                             "where a causal pattern is 0")):
             if torch.allclose(got.double(), _stripe(patterns, offset).double(), atol=1e-6):
                 fail(f"your scores measure attention to {what}: off by one position.",
                      "query t, key t - 1: patterns.diagonal(offset=-1, dim1=-2, dim2=-1)")
-        if torch.allclose(got.double(), patterns.diagonal(-1, -2, -1).mean((0, -1)).double(), atol=1e-6):
-            fail("your scores average the diagonal over its T - 1 entries; TransformerLens divides the "
-                 "attention on it by all the attention of the row, T (query 0 has no previous token).",
+        if torch.allclose(got.double(), patterns.diagonal(-1, -2, -1).mean((0, -1)).double(),
+                          atol=1e-6):
+            fail("your scores average the diagonal over its T - 1 entries; TransformerLens divides "
+                 "the attention on it by all the attention of the row, T (query 0 has no previous "
+                 "token).",
                  "sum the diagonal over queries and divide by T (or by patterns.sum((-2, -1)))")
-        expect_close(got, expected, "scores", "for each row: sum of patterns[b, h, t, t - 1] over t, divided "
+        expect_close(got, expected, "scores",
+                     "for each row: sum of patterns[b, h, t, t - 1] over t, divided "
                      "by T; then the mean over rows")
-    passed("the share of each head's attention on the previous token, as TransformerLens scores it.")
+    passed("the share of each head's attention on the previous token, as TransformerLens scores "
+           "it.")
 
 
 def check_induction_score(fn) -> None:
@@ -66,19 +72,25 @@ def check_induction_score(fn) -> None:
         got = call(fn, patterns.clone(), tokens.clone())
         expect_tensor(got, (nh,), "scores", "one score per head, averaged over rows")
         expected = head_scores(patterns[:, None], induction_pattern(tokens))[0]
-        same = torch.tril((tokens[:, :, None] == tokens[:, None, :]).float(), -1)  # duplicate tokens
+        # duplicate tokens
+        same = torch.tril((tokens[:, :, None] == tokens[:, None, :]).float(), -1)
         duplicate = head_scores(patterns[:, None], same)[0]
         before = torch.zeros_like(same)
         before[:, :, :-1] = same[:, :, 1:]  # key s - 1: shifted the wrong way
         if torch.allclose(got.double(), duplicate.double(), atol=1e-6):
-            fail("your scores measure attention to the earlier occurrence of the current token itself: "
-                 "that is a duplicate-token head. An induction head looks one position later.",
+            fail("your scores measure attention to the earlier occurrence of the current token "
+                 "itself: that is a duplicate-token head. An induction head looks one position "
+                 "later.",
                  "key s + 1 for each earlier s with tokens[s] == tokens[t]")
-        if torch.allclose(got.double(), head_scores(patterns[:, None], before)[0].double(), atol=1e-6):
-            fail("your scores look at the token before the earlier occurrence (key s - 1): off by one "
-                 "position, the wrong way.", "key s + 1 for each earlier s with tokens[s] == tokens[t]")
-        expect_close(got, expected, "scores", "mark (t, s + 1) for every s < t with tokens[s] == tokens[t] "
-                     "(keep s + 1 <= t), multiply with the patterns, sum, divide by T, mean over rows")
+        if torch.allclose(got.double(), head_scores(patterns[:, None], before)[0].double(),
+                          atol=1e-6):
+            fail("your scores look at the token before the earlier occurrence (key s - 1): off by "
+                 "one position, the wrong way.",
+                 "key s + 1 for each earlier s with tokens[s] == tokens[t]")
+        expect_close(got, expected, "scores",
+                     "mark (t, s + 1) for every s < t with tokens[s] == tokens[t] "
+                     "(keep s + 1 <= t), multiply with the patterns, sum, divide by T, mean over "
+                     "rows")
     passed("the induction score, with the repeat found by the tokens, not by a fixed offset.")
 
 
@@ -96,17 +108,20 @@ def check_mean_ablation(fn) -> None:
         expected[:, :, head] = mean_z[:, head]
         got, z, mean_z = got.double(), z.double(), mean_z.double()  # any float dtype compares
         if torch.allclose(got, z):
-            fail("z_new equals z: no head was replaced.", "z[:, :, head] = mean_z[:, head] on a copy of z")
+            fail("z_new equals z: no head was replaced.",
+                 "z[:, :, head] = mean_z[:, head] on a copy of z")
         if torch.allclose(got[:, :, head], torch.zeros(B, T, hs, dtype=got.dtype)):
-            fail("you zero the head: that is zero-ablation. Mean-ablation writes its mean output instead.",
+            fail("you zero the head: that is zero-ablation. Mean-ablation writes its mean output "
+                 "instead.",
                  "mean_z[:, head] holds it, one vector per position")
         if not torch.allclose(torch.cat([got[:, :, :head], got[:, :, head + 1:]], 2),
                               torch.cat([z[:, :, :head], z[:, :, head + 1:]], 2)):
             fail(f"other entries of z changed, not only head {head}: the wrong axis.",
                  "z is (B, T, nh, hs): the head is the third axis, z[:, :, head]")
         if torch.allclose(got[:, :, head], mean_z[:, head].mean(0).expand(B, T, hs)):
-            fail("you write one vector at every position (the mean over positions too): mean-ablation "
-                 "keeps each position's mean, which the positions' embeddings make different.",
+            fail("you write one vector at every position (the mean over positions too): "
+                 "mean-ablation keeps each position's mean, which the positions' embeddings make "
+                 "different.",
                  "mean_z[:, head] is (T, hs): one mean per position")
         expect_close(got, expected, "z_new", "z[:, :, head] = mean_z[:, head]")
     passed("the head replaced by its mean output at each position, the others untouched.")

@@ -22,9 +22,11 @@ ABLATIONS = ("zero", "mean")
 
 @torch.no_grad()
 def head_means(model: nn.Module, rows: torch.Tensor) -> list[torch.Tensor]:
-    """Per layer, (T, nh, hs): each head's output z averaged over ``rows`` (B, T) at each position."""
+    """Per layer, (T, nh, hs): each head's output z averaged over ``rows`` (B, T) at each
+    position."""
     found = []
-    handles = [attn.hook_z.register_forward_hook(lambda module, args, out: found.append(out.mean(0)))
+    handles = [attn.hook_z.register_forward_hook(lambda module, args,
+                                                 out: found.append(out.mean(0)))
                for attn in model.attn]
     try:
         model(rows)
@@ -35,16 +37,20 @@ def head_means(model: nn.Module, rows: torch.Tensor) -> list[torch.Tensor]:
 
 
 @contextlib.contextmanager
-def ablate(model: nn.Module, layer: int, head: int, how: str = "zero", means: list[torch.Tensor] | None = None):
+def ablate(model: nn.Module, layer: int, head: int, how: str = "zero",
+           means: list[torch.Tensor] | None = None):
     """Within the block, head ``head`` of layer ``layer`` writes zeros (``how="zero"``) or its mean
-    output over reference rows (``how="mean"``, ``means`` from :func:`head_means`) at every position."""
+    output over reference rows (``how="mean"``, ``means`` from :func:`head_means`) at every
+    position."""
     if how not in ABLATIONS:
         raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
     n_layer, n_head = len(model.attn), model.attn[0].n_head
     if not (0 <= layer < n_layer and 0 <= head < n_head):
-        raise ValueError(f"no head {layer}.{head}: the model has {n_layer} layers of {n_head} heads")
+        raise ValueError(f"no head {layer}.{head}: the model has {n_layer} layers of {n_head} "
+                         "heads")
     if how == "mean" and means is None:
-        raise ValueError("mean-ablation needs the heads' mean outputs: pass means=head_means(model, rows)")
+        raise ValueError("mean-ablation needs the heads' mean outputs: pass "
+                         "means=head_means(model, rows)")
 
     def replace(module, args, z):  # z (B, T, nh, hs)
         z = z.clone()
@@ -72,19 +78,21 @@ def _norm_without_hooks(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int, list[int]], path: str = "k",
-             how: str = "mean", means: list[torch.Tensor] | None = None):
+def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int, list[int]],
+             path: str = "k", how: str = "mean", means: list[torch.Tensor] | None = None):
     """Within the block, the output of the ``source`` heads ``(layer, [heads])`` is removed from one
-    input only, ``path`` (their queries, keys or values), of the ``target`` heads ``(layer, [heads])``
-    of a later layer: those heads compute that input from the residual stream with the source heads'
-    direct contribution replaced by zeros (``how="zero"``) or by its mean over reference rows
-    (``how="mean"``, ``means`` from :func:`head_means`); their other inputs, every other head and the
-    unembedding still see the full stream. The key-path cut of a previous-token head into an induction
-    head is the causal test of K-composition. Only the direct path is cut: with layers between the
-    two, what the source heads wrote reaches the target also through them."""
+    input only, ``path`` (their queries, keys or values), of the ``target`` heads ``(layer,
+    [heads])`` of a later layer: those heads compute that input from the residual stream with the
+    source heads' direct contribution replaced by zeros (``how="zero"``) or by its mean over
+    reference rows (``how="mean"``, ``means`` from :func:`head_means`); their other inputs, every
+    other head and the unembedding still see the full stream. The key-path cut of a previous-token
+    head into an induction head is the causal test of K-composition. Only the direct path is cut:
+    with layers between the two, what the source heads wrote reaches the target also through
+    them."""
     (s_layer, s_heads), (t_layer, t_heads) = source, target
     if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS} (the input of the target heads to cut), got {path!r}")
+        raise ValueError(f"path must be one of {PATHS} (the input of the target heads to cut), got "
+                         f"{path!r}")
     if how not in ABLATIONS:
         raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
     n_layer, n_head = len(model.attn), model.attn[0].n_head
@@ -92,12 +100,15 @@ def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int,
         raise ValueError(f"a path runs from an earlier layer to a later one of the {n_layer}: "
                          f"got source layer {s_layer}, target layer {t_layer}")
     if not s_heads or not t_heads or not all(0 <= h < n_head for h in [*s_heads, *t_heads]):
-        raise ValueError(f"source and target need heads among 0..{n_head - 1}, got {s_heads} and {t_heads}")
+        raise ValueError(f"source and target need heads among 0..{n_head - 1}, got {s_heads} and "
+                         f"{t_heads}")
     if how == "mean" and means is None:
-        raise ValueError("a mean cut needs the heads' mean outputs: pass means=head_means(model, rows)")
+        raise ValueError("a mean cut needs the heads' mean outputs: pass means=head_means(model, "
+                         "rows)")
     attn, norm = model.attn[t_layer], model.ln[t_layer]
     hs = attn.head_size
-    W_O = model.attn[s_layer].c_proj.weight.T.reshape(n_head, hs, -1)  # (nh, hs, C): what each head writes
+    # (nh, hs, C): what each head writes
+    W_O = model.attn[s_layer].c_proj.weight.T.reshape(n_head, hs, -1)
     seen = {}
 
     def keep_z(module, args, z):  # z (B, T, nh, hs) of the source layer
@@ -110,11 +121,15 @@ def cut_path(model: nn.Module, source: tuple[int, list[int]], target: tuple[int,
         z, stream = seen.pop("z"), seen.pop("stream")
         B, T = z.shape[:2]
         heads = list(s_heads)
-        kept = torch.zeros_like(z[:, :, heads]) if how == "zero" else means[s_layer][:T, heads].expand(B, T, -1, -1)
+        kept = (torch.zeros_like(z[:, :, heads]) if how == "zero"
+                else means[s_layer][:T, heads].expand(B, T, -1, -1))
         delta = torch.einsum("bthd,hdc->btc", z[:, :, heads] - kept, W_O[heads])  # (B, T, C)
         C = stream.shape[-1]
         which = PATHS.index(path)
-        W, b = attn.c_attn.weight[which * C:(which + 1) * C], attn.c_attn.bias[which * C:(which + 1) * C]
+        W, b = (
+            attn.c_attn.weight[which * C : (which + 1) * C],
+            attn.c_attn.bias[which * C : (which + 1) * C],
+        )
         normed = _norm_without_hooks(norm, stream - delta)  # another open cut's hooks must not fire
         cut = F.linear(normed, W, b).view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         t = t.clone()
@@ -139,7 +154,8 @@ def head_matrices(model: nn.Module, layer: int, fold_norm: bool = True) -> dict[
     attn = model.attn[layer]
     C, nh, hs = attn.c_proj.weight.shape[0], attn.n_head, attn.head_size
     W = attn.c_attn.weight.detach()  # (3C, C): rows of q, then k, then v
-    W_Q, W_K, W_V = (W[i * C:(i + 1) * C].T.reshape(C, nh, hs).permute(1, 0, 2) for i in range(3))  # (nh, C, hs)
+    # (nh, C, hs)
+    W_Q, W_K, W_V = (W[i * C:(i + 1) * C].T.reshape(C, nh, hs).permute(1, 0, 2) for i in range(3))
     W_O = attn.c_proj.weight.detach().T.reshape(nh, hs, C)  # (nh, hs, C)
     norm = model.ln[layer]
     if fold_norm and isinstance(norm, nn.LayerNorm):
@@ -150,7 +166,9 @@ def head_matrices(model: nn.Module, layer: int, fold_norm: bool = True) -> dict[
 
 def composition_score(W_A: torch.Tensor, W_B: torch.Tensor) -> torch.Tensor:
     """||W_A W_B||_F / (||W_A||_F ||W_B||_F): how much of what W_A writes W_B reads (0 to 1)."""
-    return torch.linalg.matrix_norm(W_A @ W_B) / (torch.linalg.matrix_norm(W_A) * torch.linalg.matrix_norm(W_B))
+    return torch.linalg.matrix_norm(W_A @ W_B) / (
+        torch.linalg.matrix_norm(W_A) * torch.linalg.matrix_norm(W_B)
+    )
 
 
 def k_composition(model: nn.Module) -> torch.Tensor:

@@ -17,7 +17,8 @@ import torch.nn as nn
 
 import contextlib
 
-from .ablation import ABLATIONS, PATHS, ablate, cut_path, head_means, k_composition, random_composition_baseline
+from .ablation import (ABLATIONS, PATHS, ablate, cut_path, head_means, k_composition,
+                       random_composition_baseline)
 from .scores import all_scores, attention_patterns
 from .task import RepeatTask
 from .training import measure, repeat_loss_rows
@@ -36,7 +37,8 @@ def ablation_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengt
     n_layer, n_head = len(model.attn), model.attn[0].n_head
     table = {}
     for how in ABLATIONS:
-        table[how] = [[list(mean_and_halfwidth(_ablated(model, task, rows, lengths, layer, head, how, means)))
+        table[how] = [[list(mean_and_halfwidth(_ablated(model, task, rows, lengths, layer, head,
+                                                        how, means)))
                        for head in range(n_head)] for layer in range(n_layer)]
     return table
 
@@ -58,7 +60,8 @@ def group_losses(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths
 
 
 def top_heads(scores: torch.Tensor) -> tuple[list[int], list[int]]:
-    """A layer's heads split in two by one score (nh,): the higher half and the rest, each sorted."""
+    """A layer's heads split in two by one score (nh,): the higher half and the rest, each
+    sorted."""
     order = scores.argsort(descending=True).tolist()
     half = len(order) // 2
     return sorted(order[:half]), sorted(order[half:])
@@ -73,20 +76,22 @@ def group_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths:
     groups = {"top_layer1": [(1, h) for h in top], "other_layer1": [(1, h) for h in rest],
               "layer0": [(0, h) for h in range(model.attn[0].n_head)]}
     return {name: {"heads": [list(lh) for lh in heads],
-                   **{how: group_losses(model, task, rows, lengths, heads, how, means) for how in ABLATIONS}}
+                   **{how: group_losses(model, task, rows, lengths, heads, how, means)
+                      for how in ABLATIONS}}
             for name, heads in groups.items()}
 
 
 def path_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor,
                targets: list[int], means: list[torch.Tensor]) -> dict:
     """Path -> the repeat loss [mean, half-width] with layer 0's output mean-cut from that one input
-    (queries, keys or values) of the layer-1 heads ``targets``: ``layer0`` every layer-0 head at once,
-    ``per_head`` one layer-0 head at a time."""
+    (queries, keys or values) of the layer-1 heads ``targets``: ``layer0`` every layer-0 head at
+    once, ``per_head`` one layer-0 head at a time."""
     def cut(heads, path):
         with cut_path(model, (0, heads), (1, targets), path, "mean", means):
             return list(mean_and_halfwidth(repeat_loss_rows(model, task, rows, lengths)))
     n_head = model.attn[0].n_head
-    return {path: {"layer0": cut(list(range(n_head)), path), "per_head": [cut([h], path) for h in range(n_head)]}
+    return {path: {"layer0": cut(list(range(n_head)), path),
+                   "per_head": [cut([h], path) for h in range(n_head)]}
             for path in PATHS}
 
 
@@ -96,10 +101,11 @@ def offset_attention(patterns: torch.Tensor, offset: int, queries: torch.Tensor)
     return patterns[:, :, :, queries, queries - offset].mean((0, -1))
 
 
-def positional_tests(model: nn.Module, task: RepeatTask, rows: torch.Tensor, transfer: tuple) -> dict:
-    """For a fixed-offset model (repeat length L): ``offset_attention`` to t - (L - 1) from the queries
-    before the first copy ends (L - 1 .. T - L - 1, where that key holds no copy to read), and
-    ``transfer``, its repeat loss on rows of another task ``transfer = (task, rows, lengths)``
+def positional_tests(model: nn.Module, task: RepeatTask, rows: torch.Tensor,
+                     transfer: tuple) -> dict:
+    """For a fixed-offset model (repeat length L): ``offset_attention`` to t - (L - 1) from the
+    queries before the first copy ends (L - 1 .. T - L - 1, where that key holds no copy to read),
+    and ``transfer``, its repeat loss on rows of another task ``transfer = (task, rows, lengths)``
     (rows whose repeat length varies, which a positional solution gets wrong)."""
     T, L = task.seq_len, task.min_repeat
     queries = torch.arange(L - 1, T - L)
@@ -111,8 +117,9 @@ def positional_tests(model: nn.Module, task: RepeatTask, rows: torch.Tensor, tra
 
 def examine(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor,
             transfer: tuple | None = None) -> dict:
-    """Scores, ablations (one head, groups, paths) and K-composition of a 2-layer model, as JSON-able
-    lists; for a fixed-offset task with ``transfer = (task, rows, lengths)``, the positional tests."""
+    """Scores, ablations (one head, groups, paths) and K-composition of a 2-layer model, as
+    JSON-able lists; for a fixed-offset task with ``transfer = (task, rows, lengths)``, the
+    positional tests."""
     was_training = model.training
     model.eval()
     scores = all_scores(attention_patterns(model, rows), rows)
@@ -123,7 +130,8 @@ def examine(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: tor
     means = head_means(model, rows)
     top, _ = top_heads(scores["induction"][1])
     result = {
-        "scores": {name: [[round(v, 4) for v in layer] for layer in s.tolist()] for name, s in scores.items()},
+        "scores": {name: [[round(v, 4) for v in layer] for layer in s.tolist()] for name,
+                   s in scores.items()},
         "induction_head": [1, induction_head], "previous_token_head": [0, previous_head],
         "repeat_loss": list(mean_and_halfwidth(repeat_loss_rows(model, task, rows, lengths))),
         "ablation": ablation_table(model, task, rows, lengths),
@@ -132,7 +140,8 @@ def examine(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: tor
         "paths_to_induction_head": path_table(model, task, rows, lengths, [induction_head], means),
         "paths_to_layer1": path_table(model, task, rows, lengths, list(range(attn.n_head)), means),
         "k_composition": [[round(v, 4) for v in row] for row in comp.tolist()],
-        "k_composition_random": round(random_composition_baseline(attn.c_proj.weight.shape[0], attn.head_size), 4),
+        "k_composition_random": round(random_composition_baseline(attn.c_proj.weight.shape[0],
+                                                                  attn.head_size), 4),
     }
     if task.fixed_offset and transfer is not None:
         result["positional"] = positional_tests(model, task, rows, transfer)

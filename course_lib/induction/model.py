@@ -52,8 +52,8 @@ class AttnOnlyConfig:
     def __post_init__(self):
         check_fields(self, ATTN_ONLY_RULES)
         if self.n_embd % self.n_head:
-            raise ValueError(f"AttnOnlyConfig.n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}): "
-                             "each head reads n_embd / n_head channels")
+            raise ValueError(f"AttnOnlyConfig.n_embd ({self.n_embd}) must be a multiple of n_head "
+                             f"({self.n_head}): each head reads n_embd / n_head channels")
 
     @property
     def head_size(self) -> int:
@@ -75,7 +75,8 @@ class HookedAttention(nn.Module):
         super().__init__()
         C = config.n_embd
         self.n_head, self.head_size = config.n_head, config.head_size
-        self.c_attn = nn.Linear(C, 3 * C)  # q, k, v of every head, head h in channels h*hs..(h+1)*hs
+        # q, k, v of every head, head h in channels h*hs..(h+1)*hs
+        self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
         self.hook_q, self.hook_k, self.hook_v = nn.Identity(), nn.Identity(), nn.Identity()
         self.hook_pattern = nn.Identity()
@@ -86,7 +87,8 @@ class HookedAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3x (B, T, C)
-        q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        # (B, nh, T, hs)
+        q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in (q, k, v))
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, nh, T, T)
         scores = scores.masked_fill(~self.causal[:T, :T], float("-inf"))
@@ -97,9 +99,9 @@ class HookedAttention(nn.Module):
 
 @register_model("attn-only", AttnOnlyConfig)
 class AttnOnlyTransformer(nn.Module):
-    """Embeddings, ``n_layer`` attention-only residual blocks, unembedding. ``forward(idx, targets)``
-    returns ``(logits, loss)`` as every model the Trainer trains: logits (B, T, V), the mean
-    cross-entropy over every position (or None without targets)."""
+    """Embeddings, ``n_layer`` attention-only residual blocks, unembedding. ``forward(idx,
+    targets)`` returns ``(logits, loss)`` as every model the Trainer trains: logits (B, T, V), the
+    mean cross-entropy over every position (or None without targets)."""
 
     def __init__(self, config: AttnOnlyConfig):
         super().__init__()
@@ -128,8 +130,9 @@ class AttnOnlyTransformer(nn.Module):
     def residual(self, idx: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, C)
         B, T = idx.shape
         if T > self.config.block_size:
-            raise ValueError(f"a row of {T} tokens is longer than block_size={self.config.block_size}: "
-                             "crop it or build the model with a larger block_size")
+            raise ValueError(f"a row of {T} tokens is longer than "
+                             f"block_size={self.config.block_size}: crop it or build the model "
+                             "with a larger block_size")
         x = self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device))
         for ln, attn in zip(self.ln, self.attn):
             x = x + attn(ln(x))  # each layer reads the normalised stream and adds into it

@@ -42,8 +42,8 @@ def induction_pattern(tokens: torch.Tensor) -> torch.Tensor:
     return torch.tril(shifted)
 
 
-DETECTION_PATTERNS = {"previous_token": previous_token_pattern, "duplicate_token": duplicate_token_pattern,
-                      "induction": induction_pattern}
+DETECTION_PATTERNS = {"previous_token": previous_token_pattern,
+                      "duplicate_token": duplicate_token_pattern, "induction": induction_pattern}
 
 
 def head_scores(patterns: torch.Tensor, detection: torch.Tensor) -> torch.Tensor:
@@ -54,12 +54,14 @@ def head_scores(patterns: torch.Tensor, detection: torch.Tensor) -> torch.Tensor
     detection = detection.to(patterns.dtype)
     if detection.dim() == 2:
         detection = detection.expand(patterns.shape[0], *detection.shape)
-    per_row = (patterns * detection[:, None, None]).sum((-2, -1)) / patterns.sum((-2, -1))  # (B, L, nh)
+    # (B, L, nh)
+    per_row = (patterns * detection[:, None, None]).sum((-2, -1)) / patterns.sum((-2, -1))
     return per_row.mean(0)
 
 
 def all_scores(patterns: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The three scores, name -> (L, nh), for patterns (B, L, nh, T, T) computed on ``tokens`` (B, T)."""
+    """The three scores, name -> (L, nh), for patterns (B, L, nh, T, T) computed on ``tokens`` (B,
+    T)."""
     return {name: head_scores(patterns, make(tokens.cpu()).to(patterns.device))
             for name, make in DETECTION_PATTERNS.items()}
 
@@ -75,7 +77,8 @@ def attention_patterns(model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
     """(B, T) rows -> (B, L, nh, T, T): every layer's attention weights on ``rows``, read by
     forward hooks on the model's ``hook_pattern`` points (removed afterwards)."""
     found = []
-    handles = [attn.hook_pattern.register_forward_hook(lambda module, args, out: found.append(out.detach()))
+    handles = [attn.hook_pattern.register_forward_hook(lambda module, args,
+                                                       out: found.append(out.detach()))
                for attn in model.attn]
     try:
         with torch.no_grad():

@@ -38,14 +38,16 @@ class RepeatTask:
     def __post_init__(self):
         check_fields(self, REPEAT_TASK_RULES)
         if self.min_repeat > self.max_repeat:
-            raise ValueError(f"RepeatTask.min_repeat ({self.min_repeat}) is above max_repeat ({self.max_repeat}): "
-                             "swap them, or set both equal for the fixed-offset control")
+            raise ValueError(f"RepeatTask.min_repeat ({self.min_repeat}) is above max_repeat "
+                             f"({self.max_repeat}): swap them, or set both equal for the "
+                             "fixed-offset control")
         if 2 * self.max_repeat > self.seq_len:
-            raise ValueError(f"RepeatTask: two copies of max_repeat={self.max_repeat} tokens do not fit in "
-                             f"seq_len={self.seq_len}: raise seq_len to {2 * self.max_repeat} or lower max_repeat")
+            raise ValueError(f"RepeatTask: two copies of max_repeat={self.max_repeat} tokens do "
+                             f"not fit in seq_len={self.seq_len}: raise seq_len to "
+                             f"{2 * self.max_repeat} or lower max_repeat")
         if self.max_repeat > self.vocab_size:
-            raise ValueError(f"RepeatTask: a segment of max_repeat={self.max_repeat} distinct tokens needs "
-                             f"vocab_size >= {self.max_repeat}, got {self.vocab_size}")
+            raise ValueError(f"RepeatTask: a segment of max_repeat={self.max_repeat} distinct "
+                             f"tokens needs vocab_size >= {self.max_repeat}, got {self.vocab_size}")
 
     @property
     def fixed_offset(self) -> bool:
@@ -64,7 +66,8 @@ class RepeatTask:
         return config_from_dict(cls, d)
 
 
-def repeat_rows(task: RepeatTask, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def repeat_rows(task: RepeatTask, batch_size: int,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, lengths)``: rows (B, T) of token ids, lengths (B,) the repeat length L of each row.
     Row b is a random prefix (T - 2L tokens, with replacement), a segment of L distinct tokens
     (a random permutation's first L), and that segment again."""

@@ -43,28 +43,32 @@ def train_config(max_iters: int, seed: int, **changes) -> TrainConfig:
     return TrainConfig(**{**settings, **changes})
 
 
-def induction_trainer(task: RepeatTask, config: TrainConfig, model_config: AttnOnlyConfig | None = None,
-                      device=None, out_dir=None, progress: bool = False, verbose: bool = False) -> Trainer:
+def induction_trainer(task: RepeatTask, config: TrainConfig,
+                      model_config: AttnOnlyConfig | None = None, device=None, out_dir=None,
+                      progress: bool = False, verbose: bool = False) -> Trainer:
     """A Trainer of a freshly built model on ``task``, the model seeded with ``config.seed``; its
     checkpoints record the task (``trained_on``), so that a resume rebuilds the same batches."""
     model_config = model_config or model_config_for(task)
     if model_config.block_size < task.seq_len or model_config.vocab_size < task.vocab_size:
-        raise ValueError(f"the model (block_size={model_config.block_size}, vocab_size={model_config.vocab_size}) "
-                         f"cannot read the task's rows (seq_len={task.seq_len}, vocab_size={task.vocab_size}): "
-                         "build it with model_config_for(task)")
+        raise ValueError(f"the model (block_size={model_config.block_size}, "
+                         f"vocab_size={model_config.vocab_size}) cannot read the task's rows "
+                         f"(seq_len={task.seq_len}, vocab_size={task.vocab_size}): build it with "
+                         "model_config_for(task)")
     seed_everything(config.seed)  # right before the model is built: its initial weights
     model = AttnOnlyTransformer(model_config)
-    return Trainer(model, config=config, batch_fn=batch_fn(task, config.batch_size, device), device=device,
-                   out_dir=out_dir, progress=progress, verbose=verbose,
+    return Trainer(model, config=config, batch_fn=batch_fn(task, config.batch_size, device),
+                   device=device, out_dir=out_dir, progress=progress, verbose=verbose,
                    trained_on={"command": "induction", "task": task.to_dict()})
 
 
-def probe_rows(task: RepeatTask, n_rows: int = 256, seed: int = 2021) -> tuple[torch.Tensor, torch.Tensor]:
+def probe_rows(task: RepeatTask, n_rows: int = 256,
+               seed: int = 2021) -> tuple[torch.Tensor, torch.Tensor]:
     """Fixed rows to measure on, ``(rows (B, T), lengths (B,))``, from a generator of their own."""
     return repeat_rows(task, n_rows, torch.Generator().manual_seed(seed))
 
 
-def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
+def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor,
+            lengths: torch.Tensor) -> dict[str, float]:
     """The loss (nats) on the predictable second copy (``repeat``), on every other predicted token
     (``other``), and the in-context learning score: the mean loss of the last ``ICL_WINDOW`` tokens
     of a row minus that of its tokens 1..ICL_WINDOW (Olsson et al.'s late-minus-early token loss;
@@ -72,7 +76,8 @@ def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor, length
     second copy (L >= 8), its first ones in the unpredictable start: on these rows the in-context
     learning score is a function of the same losses as ``repeat`` and ``other``, no separate
     evidence (:func:`best_induction_score` is one read from the attention instead)."""
-    losses = token_losses(model, rows.to(next(model.parameters()).device)).cpu()  # (B, T), column 0 NaN
+    # (B, T), column 0 NaN
+    losses = token_losses(model, rows.to(next(model.parameters()).device)).cpu()
     mask = repeat_mask(lengths, task.seq_len)
     other = ~mask
     other[:, 0] = False
@@ -84,7 +89,8 @@ def measure(model: torch.nn.Module, task: RepeatTask, rows: torch.Tensor, length
 def best_induction_score(model: torch.nn.Module, rows: torch.Tensor) -> float:
     """The highest induction score (:mod:`.scores`) of a head of the model's last layer on
     ``rows`` (B, T): read from the attention weights, not from any loss."""
-    patterns = attention_patterns(model, rows.to(next(model.parameters()).device))  # (B, L, nh, T, T)
+    # (B, L, nh, T, T)
+    patterns = attention_patterns(model, rows.to(next(model.parameters()).device))
     return all_scores(patterns, rows)["induction"][-1].max().item()
 
 
@@ -96,7 +102,8 @@ def repeat_loss_rows(model: torch.nn.Module, task: RepeatTask, rows: torch.Tenso
     return torch.where(mask, losses, 0.0).sum(1) / mask.sum(1)
 
 
-def train_with_probes(trainer: Trainer, task: RepeatTask, probe_every: int, rows=None) -> dict[str, list]:
+def train_with_probes(trainer: Trainer, task: RepeatTask, probe_every: int,
+                      rows=None) -> dict[str, list]:
     """Train ``trainer`` to its ``max_iters`` from where it stands, measuring (:func:`measure`)
     at its current step and every ``probe_every`` steps after. Returns lists ``step``, ``repeat``,
     ``other``, ``icl_score``, ``induction_score``, one entry per probe."""
@@ -128,7 +135,8 @@ def crossing_step(steps: list[int], values: list[float], threshold: float) -> fl
     return None
 
 
-# Student-t quantiles t(0.975, n - 1) for n = 2..10 seeds; beyond that the normal 1.96 (within 5% from n = 22)
+# Student-t quantiles t(0.975, n - 1) for n = 2..10 seeds; beyond that the normal 1.96 (within 5%
+# from n = 22)
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 

@@ -25,8 +25,8 @@ import torch
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
 # Appendix D.2's grid of initialisations: alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1},
 # a, b in {0, 5, ..., 25}.
-START_GRID = dict(alpha=np.arange(0, 2.01, 0.5), beta=np.arange(0, 2.01, 0.5), e=np.arange(-1, 1.01, 0.5),
-                  a=np.arange(0, 25.1, 5), b=np.arange(0, 25.1, 5))
+START_GRID = dict(alpha=np.arange(0, 2.01, 0.5), beta=np.arange(0, 2.01, 0.5),
+                  e=np.arange(-1, 1.01, 0.5), a=np.arange(0, 25.1, 5), b=np.arange(0, 25.1, 5))
 REFINED_STARTS = 8  # the grid's best starts that L-BFGS refines
 
 
@@ -48,9 +48,10 @@ def parabola_minimum(x, y) -> tuple[float, float]:
     downwards has no minimum: refused, since the points do not bracket one."""
     p2, p1, p0 = fit_parabola(x, y)
     span = np.ptp(np.asarray(x, dtype=float))
-    if p2 * span**2 <= 1e-9 * max(1.0, float(np.abs(y).max())):  # no curvature above rounding: a line
-        raise ValueError("the points curve downwards (or lie on a line): they do not bracket a minimum; "
-                         "add a smaller and a larger model at this budget")
+    # no curvature above rounding: a line
+    if p2 * span**2 <= 1e-9 * max(1.0, float(np.abs(y).max())):
+        raise ValueError("the points curve downwards (or lie on a line): they do not bracket a "
+                         "minimum; add a smaller and a larger model at this budget")
     x_min = -p1 / (2 * p2)
     return x_min, p0 - p1 * p1 / (4 * p2)
 
@@ -66,24 +67,28 @@ def fit_power_law(x, y) -> tuple[float, float]:
     """(k, a) of y = k x^a, fitted as a straight line in log-log space (least squares)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(np.unique(x)) < 2 or (y <= 0).any() or (x <= 0).any():
-        raise ValueError("a power law needs at least 2 distinct positive x values and positive y values")
+        raise ValueError("a power law needs at least 2 distinct positive x values and positive y "
+                         "values")
     a, log_k = np.polyfit(np.log(x), np.log(y), 1)
     return float(math.exp(log_k)), float(a)
 
 
 def isoflop_frontier(runs: list[dict]) -> dict:
     """Approach 2 on ``runs`` (dicts with ``budget``, ``N``, ``D``, ``flops``, ``loss``; runs of a
-    budget share its nominal ``budget`` key): each budget's minimum in N and in D (``inside``: whether
-    the vertex lies within the sizes trained, not extrapolated beyond them), then the power laws
-    N_opt(C) = k_N C^a and D_opt(C) = k_D C^b through them (C: the budget's mean actual FLOPs)."""
+    budget share its nominal ``budget`` key): each budget's minimum in N and in D (``inside``:
+    whether the vertex lies within the sizes trained, not extrapolated beyond them), then the power
+    laws N_opt(C) = k_N C^a and D_opt(C) = k_D C^b through them (C: the budget's mean actual
+    FLOPs)."""
     minima = []
     for budget in sorted({r["budget"] for r in runs}):
         mine = [r for r in runs if r["budget"] == budget]
         n_opt, loss_opt = isoflop_minimum([r["N"] for r in mine], [r["loss"] for r in mine])
         d_opt, _ = isoflop_minimum([r["D"] for r in mine], [r["loss"] for r in mine])
         sizes = [r["N"] for r in mine]
-        minima.append(dict(budget=budget, C=float(np.mean([r["flops"] for r in mine])), N_opt=n_opt, D_opt=d_opt,
-                           loss_opt=loss_opt, inside=min(sizes) <= n_opt <= max(sizes)))  # False: extrapolated
+        minima.append(dict(budget=budget, C=float(np.mean([r["flops"] for r in mine])), N_opt=n_opt,
+                           D_opt=d_opt,
+                           # False: extrapolated
+                           loss_opt=loss_opt, inside=min(sizes) <= n_opt <= max(sizes)))
     if len(minima) < 2:
         raise ValueError("the frontier needs at least 2 budgets")
     C = [m["C"] for m in minima]
@@ -131,19 +136,21 @@ def huber(r: torch.Tensor, delta: float = HUBER_DELTA) -> torch.Tensor:
     return torch.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
 
 
-def law_objective(theta: torch.Tensor, log_n, log_d, log_loss, delta: float = HUBER_DELTA) -> torch.Tensor:
+def law_objective(theta: torch.Tensor, log_n, log_d, log_loss,
+                  delta: float = HUBER_DELTA) -> torch.Tensor:
     """Summed Huber loss of ``theta`` (..., 5) = (a, b, e, alpha, beta) on the runs (R,), for any
     leading shape of starts: log L_hat = LSE(a - alpha ln N, b - beta ln D, e)."""
     a, b, e, alpha, beta = theta.unbind(-1)
-    terms = torch.stack([a[..., None] - alpha[..., None] * log_n, b[..., None] - beta[..., None] * log_d,
+    terms = torch.stack([a[..., None] - alpha[..., None] * log_n,
+                         b[..., None] - beta[..., None] * log_d,
                          e[..., None].expand(*e.shape, log_n.shape[-1])], dim=-1)  # (..., R, 3)
     return huber(torch.logsumexp(terms, dim=-1) - log_loss, delta).sum(-1)
 
 
 def _refine(theta0: torch.Tensor, data, delta: float) -> tuple[torch.Tensor, float]:
     theta = theta0.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-13,
-                            history_size=20, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=200, tolerance_grad=1e-10,
+                            tolerance_change=1e-13, history_size=20, line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
@@ -161,7 +168,8 @@ def fit_loss_law(N, D, loss, delta: float = HUBER_DELTA, refine: int = REFINED_S
     """Approach 3: the :class:`LossLaw` of least Huber loss on log-loss over runs (N, D, loss).
     Every start of :data:`START_GRID` is scored at once; L-BFGS (float64) refines the ``refine``
     best, and the best result wins. With ``start`` (a law fitted before, e.g. to all the runs when
-    these are a bootstrap resample) L-BFGS starts from it alone. Deterministic: no random numbers."""
+    these are a bootstrap resample) L-BFGS starts from it alone. Deterministic: no random
+    numbers."""
     N, D, loss = (np.asarray(v, dtype=float) for v in (N, D, loss))
     if not len(N) == len(D) == len(loss) or len(N) < 5:
         raise ValueError(f"the law has 5 parameters: fit it to at least 5 runs, got {len(N)}")
@@ -172,7 +180,8 @@ def fit_loss_law(N, D, loss, delta: float = HUBER_DELTA, refine: int = REFINED_S
                             dtype=torch.float64)  # (S, 5)
         starts = grid[torch.argsort(law_objective(grid, *data, delta))[:refine]]
     else:
-        starts = torch.tensor([[math.log(start.A), math.log(start.B), math.log(start.E), start.alpha, start.beta]],
+        starts = torch.tensor([[math.log(start.A), math.log(start.B), math.log(start.E),
+                                start.alpha, start.beta]],
                               dtype=torch.float64)
     best_theta, best = None, math.inf
     for theta0 in starts:
@@ -193,9 +202,9 @@ def resample_runs(runs: list[dict], rng: np.random.Generator) -> list[dict]:
 
 def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]:
     """A residual resample of IsoFLOP profiles: each budget keeps its sizes; its losses become the
-    parabola's fitted values (in ln N) plus that budget's residuals drawn with replacement, scaled by
-    sqrt(n / (n - 3)) because a 3-parameter fit to n points leaves residuals smaller than the noise.
-    (A case resample would often leave a budget fewer than 3 sizes, and no parabola.)"""
+    parabola's fitted values (in ln N) plus that budget's residuals drawn with replacement, scaled
+    by sqrt(n / (n - 3)) because a 3-parameter fit to n points leaves residuals smaller than the
+    noise. (A case resample would often leave a budget fewer than 3 sizes, and no parabola.)"""
     out = []
     for budget in sorted({r["budget"] for r in runs}):
         mine = [r for r in runs if r["budget"] == budget]
@@ -208,11 +217,13 @@ def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]
     return out
 
 
-def bootstrap(runs: list[dict], statistic, n: int = 200, seed: int = 0, resample=resample_runs) -> tuple[np.ndarray, int]:
+def bootstrap(runs: list[dict], statistic, n: int = 200, seed: int = 0,
+              resample=resample_runs) -> tuple[np.ndarray, int]:
     """``statistic(sample)`` (a dict of numbers) over ``n`` resamples of ``runs`` (``resample(runs,
     rng)``: cases by default, or :func:`resample_residuals`; rng a NumPy generator seeded with
     ``seed``): an array (kept, len(keys)) of the values, in key order of the first, and how many
-    resamples were dropped because the fit refused them (e.g. a parabola that no longer has a minimum)."""
+    resamples were dropped because the fit refused them (e.g. a parabola that no longer has a
+    minimum)."""
     rng = np.random.default_rng(seed)
     values, dropped = [], 0
     for _ in range(n):
@@ -237,9 +248,10 @@ def interval(values, level: float = 0.95) -> tuple[float, float]:
 
 
 def seed_spread(runs: list[dict]) -> dict:
-    """The runs grouped by (budget, shape) over their seeds: {(budget, shape): (mean loss, sample s.d.,
-    number of seeds)}, and under the key ``"pooled"`` the pooled s.d. of one run's loss (the root of the
-    groups' variances averaged with n - 1 weights): the noise of a single run at a fixed N and D."""
+    """The runs grouped by (budget, shape) over their seeds: {(budget, shape): (mean loss, sample
+    s.d., number of seeds)}, and under the key ``"pooled"`` the pooled s.d. of one run's loss (the
+    root of the groups' variances averaged with n - 1 weights): the noise of a single run at a fixed
+    N and D."""
     groups: dict = {}
     for r in runs:
         groups.setdefault((r["budget"], r["shape"]), []).append(r["loss"])
@@ -249,27 +261,32 @@ def seed_spread(runs: list[dict]) -> dict:
         out[k] = (float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x))
         ss, dof = ss + float(((x - x.mean()) ** 2).sum()), dof + len(x) - 1
     if dof == 0:
-        raise ValueError("every (budget, shape) has one seed: train some at more seeds to measure the spread")
+        raise ValueError("every (budget, shape) has one seed: train some at more seeds to measure "
+                         "the spread")
     out["pooled"] = math.sqrt(ss / dof)
     return out
 
 
 def leave_one_budget_out(runs: list[dict]) -> list[dict]:
     """Each budget predicted by approach 3 fitted to the OTHER budgets' runs: per budget, the law's
-    ``error`` (measured - predicted, nats) on each of its shapes (the mean over its seeds), their mean, and
-    approach 2's exponent ``a`` without that budget (None where fewer than 2 budgets remain)."""
+    ``error`` (measured - predicted, nats) on each of its shapes (the mean over its seeds), their
+    mean, and approach 2's exponent ``a`` without that budget (None where fewer than 2 budgets
+    remain)."""
     budgets = sorted({r["budget"] for r in runs})
     if len(budgets) < 3:
         raise ValueError("leave-one-budget-out needs at least 3 budgets")
     out = []
     for left in budgets:
         rest = [r for r in runs if r["budget"] != left]
-        law = fit_loss_law([r["N"] for r in rest], [r["D"] for r in rest], [r["loss"] for r in rest])
+        law = fit_loss_law([r["N"] for r in rest], [r["D"] for r in rest],
+                           [r["loss"] for r in rest])
         mine = [r for r in runs if r["budget"] == left]
         errors = {}
         for shape in dict.fromkeys(r["shape"] for r in mine):
             same = [r for r in mine if r["shape"] == shape]
-            errors[shape] = float(np.mean([r["loss"] for r in same]) - law(same[0]["N"], same[0]["D"]))
-        out.append(dict(budget=left, law=law, errors=errors, mean_error=float(np.mean(list(errors.values()))),
+            errors[shape] = float(np.mean([r["loss"]
+                                           for r in same]) - law(same[0]["N"], same[0]["D"]))
+        out.append(dict(budget=left, law=law, errors=errors,
+                        mean_error=float(np.mean(list(errors.values()))),
                         a=isoflop_frontier(rest)["a"]))
     return out

@@ -1,11 +1,12 @@
 """Tools for the people who maintain and teach the course, kept apart from the library a
 reader imports:
 
-    python -m course_lib.tools book sync                         # setup cells from _config.yml
-    python -m course_lib.tools book execute [NOTEBOOK ...]       # re-execute, store outputs
-    python -m course_lib.tools numerics probe                    # what the pinned environment pins
-    python -m course_lib.tools pretrained                        # remake the shipped pretrained model
-    python -m course_lib.tools gpu-lane                          # make gpu-test: tests and chapters on a CUDA GPU
+    python -m course_lib.tools book sync                     # setup cells from _config.yml
+    python -m course_lib.tools book execute [NOTEBOOK ...]   # re-execute, store outputs
+    python -m course_lib.tools numerics probe                # what the pinned environment pins
+    python -m course_lib.tools pretrained                    # remake the shipped pretrained model
+    python -m course_lib.tools gpu-lane                      # make gpu-test: tests and chapters
+                                                             # on a CUDA GPU
     python -m course_lib.tools assignments build --out student/  # student notebooks
     python -m course_lib.tools assignments build --format otter --out masters/  # or nbgrader
 

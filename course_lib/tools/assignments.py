@@ -39,11 +39,11 @@ from .chapters import ROOT, assignment_name, chapter_notebooks
 from .exercise_cells import (BEGIN_SOLUTION, END_SOLUTION, EXERCISE_BOX, CheckResult,  # noqa: F401
                              check_results, checked_names, exercise_section_start, has_solution,
                              is_check_cell, marker as _marker)
+from .solution_text import (BEGIN_HIDDEN_TESTS, CODE_STUB, END_HIDDEN_TESTS,  # noqa: F401
+                            MARKDOWN_STUB, AssignmentError, check_python as _check_python,
+                            exercise_boxes_to_markdown, strip_solution_code,
+                            strip_solution_markdown)
 
-BEGIN_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
-END_HIDDEN_TESTS = "### END HIDDEN TESTS"
-CODE_STUB = "raise NotImplementedError()"
-MARKDOWN_STUB = "YOUR ANSWER HERE"
 SOLUTION_TAG = "solution"
 HIDE_INPUT_TAG = "hide-input"
 STUDENT_NOTE = (
@@ -54,10 +54,6 @@ STUDENT_NOTE = (
 
 INSTALL_HINT = 'pip install "course_lib[instructor]"  (or: pip install nbformat ipykernel pyyaml)'
 FORMATS = ("student", "nbgrader", "otter")
-
-
-class AssignmentError(ValueError):
-    """A notebook or a request the builder cannot handle; the message says why."""
 
 
 def _require(module: str):
@@ -71,99 +67,6 @@ def _require(module: str):
                           f"{INSTALL_HINT}") from e
 
 
-# --- source transformations --------------------------------------------------------------------
-
-
-def strip_solution_code(source: str, where: str = "cell") -> tuple[str, int]:
-    """Replace each ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region (markers included) by
-    ``raise NotImplementedError()`` at the BEGIN marker's indentation, and drop hidden-test
-    regions. Returns the new source and the number of solution regions replaced."""
-    out: list[str] = []
-    regions = 0
-    state = None  # None, "solution" or "hidden"
-    for number, line in enumerate(source.split("\n"), start=1):
-        if _marker(line, BEGIN_SOLUTION) or _marker(line, BEGIN_HIDDEN_TESTS):
-            if state is not None:
-                raise AssignmentError(f"{where}, line {number}: a BEGIN marker inside an open region "
-                                      f"(missing {END_SOLUTION if state == 'solution' else END_HIDDEN_TESTS}?)")
-            if _marker(line, BEGIN_SOLUTION):
-                indent = line[: len(line) - len(line.lstrip())]
-                out.append(indent + "# YOUR CODE HERE")
-                out.append(indent + CODE_STUB)
-                regions += 1
-                state = "solution"
-            else:
-                state = "hidden"
-        elif _marker(line, END_SOLUTION) or _marker(line, END_HIDDEN_TESTS):
-            expected = "solution" if _marker(line, END_SOLUTION) else "hidden"
-            if state != expected:
-                raise AssignmentError(f"{where}, line {number}: {line.strip()!r} without its BEGIN marker")
-            state = None
-        elif state is None:
-            out.append(line)
-    if state is not None:
-        raise AssignmentError(f"{where}: {BEGIN_SOLUTION if state == 'solution' else BEGIN_HIDDEN_TESTS} "
-                              "is never closed")
-    return "\n".join(out), regions
-
-
-def strip_solution_markdown(source: str) -> str:
-    """Markdown: replace nbgrader solution regions by "YOUR ANSWER HERE" and remove every
-    ``{solution}`` directive block (colon or backtick fence)."""
-    lines = source.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = re.match(r"^\s*(:{3,}|`{3,})\{solution(?:-start|-end)?\}", line)
-        if fence:
-            if "{solution-end}" in line:
-                i += 1
-                continue
-            closing = re.compile(r"^\s*" + re.escape(fence.group(1)) + r"\s*$")
-            j = i + 1
-            while j < len(lines) and not closing.match(lines[j]):
-                j += 1
-            i = j + 1
-            continue
-        if _marker(line, BEGIN_SOLUTION):
-            j = i + 1
-            while j < len(lines) and not _marker(lines[j], END_SOLUTION):
-                j += 1
-            out.append(MARKDOWN_STUB)
-            i = j + 1
-            continue
-        out.append(line)
-        i += 1
-    return "\n".join(out).strip("\n")
-
-
-def exercise_boxes_to_markdown(source: str) -> str:
-    """Turn a MyST ``{exercise}`` box into plain Markdown a notebook front end can render:
-    a bold "Exercise: title" line and the body, without the directive's options."""
-    lines = source.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        m = re.match(r"^\s*(:{3,}|`{3,})\{exercise(?:-start)?\}\s*(.*)$", lines[i])
-        if not m:
-            out.append(lines[i])
-            i += 1
-            continue
-        closing = re.compile(r"^\s*" + re.escape(m.group(1)) + r"\s*$")
-        title = m.group(2).strip()
-        out.append(f"**Exercise: {title}**" if title else "**Exercise**")
-        out.append("")
-        j = i + 1
-        while j < len(lines) and re.match(r"^\s*:[\w-]+:", lines[j]):  # directive options
-            j += 1
-        while j < len(lines) and not closing.match(lines[j]):
-            out.append(lines[j])
-            j += 1
-        i = j + 1
-    return "\n".join(out)
-
-
 # --- cells -------------------------------------------------------------------------------------
 
 
@@ -171,7 +74,8 @@ def _tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def make_student_notebook(nb, name: str = "notebook", fmt: str = "student", repository: str | None = None):
+def make_student_notebook(nb, name: str = "notebook", fmt: str = "student",
+                          repository: str | None = None):
     """Return a student copy of a (nbformat v4) chapter notebook; ``nb`` itself is unchanged.
 
     ``fmt="nbgrader"`` returns instead the notebook to put in nbgrader's ``source/`` folder: the
@@ -211,7 +115,8 @@ def make_student_notebook(nb, name: str = "notebook", fmt: str = "student", repo
                     if not tags:
                         del cell.metadata["tags"]
             if fmt == "nbgrader" and kind:
-                cell.metadata["nbgrader"] = _nbgrader_metadata(cell, prefix, grade_ids, answer=bool(n))
+                cell.metadata["nbgrader"] = _nbgrader_metadata(cell, prefix, grade_ids,
+                                                               answer=bool(n))
             cell.outputs = []
             cell.execution_count = None
             for key in ("execution", "collapsed", "scrolled"):
@@ -220,8 +125,8 @@ def make_student_notebook(nb, name: str = "notebook", fmt: str = "student", repo
         kinds.append(kind)
     if fmt == "otter":
         try:
-            return otter_master.make_master_notebook(cells, student, Path(name).stem, repository, kinds,
-                                                     where=name)
+            return otter_master.make_master_notebook(cells, student, Path(name).stem, repository,
+                                                     kinds, where=name)
         except (ValueError, SyntaxError) as e:
             raise AssignmentError(str(e)) from None
     first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
@@ -261,24 +166,6 @@ def _insert_markdown(nb, position: int, text: str) -> None:
     nb.cells.insert(position, cell)
 
 
-def _check_python(source: str, where: str) -> None:
-    """After stripping, an exercise cell must still be valid Python (IPython magics allowed)."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        code = TransformerManager().transform_cell(source)
-    except ImportError:  # no IPython: check the plain-Python cells only
-        if any(l.lstrip().startswith(("%", "!")) for l in source.split("\n")):
-            return
-        code = source
-    try:
-        compile(code, where, "exec")
-    except SyntaxError as e:
-        raise AssignmentError(f"{where}: the student version is not valid Python ({e.msg}, line {e.lineno}); "
-                              f"put {BEGIN_SOLUTION} / {END_SOLUTION} inside a function body, "
-                              "indented like the body") from None
-
-
 # --- chapters ----------------------------------------------------------------------------------
 
 
@@ -295,7 +182,8 @@ def _repository(book_dir: Path) -> str | None:
 def _refuse_book_folder(out_dir: Path, book: Path) -> None:
     if out_dir.resolve() == book.resolve():
         raise AssignmentError(f"--out {out_dir} is the folder of the chapter notebooks: "
-                              "the student notebooks would overwrite the solutions; choose another folder")
+                              "the student notebooks would overwrite the solutions; choose another "
+                              "folder")
 
 
 def student_target(source: Path, out_dir: Path, fmt: str) -> Path:
@@ -320,8 +208,8 @@ def build_student_notebook(source: str | Path, out_dir: str | Path, fmt: str = "
                               f"(e.g. git checkout -- {source.name}) or fix its JSON") from None
     student = make_student_notebook(nb, name=source.name, fmt=fmt, repository=repository)
     if not any(has_solution(c) for c in nb.cells):
-        print(f"warning: {source.name} has no `{BEGIN_SOLUTION}` region: its student version has nothing "
-              "to write", file=sys.stderr)
+        print(f"warning: {source.name} has no `{BEGIN_SOLUTION}` region: its student version has "
+              "nothing to write", file=sys.stderr)
     target = student_target(source, out_dir, fmt)
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(student, target)
@@ -335,23 +223,27 @@ def check_out_dir(out_dir: Path, targets: list[Path], force: bool = False) -> No
     import tempfile
 
     if out_dir.exists() and not out_dir.is_dir():
-        raise AssignmentError(f"--out {out_dir} is a file, not a folder: give a folder to write the notebooks into "
-                              "(it is created if missing)")
+        raise AssignmentError(f"--out {out_dir} is a file, not a folder: give a folder to write "
+                              "the notebooks into (it is created if missing)")
     existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), Path("."))
     if not existing.is_dir():
-        raise AssignmentError(f"--out {out_dir} lies below {existing}, which is a file, not a folder: choose another --out")
-    try:  # the folder the notebooks land in (or the first existing parent of a new one) must be writable
+        raise AssignmentError(f"--out {out_dir} lies below {existing}, which is a file, not a "
+                              "folder: choose another --out")
+    # the folder the notebooks land in (or the first existing parent of a new one) must be writable
+    try:
         fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an --out folder you "
-                              "can write") from None
+        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an "
+                              "--out folder you can write") from None
     replaced = [str(t.relative_to(out_dir)) for t in targets if t.exists()]
     if replaced and not force:
-        shown = ", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
-        raise AssignmentError(f"--out {out_dir} already holds {shown}, which this build would replace (edits there "
-                              "would be lost): pass --force to replace them, or choose an empty or new folder")
+        shown = (", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3
+                                            else ""))
+        raise AssignmentError(f"--out {out_dir} already holds {shown}, which this build would "
+                              "replace (edits there would be lost): pass --force to replace them, "
+                              "or choose an empty or new folder")
 
 
 def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path | None = None,
@@ -383,14 +275,15 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
         raise AssignmentError("no chapter notebooks (chNN_*.ipynb) found")
     out_dir, book = Path(out_dir), next(iter(chapters.values())).parent
     _refuse_book_folder(out_dir, book)
-    check_out_dir(out_dir, [student_target(path, out_dir, fmt) for path in chapters.values()], force)
+    check_out_dir(out_dir, [student_target(path, out_dir, fmt) for path in chapters.values()],
+                  force)
     repository = _repository(book) if fmt == "otter" else None
     existing = next(p for p in out_dir.resolve().parents if p.is_dir())  # creates nothing yet
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=existing))
     except OSError as e:  # the staging folder beside --out: a parent that is not writable
-        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an --out folder you "
-                              "can write") from None
+        raise AssignmentError(f"cannot write to {out_dir} ({e.strerror} in {existing}): choose an "
+                              "--out folder you can write") from None
     try:
         built = [build_student_notebook(path, staging, fmt=fmt, repository=repository)
                  for path in chapters.values()]
@@ -401,8 +294,10 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
                 target.parent.mkdir(parents=True, exist_ok=True)
                 path.replace(target)  # same file system: atomic per file
             except OSError as e:
-                raise AssignmentError(f"cannot write {target} ({e.strerror}): choose an --out folder you can write"
-                                      + (f"; {len(written)} notebook(s) were written before it" if written else "")
+                raise AssignmentError(f"cannot write {target} ({e.strerror}): choose an --out "
+                                      "folder you can write"
+                                      + (f"; {len(written)} notebook(s) were written before it"
+                                         if written else "")
                                       ) from None
             written.append(target)
         return written
@@ -414,7 +309,8 @@ def build(out_dir: str | Path, chapter: int | None = None, book_dir: str | Path 
 
 
 def _cmd_build(args) -> int:
-    written = build(args.out, chapter=args.chapter, book_dir=args.book, fmt=args.format, force=args.force)
+    written = build(args.out, chapter=args.chapter, book_dir=args.book, fmt=args.format,
+                    force=args.force)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -422,15 +318,22 @@ def _cmd_build(args) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``assignments build`` to the tools' command line."""
-    p = subparsers.add_parser("assignments", help="build student notebooks, Otter or nbgrader assignments",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "assignments",
+        help="build student notebooks, Otter or nbgrader assignments",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="assignments_command", required=True)
-    b = sub.add_parser("build", help="write student notebooks (solutions removed), Otter-Grader master "
+    b = sub.add_parser("build",
+                       help="write student notebooks (solutions removed), Otter-Grader master "
                                      "notebooks or nbgrader source notebooks")
     b.add_argument("--chapter", type=int, help="only this chapter (default: every chapter)")
     b.add_argument("--out", required=True, help="folder to write the notebooks into")
-    b.add_argument("--book", help="folder of the chapter notebooks (default: ./book, else the repository's)")
-    b.add_argument("--force", action="store_true", help="replace notebooks of the same name already in --out")
+    b.add_argument("--book",
+                   help="folder of the chapter notebooks (default: ./book, else the repository's)")
+    b.add_argument("--force", action="store_true",
+                   help="replace notebooks of the same name already in --out")
     b.add_argument("--format", choices=FORMATS, default="student",
                    help="student (default): notebooks to hand out, solutions replaced by "
                         "raise NotImplementedError(); otter: Otter-Grader master notebooks for "

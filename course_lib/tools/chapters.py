@@ -10,7 +10,8 @@ import os
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (when course_lib is used from a checkout)
+# the repository (when course_lib is used from a checkout)
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER_NAME = re.compile(r"^ch(\d+)_")
 
 
@@ -69,18 +70,21 @@ def chapter_notebooks(book_dir: str | Path | None = None) -> dict[int, Path]:
         book_dir = Path("book") if Path("book").is_dir() else ROOT / "book"
     book_dir = Path(book_dir)
     if not book_dir.is_dir():
-        raise FileNotFoundError(f"no book folder at {book_dir}: pass --book DIR (the folder of the chapter notebooks)")
+        raise FileNotFoundError(f"no book folder at {book_dir}: pass --book DIR (the folder of the "
+                                "chapter notebooks)")
     root = book_dir.resolve().parent
     if (root / "_toc.yml").exists():
         paths = [root / f"{entry}.ipynb" for entry in toc_chapters(root)]
         paths = [p for p in paths if p.parent == book_dir.resolve() and p.exists()]
     else:
-        paths = sorted(p for p in book_dir.iterdir() if CHAPTER_NAME.match(p.name) and p.suffix == ".ipynb")
+        paths = sorted(p for p in book_dir.iterdir() if CHAPTER_NAME.match(p.name)
+                       and p.suffix == ".ipynb")
     found: dict[int, Path] = {}
     for path in paths:
         number = chapter_number(path)
         if number in found:
-            raise ValueError(f"two notebooks for chapter {number}: {found[number].name} and {path.name}")
+            raise ValueError(f"two notebooks for chapter {number}: {found[number].name} and "
+                             f"{path.name}")
         found[number] = path
     return dict(sorted(found.items()))
 
@@ -100,7 +104,8 @@ def _kernel_environment() -> dict[str, str]:
 
 
 def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "python3",
-                     allow_errors: bool = False, store: bool = False, env: dict[str, str] | None = None):
+                     allow_errors: bool = False, store: bool = False,
+                     env: dict[str, str] | None = None):
     """Run a notebook top to bottom in its own folder (as Jupyter Book and nbval do) and return
     it executed; with ``store``, write its outputs back into the file. The kernel runs in the
     reference numeric environment (:mod:`course_lib.tools.numerics`), as nbval's kernels do, so
@@ -114,18 +119,26 @@ def execute_notebook(path: str | Path, timeout: int = 600, kernel_name: str = "p
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    skipped = [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("# NBVAL_SKIP")]
+    skipped = [c for c in nb.cells if c.cell_type == "code"
+               and c.source.lstrip().startswith("# NBVAL_SKIP")]
     for cell in skipped:
         cell.outputs, cell.execution_count = [], None
         cell.metadata.setdefault("tags", []).append(_SKIP_TAG)
-    NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=allow_errors, coalesce_streams=True,
-                   skip_cells_with_tag=_SKIP_TAG,
-                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute(env=_kernel_environment() if env is None else env)
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=kernel_name,
+        allow_errors=allow_errors,
+        coalesce_streams=True,
+        skip_cells_with_tag=_SKIP_TAG,
+        resources={"metadata": {"path": str(path.parent.resolve())}},
+    ).execute(env=_kernel_environment() if env is None else env)
     for cell in skipped:
         cell.metadata["tags"].remove(_SKIP_TAG)
         if not cell.metadata["tags"]:
             del cell.metadata["tags"]
     if store:
-        nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+        nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                     "name": "python3"}
         nbformat.write(nb, path)
     return nb

@@ -23,7 +23,8 @@ def marker(line: str, text: str) -> bool:
 
 
 def has_solution(cell) -> bool:
-    return cell.get("cell_type") == "code" and any(marker(l, BEGIN_SOLUTION) for l in cell.source.split("\n"))
+    return (cell.get("cell_type") == "code"
+            and any(marker(l, BEGIN_SOLUTION) for l in cell.source.split("\n")))
 
 
 def is_check_cell(cell) -> bool:
@@ -60,7 +61,8 @@ def exercise_section_start(nb) -> int:
 class CheckResult:
     cell: int  # index of the check cell in the notebook
     checks: list  # names of the check functions it calls
-    status: str  # "correct", "not done", "wrong", "error" (the cell crashed outside a check) or "not run"
+    # "correct", "not done", "wrong", "error" (the cell crashed outside a check) or "not run"
+    status: str
     message: str  # the check's message, or the error
 
 
@@ -72,7 +74,8 @@ def check_results(nb) -> list[CheckResult]:
             continue
         names = checked_names(cell)
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                       if o.get("output_type") == "stream")
         if errors:
             e = errors[0]
             message = f"{e.get('ename')}: {e.get('evalue')}"
@@ -84,7 +87,8 @@ def check_results(nb) -> list[CheckResult]:
         elif cell.get("execution_count") is None and not cell.get("outputs"):
             status, message = "not run", ""
         elif "Correct!" in text:
-            status, message = "correct", next(l for l in text.splitlines() if "Correct!" in l).strip()
+            status, message = "correct", next(l for l in text.splitlines()
+                                              if "Correct!" in l).strip()
         else:
             status, message = "wrong", "the check printed no `Correct!`"
         results.append(CheckResult(index, names, status, message))

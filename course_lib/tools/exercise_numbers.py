@@ -16,7 +16,8 @@ from .chapters import CHAPTER_NAME
 FIGTYPE = "exercise"
 
 
-def number_per_chapter(numbers: dict[str, tuple[int, ...]], docname: str) -> dict[str, tuple[int, ...]]:
+def number_per_chapter(numbers: dict[str, tuple[int, ...]],
+                       docname: str) -> dict[str, tuple[int, ...]]:
     """``{node id: book-wide number}`` of one page -> ``{node id: (chapter, k)}``, k = 1, 2, ...
     in the page's order (the book-wide numbers grow down the page)."""
     chapter = CHAPTER_NAME.match(PurePosixPath(docname).name)

@@ -1,5 +1,5 @@
-"""The CUDA lane (``make gpu-test``): the course run the way a reader with a GPU runs it (Colab's GPU
-runtime), where ``pick_device`` chooses ``cuda``.
+"""The CUDA lane (``make gpu-test``): the course run the way a reader with a GPU runs it (Colab's
+GPU runtime), where ``pick_device`` chooses ``cuda``.
 
 1. The unit tests (``pytest tests -m "not slow or gpu"``) with CUDA visible, so that every command
    that leaves ``--device`` out runs on the GPU, plus the tests marked ``gpu``
@@ -26,7 +26,8 @@ import time
 from ..utils import check_output_file, write_text_atomic
 from .chapters import ROOT, chapter_notebooks
 
-SKIP_LINE = "gpu-test: skipped: no CUDA GPU here (torch.cuda.is_available() is False); run it on a GPU machine"
+SKIP_LINE = ("gpu-test: skipped: no CUDA GPU here (torch.cuda.is_available() is False); run it on "
+             "a GPU machine")
 
 
 def cuda_available() -> bool:
@@ -37,10 +38,13 @@ def cuda_available() -> bool:
 
 def _pytest_counts(output: str) -> dict[str, int]:
     """pytest's last summary line ("3 failed, 970 passed, 5 skipped in 12.3s") as counts."""
-    lines = [line for line in output.strip().splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    lines = [line for line in output.strip().splitlines()
+             if re.search(r"\d+ (passed|failed|error)", line)]
     counts = {}
-    for number, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)",
-                                   lines[-1] if lines else ""):
+    for number, word in re.findall(
+        r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)",
+        lines[-1] if lines else "",
+    ):
         counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
     return counts
 
@@ -80,8 +84,8 @@ def run_chapters(numbers: list[int] | None, timeout: int) -> list[dict]:
             error = None
         except Exception as e:  # a failing cell: CellExecutionError, a timeout, a dead kernel
             error = _first_error(e)
-        results.append({"chapter": number, "name": path.stem, "seconds": round(time.perf_counter() - start, 1),
-                        "error": error})
+        results.append({"chapter": number, "name": path.stem,
+                        "seconds": round(time.perf_counter() - start, 1), "error": error})
     return results
 
 
@@ -89,14 +93,18 @@ def summary(device: str, unit: dict | None, chapters: list[dict] | None) -> list
     """The few lines printed at the end."""
     lines = [f"gpu-test on {device}"]
     if unit is not None:
-        counts = ", ".join(f"{n} {word}" for word, n in unit["counts"].items()) or f"pytest exit {unit['exit']}"
-        lines.append(f"unit tests (default device cuda, tests marked gpu included): {counts} in {unit['seconds']:.0f} s")
+        counts = (", ".join(f"{n} {word}" for word, n in unit["counts"].items())
+                  or f"pytest exit {unit['exit']}")
+        lines.append(f"unit tests (default device cuda, tests marked gpu included): {counts} in "
+                     f"{unit['seconds']:.0f} s")
         lines += [f"  {line}" for line in unit["failures"][:10]]
     if chapters is not None:
         ran = [c for c in chapters if c["error"] is None]
         times = ", ".join(f"ch{c['chapter']:02d} {c['seconds']:.0f} s" for c in chapters)
-        lines.append(f"chapters executed on the GPU: {len(ran)} of {len(chapters)} ran to the end ({times})")
-        lines += [f"  ch{c['chapter']:02d} stopped: {c['error']}" for c in chapters if c["error"] is not None]
+        lines.append(f"chapters executed on the GPU: {len(ran)} of {len(chapters)} ran to the end "
+                     f"({times})")
+        lines += [f"  ch{c['chapter']:02d} stopped: {c['error']}" for c in chapters
+                  if c["error"] is not None]
     return lines
 
 
@@ -107,25 +115,30 @@ def chapter_numbers(text: str) -> list[int] | None:
     try:
         return [int(n) for n in text.split(",")]
     except ValueError:
-        raise ValueError(f"--chapters must be comma-separated chapter numbers, e.g. 8,14; got {text!r}") from None
+        raise ValueError("--chapters must be comma-separated chapter numbers, e.g. 8,14; got "
+                         f"{text!r}") from None
 
 
 def _cmd_lane(args) -> int:
     numbers = chapter_numbers(args.chapters)  # bad input is refused on any machine, before any work
     if args.json:
-        check_output_file(args.json)  # not a folder, a device or a read-only file (- : standard output)
+        # not a folder, a device or a read-only file (- : standard output)
+        check_output_file(args.json)
     if not cuda_available():
         print(SKIP_LINE)
         return 0
     import torch
 
-    device = f"{torch.cuda.get_device_name(0)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    device = (f"{torch.cuda.get_device_name(0)} (torch {torch.__version__}, CUDA "
+              f"{torch.version.cuda})")
     unit = None if args.skip_unit else run_unit_tests(args.workers)
     chapters = None if args.skip_chapters else run_chapters(numbers, args.timeout)
     lines = summary(device, unit, chapters)
-    print("\n".join(lines), file=sys.stderr if args.json == "-" else sys.stdout)  # stdout stays pure JSON
+    # stdout stays pure JSON
+    print("\n".join(lines), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:  # atomically: a reader never sees half a file
-        write_text_atomic(args.json, json.dumps({"device": device, "torch": torch.__version__, "unit": unit,
+        write_text_atomic(args.json,
+                          json.dumps({"device": device, "torch": torch.__version__, "unit": unit,
                                                  "chapters": chapters}, indent=1) + "\n")
     failed = (unit is not None and unit["exit"] != 0) or any(c["error"] for c in chapters or [])
     return 1 if failed else 0
@@ -133,13 +146,18 @@ def _cmd_lane(args) -> int:
 
 def add_parser(subparsers):
     """``gpu-lane``: the unit tests and every chapter on a CUDA GPU (``make gpu-test``)."""
-    p = subparsers.add_parser("gpu-lane", help="the unit tests and every chapter on a CUDA GPU (make gpu-test)")
-    p.add_argument("--chapters", default="", help="comma-separated chapter numbers (default: every chapter)")
+    p = subparsers.add_parser("gpu-lane",
+                              help="the unit tests and every chapter on a CUDA GPU (make gpu-test)")
+    p.add_argument("--chapters", default="",
+                   help="comma-separated chapter numbers (default: every chapter)")
     p.add_argument("--skip-unit", action="store_true", help="do not run the unit tests")
     p.add_argument("--skip-chapters", action="store_true", help="do not execute the chapters")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="pytest processes (default 4)")
-    p.add_argument("--timeout", type=int, default=1200, help="seconds per notebook cell (default 1200)")
-    p.add_argument("--json", default="", metavar="FILE", help="also write the details (device, counts, chapter "
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                   help="pytest processes (default 4)")
+    p.add_argument("--timeout", type=int, default=1200,
+                   help="seconds per notebook cell (default 1200)")
+    p.add_argument("--json", default="", metavar="FILE",
+                   help="also write the details (device, counts, chapter "
                    "times) as JSON to FILE (-: standard output); never over a device or a folder")
     p.set_defaults(func=_cmd_lane)
     return p

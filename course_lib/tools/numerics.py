@@ -64,19 +64,22 @@ REFERENCE = {
     # default, waiting for the next parallel region. On a machine whose cores are shared (several
     # kernels, a CI runner) the spinning thread takes the core from the thread it waits for, and
     # a model of small matrices, with a short parallel region per operation, crawls: chapter 10's
-    # names model was stored at 1.9 steps/s, and at 41 and 74 steps/s once passive (60 steps outside a
-    # kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
+    # names model was stored at 1.9 steps/s, and at 41 and 74 steps/s once passive (60 steps outside
+    # a kernel: 73-83 s spinning, 3.0 s passive, on 2 shared cores under a load of 11). Passive
     # threads sleep instead.
     "OMP_WAIT_POLICY": "PASSIVE",
     # torch.compile's kernels are cached on disk under a key that does not tell the pinned ISA from
     # the host's: kernels compiled for AVX-512 and loaded under the AVX2 pin gave NaN losses and
-    # heap corruption (measured in tests/test_scale.py's compile test). Pinned runs keep their own cache.
-    "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}_reference"),
+    # heap corruption (measured in tests/test_scale.py's compile test). Pinned runs keep their own
+    # cache.
+    "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(),
+                                            f"torchinductor_{_user()}_reference"),
 }
 DESCRIPTION = f"x86-64 with AVX2, {THREADS} threads"
 
 
-def reference_environment(base: Mapping[str, str] | None = None, threads: int = THREADS) -> dict[str, str]:
+def reference_environment(base: Mapping[str, str] | None = None,
+                          threads: int = THREADS) -> dict[str, str]:
     """``base`` (default: this process's environment) with the reference pinned over it;
     ``threads`` other than :data:`THREADS` pins another thread count (the shipped pretrained
     model is trained on 1, see :mod:`course_lib.tools.pretrained`)."""
@@ -123,7 +126,8 @@ def unsupported_host(machine: str | None = None, capability: str | None = None) 
 def _pinned_capability() -> str:
     """The kernel ISA torch picks under the pin, asked of a fresh process (torch reads
     ATEN_CPU_CAPABILITY once, when it starts)."""
-    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+    done = subprocess.run([sys.executable, "-c",
+                           "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                           env=reference_environment(), capture_output=True, text=True, timeout=120)
     return done.stdout.strip() or "unknown"
 
@@ -131,10 +135,12 @@ def _pinned_capability() -> str:
 def host_note(reason: str | None) -> str:
     """The one line `make test` prints about the reference on this host."""
     if reason is None:
-        return f"numerics: chapters run in the reference environment ({DESCRIPTION}; course_lib/tools/numerics.py)"
-    return (f"numerics: {reason}, so the chapters' stored outputs (the reference of {DESCRIPTION}) cannot be "
-            f"reproduced bitwise here: nbval runs every chapter and fails on errors, but compares no outputs. "
-            f"To validate outputs, run make test on an x86-64 machine with AVX2 (or let CI do it).")
+        return (f"numerics: chapters run in the reference environment ({DESCRIPTION}; "
+                "course_lib/tools/numerics.py)")
+    return (f"numerics: {reason}, so the chapters' stored outputs (the reference of {DESCRIPTION}) "
+            "cannot be reproduced bitwise here: nbval runs every chapter and fails on errors, but "
+            "compares no outputs. To validate outputs, run make test on an x86-64 machine with "
+            "AVX2 (or let CI do it).")
 
 
 def fingerprint(steps: int = 20) -> str:
@@ -153,8 +159,8 @@ def fingerprint(steps: int = 20) -> str:
     tokenizer = CharTokenizer.from_text(text)
     data = torch.tensor(tokenizer.encode(text))
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=4, n_head=4, n_embd=128,
-                          dropout=0.0, tie_weights=False))
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=4, n_head=4,
+                          n_embd=128, dropout=0.0, tie_weights=False))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     batches = torch.Generator().manual_seed(1)
     for _ in range(steps):
@@ -170,7 +176,8 @@ def fingerprint(steps: int = 20) -> str:
 def fingerprint_in(env: Mapping[str, str], steps: int = 20) -> str:
     """:func:`fingerprint` computed by a fresh Python process with the environment ``env``."""
     code = f"from course_lib.tools.numerics import fingerprint; print(fingerprint({steps}))"
-    done = subprocess.run([sys.executable, "-c", code], env=dict(env), capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], env=dict(env), capture_output=True,
+                          text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"the fingerprint run failed:\n{done.stderr[-2000:]}")
     return done.stdout.strip()
@@ -205,7 +212,8 @@ def probe(steps: int = 20) -> list[tuple[str, str, str]]:
     rows = []
     for name, condition in PROBE_CONDITIONS.items():
         host = host_environment(condition)
-        rows.append((name, fingerprint_in(host, steps), fingerprint_in(reference_environment(host), steps)))
+        rows.append((name, fingerprint_in(host, steps),
+                     fingerprint_in(reference_environment(host), steps)))
     return rows
 
 
@@ -220,9 +228,11 @@ def _cmd_probe(args) -> int:
 
 def add_parser(subparsers):
     """``numerics probe``: which host settings change a short training, with and without the pin."""
-    p = subparsers.add_parser("numerics", help="the reference numeric environment of stored outputs")
+    p = subparsers.add_parser("numerics",
+                              help="the reference numeric environment of stored outputs")
     sub = p.add_subparsers(dest="numerics_command", required=True)
-    probe_parser = sub.add_parser("probe", help="train briefly under several host settings, with and without the pin")
+    probe_parser = sub.add_parser("probe", help="train briefly under several host settings, with "
+                                                "and without the pin")
     probe_parser.add_argument("--steps", type=int, default=20)
     probe_parser.set_defaults(func=_cmd_probe)
     return p

@@ -35,7 +35,8 @@ from .numerics import fingerprint, reference_environment
 
 REFERENCE_RECORD = Path(__file__).resolve().parent.parent / "records" / "numerics_reference.json"
 
-# (rows, inner, columns) of the linear layers: the preset's projections and head, chapter 4's, odd sizes
+# (rows, inner, columns) of the linear layers: the preset's projections and head, chapter 4's, odd
+# sizes
 LINEAR_SHAPES = [(768, 128, 128), (768, 128, 512), (768, 512, 128), (768, 128, 65), (768, 128, 384),
                  (32 * 8, 16, 16), (100, 37, 53), (1, 128, 65), (4096, 64, 64)]
 
@@ -66,7 +67,8 @@ def operation_fingerprints() -> dict[str, str]:
 
     out = {}
     for m, k, n in LINEAR_SHAPES:
-        a, w, b = randn(m, k).requires_grad_(), randn(n, k).requires_grad_(), randn(n).requires_grad_()
+        a, w, b = randn(m, k).requires_grad_(), randn(n,
+                                                      k).requires_grad_(), randn(n).requires_grad_()
         y = F.linear(a, w, b)
         y.square().sum().backward()
         out[f"linear {m}x{k}x{n} fwd"] = _digest(y)
@@ -79,19 +81,24 @@ def operation_fingerprints() -> dict[str, str]:
         y.square().sum().backward()
         out[f"sdpa causal={causal} fwd"] = _digest(y)
         out[f"sdpa causal={causal} bwd"] = _digest(q.grad, k.grad, v.grad)
-    q, k, v = (randn(12, 4, 64, 32).requires_grad_() for _ in range(3))  # chapter 4's attention by hand
+    # chapter 4's attention by hand
+    q, k, v = (randn(12, 4, 64, 32).requires_grad_() for _ in range(3))
     att = (q @ k.transpose(-2, -1)) * 32 ** -0.5
-    att = att.masked_fill(torch.triu(torch.ones(64, 64, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+    att = att.masked_fill(torch.triu(torch.ones(64, 64, dtype=torch.bool), 1),
+                          float("-inf")).softmax(-1)
     y = att @ v
     y.square().sum().backward()
-    out["manual attention fwd"], out["manual attention bwd"] = _digest(y), _digest(q.grad, k.grad, v.grad)
-    x, w, b = randn(12, 64, 128).requires_grad_(), randn(128).requires_grad_(), randn(128).requires_grad_()
+    out["manual attention fwd"], out["manual attention bwd"] = _digest(y), _digest(q.grad, k.grad,
+                                                                                   v.grad)
+    x, w, b = randn(12, 64,
+                    128).requires_grad_(), randn(128).requires_grad_(), randn(128).requires_grad_()
     y = F.layer_norm(x, (128,), w, b)
     y.square().sum().backward()
     out["layer_norm fwd"], out["layer_norm bwd"] = _digest(y), _digest(x.grad, w.grad, b.grad)
     x = randn(12, 64, 512).requires_grad_()
-    elementwise = [("gelu", F.gelu), ("gelu tanh", lambda t: F.gelu(t, approximate="tanh")), ("relu", F.relu),
-                   ("silu", F.silu), ("softmax", lambda t: t.softmax(-1)), ("exp", torch.exp), ("tanh", torch.tanh)]
+    elementwise = [("gelu", F.gelu), ("gelu tanh", lambda t: F.gelu(t, approximate="tanh")),
+                   ("relu", F.relu), ("silu", F.silu), ("softmax", lambda t: t.softmax(-1)),
+                   ("exp", torch.exp), ("tanh", torch.tanh)]
     for name, fn in elementwise:
         x.grad = None
         y = fn(x)
@@ -107,10 +114,13 @@ def operation_fingerprints() -> dict[str, str]:
     out["sum 1e6"] = _digest(randn(1_000_000).sum())
     out["mean dim"] = _digest(randn(768, 512).mean(-1))
     out["norm"] = _digest(torch.linalg.vector_norm(randn(100_000)))
-    for foreach, fused in [(False, False), (True, False), (False, True)]:  # AdamW's three implementations
+    # AdamW's three implementations
+    for foreach, fused in [(False, False), (True, False), (False, True)]:
         torch.manual_seed(0)
-        params = [torch.nn.Parameter(randn(128, 128)) for _ in range(3)] + [torch.nn.Parameter(randn(65))]
-        optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=foreach, fused=fused)
+        params = ([torch.nn.Parameter(randn(128, 128))
+                   for _ in range(3)] + [torch.nn.Parameter(randn(65))])
+        optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=foreach,
+                                      fused=fused)
         for _ in range(3):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=g)
@@ -121,22 +131,27 @@ def operation_fingerprints() -> dict[str, str]:
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     out["clip_grad_norm"] = _digest(params[0].grad)
     probs = torch.softmax(randn(8, 65), -1)
-    draws = torch.multinomial(probs, 20, replacement=True, generator=torch.Generator().manual_seed(5))
+    draws = torch.multinomial(probs, 20, replacement=True,
+                              generator=torch.Generator().manual_seed(5))
     out["multinomial"] = _digest(draws.float())
     return out
 
 
 def _cpu_name() -> str:
-    """The CPU's model name and its widest vector units ("Intel(R) Xeon(R) Processor, AVX-512, AMX")."""
+    """The CPU's model name and its widest vector units ("Intel(R) Xeon(R) Processor, AVX-512,
+    AMX")."""
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read()
     except OSError:
         return platform.processor() or platform.machine()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                 if line.startswith("model name")),
                 platform.machine())
-    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
-    units = [unit for flag, unit in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("amx_tile", "AMX")] if flag in flags]
+    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines()
+                  if line.startswith("flags")), set())
+    units = [unit for flag, unit in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("amx_tile", "AMX")]
+             if flag in flags]
     return ", ".join([name, *units[-2:]])
 
 
@@ -144,7 +159,8 @@ def _child() -> None:
     """Run in a fresh process under the pin: print this host's fingerprints as one JSON line."""
     import torch
 
-    print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(),
+    print(json.dumps({"torch": torch.__version__,
+                      "capability": torch.backends.cpu.get_cpu_capability(),
                       "threads": torch.get_num_threads(), "ops": operation_fingerprints(),
                       "training": fingerprint()}))
 
@@ -155,7 +171,8 @@ def host_fingerprints(extra_env: dict[str, str] | None = None) -> dict:
     tool, with the short training's fingerprint under "training". A few seconds."""
     env = reference_environment()
     env.update(extra_env or {})
-    done = subprocess.run([sys.executable, "-c", "from course_lib.tools.op_fingerprints import _child; _child()"],
+    done = subprocess.run([sys.executable, "-c",
+                           "from course_lib.tools.op_fingerprints import _child; _child()"],
                           env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"the fingerprint process failed:\n{done.stderr[-2000:]}")
@@ -185,7 +202,8 @@ def record_reference(path: Path = REFERENCE_RECORD) -> dict:
     chapter here): one source for which host the stored outputs are bitwise on."""
     result = host_fingerprints()
     result["note"] = ("Fingerprints of the host that stored the chapters' outputs under the pin of "
-                      "course_lib/tools/numerics.py; written by `python -m course_lib.tools numerics record`.")
+                      "course_lib/tools/numerics.py; written by `python -m course_lib.tools "
+                      "numerics record`.")
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -194,30 +212,39 @@ def _cmd(args) -> int:
     extra = dict(pair.split("=", 1) for pair in args.env)
     if args.record:
         result = record_reference()
-        print(f"wrote {REFERENCE_RECORD}: {len(result['ops'])} operations and the short training of {result['cpu']}")
+        print(f"wrote {REFERENCE_RECORD}: {len(result['ops'])} operations and the short training "
+              f"of {result['cpu']}")
         return 0
     host = host_fingerprints(extra)
     if args.json:
         Path(args.json).write_text(json.dumps(host, indent=1) + "\n")
     against = json.loads(Path(args.compare).read_text()) if args.compare else reference()
     diff = differences(host, against)
-    print(f"{host['cpu']} | torch {host['torch']} | {host['capability']} | {host['threads']} threads | {args.env or 'the pin'}")
+    print(f"{host['cpu']} | torch {host['torch']} | {host['capability']} | {host['threads']} "
+          f"threads | {args.env or 'the pin'}")
     print(f"{len(diff)} of {len(against['ops']) + 1} fingerprints differ from {against['cpu']}"
           + (f": {', '.join(diff)}" if diff else ""))
     if not args.compare:
-        print("make test compares the chapters' outputs " + ("within their tolerances (tolerance mode)" if diff
+        print("make test compares the chapters' outputs " + ("within their tolerances (tolerance "
+                                                             "mode)" if diff
                                                                else "bitwise (bitwise mode)"))
     return 0
 
 
 def add_parser(subparsers):
-    """``fingerprints``: this host's kernels against the reference host's (the mode of make test)."""
-    p = subparsers.add_parser("fingerprints", help="this host's CPU kernels against those of the host that "
-                                                   "stored the chapters (which mode make test uses)")
-    p.add_argument("env", nargs="*", metavar="VAR=VALUE", help="variables set over the pin (act as another host)")
-    p.add_argument("--compare", metavar="JSON", help="compare with another host's JSON instead of the reference")
+    """``fingerprints``: this host's kernels against the reference host's (the mode of make
+    test)."""
+    p = subparsers.add_parser("fingerprints",
+                              help="this host's CPU kernels against those of the host that "
+                                                   "stored the chapters (which mode make test "
+                                                   "uses)")
+    p.add_argument("env", nargs="*", metavar="VAR=VALUE",
+                   help="variables set over the pin (act as another host)")
+    p.add_argument("--compare", metavar="JSON",
+                   help="compare with another host's JSON instead of the reference")
     p.add_argument("--json", metavar="PATH", help="also write this host's fingerprints to PATH")
     p.add_argument("--record", action="store_true",
-                   help="write this host's fingerprints as the reference (after make execute stored every chapter here)")
+                   help="write this host's fingerprints as the reference (after make execute "
+                        "stored every chapter here)")
     p.set_defaults(func=_cmd)
     return p

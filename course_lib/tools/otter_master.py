@@ -2,7 +2,8 @@
 
     python -m course_lib.tools assignments build --format otter --chapter 3 --out masters/
     otter assign masters/ch03/ch03_self_attention_trick.ipynb dist/ch03
-    otter run -a dist/ch03/autograder/ch03_self_attention_trick-autograder_*.zip -o out/ submission.ipynb
+    otter run -a dist/ch03/autograder/ch03_self_attention_trick-autograder_*.zip -o out/
+    submission.ipynb
 
 The master notebook is the chapter in Otter Assign's notebook format (as otter-grader 7 reads it:
 raw cells mark the blocks; otter.assign.blocks and otter.assign.notebook_transformer):
@@ -27,7 +28,8 @@ raw cells mark the blocks; otter.assign.blocks and otter.assign.notebook_transfo
   (Otter passes the notebook's variables of those names as the arguments);
 - in the solution cell, nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` become Otter's
   markers, with a prompt block that gives the student the book's skeleton (``# YOUR CODE HERE`` and
-  ``raise NotImplementedError()``, which the checks answer with "Not done yet"), not Otter's ``...``;
+  ``raise NotImplementedError()``, which the checks answer with "Not done yet"), not Otter's
+  ``...``;
 - what a check cell does besides the check (printing a result on the chapter's data) stays, as an
   ordinary cell after the question; the worked solutions are removed, as in student notebooks.
 
@@ -127,16 +129,19 @@ def split_check_cell(source: str, where: str) -> tuple[list[tuple[str, str]], st
     for call in calls:
         func = call.value.func
         check = func.attr if isinstance(func, ast.Attribute) else func.id
-        module = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+        module = (func.value.id if isinstance(func, ast.Attribute)
+                  and isinstance(func.value, ast.Name) else None)
         if module and module not in modules and not re.fullmatch(r"ch\d+", module):
             raise ValueError(f"{where}: cannot tell where {module}.{check} comes from")
         real = modules.get(module, module)
-        imports = [f"from course_lib.exercises import {real}" + (f" as {module}" if real != module else "")
+        imports = ["from course_lib.exercises import "
+                   f"{real}" + (f" as {module}" if real != module else "")
                    ] if module else []
         args = _free_names(call, {module} if module else set())
         test = f"test_{check.removeprefix('check_')}"
         body = "\n".join("    " + line for line in imports + [ast.unparse(call)])
-        tests.append((check, f"def {test}({', '.join(args)}):\n{body}\n\n{test}({', '.join(args)})"))
+        tests.append((check,
+                      f"def {test}({', '.join(args)}):\n{body}\n\n{test}({', '.join(args)})"))
     lines = source.split("\n")
     drop = {n for c in calls for n in range(c.lineno - 1, c.end_lineno)}
     rest = "\n".join(l for i, l in enumerate(lines) if i not in drop).strip("\n")
@@ -181,7 +186,8 @@ def make_master_notebook(student_cells: list, nb, name: str, repository: str | N
         header = yaml.safe_dump({"name": qname, "points": len(q["tests"])}, sort_keys=False)
         cells.append(raw("# BEGIN QUESTION\n" + header.rstrip()))
         for cell, is_solution in q["body"]:
-            cells.extend([raw("# BEGIN SOLUTION"), cell, raw("# END SOLUTION")] if is_solution else [cell])
+            cells.extend([raw("# BEGIN SOLUTION"), cell, raw("# END SOLUTION")] if is_solution
+                         else [cell])
         cells.append(raw("# BEGIN TESTS"))
         cells.extend(v4.new_code_cell(source) for _, source in q["tests"])
         cells.extend([raw("# END TESTS"), raw("# END QUESTION")])

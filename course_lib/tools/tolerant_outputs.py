@@ -10,7 +10,8 @@ while a chapter whose code is wrong (another loss curve, another shape, a missin
 A chapter declares its tolerance in its notebook metadata, a cell in its cell metadata, under the
 key ``numerics``:
 
-- ``{"rtol": 0.02, "atol": 0.001}``: the tolerance of its numbers with a decimal point or an exponent
+- ``{"rtol": 0.02, "atol": 0.001}``: the tolerance of its numbers with a decimal point or an
+exponent
   (the cell's overrides the chapter's, which overrides :data:`DEFAULT`). Whole numbers (steps,
   sizes, shapes, counts) must match exactly, unless ``"counts": true`` lets them move within the
   tolerance too (a count of right answers after training);
@@ -57,7 +58,8 @@ def declared(notebook_metadata: dict, cell_metadata: dict) -> Tolerance:
     for source in (notebook_metadata.get("numerics", {}), cell_metadata.get("numerics", {})):
         unknown = set(source) - set(fields)
         if unknown:
-            raise ValueError(f"unknown numerics metadata {sorted(unknown)}: use rtol, atol, counts or host_dependent")
+            raise ValueError(f"unknown numerics metadata {sorted(unknown)}: use rtol, atol, counts "
+                             "or host_dependent")
         fields.update(source)
     return Tolerance(**fields)
 
@@ -98,7 +100,8 @@ def disagreement(stored: str, computed: str, tolerance: Tolerance) -> str | None
     for a, b in zip(stored_numbers, computed_numbers):
         if _whole(a) and _whole(b) and not tolerance.counts:
             if _value(a) != _value(b):
-                return f"the whole number {b} is not the stored {a} (a cell declares \"counts\" to let counts move)"
+                return (f"the whole number {b} is not the stored {a} (a cell declares \"counts\" "
+                        "to let counts move)")
         elif abs(_value(b) - _value(a)) > tolerance.atol + tolerance.rtol * abs(_value(a)):
             return (f"{b} is not within rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
                     f"of the stored {a}")
@@ -119,7 +122,8 @@ def _flatten(outputs, skip) -> dict[str, list]:
     return values
 
 
-def cell_disagreement(stored, computed, tolerance: Tolerance, skip=(), sanitize=lambda s: s) -> str | None:
+def cell_disagreement(stored, computed, tolerance: Tolerance, skip=(),
+                      sanitize=lambda s: s) -> str | None:
     """Why a cell's ``computed`` outputs do not agree with its ``stored`` ones within ``tolerance``
     (each a list of outputs with their streams merged, as nbval compares them; ``skip`` and
     ``sanitize`` are nbval's), or None if they do."""
@@ -127,7 +131,8 @@ def cell_disagreement(stored, computed, tolerance: Tolerance, skip=(), sanitize=
         return None
     stored, computed = _flatten(stored, skip), _flatten(computed, skip)
     if stored.keys() != computed.keys() or any(len(stored[k]) != len(computed[k]) for k in stored):
-        return f"other kinds or numbers of outputs: {sorted(computed)} where {sorted(stored)} are stored"
+        return (f"other kinds or numbers of outputs: {sorted(computed)} where {sorted(stored)} are "
+                "stored")
     for key in stored:
         for a, b in zip(stored[key], computed[key]):
             a, b = sanitize(a), sanitize(b)
