@@ -108,7 +108,8 @@ def write_robustness_set(path: str | Path = ROBUSTNESS_PATH) -> str:
 
 # --- version 2, the test set (review R17-B1) -------------------------------------------------------------
 ROBUSTNESS_V2_PATH = ROBUSTNESS_PATH.with_name("chat_robustness_v2.json")
-ROBUSTNESS_V2_SHA256 = "e8615a6a5fbfc1884a04ff6e730fb66b0ee3a9b53eb7b857eb2e57efa0d7cd4e"
+ROBUSTNESS_V2_SHA256 = "3f191c0fea86169c8deef2bf99c125cb56ea22230c1e682221f7b936594bc0a5"
+# Every request fits a 64-token context alone (at most 53 characters), so that the shipped models can be asked.
 # (form, a, operator, b): other verbs and word orders, politeness, typos, "x" for times, operands of one
 # to three digits (training: 0-99)
 ARITHMETIC_V2 = (
@@ -124,7 +125,7 @@ ARITHMETIC_WORDS_V2 = (
     ("how much is {a} and {b} together", 9, "+", 4), ("add up {a} and {b} for me", 6, "+", 8),
     ("Tell me what {a} minus {b} is.", 12, "-", 5), ("please work out {a} times {b}", 3, "*", 7),
     ("{a} plus {b} equals?", 11, "+", 22), ("what number is {a} times {b}", 4, "*", 6),
-    ("{a} minus {b}, please", 60, "-", 25), ("If I have {a} apples and eat {b}, how many are left?", 8, "-", 3))
+    ("{a} minus {b}, please", 60, "-", 25), ("I have {a} apples and eat {b}. How many left?", 8, "-", 3))
 # (form, word): words of the training list, of the test list, and of none (python, banana, laptop,
 # strawberry: ten letters, longer than any training word)
 SPELLING_V2 = (
@@ -149,7 +150,7 @@ DATES_V2 = (
     ("convert {d} to ISO 8601", (1976, 7, 4), "{M} {o} {y}"), ("what's the ISO date for {d}?", (1969, 7, 20), 0),
     ("please give me {d} as yyyy-mm-dd", (2001, 9, 11), "Sept {day}, {y}"),
     ("how do I write {d} in ISO format", (1989, 11, 9), 2), ("Format {d} the ISO way.", (2024, 2, 29), "{day} {m}, {y}"),
-    ("{d} in year-month-day form?", (1995, 12, 25), 8), ("can you turn {d} into an ISO date", (1963, 11, 22),
+    ("{d} in year-month-day form?", (1995, 12, 25), 8), ("can you turn {d} into an ISO date", (1963, 5, 22),
                                                          "the {o} of {M} {y}"),
     ("ISO format for {d}, please", (2010, 5, 17), 4), ("I was born on {d}. What is that in ISO?", (1987, 3, 14), 5),
     ("change {d} to ISO 8601 format", (2030, 1, 31), "{y}.{mm}.{dd}"), ("normalize {d} to ISO", (1958, 8, 16), 1),
