@@ -7,10 +7,11 @@ is written in one of several phrasings, its numbers in digits or in words, its o
 lower case, a capital, the last punctuation mark left out. The validation and test splits keep the
 phrasings clean, so their scores are in-template scores.
 
-The phrasings were written as a user might type them, not from the held-out robustness set
-(``course_lib/tasks/chat_robustness.json``): none of its templates is here, and a message that
-happens to have the form of one of its requests (digits aside) is left out of every split
-(:func:`held_out_forms`), so that set stays a test of forms the model never read.
+The phrasings were written as a user might type them, not copied from the first robustness set
+(``course_lib/tasks/chat_robustness.json``, version 1), and a message that has the form of one of its
+requests exactly, digits aside, is left out of every split (:func:`held_out_forms`). That check is
+weak: it keeps case and marks, and version 1's requests mostly differ from training messages only in
+those and the values.
 
 Identity questions and speak-as requests are cut by phrasing (:data:`IDENTITY_ASKS`,
 :func:`speak_as_split`): a test split's question is never a training question.
