@@ -3,8 +3,10 @@ from every user message of the conversations under phrasing.abstracted, review R
 validation set), their rules (exact spellings and dates, R17-B2; an empty reply is wrong), the best
 constant answer, and the scoring."""
 import datetime
+import json
 import functools
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,3 +212,14 @@ def test_scoring_asks_each_request_in_a_new_conversation_and_summarises_per_task
     assert scores["arithmetic"]["n"] == 1 and ("arithmetic, digits" in scores) != ("arithmetic, numbers in words" in scores)
     assert all(set(row) >= {"request", "reply", "right"} for row in scores["rows"])
     assert scores["all"]["score"] == sum(r["right"] for r in scores["rows"]) / 4
+
+
+def test_the_version_2_record_is_of_this_set_and_its_replies_are_scored_by_these_rules():
+    record = json.loads((Path(rb.__file__).parent.parent / "records" / "chat_robustness_v2.json").read_text())
+    assert record["set"]["sha256"] == rb.ROBUSTNESS_V2_SHA256 and record["set"]["collisions"] == []
+    assert record["v1"]["template_seen_in_training"] == 42 and record["v1"]["new_template"] == 19
+    for model in record["models"]:
+        assert [r["request"] for r in model["v2_replies"]] == [i["request"] for i in V2]
+        assert [r["right"] for r in model["v2_replies"]] == [rb.is_right(i, r["reply"]) for i, r in
+                                                             zip(V2, model["v2_replies"])]
+        assert model["v2"]["all"]["n"] == 71 and model["v2"]["arithmetic, numbers in words"]["n"] == 8
