@@ -1,8 +1,10 @@
 """The record of every chat model tried for the shipped one (issue 54): per run, how it was trained
 (the commands, its settings, its cost in CPU minutes as measured) and its scores on both sets, each
-with chapter 16's standard error and 95% bootstrap interval: the frozen robustness set
-(``course_lib.chat.robustness``, requests in forms no conversation uses) and the test split's
-conversations (``course_lib.chat.scores``, the in-template scores).
+with chapter 16's standard error and 95% bootstrap interval: version 1 of the frozen robustness set
+(``course_lib.chat.robustness``; the shipped model's validation set: it chose the checkpoint, and most of
+its requests have a training message's form, review R17-B1) and the test split's conversations
+(``course_lib.chat.scores``, the in-template scores). The held-out test set, version 2, is scored by
+benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]

@@ -147,6 +147,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
     (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
     (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
+    (None, "chat_robustness", ["--checkpoint", "none.pt"], "is not a file: give a chat-sft run's ckpt.pt"),
     (None, "quantize_int4", ["--rows", "0"], "each at least 1"),
     (None, "quantize_int4", ["--large", "30,8"], "K must be a multiple of 32"),
     (None, "quantize_int4", ["--repeats", "0"], MUST_BE_1),

@@ -196,3 +196,16 @@ def test_an_empty_reply_is_wrong_on_every_task(task, turns):
     model = Cycling(ids_of(END))  # <|end|> at once: an empty reply
     row = chat_eval.score_task(model, TOK, [conversation(task, *turns)], task)
     assert row["outputs"] == [""] and row["per_item"] == [0.0]
+
+
+def test_best_constant_is_the_most_common_answer_of_the_choosing_set_scored_by_exact_match():
+    """Review R17-M1: the letters task's constant baseline (always "1"), chosen on one set, scored on another."""
+    conv = lambda task, answer: {"task": task, "messages": [{"role": "user", "content": "q"},
+                                                             {"role": "assistant", "content": answer}]}
+    train = [conv("letters", "1")] * 3 + [conv("letters", "2"), conv("dates", "2000-01-01")]
+    test = [conv("letters", "2"), conv("letters", "1"), conv("letters", "0"), conv("letters", "1")]
+    chosen_on_train = chat_eval.best_constant(test, "letters", choose_on=train)
+    assert chosen_on_train["answer"] == "1" and chosen_on_train["score"] == 0.5 and chosen_on_train["n"] == 4
+    assert chat_eval.best_constant(test, "letters")["answer"] == "1"
+    with pytest.raises(ValueError, match="no identity conversation"):
+        chat_eval.best_constant(test, "identity")

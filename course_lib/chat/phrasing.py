@@ -7,21 +7,34 @@ is written in one of several phrasings, its numbers in digits or in words, its o
 lower case, a capital, the last punctuation mark left out. The validation and test splits keep the
 phrasings clean, so their scores are in-template scores.
 
-The phrasings were written as a user might type them, not from the held-out robustness set
-(``course_lib/tasks/chat_robustness.json``): none of its templates is here, and a message that
-happens to have the form of one of its requests (digits aside) is left out of every split
-(:func:`held_out_forms`), so that set stays a test of forms the model never read.
+The phrasings were written as a user might type them, not copied from the first robustness set
+(``course_lib/tasks/chat_robustness.json``, version 1), and a message that has the form of one of its
+requests exactly, digits aside, is left out of every split (:func:`held_out_forms`). That check is
+weak: it keeps case and marks, and version 1's requests mostly differ from training messages only in
+those and the values.
 
 Identity questions and speak-as requests are cut by phrasing (:data:`IDENTITY_ASKS`,
 :func:`speak_as_split`): a test split's question is never a training question.
+
+**The hold-out check** (review R17-B1). That first set (version 1) stopped being held out when the
+training phrasings and noise were written: most of its requests differ from a training message only
+in case, a mark and the values. Version 2 (``course_lib.chat.robustness``) is checked under a strict
+normalisation, :func:`abstracted`: lower case, letters and digits only, every number (digits or
+number words) one ``#``, and the task's slot values (the word to spell ``W``, the letter to count
+``C``, the date ``D``) abstracted, so that "Spell the word upon." and "spell the word KING" are one
+form. :func:`user_forms` gives the forms of every user message of a file of conversations, each
+exchange's slots read from its own answer (:func:`exchange_slots`).
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import random
 import re
 from pathlib import Path
+
+from ..dates import DATE_FORMATS, format_date
 
 # The held-out robustness set (course_lib.chat.robustness builds and scores it; here, since the
 # conversations must avoid its forms and course_lib.chat.robustness imports the conversations' module)
@@ -158,3 +171,71 @@ def normalized(text: str) -> str:
     """A message compared across splits: lower case, letters and digits only ("What is 7 + 5?"
     and "what is 7+5" are one question)."""
     return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+# --- the hold-out check of the robustness set, version 2 (review R17-B1) ------------------------------
+
+NUMBER_WORDS = frozenset(ONES + TENS[2:] + ("hundred", "thousand", "million"))
+ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+SPELLED = re.compile(r"[a-z](?:-[a-z])+")
+
+
+def abstracted(text: str, word: str | None = None, letter: str | None = None, date: str | None = None) -> str:
+    """``text``'s form: lower case; the slot values given (the date's text, the word, the letter, as whole
+    words) replaced by ``D``, ``W``, ``C``; every number, in digits or words ("42", "forty-two"), by
+    ``#`` (a run of them, "7 + 5", is one ``#``); then letters, digits and those marks only.
+    ``abstracted("How many e's in sweet?", word="sweet", letter="e") == "howmanyCsinW"``."""
+    text = text.lower()
+    if date:
+        text = text.replace(date.lower(), " D ")
+    for value, mark in ((word, " W "), (letter, " C ")):
+        if value:
+            text = re.sub(rf"(?<![a-z]){re.escape(value.lower())}(?![a-z])", mark, text)
+    text = re.sub(r"\d+", "#", text)
+    text = re.sub(r"[a-z]+", lambda m: "#" if m.group() in NUMBER_WORDS else m.group(), text)
+    return re.sub("#+", "#", re.sub(r"[^a-z0-9#WCD]", "", text))
+
+
+def letters_patterns(forms) -> list[re.Pattern]:
+    """Letter-count phrasings as regexes: any case, the last mark optional (the training noise)."""
+    out = []
+    for template in forms:
+        text = re.escape(template.rstrip(".?"))
+        text = text.replace(re.escape("{c}"), "(?P<c>[a-z])").replace(re.escape("{w}"), "(?P<w>[a-z]+)")
+        out.append(re.compile(text + r"[.?]?", re.IGNORECASE))
+    return out
+
+
+LETTERS_PATTERNS = letters_patterns(ASK_LETTERS)
+
+
+def exchange_slots(question: str, answer, letters_patterns=LETTERS_PATTERNS) -> dict:
+    """The slot values of one exchange, read from its answer: an ISO date -> the date's text in the
+    question (any of chapter 11's formats and cases); letters joined by "-" -> the word spelled; a
+    count -> the letter and word of a letter-count phrasing. ``{}`` for other exchanges."""
+    if not isinstance(answer, str):
+        return {}
+    if ISO_DATE.fullmatch(answer):
+        day, low = datetime.date.fromisoformat(answer), question.lower()
+        texts = [format_date(day, s, k) for s in range(len(DATE_FORMATS)) for k in range(3)]
+        found = sorted((t for t in texts if t.lower() in low), key=len)
+        return {"date": found[-1]} if found else {}
+    if SPELLED.fullmatch(answer):
+        return {"word": answer.replace("-", "")}
+    if answer.isdigit():
+        for pattern in letters_patterns:
+            m = pattern.fullmatch(question)
+            if m:
+                return {"letter": m["c"], "word": m["w"]}
+    return {}
+
+
+def user_forms(conversations: list[dict]) -> set[str]:
+    """The :func:`abstracted` form of every user message of ``conversations``, each with the slots of
+    its own exchange (:func:`exchange_slots`)."""
+    forms = set()
+    for c in conversations:
+        messages = c["messages"]
+        for question, answer in zip(messages[0::2], messages[1::2]):
+            forms.add(abstracted(question["content"], **exchange_slots(question["content"], answer["content"])))
+    return forms

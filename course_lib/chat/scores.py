@@ -112,6 +112,21 @@ def summarize(per_item: list[float], seed: int = 0) -> dict:
             "n": len(per_item)}
 
 
+def best_constant(conversations: list[dict], task: str, choose_on: list[dict] | None = None) -> dict:
+    """The baseline a task's exact-match score must beat: one constant reply, the most common right
+    answer of ``task`` in ``choose_on`` (default ``conversations`` itself; pass the training split for a
+    constant chosen without the test), and its exact-match score on ``conversations`` (for letters,
+    "1" scores about 0.6: review R17-M1)."""
+    from collections import Counter
+
+    items, pool = ([reference(c) for c in convs if c["task"] == task] for convs in (conversations, choose_on or conversations))
+    if not items or not pool:
+        raise ValueError(f"no {task} conversation to find a constant answer on")
+    answer = Counter(pool).most_common(1)[0][0]
+    per_item = exact_match([answer] * len(items), items)
+    return {"answer": answer, **summarize(per_item)}
+
+
 def score_task(model, tokenizer, conversations: list[dict], task: str, calculator: bool = True,
                max_reply_tokens: int = MAX_REPLY_TOKENS, progress: bool = False, lines=None, words=None) -> dict:
     """One task's row: its conversations in ``conversations`` played and scored by the task's rule
