@@ -62,8 +62,8 @@ def main(argv=None) -> int:
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
     p.add_argument("--cpu-minutes", type=minutes, help="CPU time of the training, as measured")
     p.add_argument("--wall-minutes", type=minutes, help="wall time of the training, as measured")
-    p.add_argument("--role", choices=("shipped", "first"), help="name this run as the model that ships now, or "
-                   "the first chat model, in the record's roles")
+    p.add_argument("--role", choices=("shipped", "first"), help="name this run as the model that ships now (the "
+                   "one that shipped before becomes the role 'previous'), or the first chat model, in the record's roles")
     p.add_argument("--limit", type=count, help="score only the first N items of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
     add_record_options(p, RECORD)
@@ -103,7 +103,10 @@ def main(argv=None) -> int:
         run["trained_on"] = {k: v for k, v in run["trained_on"].items() if k != "base_checkpoint"}  # no local path
     old = json.loads(out.path.read_text()) if out.path is not None and out.path.exists() else {}
     runs = [r for r in old.get("runs", []) if r["name"] != args.name] + [run]
-    roles = {**old.get("roles", {}), **({args.role: args.name} if args.role else {})}
+    roles = dict(old.get("roles", {}))
+    if args.role == "shipped" and roles.get("shipped") not in (None, args.name):
+        roles["previous"] = roles["shipped"]  # the model that shipped before this one, kept in the record's roles
+    roles.update({args.role: args.name} if args.role else {})
     record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME --commands ... "
                          "--cpu-minutes M --wall-minutes M --update-record (one run at a time)",
               "robustness_sha256": ROBUSTNESS_SHA256, "conversations_sha256": CHAT_SHA256,

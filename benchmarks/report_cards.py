@@ -7,7 +7,9 @@ Trains (CPU, one thread, the pinned numeric environment's seeds) and evaluates, 
 the counting bigram model of chapter 2 (instant), the shipped CPU GPT (course_lib/weights, no
 training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedrun model of
 chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
-the dates task (full, and LoRA rank 8). Each model gets `course_lib.evaluation.report_card.report_card` with
+the dates task (full, and LoRA rank 8), and chapter 17's shipped chat model (course_lib/weights, no
+training; its card also holds its score on the frozen robustness set, ``course_lib.chat.robustness``,
+with chapter 16's interval). Each model gets `course_lib.evaluation.report_card.report_card` with
 --limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
 model, so a long run that is stopped keeps what it finished; a record is only written when asked
 (--json FILE or --update-record), and only continued with the same --limit (its cards are compared
@@ -33,6 +35,8 @@ RECORD = ROOT / "course_lib" / "records" / "report_cards.json"
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 
 from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
+from course_lib.chat.engine import CHAT_MODEL_PATH, load_chat_model  # noqa: E402
+from course_lib.chat.robustness import ROBUSTNESS_SHA256, score_robustness  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer  # noqa: E402
 from course_lib.data import load_text, train_val_split  # noqa: E402
 from course_lib.evaluation import text_nll  # noqa: E402
@@ -42,7 +46,7 @@ from course_lib.evaluation.report_card import heldout_text, report_card  # noqa:
 from course_lib.runs import start_run  # noqa: E402
 from course_lib.tokenizers import CharTokenizer  # noqa: E402
 
-MODELS = ("bigram", "cpu-gpt", "bpe-gpt", "speedrun", "finetune-full", "finetune-lora8")
+MODELS = ("bigram", "cpu-gpt", "bpe-gpt", "speedrun", "finetune-full", "finetune-lora8", "chat")
 
 
 def bigram(work: Path):
@@ -82,10 +86,25 @@ def shipped(work: Path):
     return model, load_tokenizer(ckpt), "the shipped CPU GPT (shakespeare-char-cpu, 2000 steps)"
 
 
+def chat(work: Path):
+    model, tok = load_chat_model()
+    c = model.config
+    return model.float().eval(), tok, (f"chapter 17's shipped chat model ({CHAT_MODEL_PATH.name}, {c.n_layer} layers, "
+                                       f"C={c.n_embd}, a {c.block_size}-token context)")
+
+
+def robustness_row(model, tok) -> dict:
+    """The chat model's row of the card beyond the tasks: the frozen robustness set, overall and
+    per task (share right, standard error, 95% bootstrap interval, n)."""
+    scored = score_robustness(model, tok)
+    return {"sha256": ROBUSTNESS_SHA256, **{k: {f: v[f] for f in ("score", "stderr", "interval", "n")}
+                                            for k, v in scored.items() if k != "rows"}}
+
+
 BUILDERS = {"bigram": bigram, "cpu-gpt": shipped,
             "bpe-gpt": preset("shakespeare-bpe-cpu", "chapter 9's BPE GPT (512 tokens, 1000 steps)"),
             "speedrun": preset("shakespeare-char-speedrun", "chapter 14's CPU speedrun model (1 layer, 550 steps)"),
-            "finetune-full": finetune(False), "finetune-lora8": finetune(True)}
+            "finetune-full": finetune(False), "finetune-lora8": finetune(True), "chat": chat}
 
 
 def model_names(text: str) -> list[str]:
@@ -135,6 +154,8 @@ def main(argv=None) -> None:
                     bytes_per_token=len(heldout_text().encode("utf-8")) / len(ids))
         for row in card["tasks"]:
             row.pop("outputs", None)
+        if name == "chat":
+            card["robustness"] = robustness_row(model, tok)
         result["models"][name] = card
         out.progress(result)
         print(f"{name}: bpb {card['bits_per_byte']}, built {built:.0f}s, evaluated {card['eval_seconds']:.0f}s",

@@ -53,6 +53,41 @@ def extend_vocabulary(model: GPT, n_new: int) -> GPT:
     return bigger.to(model.wte.weight.device)
 
 
+POSITION_FILLS = ("copy", "interpolate")  # how extend_positions fills the new rows of a learned table
+
+
+@torch.no_grad()
+def extend_positions(model: GPT, block_size: int, how: str = "copy") -> GPT:
+    """A copy of ``model`` with a context of ``block_size`` (at least its own T0). A learned
+    position table (T0, C) grows to (block_size, C): ``how="copy"`` repeats the T0 rows
+    (position p gets row p mod T0, so neighbouring positions stay as different as the model
+    learned them, and a previous-token head still finds p - 1 within each run of T0 rows);
+    ``"interpolate"`` stretches the table linearly over the new length (position interpolation,
+    Chen 2023, for a learned table: nearby positions become nearly equal). RoPE angles are computed
+    for any length, so a RoPE model only gets the new block_size. All other weights are copied;
+    with ``"copy"`` the first T0 rows are unchanged, so are the outputs on contexts of T0 tokens."""
+    model = unwrap(model)
+    T0 = model.config.block_size
+    if how not in POSITION_FILLS:
+        raise ValueError(f"how={how!r}: choose one of {', '.join(POSITION_FILLS)}")
+    if block_size < T0:
+        raise ValueError(f"block_size {block_size} is shorter than the model's {T0}: a context can only be "
+                         f"lengthened here; set block_size to {T0} or more")
+    longer = GPT(GPTConfig.from_dict({**model.config.to_dict(), "block_size": block_size}))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    if "wpe.weight" in state and block_size > T0:
+        old = state["wpe.weight"]  # (T0, C)
+        if how == "copy":
+            state["wpe.weight"] = old[torch.arange(block_size) % T0]  # (block_size, C)
+        else:  # the old rows at positions p * (T0 - 1) / (block_size - 1), linearly between neighbours
+            where = torch.linspace(0, T0 - 1, block_size)
+            low = where.floor().long().clamp(max=max(T0 - 2, 0))
+            high = (low + 1).clamp(max=T0 - 1)
+            frac = (where - low).unsqueeze(1)  # (block_size, 1)
+            state["wpe.weight"] = old[low] * (1 - frac) + old[high] * frac  # (block_size, C)
+    longer.load_state_dict(state)
+    return longer.to(next(model.parameters()).device)
+
 
 class GrownRows(nn.Module):
     """A (V, C) token matrix as frozen pretrained rows (V0, C) plus trainable new rows (V - V0, C):

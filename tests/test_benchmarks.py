@@ -208,6 +208,19 @@ def test_report_cards_makes_its_work_folder_only_for_what_it_writes_there(capsys
     assert "bigram: bpb 1.0" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
+def test_the_chat_models_card_holds_its_robustness_row(tmp_path, monkeypatch):
+    """Issue 54: report_cards.py's ``chat`` model (the shipped chat model) gets, beside the tasks,
+    its score on the frozen robustness set, overall and per task, with the set's SHA-256."""
+    report_cards = load_benchmark("report_cards", "bench_report_cards")
+    monkeypatch.setattr(report_cards, "report_card", lambda *a, **k: {"bits_per_byte": 1.0, "tasks": []})
+    monkeypatch.setattr(report_cards, "text_nll", lambda model, ids: (1.0, 1))
+    row = {"score": 0.5, "stderr": 0.1, "interval": [0.3, 0.7], "n": 4}
+    monkeypatch.setattr(report_cards, "score_robustness", lambda m, t: {"all": row, "dates": row, "rows": []})
+    report_cards.main(["--models", "chat", "--limit", "2", "--json", str(tmp_path / "cards.json")])
+    card = json.loads((tmp_path / "cards.json").read_text())["models"]["chat"]
+    assert card["robustness"] == {"sha256": report_cards.ROBUSTNESS_SHA256, "all": row, "dates": row}
+    assert "chapter 17's shipped chat model" in card["description"]
+
 def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
     """bench_args.RecordFile: progress goes to a new file, or one the run continues; not over a
     whole record another run made (only the finished record replaces it)."""

@@ -130,3 +130,59 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     args.remove("--pack")
     assert main(args + ["--max-iters", "3", "--resume"]) == 0
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
+
+
+def test_extend_positions_copies_the_learned_rows_or_stretches_them():
+    """``extend_positions`` (issue 54): "copy" repeats the T0 rows, so the outputs over the first
+    T0 positions are the model's own; "interpolate" keeps the first and last rows at both ends;
+    a shorter context, or another fill, is refused in one line; a RoPE model only gets the length."""
+    from course_lib.lora_gpt import extend_positions
+    from course_lib.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    longer = extend_positions(model, 20, "copy").eval()
+    rows = model.wpe.weight
+    assert longer.config.block_size == 20 and torch.equal(longer.wpe.weight[8:16], rows)
+    assert torch.equal(longer.wpe.weight[16:], rows[:4])
+    x = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(longer(x)[0], model(x)[0])
+    assert longer(torch.randint(0, 20, (1, 20)))[0].shape == (1, 20, 20)
+    stretched = extend_positions(model, 15, "interpolate")
+    assert torch.allclose(stretched.wpe.weight[0], rows[0]) and torch.allclose(stretched.wpe.weight[-1], rows[-1])
+    assert torch.allclose(stretched.wpe.weight[1], rows[0] * 0.5 + rows[1] * 0.5)
+    with pytest.raises(ValueError, match="block_size 4 is shorter than the model's 8: .*set block_size to 8 or more"):
+        extend_positions(model, 4)
+    with pytest.raises(ValueError, match="how='tile': choose one of copy, interpolate"):
+        extend_positions(model, 16, "tile")
+    rope = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, rope_theta=10000.0))
+    assert extend_positions(rope, 32).config.block_size == 32
+
+
+def test_a_chat_fine_tune_can_lengthen_its_base_context(tmp_path, capsys):
+    """``chat-sft --set block_size=N`` (issue 54): the base's 64 positions grow to N (copies), the
+    checkpoint records where the context came from; a resume may repeat block_size=N but not change
+    it; a shorter context than the base's, or a value that is not a count, is refused (exit 2)."""
+    out = tmp_path / "chat"
+    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack", *sum((["--set", f"{k}={v}"] for k, v in
+                                                                              SETTINGS.items()), [])]
+    assert main(args + ["--set", "block_size=96", "--max-iters", "1"]) == 0
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["model_config"]["block_size"] == 96 and ckpt["model"]["wpe.weight"].shape[0] == 96
+    assert ckpt["trained_on"]["context_from"] == 64 and ckpt["trained_on"]["positions"] == "copy"
+    assert main(args + ["--set", "block_size=96", "--max-iters", "2", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 2
+    capsys.readouterr()
+    before = (out / "ckpt.pt").read_bytes()
+    assert main(args + ["--set", "block_size=128", "--max-iters", "3", "--resume"]) == 2
+    assert re.search(r"--set block_size=128: .*ckpt.pt has a context of 96 tokens, and a resumed run keeps its "
+                     r"model; give block_size=96 or leave it out", capsys.readouterr().err)
+    assert (out / "ckpt.pt").read_bytes() == before
+    other = ["chat-sft", "--device", "cpu", "--max-iters", "1"]
+    assert main(other + ["--out", str(tmp_path / "short"), "--set", "block_size=32"]) == 2
+    assert re.search(r"--set block_size=32: the base .* has a context of 64 tokens, and a chat fine-tune can only "
+                     r"lengthen it; set block_size to 64 or more", capsys.readouterr().err)
+    for bad in ("0", "many"):
+        assert main(other + ["--out", str(tmp_path / "bad"), "--set", f"block_size={bad}"]) == 2
+        assert "block_size" in capsys.readouterr().err
+    assert not (tmp_path / "short").exists() and not (tmp_path / "bad").exists()

@@ -10,8 +10,8 @@ from pathlib import Path
 from ..chat.data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
 from ..chat.template import chat_tokenizer
 from ..checkpoint import build_model, load_tokenizer
-from ..config import apply_overrides
-from ..lora_gpt import extend_vocabulary
+from ..config import apply_overrides, parse_value
+from ..lora_gpt import extend_positions, extend_vocabulary
 from ..model import GPT
 from ..pretrained import pretrained_checkpoint
 from ..train import Trainer
@@ -20,8 +20,30 @@ from .kind import (SHAPE_KEPT, Plan, RunKind, base_record, load_base_gpt, regist
                    same_base, start)
 
 
+# A chat fine-tune may lengthen its base's context: --set block_size=N (N at least the base's) when it
+# starts; a learned position table gets its new rows by extend_positions (copies of the base's rows).
+CONTEXT_SETTABLE = {k: v for k, v in SHAPE_KEPT.items() if k != "block_size"}
+
+
+def _context(settings: dict) -> tuple[dict, int | None]:
+    """``(settings without block_size, block_size or None)``: the one model setting a chat run takes."""
+    settings = dict(settings or {})
+    value = settings.pop("block_size", None)
+    if isinstance(value, str):
+        value = parse_value(value, int, "block_size")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"--set block_size={value}: the context must be a whole number of tokens, at least 1 "
+                         "(e.g. --set block_size=256)")
+    return settings, value
+
+
 def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
+    settings, block_size = _context(settings)
     if ckpt is not None:
+        stored = (ckpt.get("model_config") or {}).get("block_size")
+        if block_size is not None and block_size != stored:
+            raise ValueError(f"--set block_size={block_size}: {path} has a context of {stored} tokens, and a resumed "
+                             f"run keeps its model; give block_size={stored} or leave it out")
         trained_on = ckpt["trained_on"] or {}
         if trained_on.get("data_sha256") != CHAT_SHA256:
             raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
@@ -31,7 +53,7 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
             raise ValueError(f"--pack: {path} was {'' if trained_on.get('pack') else 'not '}trained on packed rows, "
                              "and a resumed run keeps how it started; leave --pack out to continue it")
         return Plan(resumed_config(path, ckpt, settings, SHAPE_KEPT))
-    return Plan(apply_overrides(chat_sft_config(), settings, SHAPE_KEPT))
+    return Plan(apply_overrides(chat_sft_config(), settings, CONTEXT_SETTABLE), {"block_size": block_size})
 
 
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
@@ -46,15 +68,24 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
-    conversations (``chat_batch_fn``), no padding."""
+    conversations (``chat_batch_fn``), no padding. ``plan.extra["block_size"]``: a longer context
+    than the base's (``extend_positions``, the new rows copies of the base's), refused if shorter."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(), "chat fine-tuning")
+    block_size, base_context = plan.extra.get("block_size"), base.config.block_size
+    if block_size is not None and block_size < base_context:
+        raise ValueError(f"--set block_size={block_size}: the base {path.name} has a context of {base_context} tokens, "
+                         f"and a chat fine-tune can only lengthen it; set block_size to {base_context} or more")
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
     seed_everything(plan.train.seed)  # a fresh model's weights (the control): the run's first random numbers
     n_new = tokenizer.vocab_size - base.config.vocab_size
+    longer = block_size is not None and block_size > base_context
+    if longer:
+        base = extend_positions(base, block_size, "copy")
     model = (GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch
              else extend_vocabulary(base, n_new))
     trained_on = {"command": "chat-sft", **base_record(path, sha), "from_scratch": bool(from_scratch),
-                  "data_sha256": CHAT_SHA256, **({"pack": True} if pack else {})}
+                  "data_sha256": CHAT_SHA256, **({"pack": True} if pack else {}),
+                  **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on, out_dir=out_dir, progress=progress, verbose=verbose)
 
 
