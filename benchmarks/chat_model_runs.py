@@ -32,7 +32,9 @@ import torch  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
-from course_lib.chat.robustness import ROBUSTNESS_SHA256, load_robustness_set, score_robustness  # noqa: E402
+from course_lib.chat.robustness import (ROBUSTNESS_SHA256, is_right, load_robustness_set, row_keys,  # noqa: E402
+                                       score_robustness)
+from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
@@ -53,12 +55,34 @@ def summary(row: dict) -> dict:
     return {k: row[k] for k in ("score", "stderr", "interval", "n")}
 
 
+def rejudge(record: dict) -> dict:
+    """Every run's stored version 1 replies judged again by today's rules (``robustness.is_right``:
+    R17-B2 made spelling and dates exact), and its robustness scores recomputed from them: no model is
+    loaded, so runs whose checkpoints are gone are judged too."""
+    items = load_robustness_set()
+    for run in record["runs"]:
+        stored = run["robustness_replies"]
+        if [r["request"] for r in stored] != [i["request"] for i in items]:
+            raise ValueError(f"{run['name']}: its stored replies are not version 1's requests in order")
+        rows = [{**i, "reply": r["reply"], "right": is_right(i, r["reply"])} for i, r in zip(items, stored)]
+        scores = {"all": summarize([float(r["right"]) for r in rows])}
+        for key in dict.fromkeys(k for r in rows for k in row_keys(r)):
+            scores[key] = summarize([float(r["right"]) for r in rows if key in row_keys(r)])
+        run["robustness"] = {k: summary(v) for k, v in scores.items()}
+        run["robustness_replies"] = [{k: r[k] for k in ("request", "reply", "right")} for r in rows]
+    record["robustness_rules"] = ("today's exact rules (chat.robustness.is_right), every run's stored replies "
+                                  "judged again: python benchmarks/chat_model_runs.py --rejudge --update-record")
+    return record
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, help="a chat model written by chat-sft")
     source.add_argument("--shipped", action="store_true", help="the chat model course_lib ships")
-    p.add_argument("--name", required=True, help="the run's name in the record")
+    source.add_argument("--rejudge", action="store_true", help="no model: judge every run's stored replies again "
+                        "by today's rules and recompute their robustness scores (after a rule changed)")
+    p.add_argument("--name", help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
     p.add_argument("--cpu-minutes", type=minutes, help="CPU time of the training, as measured")
     p.add_argument("--wall-minutes", type=minutes, help="wall time of the training, as measured")
@@ -68,6 +92,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=threads, default=1)
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
+    if args.rejudge:
+        out = record_file(p, args, RECORD)
+        out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
+        return 0
+    if args.name is None:
+        p.error("--name is needed: the run's name in the record")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         p.error(f"--checkpoint {args.checkpoint} is not a file: give a chat-sft run's ckpt.pt")
     out = record_file(p, args, RECORD, inputs=[args.checkpoint] if args.checkpoint else ())

@@ -8,7 +8,7 @@ the counting bigram model of chapter 2 (instant), the shipped CPU GPT (course_li
 training), the BPE GPT of chapter 9 (preset shakespeare-bpe-cpu), the CPU speedrun model of
 chapter 14 (preset shakespeare-char-speedrun), and chapter 15's fine-tunes of the shipped GPT on
 the dates task (full, and LoRA rank 8), and chapter 17's shipped chat model (course_lib/weights, no
-training; its card also holds its score on the frozen robustness set, ``course_lib.chat.robustness``,
+training; its card also holds its score on the frozen robustness test set (version 2), ``course_lib.chat.robustness``,
 with chapter 16's interval). Each model gets `course_lib.evaluation.report_card.report_card` with
 --limit items per task (per-item scores kept, for paired tests); the JSON is rewritten after each
 model, so a long run that is stopped keeps what it finished; a record is only written when asked
@@ -36,7 +36,7 @@ from bench_args import add_record_options, count, record_file, threads  # noqa: 
 
 from course_lib.bigram import BigramLanguageModel, bigram_probs  # noqa: E402
 from course_lib.chat.engine import CHAT_MODEL_PATH, load_chat_model  # noqa: E402
-from course_lib.chat.robustness import ROBUSTNESS_SHA256, score_robustness  # noqa: E402
+from course_lib.chat.robustness import ROBUSTNESS_V2_SHA256, score_robustness  # noqa: E402
 from course_lib.checkpoint import load_model, load_tokenizer  # noqa: E402
 from course_lib.data import load_text, train_val_split  # noqa: E402
 from course_lib.evaluation import text_nll  # noqa: E402
@@ -94,10 +94,11 @@ def chat(work: Path):
 
 
 def robustness_row(model, tok) -> dict:
-    """The chat model's row of the card beyond the tasks: the frozen robustness set, overall and
-    per task (share right, standard error, 95% bootstrap interval, n)."""
-    scored = score_robustness(model, tok)
-    return {"sha256": ROBUSTNESS_SHA256, **{k: {f: v[f] for f in ("score", "stderr", "interval", "n")}
+    """The chat model's row of the card beyond the tasks: the frozen robustness test set (version 2,
+    held out from every training message), overall and per task (share right, standard error, 95%
+    bootstrap interval, n)."""
+    scored = score_robustness(model, tok)  # version 2 by default
+    return {"sha256": ROBUSTNESS_V2_SHA256, "set": "version 2 (the test set)", **{k: {f: v[f] for f in ("score", "stderr", "interval", "n")}
                                             for k, v in scored.items() if k != "rows"}}
 
 
