@@ -147,6 +147,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
     (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
     (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
+    (None, "chat_model_runs", ["--shipped"], "--name is needed"),
     (None, "chat_robustness", ["--checkpoint", "none.pt"], "is not a file: give a chat-sft run's ckpt.pt"),
     (None, "quantize_int4", ["--rows", "0"], "each at least 1"),
     (None, "quantize_int4", ["--large", "30,8"], "K must be a multiple of 32"),
@@ -259,3 +260,23 @@ def test_moe_vs_dense_docstring_table_is_the_records():
             losses = [r["val_loss"] for r in runs if r["variant"] == variant]
             cells.append(f"{statistics.mean(losses):.3f} +- {statistics.stdev(losses):.3f}")
         assert re.findall(r"\d\.\d{3} \+- \d\.\d{3}", row) == cells, (steps, row, cells)
+
+
+def test_chat_model_runs_rejudges_the_stored_replies_by_todays_rules():
+    """--rejudge: a stored reply the old lenient spelling rule counted right (``s-w-e-e-t-e``) is
+    wrong by the exact rule, the run's scores follow, and the shipped record is already judged so."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.robustness import is_right, load_robustness_set
+    items = load_robustness_set()
+    spelling = next(n for n, i in enumerate(items) if i["task"] == "spelling")
+    replies = [{"request": i["request"], "reply": i["answer"], "right": True} for i in items]
+    replies[spelling]["reply"] = items[spelling]["answer"] + "-e"
+    record = runs.rejudge({"runs": [{"name": "x", "robustness_replies": replies}]})
+    run = record["runs"][0]
+    assert run["robustness_replies"][spelling]["right"] is False
+    assert run["robustness"]["spelling"]["score"] < 1 and run["robustness"]["all"]["n"] == len(items)
+    shipped = json.loads((RECORDS / "chat_model_runs.json").read_text())
+    for r in shipped["runs"]:
+        assert [x["right"] for x in r["robustness_replies"]] == [
+            is_right(i, x["reply"]) for i, x in zip(items, r["robustness_replies"])], r["name"]
+
