@@ -24,10 +24,17 @@ def test_accept_correct(right, capsys):
 
 
 @pytest.mark.parametrize("wrong, phrase", [
-    (lambda p, q: torch.tensor(1.0, dtype=torch.float64), "not the target's"),  # keep every draft token
-    (lambda p, q: p, "not the target's"),                                      # p(x), not p/q
+    (lambda p, q: torch.tensor(1.0, dtype=torch.float64), "above min"),        # keep every draft token
+    (lambda p, q: p, "below min"),                                             # p(x), not p/q
     (lambda p, q: p / q, "not a probability"),                                  # no min(1, .)
-    (lambda p, q: torch.clamp(q / p, max=1.0), "not the target's"),            # upside down
+    (lambda p, q: torch.clamp(q / p, max=1.0), "below min"),                   # upside down
+    # review: weaker or looser than min(1, p/q) only where the enumeration's random tables never go
+    (lambda p, q: torch.clamp(p / q, max=0.9) if p < q else torch.tensor(1.0, dtype=torch.float64),
+     "below min"),                                                                # capped below 1: weaker
+    (lambda p, q: torch.tensor(0.5, dtype=torch.float64) if p == q else torch.clamp(p / q, max=1.0),
+     "below min"),                                                                # p = q kept half the time
+    (lambda p, q: torch.tensor(1.0, dtype=torch.float64) if p == 0 else torch.clamp(p / q, max=1.0),
+     "never emits"),                                                              # a filtered token kept
 ])
 def test_accept_wrong(wrong, phrase):
     with pytest.raises(ExerciseError, match=phrase):

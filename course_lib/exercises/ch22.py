@@ -32,13 +32,25 @@ def _distance_from_target(accept, residual, seed: int) -> float:
 def check_accept_probability(fn) -> None:
     """``fn(p_x, q_x) -> probability``: how likely a drafted token x is kept, given the target's
     probability p_x and the draft's q_x of it (0-d tensors, q_x > 0)."""
-    cases = [(0.5, 0.25), (0.2, 0.4), (0.3, 0.3), (0.0, 0.5), (0.9, 0.1)]
+    # p(x) = 0 (a token top-k or top-p filtered out of the target), p = q, and p / q just below 1: the
+    # random tables of the enumeration below never hold them, and a rule can go wrong exactly there.
+    cases = [(0.5, 0.25), (0.2, 0.4), (0.3, 0.3), (0.0, 0.5), (0.9, 0.1), (0.19, 0.2), (0.25, 0.25), (0.0, 0.01)]
     for p_x, q_x in cases:
         got = as_number(call(fn, torch.tensor(p_x, dtype=torch.float64), torch.tensor(q_x, dtype=torch.float64)),
                         f"accept_probability({p_x}, {q_x})")
         if got > 1 + 1e-9 or got < -1e-9:
             fail(f"accept_probability({p_x}, {q_x}) = {got:.3g} is not a probability (it must lie in [0, 1]).",
                  "cap the ratio at 1: where the target likes x more than the draft does, x is always kept")
+        want = min(1.0, p_x / q_x)
+        if got > want + 1e-9:
+            fail(f"accept_probability({p_x}, {q_x}) = {got:.3g}, above min(1, p/q) = {want:.3g}: the kept mass "
+                 f"q(x) a(x) then exceeds p(x)" + (", and x is a token the target never emits" if p_x == 0 else "")
+                 + ": the output leans towards the draft.", "keep x with probability min(1, p(x) / q(x))")
+        if got < want - 1e-9:
+            fail(f"accept_probability({p_x}, {q_x}) = {got:.3g}, below min(1, p/q) = {want:.3g}: every rejection "
+                 "ends the round, so a rule that keeps less wastes drafts, and with the residual max(0, p - q) the "
+                 "output is no longer exactly p (the kept mass q(x) a(x) falls short of min(p(x), q(x))).",
+                 "keep x with probability min(1, p(x) / q(x)), the most the output's exactness allows")
     for seed in range(3):
         def accept(p, q):
             return torch.as_tensor(as_number(call(fn, p, q), "accept"), dtype=torch.float64)
