@@ -93,7 +93,11 @@ def main(argv=None) -> int:
     record = measure(model, drafters, prompts, args.tokens, range(1, heads + 1), (0.0, 1.0), args.repeats, args.seed,
                      progress=lambda m: print(m, file=sys.stderr, flush=True))
     rows = summarise(record, costs)
-    command = "python benchmarks/speculative_mtp.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    if args.checkpoint:  # the record names the run (speedrun_mtp.py --keep RUNS), not this machine's folders
+        given = [f"RUNS/{os.path.basename(os.path.dirname(os.path.abspath(a)))}/ckpt.pt" if a == args.checkpoint
+                 else a for a in given]
+    command = "python benchmarks/speculative_mtp.py " + " ".join(given)
     record.update(command=command.strip(), target=("read from --checkpoint" if args.checkpoint else "trained here") + f": {steps} steps",
                   mtp_heads=heads, steps=steps, val_loss=val_loss, train_seconds=train_s, draft_cost=costs,
                   cpu_count=os.cpu_count(), torch=torch.__version__, rows=rows, cost_model=cost_model_rows(record))

@@ -197,7 +197,8 @@ def main(argv=None) -> int:
     for arm, iv in paired.items():
         interval = "" if iv["low"] is None else f", 95% t interval [{iv['low']:+.4f}, {iv['high']:+.4f}]"
         print(f"{arm:16s} minus plain (paired, {iv['n']} seeds): mean {iv['mean']:+.4f}{interval}")
-    result = {"command": "python benchmarks/speedrun_mtp.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    given = [("RUNS" if a == args.keep else a) for a in (argv if argv is not None else sys.argv[1:])]  # no local path
+    result = {"command": "python benchmarks/speedrun_mtp.py " + " ".join(given),
               "preset": PRESET, "heads": args.heads, "weight": args.weight, "mtp_set": mtp_set, "seeds": args.seeds,
               "cost": cost, "steps": steps, "paired": paired, "runs": runs, "threads": 1,
               "environment": "the reference numeric environment (course_lib/tools/numerics.py) but one thread",
