@@ -5,7 +5,8 @@ Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its ow
 default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned table),
 ``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention); the decoders of 2025-26 add ``qk_norm``
 and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1) and ``sliding_window`` (Mistral). Chapter 20's
-``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`).
+``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`); chapter 22's ``mtp_heads``
+adds multi-token prediction heads (:mod:`course_lib.mtp`).
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
 from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
 from .moe import BALANCINGS, MoEFeedForward, balancing_loss, check_moe_options
+from .mtp import MTPHeads
 from .registry import PRETRAINED_LOADERS, register_model
 from .rope import ROPE_SCALINGS, rope_cos_sin
 from .config import Rule, check_fields, config_from_dict
@@ -41,7 +43,7 @@ SWIGLU_MULTIPLE = 32
 LATER_FIELDS = ("head_dim", "qk_norm", "rope_scaling", "rope_factor", "rope_low_freq_factor",
                 "rope_high_freq_factor", "rope_original_context", "sliding_window",  # chapter 14
                 "moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
-                "moe_bias_rate")  # chapter 20
+                "moe_bias_rate", "mtp_heads", "mtp_weight")  # chapters 20 and 22
 
 
 # What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
@@ -80,6 +82,7 @@ GPT_CONFIG_RULES = {
     "moe_shared_expert": Rule(bool),
     "moe_aux_coef": Rule(float, 0.0, 10.0),  # Switch: 0.01; far beyond, the loss overflows (review 2026-11-28 M2)
     "moe_balancing": Rule(str, choices=BALANCINGS), "moe_bias_rate": Rule(float, 0.0, None, "(]"),
+    "mtp_heads": Rule(int, 1, 16), "mtp_weight": Rule(float, 0.0, 10.0),  # chapter 22: multi-token prediction
 }
 
 
@@ -87,7 +90,7 @@ GPT_CONFIG_RULES = {
 NEEDS_ANOTHER = {**dict.fromkeys(("moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
                                   "moe_bias_rate"), "moe_experts=8"),  # moe.check_moe_options: the rest
                  **dict.fromkeys(("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                                  "rope_original_context"), "rope_scaling='llama3'")}
+                                  "rope_original_context"), "rope_scaling='llama3'"), "mtp_weight": "mtp_heads=3"}
 
 
 @dataclass
@@ -126,6 +129,8 @@ class GPTConfig:
     moe_aux_coef: float = 0.01  # the load-balancing loss's weight in the training loss (Switch: 0.01)
     moe_balancing: str = "pooled"  # "pooled" (Hugging Face), "per-layer" (Switch) or "bias" (no aux loss)
     moe_bias_rate: float = 1e-3  # "bias": the selection bias's step per training forward (DeepSeek-V3)
+    mtp_heads: int | None = None  # chapter 22: D heads, head j guessing the token j + 1 ahead (course_lib.mtp)
+    mtp_weight: float = 0.3  # the training loss adds mtp_weight x the heads' mean cross-entropy (DeepSeek-V3: 0.3)
 
     def __post_init__(self):
         check_fields(self, GPT_CONFIG_RULES)
@@ -266,10 +271,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A decoder-only Transformer language model.
 
-    ``forward(idx, targets=None)`` takes token ids ``idx`` (B, T) and returns
-    ``(logits, loss)``: logits (B, T, V), and the mean cross-entropy against
-    ``targets`` (B, T) when they are given (positions whose target equals
-    ``ignore_index`` are left out), else ``None``.
+    ``forward(idx, targets=None)`` takes token ids ``idx`` (B, T) and returns ``(logits, loss)``:
+    logits (B, T, V), and the mean cross-entropy against ``targets`` (B, T) when they are given
+    (positions whose target equals ``ignore_index`` are left out), else ``None``.
 
     Batches of sequences of different lengths (chapter 10): ``attention_mask`` (B, T) is True
     on real tokens and False on pads (with a KV cache it covers the cached positions too:
@@ -307,11 +311,11 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        self.mtp = MTPHeads(config.n_embd, config.mtp_heads, config.bias) if config.mtp_heads else None  # ch. 22, last
 
     @staticmethod
     def check_fits(config: GPTConfig, batch_size: int | None = None) -> None:
-        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``) needs more than
-        this machine's memory (:func:`course_lib.sizing.check_gpt_fits`). Called where sizes come from outside, not by GPT()."""
+        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``) needs more than this machine's memory (:func:`course_lib.sizing.check_gpt_fits`); not called by GPT()."""
         check_gpt_fits(config, batch_size)
 
     @staticmethod
@@ -328,13 +332,9 @@ class GPT(nn.Module):
         """Our GPT holding published weights. ``model_or_name`` is a Hugging Face model object or a
         name (downloaded with ``transformers``):
 
-        - a ``GPT2LMHeadModel``, or ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``
-          (chapter 13, :mod:`course_lib.gpt2`);
-        - a ``LlamaForCausalLM``, or a Hub name with a slash such as ``"HuggingFaceTB/SmolLM2-135M"``
-          (chapter 14, :mod:`course_lib.llama`).
-
-        Each loader module registers itself in ``PRETRAINED_LOADERS`` under the Hugging Face
-        ``model_type`` it reads, so this module imports neither."""
+        a ``GPT2LMHeadModel`` or ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl`` (chapter 13, :mod:`course_lib.gpt2`);
+        a ``LlamaForCausalLM`` or a Hub name with a slash such as ``"HuggingFaceTB/SmolLM2-135M"`` (chapter 14,
+        :mod:`course_lib.llama`). Each loader registers itself in ``PRETRAINED_LOADERS`` under its ``model_type``."""
         if isinstance(model_or_name, str):
             model_type = "llama" if "/" in model_or_name else "gpt2"  # the GPT-2 loader knows its four names
         else:
@@ -369,15 +369,12 @@ class GPT(nn.Module):
         """:meth:`forward`'s guards, each a ValueError that names the fix (shapes, the context
         length, token ids in the vocabulary, positions); returns the cache's length (0 without)."""
         if idx.dim() != 2:
-            raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}: add the batch "
-                             "dimension with idx[None] (or idx.unsqueeze(0)) for a single sequence")
+            raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}: add the batch dimension with idx[None] (or idx.unsqueeze(0)) for a single sequence")
         B, T = idx.shape
         if targets is not None and tuple(targets.shape) != (B, T):
-            raise ValueError(f"targets must have the shape of idx ({B}, {T}), got {tuple(targets.shape)}: "
-                             "targets[b, t] is the token that follows idx[b, :t+1]")
+            raise ValueError(f"targets must have the shape of idx ({B}, {T}), got {tuple(targets.shape)}: targets[b, t] is the token that follows idx[b, :t+1]")
         if cache is not None and len(cache.layers) != self.config.n_layer:
-            raise ValueError(f"this KV cache has {len(cache.layers)} layer(s) and the model {self.config.n_layer}: "
-                             "make it with KVCache(model.config.n_layer, model.config.block_size)")
+            raise ValueError(f"this KV cache has {len(cache.layers)} layer(s) and the model {self.config.n_layer}: make it with KVCache(model.config.n_layer, model.config.block_size)")
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             what = "position embeddings" if self.wpe is not None else "RoPE angles"
@@ -385,20 +382,17 @@ class GPT(nn.Module):
                              f"{what} for {self.config.block_size} positions only. Crop the context to its last "
                              f"{self.config.block_size} tokens (idx[:, -block_size:]) or train with a larger block_size.")
         if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size "
-                             f"{self.config.vocab_size}), got ids from {int(idx.min())} to {int(idx.max())}: was the "
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size {self.config.vocab_size}), got ids from {int(idx.min())} to {int(idx.max())}: was the "
                              "text encoded with another tokenizer?")
         pos = position_ids
         if pos is not None and tuple(pos.shape) not in ((T,), (B, T)):
             raise ValueError(f"position_ids has shape {tuple(pos.shape)}, expected ({T},) or ({B}, {T})")
         if pos is not None and pos.numel() and (pos.min() < 0 or pos.max() >= self.config.block_size):
-            raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size "
-                             f"{self.config.block_size}), got {int(pos.min())} to {int(pos.max())}")
+            raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size {self.config.block_size}), got {int(pos.min())} to {int(pos.max())}")
         return past
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None):
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, attention_mask=None, position_ids=None, targets=None):
+        """(B, T) ids -> (B, T, C): the trunk's last hidden state, after ln_f: what lm_head (and MTP heads) read."""
         past, (B, T) = self.check_inputs(idx, targets, cache, position_ids), idx.shape
         mask = None
         if attention_mask is not None:
@@ -418,14 +412,20 @@ class GPT(nn.Module):
             rope = (self.rope_cos[pos], self.rope_sin[pos])  # each (T, hs/2) or (B, T, hs/2)
         for i, block in enumerate(self.blocks):
             x = block(x, cache.layers[i] if cache is not None else None, mask, rope)
-        x = self.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, V)
-        loss = None
+        return self.ln_f(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None):
+        x = self.hidden(idx, cache, attention_mask, position_ids, targets)  # (B, T, C)
+        logits, loss = self.lm_head(x), None  # (B, T, V)
         if targets is not None:
-            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T), ignore_index=ignore_index)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
             if self.config.moe_experts and self.training and self.config.moe_aux_coef:
                 # only while training: a validation loss stays the cross-entropy a dense model reports
                 loss = loss + self.config.moe_aux_coef * self.balancing_loss()
+            if self.mtp is not None and self.training:  # chapter 22, the same way: the heads learn while training
+                loss = loss + self.config.mtp_weight * self.mtp.loss(x, self.lm_head, targets, ignore_index)
         return logits, loss
 
     def router_logits(self) -> list[torch.Tensor]:

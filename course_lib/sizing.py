@@ -30,7 +30,8 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     RoPE scaling and a sliding window add no parameters.
 
     Chapter 20: with ``moe_experts`` E, "MLP" holds all E experts (and the shared one) and
-    "router" the L*C*E weights of the routers.
+    "router" the L*C*E weights of the routers. Chapter 22: ``mtp_heads`` D add "MTP heads", D
+    matrices of C x C (+ C biases); they share the LM head.
     """
     V, T, C, L = config.vocab_size, config.block_size, config.n_embd, config.n_layer
     b = 1 if config.bias else 0
@@ -50,6 +51,8 @@ def parameter_breakdown(config: GPTConfig) -> dict[str, int]:
     if getattr(config, "moe_experts", None):
         moe = {"router": L * C * config.moe_experts}
         mlp *= config.moe_experts + config.moe_shared_expert
+    if getattr(config, "mtp_heads", None):
+        moe["MTP heads"] = config.mtp_heads * (C * C + b * C)
     return moe | {
         "token embedding": V * C,
         "position embedding": 0 if config.rope_theta is not None else T * C,

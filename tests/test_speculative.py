@@ -254,3 +254,23 @@ def test_sample_with_a_draft_gives_the_greedy_text(capsys):
     captured = capsys.readouterr()
     assert captured.out == plain
     assert "tokens per target call" in captured.err
+
+
+def test_the_cost_model_check_has_intervals_that_cover_a_model_that_holds():
+    """Rounds whose kept counts follow the model exactly (each draft kept with probability 0.6,
+    independently): the predicted and measured intervals overlap at every k; the Wilson interval
+    of 60 successes in 100 is [0.502, 0.691] (its textbook value)."""
+    from course_lib.speculative.measure import cost_model_rows, wilson_interval
+    lo, hi = wilson_interval(60, 100)
+    assert round(lo, 3) == 0.502 and round(hi, 3) == 0.691
+    g = torch.Generator().manual_seed(0)
+    cells = {}
+    for k in (1, 2, 4):
+        keeps = (torch.rand(400, k, generator=g) < 0.6).int()
+        kept = [int(row.cumprod(0).sum()) for row in keeps]  # kept until the first rejection
+        cells[str(k)] = {"kept": kept, "drafted": [k] * 400}
+    rows = cost_model_rows({"temperatures": {"1.0": {"drafters": {"x": cells}}}})
+    assert [r["k"] for r in rows] == [1, 2, 4] and all(r["agree"] for r in rows)
+    assert all(r["predicted_interval"][0] < r["predicted"] < r["predicted_interval"][1] for r in rows)
+    cells["4"]["kept"] = [4] * 400  # a drafter right every time at k = 4: the model (from k = 1) cannot say so
+    assert not cost_model_rows({"temperatures": {"1.0": {"drafters": {"x": cells}}}})[-1]["agree"]

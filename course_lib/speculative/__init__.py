@@ -5,7 +5,9 @@
 - :mod:`.cached`: a model whose KV cache follows a text that grows and is rewound;
 - :mod:`.drafters`: an n-gram table and a small model as drafters;
 - :mod:`.decode`: :func:`speculative_generate`, the loop;
-- :mod:`.train_draft`: the 1-layer GPT drafter trained on the target's training split.
+- :mod:`.train_draft`: the 1-layer GPT drafter trained on the target's training split;
+- :mod:`.self_draft`: drafter 3, a GPT's own multi-token prediction heads (:mod:`course_lib.mtp`)
+  drafting for it (self-speculative decoding).
 """
 from .decode import SpeculativeStats, check_drafter, speculative_generate, speculative_text
 from .drafters import ModelDrafter, NGramDrafter, drafter_from_checkpoint

@@ -1,5 +1,7 @@
 """Measuring speculative decoding: acceptance, tokens per target call and tokens per second against
 plain generation with the KV cache, the ways run interleaved (so a busy machine slows all alike).
+A drafter with a ``generate`` method (:class:`.self_draft.SelfDrafter`: the target's own MTP heads)
+generates whole; then ``target`` must be its model, so that plain generation is that model's.
 
 :func:`measure` times, in each repeat and for each prompt, plain :func:`~course_lib.generate.generate`
 (with the cache) and then every (drafter, k) on the same prompt and seed, one after the other; a
@@ -7,6 +9,7 @@ ratio is a paired one: plain time over speculative time within one repeat, summe
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -60,10 +63,13 @@ def measure(target, drafters: dict, prompts: list[list[int]], new_tokens: int, k
                                generator=torch.Generator().manual_seed(s))
                 plain_t += time.perf_counter() - start
                 for name, drafter in drafters.items():
+                    # a drafter that drafts for itself (drafter 3, self_draft.SelfDrafter) generates whole
+                    run = getattr(drafter, "generate", None) or (lambda *a, **kw: speculative_generate(target, drafter,
+                                                                                                       *a, **kw))
                     for k in ks:
                         start = time.perf_counter()
-                        got, st = speculative_generate(target, drafter, idx, new_tokens, k=k, temperature=temperature,
-                                                       generator=torch.Generator().manual_seed(s), return_stats=True)
+                        got, st = run(idx, new_tokens, k=k, temperature=temperature,
+                                      generator=torch.Generator().manual_seed(s), return_stats=True)
                         spec_t[name, k] += time.perf_counter() - start
                         if temperature == 0 and not torch.equal(got, ref):
                             raise AssertionError(f"greedy speculative output differs from plain greedy ({name}, k={k})")
@@ -108,4 +114,53 @@ def summarise(record: dict, costs: dict | None = None) -> list[dict]:
                 if costs and name in costs:
                     row["predicted_speedup"] = expected_speedup(alpha, k, costs[name])
                 rows.append(row)
+    return rows
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95% at z = 1.96) of a binomial proportion."""
+    if n == 0:
+        return float("nan"), float("nan")
+    phat = successes / n
+    centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cost_model_rows(record: dict, resamples: int = 2000, seed: int = 0) -> list[dict]:
+    """The cost model against the measurement, each with a 95% interval, per (temperature, drafter, k):
+    predicted tokens per round, (1 - a^(k+1)) / (1 - a) with a the acceptance measured at k = 1 (its
+    Wilson interval carried through the formula, which grows with a); measured tokens per round, the
+    mean of kept + 1 over the rounds that drafted all k tokens (a text's last, shorter round left out),
+    with a bootstrap interval over those rounds (percentiles of ``resamples`` resamples, seeded).
+    Rounds of one text are not independent (a loop is guessed many times in a row), so the measured
+    interval is if anything too narrow."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for temp, rec in record["temperatures"].items():
+        for name, by_k in rec["drafters"].items():
+            first = by_k.get("1") or by_k.get(1)
+            if first is None:
+                continue
+            ones = [n for n, d in zip(first["kept"], first["drafted"]) if d == 1]
+            if not ones:
+                continue
+            a_lo, a_hi = wilson_interval(sum(ones), len(ones))
+            a = sum(ones) / len(ones)
+            for k, cell in by_k.items():
+                k = int(k)
+                full = torch.tensor([n + 1 for n, d in zip(cell["kept"], cell["drafted"]) if d == k],
+                                    dtype=torch.float64)
+                if len(full) < 2:  # too few full rounds for an interval (a smoke test)
+                    continue
+                means = full[torch.randint(len(full), (resamples, len(full)), generator=g)].mean(1)
+                lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+                rows.append(dict(temperature=float(temp), drafter=name, k=k, rounds=len(full),
+                                 alpha_k1=a, alpha_k1_interval=(a_lo, a_hi),
+                                 predicted=expected_tokens_per_call(a, k),
+                                 predicted_interval=(expected_tokens_per_call(a_lo, k),
+                                                     expected_tokens_per_call(a_hi, k)),
+                                 measured=float(full.mean()), measured_interval=(lo, hi),
+                                 agree=lo <= expected_tokens_per_call(a_hi, k) and
+                                 expected_tokens_per_call(a_lo, k) <= hi))
     return rows
