@@ -13,6 +13,7 @@ from its config (:class:`LoRAGPT`) loads and checks that base (:func:`load_base`
 
 Shapes: B batch, T time, C channels, V vocabulary size (V0 before the new tokens).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,9 +32,11 @@ from .registry import register_model
 
 # A run that starts from a base model (a fine-tune, the chat fine-tune, DPO, GRPO, chapter 18's
 # starting SFT) keeps the base's shape: given as a setting, any model field is refused with this.
-SHAPE_KEPT = {f.name: "a run from a base model keeps its shape; only training (and method) "
-                      "settings can be set"
-              for f in fields(GPTConfig)}
+SHAPE_KEPT = {
+    f.name: "a run from a base model keeps its shape; only training (and method) "
+    "settings can be set"
+    for f in fields(GPTConfig)
+}
 
 
 @torch.no_grad()
@@ -53,7 +56,10 @@ def extend_vocabulary(model: GPT, n_new: int) -> GPT:
     return bigger.to(model.wte.weight.device)
 
 
-POSITION_FILLS = ("copy", "interpolate")  # how extend_positions fills the new rows of a learned table
+POSITION_FILLS = (
+    "copy",
+    "interpolate",
+)  # how extend_positions fills the new rows of a learned table
 
 
 @torch.no_grad()
@@ -71,15 +77,18 @@ def extend_positions(model: GPT, block_size: int, how: str = "copy") -> GPT:
     if how not in POSITION_FILLS:
         raise ValueError(f"how={how!r}: choose one of {', '.join(POSITION_FILLS)}")
     if block_size < T0:
-        raise ValueError(f"block_size {block_size} is shorter than the model's {T0}: a context can only be "
-                         f"lengthened here; set block_size to {T0} or more")
+        raise ValueError(
+            f"block_size {block_size} is shorter than the model's {T0}: a context can only be "
+            f"lengthened here; set block_size to {T0} or more"
+        )
     longer = GPT(GPTConfig.from_dict({**model.config.to_dict(), "block_size": block_size}))
     state = {k: v.clone() for k, v in model.state_dict().items()}
     if "wpe.weight" in state and block_size > T0:
         old = state["wpe.weight"]  # (T0, C)
         if how == "copy":
             state["wpe.weight"] = old[torch.arange(block_size) % T0]  # (block_size, C)
-        else:  # the old rows at positions p * (T0 - 1) / (block_size - 1), linearly between neighbours
+        else:  # the old rows at positions p * (T0 - 1) / (block_size - 1), linearly between
+            # neighbours
             where = torch.linspace(0, T0 - 1, block_size)
             low = where.floor().long().clamp(max=max(T0 - 2, 0))
             high = (low + 1).clamp(max=T0 - 1)
@@ -113,6 +122,7 @@ class GrownRows(nn.Module):
 class LoRAGPTConfig(GPTConfig):
     """A GPT config (the fine-tuned model's, with the new tokens) plus the LoRA settings and
     the base checkpoint the adapters belong to, identified by its SHA-256."""
+
     base_checkpoint: str = ""
     base_sha256: str = ""
     base_vocab_size: int = 0
@@ -124,8 +134,10 @@ class LoRAGPTConfig(GPTConfig):
         super().__post_init__()
         check_rank(self.rank, self.alpha)
         if not 0 < self.base_vocab_size <= self.vocab_size:
-            raise ValueError(f"base_vocab_size must be in [1, vocab_size={self.vocab_size}], got "
-                             f"{self.base_vocab_size}")
+            raise ValueError(
+                f"base_vocab_size must be in [1, vocab_size={self.vocab_size}], got "
+                f"{self.base_vocab_size}"
+            )
 
     def gpt_config(self) -> GPTConfig:
         names = [f.name for f in fields(GPTConfig)]
@@ -138,9 +150,11 @@ def check_regular_file(path: Path) -> None:
     mode = path.stat().st_mode
     if not stat.S_ISREG(mode):
         what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device or a pipe)"
-        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is {what}: a LoRA "
-                              "checkpoint names the ckpt.pt file it fine-tunes; that record is "
-                              "wrong, so use another checkpoint")
+        raise CheckpointError(
+            f"the base model of this LoRA checkpoint, {path}, is {what}: a LoRA "
+            "checkpoint names the ckpt.pt file it fine-tunes; that record is "
+            "wrong, so use another checkpoint"
+        )
 
 
 def file_sha256(path: str | Path) -> str:
@@ -154,21 +168,27 @@ def load_base(config: LoRAGPTConfig) -> GPT:
     the file must exist, have the recorded SHA-256, and hold a GPT of the same shape."""
     path = Path(config.base_checkpoint)
     if not path.exists():
-        raise CheckpointError(f"the base model of this LoRA checkpoint, {path}, is missing: a LoRA "
-                              "checkpoint holds only the adapters; put the base checkpoint back at "
-                              "that path (or, to resume the fine-tune, give its new path: finetune "
-                              "--resume --checkpoint NEW_PATH)")
+        raise CheckpointError(
+            f"the base model of this LoRA checkpoint, {path}, is missing: a LoRA "
+            "checkpoint holds only the adapters; put the base checkpoint back at "
+            "that path (or, to resume the fine-tune, give its new path: finetune "
+            "--resume --checkpoint NEW_PATH)"
+        )
     check_regular_file(path)
     if file_sha256(path) != config.base_sha256:
-        raise CheckpointError(f"the base model {path} is not the one this LoRA checkpoint was "
-                              "trained on (its SHA-256 differs; was that run continued or "
-                              "replaced?): restore that file, or fine-tune again")
+        raise CheckpointError(
+            f"the base model {path} is not the one this LoRA checkpoint was "
+            "trained on (its SHA-256 differs; was that run continued or "
+            "replaced?): restore that file, or fine-tune again"
+        )
     base, _ = load_model(path)
-    expected = GPTConfig.from_dict({**config.gpt_config().to_dict(),
-                                    "vocab_size": config.base_vocab_size})
+    expected = GPTConfig.from_dict(
+        {**config.gpt_config().to_dict(), "vocab_size": config.base_vocab_size}
+    )
     if not isinstance(base, GPT) or type(base) is not GPT or base.config != expected:
-        raise CheckpointError(f"the base model {path} is not a GPT of the shape this LoRA "
-                              "checkpoint expects")
+        raise CheckpointError(
+            f"the base model {path} is not a GPT of the shape this LoRA checkpoint expects"
+        )
     return base
 
 
@@ -192,15 +212,26 @@ class LoRAGPT(GPT):
             rows.new.requires_grad_(True)
 
     @classmethod
-    def from_base(cls, base_checkpoint: str | Path, tokenizer, rank: int = 8, alpha: float = 8.0,
-                  targets=DEFAULT_TARGETS) -> "LoRAGPT":
+    def from_base(
+        cls,
+        base_checkpoint: str | Path,
+        tokenizer,
+        rank: int = 8,
+        alpha: float = 8.0,
+        targets=DEFAULT_TARGETS,
+    ) -> "LoRAGPT":
         """Adapters of ``rank`` on the base checkpoint, its vocabulary grown to ``tokenizer``'s."""
         path = Path(base_checkpoint).resolve()
         ckpt = load_checkpoint(path)
-        config = LoRAGPTConfig(**{**ckpt["model_config"], "vocab_size": tokenizer.vocab_size},
-                               base_checkpoint=str(path), base_sha256=file_sha256(path),
-                               base_vocab_size=ckpt["model_config"]["vocab_size"], rank=rank,
-                               alpha=alpha, targets=",".join(targets))
+        config = LoRAGPTConfig(
+            **{**ckpt["model_config"], "vocab_size": tokenizer.vocab_size},
+            base_checkpoint=str(path),
+            base_sha256=file_sha256(path),
+            base_vocab_size=ckpt["model_config"]["vocab_size"],
+            rank=rank,
+            alpha=alpha,
+            targets=",".join(targets),
+        )
         return cls(config)
 
     def trained_names(self) -> list[str]:
@@ -217,8 +248,11 @@ class LoRAGPT(GPT):
         expected, got = set(self.trained_names()), set(state_dict)
         if got != expected:
             missing, extra = sorted(expected - got), sorted(got - expected)
-            what = [f"{len(names)} {kind} tensor(s), the first {names[0]}"
-                    for kind, names in (("missing", missing), ("unexpected", extra)) if names]
+            what = [
+                f"{len(names)} {kind} tensor(s), the first {names[0]}"
+                for kind, names in (("missing", missing), ("unexpected", extra))
+                if names
+            ]
             raise RuntimeError(f"LoRA weights with {' and '.join(what)}")
         params = dict(self.named_parameters(remove_duplicate=False))
         with torch.no_grad():
@@ -252,11 +286,18 @@ class LoRAGPT(GPT):
         return gpt.eval()
 
 
-def fine_tune_model(base: GPT, base_path: str | Path, tokenizer, rank: int | None = None,
-                    alpha: float = 8.0, targets=DEFAULT_TARGETS) -> GPT:
+def fine_tune_model(
+    base: GPT,
+    base_path: str | Path,
+    tokenizer,
+    rank: int | None = None,
+    alpha: float = 8.0,
+    targets=DEFAULT_TARGETS,
+) -> GPT:
     """The model a fine-tune trains: ``base`` grown to ``tokenizer``'s vocabulary and trained in
     full (``rank`` None), or LoRA adapters of ``rank`` over the base checkpoint at ``base_path``."""
     if rank is None:
-        return extend_vocabulary(base,
-                                 tokenizer.vocab_size - base.config.vocab_size).requires_grad_(True)
+        return extend_vocabulary(
+            base, tokenizer.vocab_size - base.config.vocab_size
+        ).requires_grad_(True)
     return LoRAGPT.from_base(base_path, tokenizer, rank, alpha, tuple(targets))

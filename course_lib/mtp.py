@@ -16,6 +16,7 @@ extra term counts only while training: evaluation reports the next-token loss a 
 
 Shapes: B batch, T time, C channels, V vocabulary size, D = ``mtp_heads`` extra heads.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,9 @@ class MTPHead(nn.Module):
     def __init__(self, n_embd: int, bias: bool = False):
         super().__init__()
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
-        nn.init.normal_(self.proj.weight, mean=0.0, std=0.02)  # the GPT's own init (GPT._init_weights)
+        nn.init.normal_(
+            self.proj.weight, mean=0.0, std=0.02
+        )  # the GPT's own init (GPT._init_weights)
         if bias:
             nn.init.zeros_(self.proj.bias)
 
@@ -57,8 +60,13 @@ class MTPHeads(nn.Module):
         at index j - 1, each a guess of the token j + 1 places after its position."""
         return torch.stack([lm_head(head(z)) for head in self.heads])
 
-    def loss(self, z: torch.Tensor, lm_head: nn.Module, targets: torch.Tensor,
-             ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    def loss(
+        self,
+        z: torch.Tensor,
+        lm_head: nn.Module,
+        targets: torch.Tensor,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> torch.Tensor:
         """The mean over heads of head j's cross-entropy against ``targets`` (B, T) shifted by j:
         position t's head j is scored on targets[:, t + j] (the next-token targets are
         targets[:, t], so targets[:, t + j] is the token j + 1 places after position t). Positions
@@ -72,6 +80,11 @@ class MTPHeads(nn.Module):
             logits = lm_head(head(z[:, : T - j]))  # (B, T - j, V)
             shifted = targets[:, j:]  # (B, T - j)
             if (shifted != ignore_index).any():
-                losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1),
-                                              ignore_index=ignore_index))
+                losses.append(
+                    F.cross_entropy(
+                        logits.reshape(-1, logits.shape[-1]),
+                        shifted.reshape(-1),
+                        ignore_index=ignore_index,
+                    )
+                )
         return torch.stack(losses).mean() if losses else z.new_zeros(())

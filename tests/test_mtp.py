@@ -1,4 +1,5 @@
 """Chapter 22: multi-token prediction heads (course_lib.mtp, GPTConfig.mtp_heads)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,7 +22,11 @@ def test_shapes_and_parameter_count():
     z = model.hidden(idx)
     assert logits.shape == (2, 5, 7) and z.shape == (2, 5, 8)
     assert model.mtp.logits(z, model.lm_head).shape == (3, 2, 5, 7)
-    assert model.num_parameters() == count_parameters(model.config) == count_parameters(_config()) + 3 * 8 * 8
+    assert (
+        model.num_parameters()
+        == count_parameters(model.config)
+        == count_parameters(_config()) + 3 * 8 * 8
+    )
     assert model.flops_per_token() == flops_per_token(model.config)
 
 
@@ -60,8 +65,8 @@ def test_a_window_too_short_for_a_head_gives_it_no_term():
 
 
 def test_main_head_unchanged_by_the_option_at_weight_0():
-    """Same seed: the same trunk at step 0 (the heads are built last), and, at mtp_weight 0, the same
-    next-token logits, bit for bit, after training steps on the same batches."""
+    """Same seed: the same trunk at step 0 (the heads are built last), and, at mtp_weight 0, the
+    same next-token logits, bit for bit, after training steps on the same batches."""
     models = []
     for extra in ({}, {"mtp_heads": 2, "mtp_weight": 0.0}):
         torch.manual_seed(3)
@@ -98,12 +103,20 @@ def test_checkpoint_round_trip(tmp_path):
     back, ckpt = load_model(tmp_path / "ckpt.pt")
     assert back.config == model.config and ckpt["model_config"]["mtp_heads"] == 2
     idx = torch.randint(0, 7, (1, 6))
-    assert torch.equal(back.mtp.logits(back.hidden(idx), back.lm_head), model.mtp.logits(model.hidden(idx), model.lm_head))
+    assert torch.equal(
+        back.mtp.logits(back.hidden(idx), back.lm_head),
+        model.mtp.logits(model.hidden(idx), model.lm_head),
+    )
 
 
-@pytest.mark.parametrize("bad, phrase", [({"mtp_heads": 0}, "mtp_heads must be an integer in [1, 16]"),
-                                         ({"mtp_heads": 2, "mtp_weight": -1.0}, "mtp_weight"),
-                                         ({"mtp_weight": 0.5}, "takes effect only with mtp_heads")])
+@pytest.mark.parametrize(
+    "bad, phrase",
+    [
+        ({"mtp_heads": 0}, "mtp_heads must be an integer in [1, 16]"),
+        ({"mtp_heads": 2, "mtp_weight": -1.0}, "mtp_weight"),
+        ({"mtp_weight": 0.5}, "takes effect only with mtp_heads"),
+    ],
+)
 def test_bad_settings_are_refused_in_one_line(bad, phrase):
     with pytest.raises(ValueError, match=phrase.replace("[", r"\[").replace("]", r"\]")):
         _config(**bad)

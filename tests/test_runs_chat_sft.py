@@ -1,6 +1,7 @@
 """The chat fine-tune as a kind of run (course_lib.runs.chat_sft): built from the shipped pretrained
 model, resumed bit for bit, refused when resumed by another command, and the command line's
 ``chat-sft``."""
+
 import re
 
 import pytest
@@ -19,21 +20,26 @@ QUIET = dict(device="cpu", progress=False)
 
 def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path):
     base = pretrained_checkpoint()
-    straight = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "3"},
-                                       out_dir=tmp_path / "straight", **QUIET)
+    straight = runs.start_chat_sft_run(
+        base, {**SETTINGS, "max_iters": "3"}, out_dir=tmp_path / "straight", **QUIET
+    )
     straight.train()
-    first = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "2"},
-                                    out_dir=tmp_path / "split", **QUIET)
+    first = runs.start_chat_sft_run(
+        base, {**SETTINGS, "max_iters": "2"}, out_dir=tmp_path / "split", **QUIET
+    )
     first.train()
     resumed = runs.resume_chat_sft_run(tmp_path / "split" / "ckpt.pt", {"max_iters": "3"}, **QUIET)
     assert resumed.step == 2
     resumed.train()
     assert resumed.history["loss"] == straight.history["loss"]
-    assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
-                                                 resumed.model.state_dict().values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values())
+    )
     ckpt = load_checkpoint(tmp_path / "split" / "ckpt.pt")
-    assert (ckpt["trained_on"]["command"] == "chat-sft"
-            and ckpt["trained_on"]["from_scratch"] is False)
+    assert (
+        ckpt["trained_on"]["command"] == "chat-sft" and ckpt["trained_on"]["from_scratch"] is False
+    )
     assert ckpt["tokenizer"]["type"] == "chat"
     with pytest.raises(ValueError, match="made by `chat-sft`, not `finetune`"):
         runs.resume_finetune_run(tmp_path / "split" / "ckpt.pt", **QUIET)
@@ -44,8 +50,9 @@ def test_a_chat_fine_tune_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_
 def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_scratch(tmp_path):
     base = pretrained_checkpoint()
     tuned = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, **QUIET)
-    control = runs.start_chat_sft_run(base, {**SETTINGS, "max_iters": "1"}, from_scratch=True,
-                                      **QUIET)
+    control = runs.start_chat_sft_run(
+        base, {**SETTINGS, "max_iters": "1"}, from_scratch=True, **QUIET
+    )
     assert isinstance(tuned.tokenizer, ChatTokenizer) and tuned.model.config == control.model.config
     pretrained = load_checkpoint(base)["model"]["blocks.0.attn.c_attn.weight"].float()
     assert torch.equal(tuned.model.state_dict()["blocks.0.attn.c_attn.weight"], pretrained)
@@ -57,9 +64,14 @@ def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_s
 
 def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu",
-            *sum((["--set", f"{k}={v}"] for k, v in
-                                                                    SETTINGS.items()), [])]
+    args = [
+        "chat-sft",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
+    ]
     assert main(args + ["--max-iters", "2"]) == 0
     assert "saved" in capsys.readouterr().out
     assert main(args + ["--max-iters", "3", "--resume"]) == 0
@@ -75,31 +87,49 @@ def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_p
     from course_lib.model import GPT, GPTConfig
 
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu",
-            *sum((["--set", f"{k}={v}"] for k, v in
-                                                                    SETTINGS.items()), [])]
+    args = [
+        "chat-sft",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
+    ]
     assert main(args + ["--max-iters", "1"]) == 0
     before = (out / "ckpt.pt").read_bytes()
     other = save_checkpoint(tmp_path / "other.pt", GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16)))
-    refused = [(["--from-scratch"],
-                "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
-                                    "resumed run keeps how it started; leave --from-scratch out"),
-               (["--checkpoint", str(other)],
-                f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
-                                              "file; a resumed run keeps its base: .*leave "
-                                              "--checkpoint out"),
-               (["--set", "seed=7"],
-                "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps"),
-               (["--pack"], "--pack: .*ckpt.pt was not trained on packed rows, and a resumed run "
-                            "keeps how it started")]
+    refused = [
+        (
+            ["--from-scratch"],
+            "--from-scratch: .*ckpt.pt is a chat fine-tune from the pretrained model, and a "
+            "resumed run keeps how it started; leave --from-scratch out",
+        ),
+        (
+            ["--checkpoint", str(other)],
+            f"--checkpoint {other}: .*ckpt.pt starts from .*, and that is another "
+            "file; a resumed run keeps its base: .*leave "
+            "--checkpoint out",
+        ),
+        (
+            ["--set", "seed=7"],
+            "--set seed=7: .*ckpt.pt was trained with seed=1337, and a resumed run keeps",
+        ),
+        (
+            ["--pack"],
+            "--pack: .*ckpt.pt was not trained on packed rows, and a resumed run "
+            "keeps how it started",
+        ),
+    ]
     for extra, phrase in refused:
         capsys.readouterr()
         assert main(args + ["--max-iters", "2", "--resume", *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and re.search(phrase, err), err
     assert (out / "ckpt.pt").read_bytes() == before
-    assert main(args + ["--max-iters", "2", "--resume", "--checkpoint",
-                        str(pretrained_checkpoint())]) == 0
+    assert (
+        main(args + ["--max-iters", "2", "--resume", "--checkpoint", str(pretrained_checkpoint())])
+        == 0
+    )
 
 
 def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path):
@@ -108,6 +138,7 @@ def test_the_start_check_of_a_resume_reads_what_the_checkpoint_records(tmp_path)
     moved = tmp_path / "moved.pt"
     moved.write_bytes(b"the base")
     from course_lib.lora_gpt import file_sha256
+
     scratch = {"from_scratch": True, "base_checkpoint": str(base), "base_sha256": file_sha256(base)}
     check = chat_sft._check_same_start
     check(tmp_path / "ckpt.pt", scratch, moved, True)  # a moved copy of the base is the base
@@ -121,10 +152,15 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     """``chat-sft --pack`` (issue 54): rows of block_size tokens; the checkpoint says so, a resume
     without --pack continues packed."""
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack",
-            *sum((["--set", f"{k}={v}"] for k, v in
-                                                                              SETTINGS.items()),
-                 [])]
+    args = [
+        "chat-sft",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--pack",
+        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
+    ]
     assert main(args + ["--max-iters", "2"]) == 0
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
     args.remove("--pack")
@@ -135,7 +171,8 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
 def test_extend_positions_copies_the_learned_rows_or_stretches_them():
     """``extend_positions`` (issue 54): "copy" repeats the T0 rows, so the outputs over the first
     T0 positions are the model's own; "interpolate" keeps the first and last rows at both ends;
-    a shorter context, or another fill, is refused in one line; a RoPE model only gets the length."""
+    a shorter context, or another fill, is refused in one line; a RoPE model only gets the
+    length."""
     from course_lib.lora_gpt import extend_positions
     from course_lib.model import GPT, GPTConfig
 
@@ -149,13 +186,20 @@ def test_extend_positions_copies_the_learned_rows_or_stretches_them():
     assert torch.equal(longer(x)[0], model(x)[0])
     assert longer(torch.randint(0, 20, (1, 20)))[0].shape == (1, 20, 20)
     stretched = extend_positions(model, 15, "interpolate")
-    assert torch.allclose(stretched.wpe.weight[0], rows[0]) and torch.allclose(stretched.wpe.weight[-1], rows[-1])
+    assert torch.allclose(stretched.wpe.weight[0], rows[0]) and torch.allclose(
+        stretched.wpe.weight[-1], rows[-1]
+    )
     assert torch.allclose(stretched.wpe.weight[1], rows[0] * 0.5 + rows[1] * 0.5)
-    with pytest.raises(ValueError, match="block_size 4 is shorter than the model's 8: .*set block_size to 8 or more"):
+    with pytest.raises(
+        ValueError,
+        match="block_size 4 is shorter than the model's 8: .*set block_size to 8 or more",
+    ):
         extend_positions(model, 4)
     with pytest.raises(ValueError, match="how='tile': choose one of copy, interpolate"):
         extend_positions(model, 16, "tile")
-    rope = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, rope_theta=10000.0))
+    rope = GPT(
+        GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, rope_theta=10000.0)
+    )
     assert extend_positions(rope, 32).config.block_size == 32
 
 
@@ -164,8 +208,15 @@ def test_a_chat_fine_tune_can_lengthen_its_base_context(tmp_path, capsys):
     checkpoint records where the context came from; a resume may repeat block_size=N but not change
     it; a shorter context than the base's, or a value that is not a count, is refused (exit 2)."""
     out = tmp_path / "chat"
-    args = ["chat-sft", "--out", str(out), "--device", "cpu", "--pack", *sum((["--set", f"{k}={v}"] for k, v in
-                                                                              SETTINGS.items()), [])]
+    args = [
+        "chat-sft",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--pack",
+        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
+    ]
     assert main(args + ["--set", "block_size=96", "--max-iters", "1"]) == 0
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["model_config"]["block_size"] == 96 and ckpt["model"]["wpe.weight"].shape[0] == 96
@@ -175,13 +226,19 @@ def test_a_chat_fine_tune_can_lengthen_its_base_context(tmp_path, capsys):
     capsys.readouterr()
     before = (out / "ckpt.pt").read_bytes()
     assert main(args + ["--set", "block_size=128", "--max-iters", "3", "--resume"]) == 2
-    assert re.search(r"--set block_size=128: .*ckpt.pt has a context of 96 tokens, and a resumed run keeps its "
-                     r"model; give block_size=96 or leave it out", capsys.readouterr().err)
+    assert re.search(
+        r"--set block_size=128: .*ckpt.pt has a context of 96 tokens, and a resumed run keeps its "
+        r"model; give block_size=96 or leave it out",
+        capsys.readouterr().err,
+    )
     assert (out / "ckpt.pt").read_bytes() == before
     other = ["chat-sft", "--device", "cpu", "--max-iters", "1"]
     assert main(other + ["--out", str(tmp_path / "short"), "--set", "block_size=32"]) == 2
-    assert re.search(r"--set block_size=32: the base .* has a context of 64 tokens, and a chat fine-tune can only "
-                     r"lengthen it; set block_size to 64 or more", capsys.readouterr().err)
+    assert re.search(
+        r"--set block_size=32: the base .* has a context of 64 tokens, and a chat fine-tune can "
+        r"only lengthen it; set block_size to 64 or more",
+        capsys.readouterr().err,
+    )
     for bad in ("0", "many"):
         assert main(other + ["--out", str(tmp_path / "bad"), "--set", f"block_size={bad}"]) == 2
         assert "block_size" in capsys.readouterr().err

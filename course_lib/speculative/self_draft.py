@@ -16,6 +16,7 @@ positions); past it use :func:`.decode.speculative_generate` with another drafte
 
 Shapes: T time, C channels, V vocabulary size, k draft tokens, D extra heads.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,15 +31,21 @@ def check_mtp_model(model) -> int:
     """D, the model's extra heads; one line naming the fix when it has none."""
     heads = getattr(getattr(model, "config", None), "mtp_heads", None)
     if not heads or getattr(model, "mtp", None) is None:
-        raise ValueError(f"self-speculative decoding drafts with the model's multi-token prediction heads, and this "
-                         f"{type(model).__name__} has none: train it with --set mtp_heads=3 (chapter 22), or use "
-                         "speculative_generate with another drafter")
+        raise ValueError(
+            "self-speculative decoding drafts with the model's multi-token prediction heads, and "
+            "this "
+            f"{type(model).__name__} has none: train it with --set mtp_heads=3 "
+            "(chapter 22), or use "
+            "speculative_generate with another drafter"
+        )
     return heads
 
 
-def _pick(logits: torch.Tensor, temperature, top_k, top_p, generator) -> tuple[list[int], torch.Tensor | None]:
-    """(n, V) logits -> n tokens (argmax at temperature 0, else one draw from each row's distribution)
-    and the (n, V) distributions drawn from (None at temperature 0)."""
+def _pick(
+    logits: torch.Tensor, temperature, top_k, top_p, generator
+) -> tuple[list[int], torch.Tensor | None]:
+    """(n, V) logits -> n tokens (argmax at temperature 0, else one draw from each row's
+    distribution) and the (n, V) distributions drawn from (None at temperature 0)."""
     if temperature == 0:
         return logits.argmax(-1).tolist(), None
     q = probabilities(logits, temperature, top_k, top_p).cpu()
@@ -46,23 +53,41 @@ def _pick(logits: torch.Tensor, temperature, top_k, top_p, generator) -> tuple[l
 
 
 @torch.no_grad()
-def self_speculative_generate(model, idx: torch.Tensor, max_new_tokens: int, k: int | None = None,
-                              temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                              generator: torch.Generator | None = None, return_stats: bool = False):
+def self_speculative_generate(
+    model,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    k: int | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    return_stats: bool = False,
+):
     """Extend ``idx`` (1, T) by ``max_new_tokens`` tokens of ``model`` (a GPT with ``mtp_heads``),
-    drafting ``k`` (default D, at most D) tokens a round with its own heads; returns (1, T + max_new_tokens)
-    and, with ``return_stats``, a :class:`.decode.SpeculativeStats`. ``generator``: a CPU generator."""
+    drafting ``k`` (default D, at most D) tokens a round with its own heads; returns
+    (1, T + max_new_tokens) and, with ``return_stats``, a :class:`.decode.SpeculativeStats`.
+    ``generator``: a CPU generator."""
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     D = check_mtp_model(model)
     k = D if k is None else k
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= D:
-        raise ValueError(f"k must be an integer in [1, {D}]: the model has {D} extra heads, one per draft token; "
-                         f"got {k!r}")
+        raise ValueError(
+            f"k must be an integer in [1, {D}]: the model has {D} extra heads, one per draft "
+            "token; "
+            f"got {k!r}"
+        )
     if idx.dim() != 2 or idx.shape[0] != 1 or idx.shape[1] == 0:
-        raise ValueError(f"idx must have shape (1, T) with T >= 1 (one prompt), got {tuple(idx.shape)}")
+        raise ValueError(
+            f"idx must have shape (1, T) with T >= 1 (one prompt), got {tuple(idx.shape)}"
+        )
     if idx.shape[1] + max_new_tokens > model.config.block_size:
-        raise ValueError(f"the prompt ({idx.shape[1]} tokens) and max_new_tokens ({max_new_tokens}) exceed block_size "
-                         f"{model.config.block_size}: generate fewer tokens, or use speculative_generate")
+        raise ValueError(
+            f"the prompt ({idx.shape[1]} tokens) and max_new_tokens ({max_new_tokens}) exceed "
+            "block_size "
+            f"{model.config.block_size}: generate fewer tokens, or use "
+            "speculative_generate"
+        )
     if max_new_tokens == 0:
         return (idx.clone(), SpeculativeStats()) if return_stats else idx.clone()
     was_training = model.training
@@ -74,22 +99,36 @@ def self_speculative_generate(model, idx: torch.Tensor, max_new_tokens: int, k: 
     tokens += first
     calls = 1
     while len(tokens) - idx.shape[1] < max_new_tokens:
-        n = min(k, max_new_tokens - (len(tokens) - idx.shape[1]) - 1)  # a round emits up to n + 1 tokens
-        draft, q = _pick(model.mtp.logits(z, model.lm_head)[:n], temperature, top_k, top_p, generator) \
-            if n else ([], None)
+        n = min(
+            k, max_new_tokens - (len(tokens) - idx.shape[1]) - 1
+        )  # a round emits up to n + 1 tokens
+        draft, q = (
+            _pick(model.mtp.logits(z, model.lm_head)[:n], temperature, top_k, top_p, generator)
+            if n
+            else ([], None)
+        )
         past = cache.length  # every token but the last emitted one
-        feed = torch.tensor([tokens[-1:] + draft], dtype=torch.long, device=idx.device)  # (1, n + 1)
+        feed = torch.tensor(
+            [tokens[-1:] + draft], dtype=torch.long, device=idx.device
+        )  # (1, n + 1)
         zs = model.hidden(feed, cache=cache)[0]  # (n + 1, C): one target forward
         calls += 1
-        logits = model.lm_head(zs)  # (n + 1, V): the target's guesses after the last token and each draft
+        logits = model.lm_head(
+            zs
+        )  # (n + 1, V): the target's guesses after the last token and each draft
         if temperature == 0:
             emitted, kept = greedy_round(logits, draft)
         else:
-            emitted, kept = speculative_round(probabilities(logits, temperature, top_k, top_p).cpu(), q, draft,
-                                              generator)
-        for layer in cache.layers:  # keep the last token and the kept drafts; drop the rejected ones
+            emitted, kept = speculative_round(
+                probabilities(logits, temperature, top_k, top_p).cpu(), q, draft, generator
+            )
+        for (
+            layer
+        ) in cache.layers:  # keep the last token and the kept drafts; drop the rejected ones
             layer.length = past + 1 + kept
-        z = zs[kept]  # the hidden state that made the round's last token: the next drafts come from it
+        z = zs[
+            kept
+        ]  # the hidden state that made the round's last token: the next drafts come from it
         tokens += emitted
         if n:
             stats.kept.append(kept)
@@ -108,6 +147,23 @@ class SelfDrafter:
         self.model, self.max_k = model, check_mtp_model(model)
         self.vocab_size = model.config.vocab_size
 
-    def generate(self, idx, max_new_tokens, k, temperature=0.0, generator=None, return_stats=False, **sampling):
-        return self_speculative_generate(self.model, idx, max_new_tokens, k, temperature, generator=generator,
-                                         return_stats=return_stats, **sampling)
+    def generate(
+        self,
+        idx,
+        max_new_tokens,
+        k,
+        temperature=0.0,
+        generator=None,
+        return_stats=False,
+        **sampling,
+    ):
+        return self_speculative_generate(
+            self.model,
+            idx,
+            max_new_tokens,
+            k,
+            temperature,
+            generator=generator,
+            return_stats=return_stats,
+            **sampling,
+        )
