@@ -8,16 +8,30 @@ Three parts, one record (course_lib/records/linear_attention.json), which chapte
 - ``memory``: a 4-layer decoder (C=256, 4 heads of 64) as all-attention, all-DeltaNet and 3:1 (LLLA):
   after a prompt of T tokens, the bytes each keeps for the next token (the DeltaNet states' and the
   KV caches' ``nbytes``, summed over layers), and the seconds per generated token (greedy, the mean
-  of 16 one-token steps after the prompt, the fastest of 3 repeats; the machine's load average is recorded
-  next to them).
-- ``compare``: all-attention (A), all-DeltaNet (L) and 3:1 (LLLA) decoders (4 layers, C=64, 4 heads,
-  T=64, batch 16) trained on tiny Shakespeare by characters, each for the steps that give it the same
-  training FLOPs (``HybridGPT.flops_per_token`` times tokens) as ``--iters`` steps of all-attention, with
-  the same seeds and batches; the validation loss on the same held-out batches. The one comparison
-  declared before running: LLLA minus A, paired by seed.
-- ``recall``: the same three trained on associative recall (``probes.recall_batch``: ``--pairs`` pairs,
+  of 16 one-token steps after the prompt, the fastest of 3 repeats, the repeats interleaved over the
+  models and lengths; the load averages seen are recorded next to them).
+- ``compare``: decoders (4 layers, C=64, 4 heads, T=64, batch 16) trained on tiny Shakespeare by
+  characters: the ``--arms`` A (all-attention, RoPE on a quarter of each head: Qwen3.5's), A-full (RoPE
+  on every channel), L (all-DeltaNet) and LLLA (3:1), each for the steps that give it the same training
+  FLOPs (``HybridGPT.flops_per_token``, every operation counted) as ``--iters`` steps of A, with the
+  same seeds and batches; the validation loss on the same held-out batches. The one comparison
+  declared before running: LLLA minus A-full (the stronger attention), paired by seed, at 150 steps.
+- ``recall``: the same arms trained on associative recall (``probes.recall_batch``: ``--pairs`` pairs,
   then up to 8 questions; keys and values 32 tokens each) for ``--recall-iters`` steps each; the share
   of questions answered on 512 held-out sequences.
+
+One process per seed (or budget) writes its own ``--json``; ``--merge`` joins them into the record
+(the compare runs grouped by budget). The shipped record::
+
+    for s in 0 1 2; do
+      python benchmarks/linear_attention.py --parts compare --iters 150 --seeds $s --json c150_$s.json
+      python benchmarks/linear_attention.py --parts compare --iters 75 --arms A,A-full,LLLA --seeds $s \\
+          --json c75_$s.json
+      python benchmarks/linear_attention.py --parts recall --recall-iters 250 --pairs 8 --seeds $s \\
+          --json r_$s.json
+    done
+    python benchmarks/linear_attention.py --parts memory --json memory.json
+    python benchmarks/linear_attention.py --merge memory.json c*.json r_*.json --update-record
 """
 from __future__ import annotations
 
