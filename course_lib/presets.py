@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .linear_attention.hybrid import HybridConfig
 from .model import GPTConfig
 from .train import TrainConfig
 
@@ -10,7 +11,7 @@ from .train import TrainConfig
 @dataclass(frozen=True)
 class Preset:
     description: str
-    model: GPTConfig
+    model: GPTConfig | HybridConfig  # the model kind is the one registered with this config's class
     train: TrainConfig | None = None  # None: for counting parameters only
     corpus: str | None = "tinyshakespeare"
     # What course_lib.tokenizers.train_tokenizer builds from the training text: "char", or a dict
@@ -57,6 +58,19 @@ PRESETS = {
                     warmup_iters=100, beta2=0.99, weight_decay=0.0, grad_clip=0.0,
                     eval_interval=250, eval_iters=20),
         tokenizer={"type": "bpe", "vocab_size": 512},
+    ),
+    # Chapter 24: the benchmark's 3:1 hybrid (benchmarks/linear_attention.py): three Gated DeltaNet
+    # layers,
+    # then one gated attention layer; its optimiser settings (AdamW 2e-3, constant, decay 0.1,
+    # clipping 1).
+    # Every HybridConfig field is a --set (layers=L for all-DeltaNet, layers=A for all-attention).
+    "shakespeare-char-hybrid": Preset(
+        "chapter 24's 3:1 hybrid (layers LLLA: Gated DeltaNet x3, attention), 4 layers, C=64, T=64",
+        HybridConfig(vocab_size=65, block_size=64, n_layer=4, n_embd=64, n_head=4, layers="LLLA",
+                     chunk_size=32),
+        TrainConfig(max_iters=400, batch_size=16, learning_rate=2e-3, schedule="constant",
+                    warmup_iters=0, weight_decay=0.1, grad_clip=1.0, eval_interval=100,
+                    eval_iters=20),
     ),
     # nanoGPT's config/train_shakespeare_char.py (its val loss: 1.4697), for a GPU.
     "shakespeare-char-gpu": Preset(

@@ -38,6 +38,16 @@ def lookup(kind: str) -> type:
     return MODELS[kind]
 
 
+def class_for_config(config) -> type:
+    """The model class registered with ``config``'s class (a preset's config names its kind so)."""
+    found = [cls for cls in MODELS.values() if cls.config_class is type(config)]
+    if len(found) != 1:
+        raise ValueError(f"{type(config).__name__} is registered with {len(found)} model kinds, "
+                         "not one: build the model class by its kind name "
+                         "(course_lib.registry.lookup)")
+    return found[0]
+
+
 def kind_of(model) -> str:
     """The name ``model``'s class is registered under; a ValueError when it is not registered
     (a subclass of a registered class is not: it must register itself)."""

@@ -148,7 +148,7 @@ def test_every_preset_and_default_config_passes_the_rules():
     from course_lib.dates import DATES_MODEL, dates_train_config
 
     for preset in PRESETS.values():
-        assert GPTConfig.from_dict(preset.model.to_dict()) == preset.model
+        assert type(preset.model).from_dict(preset.model.to_dict()) == preset.model
         if preset.train is not None:
             assert TrainConfig(**vars(preset.train)) == preset.train
     assert Seq2SeqConfig.from_dict(DATES_MODEL.to_dict()) == DATES_MODEL

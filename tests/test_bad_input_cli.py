@@ -99,6 +99,7 @@ def _fine_tunes(tmp: Path) -> None:
 
 def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
     text = ["--text", str(tmp / "text.txt")]
+    hybrid = ["--preset", "shakespeare-char-hybrid"]
     done, ckpt = tmp / "done", str(tmp / "done" / "ckpt.pt")
     sample = ["sample", "--checkpoint", ckpt, "--device", "cpu"]
     pre = str(PRETRAINED_PATH)  # the shipped model: a base with room for the dates task
@@ -136,6 +137,15 @@ def cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
         ("beta1 of 1.5", ["train", *text, "--set", "beta1=1.5"], 2, r"beta1 must be a finite number in \[0, 1\)"),
         ("dropout nan", ["train", *text, "--set", "dropout=nan"], 2, "dropout must be a finite number"),
         ("bias not a boolean", ["train", *text, "--set", "bias=maybe"], 2, "bias='maybe': expected .*bool"),
+        # chapter 24's hybrid through train's --set: its config's rules
+        ("hybrid: a layer letter not L or A", ["train", *text, *hybrid, "--set", "layers=LXA"], 2,
+         "layers must be letters L .* and A .*got 'LXA'"),
+        ("hybrid: rotary_fraction 2", ["train", *text, *hybrid, "--set", "rotary_fraction=2"], 2,
+         r"rotary_fraction must be a finite number in \(0, 1\], got 2"),
+        ("hybrid: value heads the key heads do not divide", ["train", *text, *hybrid, "--set", "linear_v_heads=3"], 2,
+         "must divide linear_v_heads"),
+        ("hybrid: a GPT-only setting", ["train", *text, *hybrid, "--set", "dropout=0.1"], 2,
+         "--set dropout: unknown setting. Model settings: .*layers"),
         # presets, devices, output folders
         ("unwritable --out", ["train", *text, "--out", str(tmp / "a-file" / "run")], 2, "cannot write to"),
         ("unknown preset", ["train", "--preset", "gpt5"], 2, "unknown preset 'gpt5'.*shakespeare-char-cpu"),

@@ -141,6 +141,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
     (None, "linear_attention", ["--parts", "speed"], "--parts: choose from memory, compare, recall"),
     (None, "linear_attention", ["--iters", "0"], MUST_BE_1),
+    (None, "linear_attention", ["--arms", "A,X"], "--arms: choose from A, A-full, L, LLLA; got X"),
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
     (None, "speculative", ["--tokens", "60"], "must fit in block_size 64"),
     (None, "speculative", ["--repeats", "0"], MUST_BE_1),

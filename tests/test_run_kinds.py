@@ -42,9 +42,7 @@ def same_weights(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
 
 
-@pytest.mark.parametrize("name", sorted(KINDS))
-def test_every_kind_stopped_by_ctrl_c_resumes_bit_for_bit(name, tmp_path):
-    settings, options = KINDS[name].example(tmp_path)
+def straight_equals_cut_and_resumed(name, settings, options, tmp_path):
     quiet = dict(device="cpu", progress=False, verbose=False)
     straight = start(name, settings, out_dir=tmp_path / "straight", **quiet, **options)
     straight.train()
@@ -59,6 +57,23 @@ def test_every_kind_stopped_by_ctrl_c_resumes_bit_for_bit(name, tmp_path):
     resumed.train()
     assert resumed.step == straight.step == straight.config.max_iters > STOP
     assert same_weights(straight, resumed) and resumed.history == straight.history
+    return resumed
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_every_kind_stopped_by_ctrl_c_resumes_bit_for_bit(name, tmp_path):
+    settings, options = KINDS[name].example(tmp_path)
+    straight_equals_cut_and_resumed(name, settings, options, tmp_path)
+
+
+def test_train_reaches_the_hybrid_kind_and_resumes_bit_for_bit(tmp_path):
+    """Chapter 24's model kind through `train`: its preset, its config's fields as --set settings."""
+    settings, options = KINDS["train"].example(tmp_path)
+    settings = {k: v for k, v in settings.items() if k != "n_layer"} | {"n_layer": 2, "layers": "LA",
+                                                                        "chunk_size": 8}
+    resumed = straight_equals_cut_and_resumed("train", settings, options | {"preset": "shakespeare-char-hybrid"},
+                                              tmp_path)
+    assert type(resumed.model).__name__ == "HybridGPT" and resumed.model.config.layer_kinds == "LA"
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))

@@ -46,6 +46,7 @@ from ..generate import generate_text
 from ..lora import DEFAULT_TARGETS
 from ..model import GPT, GPTConfig
 from ..presets import PRESETS, get_preset
+from ..registry import class_for_config
 from ..evaluation.report_card import evaluate_checkpoint
 from ..evaluation.tasks import TASK_NAMES
 from ..runs import DEFAULT_PRESET
@@ -68,6 +69,11 @@ from .common import (DEVICES, add_run_options, add_sampling_options, check_sampl
 def cmd_params(args) -> int:
     config = get_preset(args.preset).model
     print(f"{args.preset}: {config}")
+    if not isinstance(config, GPTConfig):  # chapter 24's hybrid: its own count of parameters and FLOPs
+        model = class_for_config(config)(config)
+        print(f"  total {sum(p.numel() for p in model.parameters()):,} parameters")
+        print(f"training FLOPs per token (every operation, chapter 24): {model.flops_per_token():,}")
+        return 0
     parts = parameter_breakdown(config)
     total = count_parameters(config)
     width = max(len(k) for k in parts)
@@ -234,6 +240,8 @@ def settings_help() -> str:
     return ("settings for --set KEY=VALUE (values are checked like the config classes check them):\n"
             f"  model:    {names(GPTConfig)} (vocab_size comes from the tokenizer)\n"
             f"  training: {names(TrainConfig)}\n"
+            "  (--preset shakespeare-char-hybrid, chapter 24: the fields of HybridConfig instead, e.g. "
+            "--set layers=LLLA --set chunk_size=32)\n"
             "example: --set n_layer=6 --set n_embd=192 --set learning_rate=3e-4 --set dropout=0.1")
 
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..config import Rule, check_fields, config_from_dict
 from ..registry import register_model
+from . import flops
 from .layers import GatedAttention, GatedDeltaNet, SwiGLU, ZeroCenteredRMSNorm
 
 HYBRID_CONFIG_RULES = {
@@ -187,16 +188,25 @@ class HybridGPT(nn.Module):
         return idx
 
     def flops_per_token(self, context: int | None = None) -> int:
-        """Training FLOPs per token: 6 per weight of the matrices, plus, per attention layer,
-        6 x 2 x T x nh x hs for scores and values at an average context T/2 (``context`` T: the
-        block size by default) and, per DeltaNet layer, 6 x 4 x Hv x dk x dv for the state's
-        read, prediction and write (the chunked form's within-chunk products are left out)."""
+        """Training FLOPs per token (``flops``' convention): 6 per weight of the projections, the
+        convolutions and the head, plus 3 x every other forward operation, each layer's mixer
+        (DeltaNet's chunked rule, or attention at an average context T/2; ``context`` T: the block
+        size by default), norms, gates and the loss. ``flops_terms`` gives the parts by name."""
+        terms = self.flops_terms(context)
+        return round(terms.pop("6 x weights") + 3 * sum(terms.values()))
+
+    def flops_terms(self, context: int | None = None) -> dict[str, float]:
+        """The forward FLOPs per token by part, summed over the layers, and "6 x weights"."""
         c, T = self.config, context or self.config.block_size
-        weights = sum(p.numel() for n, p in self.named_parameters() if p.dim() == 2 and "embed" not in n)
+        weights = sum(p.numel() for n, p in self.named_parameters() if p.dim() >= 2 and "embed" not in n)
         if c.tie_weights:
             weights += self.lm_head.weight.numel()
-        sizes = _Sizes(c)
-        kinds = c.layer_kinds
-        attn = kinds.count("A") * 6 * 2 * (T // 2) * c.n_head * c.head_size
-        delta = kinds.count("L") * 6 * 4 * sizes.linear_v_heads * sizes.linear_k_dim * sizes.linear_v_dim
-        return 6 * weights + attn + delta
+        sizes, out = _Sizes(c), {"6 x weights": 6 * weights}
+        for kind in c.layer_kinds:
+            mixer = flops.deltanet_terms(sizes, T) if kind == "L" else flops.attention_terms(c, T)
+            prefix = "DeltaNet: " if kind == "L" else "attention: "
+            for name, value in mixer.items():
+                out[prefix + name] = out.get(prefix + name, 0) + value
+            for name, value in flops.block_terms(c, c.ffn_hidden or 3 * c.n_embd).items():
+                out["block: " + name] = out.get("block: " + name, 0) + value
+        return out | {"head: " + n: v for n, v in flops.head_terms(c).items()}

@@ -26,8 +26,8 @@ from ..config import apply_overrides, apply_resume_overrides, split_settings
 from ..data import load_text, read_text_file, train_val_split
 from ..dates import DATES_MODEL, date_batch_fn, date_tokenizer, dates_train_config
 from ..generate import generate_text
-from ..model import GPT
 from ..presets import Preset, get_preset
+from ..registry import class_for_config
 from ..seq2seq import Seq2Seq
 from ..tokenizers import train_tokenizer
 from ..train import Trainer
@@ -128,7 +128,9 @@ def _model_config(preset: Preset, model_set: dict, vocab_size: int | None, batch
         model_config = replace(model_config, vocab_size=vocab_size)
         forbidden = {"vocab_size": "it is the tokenizer's vocabulary size"}
     model_config = apply_overrides(model_config, model_set, forbidden)
-    GPT.check_fits(model_config, batch_size)  # the user's sizes: one line before any allocation
+    check_fits = getattr(class_for_config(model_config), "check_fits", None)
+    if check_fits is not None:  # a GPT: the user's sizes refused in one line before any allocation
+        check_fits(model_config, batch_size)
     return model_config
 
 
@@ -144,7 +146,8 @@ def make_trainer(preset: str | Preset, train_data: torch.Tensor, val_data: torch
     model_config = _model_config(preset, model_set, tokenizer and tokenizer.vocab_size, train_config.batch_size)
     device = training_device(check_device(device), train_config)
     seed_everything(train_config.seed)  # then the model's initial weights: the run's first random numbers
-    return Trainer(GPT(model_config), train_data, val_data, train_config, device=device, tokenizer=tokenizer,
+    model = class_for_config(model_config)(model_config)
+    return Trainer(model, train_data, val_data, train_config, device=device, tokenizer=tokenizer,
                    out_dir=out_dir, progress=progress, verbose=verbose)
 
 
@@ -171,7 +174,8 @@ def _build_train(plan: Plan, *, device, out_dir, progress, verbose, preset=None,
     model_config = _model_config(chosen, plan.extra["model_set"], tokenizer.vocab_size, plan.train.batch_size)
     train_data, val_data = split_tokens(tokenizer, text, model_config.block_size)
     seed_everything(plan.train.seed)  # then the model's initial weights: the run's first random numbers
-    return Trainer(GPT(model_config), train_data, val_data, plan.train, device=device, tokenizer=tokenizer,
+    model = class_for_config(model_config)(model_config)  # the preset's kind: GPT, or chapter 24's hybrid
+    return Trainer(model, train_data, val_data, plan.train, device=device, tokenizer=tokenizer,
                    out_dir=out_dir, progress=progress, verbose=verbose, trained_on=trained_on)
 
 
@@ -191,7 +195,9 @@ def _rebuild_train(plan: Plan, path: Path, ckpt: dict, *, device, progress, verb
 def _describe_train(trainer: Trainer) -> str:
     processes = f" x {distributed.world_size()} processes" if distributed.is_distributed() else ""
     tokenizer = trainer.tokenizer
-    return (f"{_run_name(trainer.trained_on)}: {trainer.model.num_parameters():,} parameters, "
+    model = trainer.model
+    count = model.num_parameters() if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters())
+    return (f"{_run_name(trainer.trained_on)}: {count:,} parameters, "
             f"{type(tokenizer).__name__} with {tokenizer.vocab_size} tokens, on {trainer.device}{processes}; "
             f"{trainer.config.max_iters} iterations, checkpoints in {trainer.out_dir}")
 
