@@ -64,13 +64,20 @@ def train(args) -> None:
     done = subprocess.run([sys.executable, *train_command(args)[1:]], env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    session = dict(cpu_s=round(cpu, 1), wall_s=round(time.perf_counter() - start, 1), loadavg_start=round(load, 2),
+    session = dict(threads=args.threads, steps_after=_steps(args.out), cpu_s=round(cpu, 1),
+                   wall_s=round(time.perf_counter() - start, 1), loadavg_start=round(load, 2),
                    loadavg_end=round(os.getloadavg()[0], 2), status=done.returncode)
     timing = args.out / "timing.json"
     sessions = json.loads(timing.read_text()) if timing.exists() else []
     write_text_atomic(timing, json.dumps(sessions + [session], indent=1) + "\n")
     if done.returncode != 0:
         sys.exit(f"error: training stopped (status {done.returncode}); run the same command again to continue it")
+
+
+def _steps(out: Path) -> int | None:
+    """The step the run's checkpoint holds (None without one)."""
+    path = out / "ckpt.pt"
+    return torch.load(path, map_location="cpu", weights_only=False)["step"] if path.exists() else None
 
 
 def choose_passages(val: torch.Tensor, n: int, low: int, high: int, seed: int) -> list[tuple[int, int]]:
@@ -216,7 +223,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/induction-ctx256"), help="the training run's folder")
     p.add_argument("--block-size", type=count, default=256)
     p.add_argument("--max-iters", type=count, default=2000)
-    p.add_argument("--threads", type=threads, default=1)
+    p.add_argument("--threads", type=threads, default=1, help="training threads (OMP_NUM_THREADS)")
+    p.add_argument("--examine-threads", type=threads, default=2, help="threads of the examination (no timing)")
     p.add_argument("--passages", type=count, default=200)
     p.add_argument("--min-length", type=count, default=30)
     p.add_argument("--max-length", type=count, default=100)
@@ -232,9 +240,9 @@ def main(argv=None) -> None:
     if args.examine_only and not (args.out / "ckpt.pt").exists():
         p.error(f"--examine-only: {args.out} holds no checkpoint; train it first (leave out --examine-only)")
     out = record_file(p, args, RECORD)
-    torch.set_num_threads(args.threads)
     if not args.examine_only:
         train(args)
+    torch.set_num_threads(args.examine_threads)
     model, ckpt = load_model(args.out / "ckpt.pt")
     tok = load_tokenizer(ckpt)
     _, val = train_val_split(torch.tensor(tok.encode(load_text())))
@@ -251,8 +259,8 @@ def main(argv=None) -> None:
                           "--block-size", str(args.block_size), "--max-iters", str(args.max_iters),
                           "--threads", str(args.threads), "--passages", str(args.passages),
                           "--min-length", str(args.min_length), "--max-length", str(args.max_length),
-                          "--seed", str(args.seed)]),
-        train_command=" ".join(train_command(args)[:-3] + ["--resume"]), code_commit=code_commit(),
+                          "--seed", str(args.seed)] + (["--examine-only"] if args.examine_only else [])),
+        train_command=" ".join(train_command(args)[:-3] + ["--out", "DIR", "--resume"]), code_commit=code_commit(),
         block_size=args.block_size, max_iters=args.max_iters, steps=ckpt["step"],
         trainer_val_loss=round(ckpt["history"]["val_loss"][-1], 4),
         train_cpu_minutes=round(sum(s["cpu_s"] for s in sessions) / 60, 2),
