@@ -1,7 +1,8 @@
 """Chapter 21's phase change over seeds: the 2-layer attention-only model trained on the repeat
 task with the repeat length drawn per row (8-24) and on the fixed-offset control (16), each seed
 examined afterwards (course_lib.induction.analysis.examine: head scores, every head ablated, the
-top-two layer-1 heads against the other two and all of layer 0 ablated as groups, layer 0's
+top-two layer-1 heads against the other two and all of layer 0 ablated as groups, every pair of
+layer-1 heads mean-ablated and with layer 0 cut from its keys, layer 0's
 paths into the top-two heads cut one input at a time, K-composition, and for the control the
 tests of a positional solution: attention by offset, and its repeat loss on rows whose repeat
 length varies).

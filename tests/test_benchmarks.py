@@ -35,6 +35,8 @@ TINY = {
     "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
     "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
     "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
+    "induction_long_context": (["--out", "{tmp}/ctx", "--block-size", "128", "--max-iters", "2", "--passages", "4",
+                                "--max-length", "40"], "--json"),
     "induction_phase": (["--iters", "2", "--fixed-iters", "2", "--probe-every", "1", "--seeds", "0,1"], "--json"),
     "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
     "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0", "--eval-batches", "1",
@@ -159,6 +161,9 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "quantize_int4", ["--rows", "0"], "each at least 1"),
     (None, "quantize_int4", ["--large", "30,8"], "K must be a multiple of 32"),
     (None, "quantize_int4", ["--repeats", "0"], MUST_BE_1),
+    (None, "induction_long_context", ["--max-length", "200"], "needs a context of 400, more than --block-size 256"),
+    (None, "induction_long_context", ["--passages", "0"], MUST_BE_1),
+    (None, "induction_long_context", ["--examine-only", "--out", "none"], "none holds no checkpoint"),
 ]
 
 

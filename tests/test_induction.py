@@ -323,6 +323,12 @@ def test_a_short_run_is_probed_and_reproducible():
         [1, h] for h in range(4)
     ]
     assert len(report["paths_to_layer1"]["k"]["per_head"]) == 4
+    pairs = report["pairs"]
+    assert [p["heads"] for p in pairs] == [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
+    top = groups["top_layer1"]["heads"]
+    top_pair = next(p for p in pairs if [[1, h] for h in p["heads"]] == top)
+    assert top_pair["ablated"] == groups["top_layer1"]["mean"]["repeat"]
+    assert top_pair["key_cut"] == report["paths"]["k"]["layer0"]
     with pytest.raises(ValueError, match="probe_every"):
         train_with_probes(trainer, task, 0, rows)
 

@@ -1,15 +1,16 @@
 """One trained model examined the way chapter 21 does it: every head's scores, every head
 ablated (zero and mean) with the repeat loss it leaves, groups of heads ablated (the two layer-1
-heads with the highest induction scores against the other two, all of layer 0), the paths from
-layer 0 into those two heads (and into the induction head alone, and into every layer-1 head) cut
-one input at a time (queries, keys, values), the K-composition of
-the layer-0 heads into the layer-1 heads, and for a fixed-offset model the tests of a positional
-solution, in one plain dict (the benchmark records it per seed).
+heads with the highest induction scores against the other two, all of layer 0), every pair of
+layer-1 heads ablated and cut from layer 0 in its keys, the paths from layer 0 into the top two
+heads (and into the induction head alone, and into every layer-1 head) cut one input at a time
+(queries, keys, values), the K-composition of the layer-0 heads into the layer-1 heads, and for
+a fixed-offset model the tests of a positional solution, in one plain dict (the benchmark records it per seed).
 
 Shapes: B batch, T time, L layers, nh heads.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -71,7 +72,8 @@ def group_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths:
                 induction: torch.Tensor, means: list[torch.Tensor]) -> dict:
     """Name -> heads and, per ablation, :func:`group_losses`: ``top_layer1`` the layer-1 heads with
     the higher half of the induction scores ``induction`` (nh,), ``other_layer1`` the rest (their
-    control), ``layer0`` every head of layer 0."""
+    complement, not a matched control: it holds the lowest-scoring head; :func:`pair_table` shows
+    every pair), ``layer0`` every head of layer 0."""
     top, rest = top_heads(induction)
     groups = {"top_layer1": [(1, h) for h in top], "other_layer1": [(1, h) for h in rest],
               "layer0": [(0, h) for h in range(model.attn[0].n_head)]}
@@ -79,6 +81,22 @@ def group_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths:
                    **{how: group_losses(model, task, rows, lengths, heads, how, means)
                       for how in ABLATIONS}}
             for name, heads in groups.items()}
+
+
+def pair_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor,
+               means: list[torch.Tensor]) -> list[dict]:
+    """Every pair of layer-1 heads, in order: the repeat loss [mean, half-width] with the pair
+    mean-ablated (``ablated``) and with layer 0's output mean-cut from the pair's keys (``key_cut``).
+    All pairs, not a chosen pair and its complement: which pair matters can then be read against
+    the heads' scores without a control picked by the same scores."""
+    n_head = model.attn[1].n_head
+    table = []
+    for pair in itertools.combinations(range(n_head), 2):
+        ablated = group_losses(model, task, rows, lengths, [(1, h) for h in pair], "mean", means)["repeat"]
+        with cut_path(model, (0, list(range(n_head))), (1, list(pair)), "k", "mean", means):
+            key_cut = list(mean_and_halfwidth(repeat_loss_rows(model, task, rows, lengths)))
+        table.append({"heads": list(pair), "ablated": ablated, "key_cut": key_cut})
+    return table
 
 
 def path_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor,
@@ -136,6 +154,7 @@ def examine(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: tor
         "repeat_loss": list(mean_and_halfwidth(repeat_loss_rows(model, task, rows, lengths))),
         "ablation": ablation_table(model, task, rows, lengths),
         "groups": group_table(model, task, rows, lengths, scores["induction"][1], means),
+        "pairs": pair_table(model, task, rows, lengths, means),
         "paths": path_table(model, task, rows, lengths, top, means),
         "paths_to_induction_head": path_table(model, task, rows, lengths, [induction_head], means),
         "paths_to_layer1": path_table(model, task, rows, lengths, list(range(attn.n_head)), means),
