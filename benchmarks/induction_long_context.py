@@ -20,6 +20,7 @@ stopped early is recorded with the step it reached). The weights stay in DIR: th
 Writes its record only when asked (--json FILE, or --update-record for
 course_lib/records/induction_long_context.json, which chapter 21 prints).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,15 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_args import ROOT, add_record_options, code_commit, count, record_file, seed_number, threads
+from bench_args import (
+    ROOT,
+    add_record_options,
+    code_commit,
+    count,
+    record_file,
+    seed_number,
+    threads,
+)
 
 from course_lib.checkpoint import load_model, load_tokenizer
 from course_lib.data import load_text, train_val_split
@@ -51,36 +60,71 @@ SHORT = 30  # the passage length chapter 21 uses on the shipped model (written t
 
 
 def train_command(args) -> list[str]:
-    return ["python", "-m", "course_lib", "train", "--preset", PRESET, "--set", f"block_size={args.block_size}",
-            "--max-iters", str(args.max_iters), "--device", "cpu", "--out", str(args.out), "--resume"]
+    return [
+        "python",
+        "-m",
+        "course_lib",
+        "train",
+        "--preset",
+        PRESET,
+        "--set",
+        f"block_size={args.block_size}",
+        "--max-iters",
+        str(args.max_iters),
+        "--device",
+        "cpu",
+        "--out",
+        str(args.out),
+        "--resume",
+    ]
 
 
 def train(args) -> None:
     """One training session (start or resume) through the course's command; its times appended to
     DIR/timing.json. A stopped session exits with the command's status."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    before, start, load = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter(), os.getloadavg()[0]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(args.threads),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
+    before, start, load = (
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+        time.perf_counter(),
+        os.getloadavg()[0],
+    )
     done = subprocess.run([sys.executable, *train_command(args)[1:]], env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    session = dict(threads=args.threads, steps_after=_steps(args.out), cpu_s=round(cpu, 1),
-                   wall_s=round(time.perf_counter() - start, 1), loadavg_start=round(load, 2),
-                   loadavg_end=round(os.getloadavg()[0], 2), status=done.returncode)
+    session = dict(
+        threads=args.threads,
+        steps_after=_steps(args.out),
+        cpu_s=round(cpu, 1),
+        wall_s=round(time.perf_counter() - start, 1),
+        loadavg_start=round(load, 2),
+        loadavg_end=round(os.getloadavg()[0], 2),
+        status=done.returncode,
+    )
     timing = args.out / "timing.json"
     sessions = json.loads(timing.read_text()) if timing.exists() else []
     write_text_atomic(timing, json.dumps(sessions + [session], indent=1) + "\n")
     if done.returncode != 0:
-        sys.exit(f"error: training stopped (status {done.returncode}); run the same command again to continue it")
+        sys.exit(
+            f"error: training stopped (status {done.returncode}); run the same command again to "
+            "continue it"
+        )
 
 
 def _steps(out: Path) -> int | None:
     """The step the run's checkpoint holds (None without one)."""
     path = out / "ckpt.pt"
-    return torch.load(path, map_location="cpu", weights_only=False)["step"] if path.exists() else None
+    return (
+        torch.load(path, map_location="cpu", weights_only=False)["step"] if path.exists() else None
+    )
 
 
-def choose_passages(val: torch.Tensor, n: int, low: int, high: int, seed: int) -> list[tuple[int, int]]:
+def choose_passages(
+    val: torch.Tensor, n: int, low: int, high: int, seed: int
+) -> list[tuple[int, int]]:
     """``n`` (start, length) pairs: lengths drawn in low..high, starts anywhere the passage and the
     text that follows it (as long again) lie inside ``val``."""
     g = torch.Generator().manual_seed(seed)
@@ -95,10 +139,10 @@ def token_losses(model, seqs: list[torch.Tensor]) -> list[torch.Tensor]:
     T = max(len(s) for s in seqs) - 1
     x, y = torch.zeros(len(seqs), T, dtype=torch.long), torch.zeros(len(seqs), T, dtype=torch.long)
     for i, s in enumerate(seqs):
-        x[i, :len(s) - 1], y[i, :len(s) - 1] = s[:-1], s[1:]
+        x[i, : len(s) - 1], y[i, : len(s) - 1] = s[:-1], s[1:]
     logits, _ = model(x)  # (B, T, V)
     losses = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")  # (B, T)
-    return [losses[i, :len(s) - 1] for i, s in enumerate(seqs)]
+    return [losses[i, : len(s) - 1] for i, s in enumerate(seqs)]
 
 
 def interval(values: list[float]) -> dict:
@@ -111,16 +155,20 @@ def repeat_test(model, val: torch.Tensor, passages: list[tuple[int, int]]) -> di
     positions, p followed by the L characters that really follow it: per passage the mean loss on
     tokens 1..L-1 (first copy), on L+1..2L-1 of the doubled passage (second copy) and of the real
     text (natural); then the paired differences with their 95% t-intervals over passages."""
-    doubled = [torch.cat([val[s:s + L], val[s:s + L]]) for s, L in passages]
-    natural = [val[s:s + 2 * L] for s, L in passages]
+    doubled = [torch.cat([val[s : s + L], val[s : s + L]]) for s, L in passages]
+    natural = [val[s : s + 2 * L] for s, L in passages]
     ld, ln = token_losses(model, doubled), token_losses(model, natural)
-    first = [d[:L - 1].mean().item() for d, (_, L) in zip(ld, passages)]
+    first = [d[: L - 1].mean().item() for d, (_, L) in zip(ld, passages)]
     second = [d[L:].mean().item() for d, (_, L) in zip(ld, passages)]
     nat = [n[L:].mean().item() for n, (_, L) in zip(ln, passages)]
-    return {"first": interval(first), "second": interval(second), "natural_second": interval(nat),
-            "second_minus_first": interval([b - a for a, b in zip(first, second)]),
-            "second_minus_natural": interval([b - n for n, b in zip(nat, second)]),
-            "natural_minus_first": interval([n - a for a, n in zip(first, nat)])}
+    return {
+        "first": interval(first),
+        "second": interval(second),
+        "natural_second": interval(nat),
+        "second_minus_first": interval([b - a for a, b in zip(first, second)]),
+        "second_minus_natural": interval([b - n for n, b in zip(nat, second)]),
+        "natural_minus_first": interval([n - a for a, n in zip(first, nat)]),
+    }
 
 
 def head_scores(model, val: torch.Tensor, passages: list[tuple[int, int]]) -> dict:
@@ -130,7 +178,7 @@ def head_scores(model, val: torch.Tensor, passages: list[tuple[int, int]]) -> di
     evenly to the past."""
     sums, base = {}, {}
     for s, L in passages:
-        d = torch.cat([val[s:s + L], val[s:s + L]])[None]  # (1, 2L)
+        d = torch.cat([val[s : s + L], val[s : s + L]])[None]  # (1, 2L)
         patterns = gpt_attention_patterns(model, d)  # (1, layers, heads, 2L, 2L)
         causal = torch.tril(torch.ones(2 * L, 2 * L))
         uniform = (causal / causal.sum(-1, keepdim=True))[None, None, None]
@@ -140,8 +188,13 @@ def head_scores(model, val: torch.Tensor, passages: list[tuple[int, int]]) -> di
         for name in found:
             sums[name] = sums.get(name, 0) + found[name] / len(passages)
             base[name] = base.get(name, 0) + flat[name].item() / len(passages)
-    return {name: {"heads": [[round(v, 4) for v in layer] for layer in sums[name].tolist()],
-                   "uniform": round(base[name], 4)} for name in sums}
+    return {
+        name: {
+            "heads": [[round(v, 4) for v in layer] for layer in sums[name].tolist()],
+            "uniform": round(base[name], 4),
+        }
+        for name in sums
+    }
 
 
 @torch.no_grad()
@@ -149,8 +202,10 @@ def head_means(model, windows: torch.Tensor) -> list[torch.Tensor]:
     """Per layer (C,): the heads' outputs side by side (the input of c_proj), averaged over the rows
     and positions of ``windows`` (B, T)."""
     found = []
-    handles = [b.attn.c_proj.register_forward_pre_hook(lambda m, args: found.append(args[0].mean((0, 1))))
-               for b in model.blocks]
+    handles = [
+        b.attn.c_proj.register_forward_pre_hook(lambda m, args: found.append(args[0].mean((0, 1))))
+        for b in model.blocks
+    ]
     try:
         model(windows)
     finally:
@@ -167,7 +222,7 @@ def mean_ablated(model, layer: int, head: int, means: list[torch.Tensor]):
 
     def replace(module, args):  # args[0] (B, T, nh * hs): the heads side by side
         y = args[0].clone()
-        y[..., head * hs:(head + 1) * hs] = means[layer][head * hs:(head + 1) * hs]
+        y[..., head * hs : (head + 1) * hs] = means[layer][head * hs : (head + 1) * hs]
         return (y,)
 
     handle = attn.c_proj.register_forward_pre_hook(replace)
@@ -185,7 +240,7 @@ def ablations(model, val, passages, scores, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     T = model.config.block_size
     starts = torch.randint(0, len(val) - T, (32,), generator=g).tolist()
-    means = head_means(model, torch.stack([val[s:s + T] for s in starts]))
+    means = head_means(model, torch.stack([val[s : s + T] for s in starts]))
     out = {"layer": layer, "top_head": head, "heads": {}}
     for h in [head] + [h for h in range(stripe.shape[1]) if h != head]:
         with mean_ablated(model, layer, h, means):
@@ -196,8 +251,11 @@ def ablations(model, val, passages, scores, seed: int) -> dict:
 
 def examine(model, val: torch.Tensor, passages: list[tuple[int, int]], seed: int) -> dict:
     """The validation loss, the repeat test, the head scores and the ablations on ``passages``."""
-    result = {"val_sequence_loss": round(sequence_loss(model, val), 4), "repeat": repeat_test(model, val, passages),
-              "scores": head_scores(model, val, passages)}
+    result = {
+        "val_sequence_loss": round(sequence_loss(model, val), 4),
+        "repeat": repeat_test(model, val, passages),
+        "scores": head_scores(model, val, passages),
+    }
     result["ablation"] = ablations(model, val, passages, result["scores"], seed)
     return result
 
@@ -207,38 +265,61 @@ def say(name: str, r: dict) -> None:
     for part in ("repeat", "short"):
         if part in r:
             d, c = r[part]["second_minus_first"], r[part]["second_minus_natural"]
-            print(f"  {part}: second copy - first {d['mean']:+.3f} ({d['low']:+.3f} to {d['high']:+.3f}); "
-                  f"second copy - real text {c['mean']:+.3f} ({c['low']:+.3f} to {c['high']:+.3f})")
+            print(
+                f"  {part}: second copy - first {d['mean']:+.3f} ({d['low']:+.3f} to "
+                f"{d['high']:+.3f}); "
+                f"second copy - real text {c['mean']:+.3f} ({c['low']:+.3f} to {c['high']:+.3f})"
+            )
     for k, s in r["scores"].items():
-        print(f"  {k}: highest {max(max(layer) for layer in s['heads']):.3f} (uniform {s['uniform']:.3f})")
+        print(
+            f"  {k}: highest {max(max(layer) for layer in s['heads']):.3f} (uniform "
+            f"{s['uniform']:.3f})"
+        )
     a = r["ablation"]
     for h, test in a["heads"].items():
         c = test["second_minus_natural"]
-        print(f"  head {a['layer']}.{h} mean-ablated: second copy - real text {c['mean']:+.3f} "
-              f"({c['low']:+.3f} to {c['high']:+.3f})" + (" <- highest copy stripe" if int(h) == a["top_head"] else ""))
+        print(
+            f"  head {a['layer']}.{h} mean-ablated: second copy - real text {c['mean']:+.3f} "
+            f"({c['low']:+.3f} to {c['high']:+.3f})"
+            + (" <- highest copy stripe" if int(h) == a["top_head"] else "")
+        )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=Path("runs/induction-ctx256"), help="the training run's folder")
+    p.add_argument(
+        "--out", type=Path, default=Path("runs/induction-ctx256"), help="the training run's folder"
+    )
     p.add_argument("--block-size", type=count, default=256)
     p.add_argument("--max-iters", type=count, default=2000)
     p.add_argument("--threads", type=threads, default=1, help="training threads (OMP_NUM_THREADS)")
-    p.add_argument("--examine-threads", type=threads, default=2, help="threads of the examination (no timing)")
+    p.add_argument(
+        "--examine-threads", type=threads, default=2, help="threads of the examination (no timing)"
+    )
     p.add_argument("--passages", type=count, default=200)
     p.add_argument("--min-length", type=count, default=30)
     p.add_argument("--max-length", type=count, default=100)
     p.add_argument("--seed", type=seed_number, default=7)
-    p.add_argument("--examine-only", action="store_true", help="examine the run's checkpoint as it stands")
+    p.add_argument(
+        "--examine-only", action="store_true", help="examine the run's checkpoint as it stands"
+    )
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
     if not 2 <= args.min_length <= args.max_length:
-        p.error(f"--min-length {args.min_length} --max-length {args.max_length}: need 2 <= min <= max")
+        p.error(
+            f"--min-length {args.min_length} --max-length {args.max_length}: need 2 <= min <= max"
+        )
     if 2 * args.max_length > args.block_size:
-        p.error(f"--max-length {args.max_length} written twice needs a context of {2 * args.max_length}, "
-                f"more than --block-size {args.block_size}: lower --max-length or raise --block-size")
+        p.error(
+            f"--max-length {args.max_length} written twice needs a context of "
+            f"{2 * args.max_length}, "
+            f"more than --block-size {args.block_size}: lower --max-length or raise --block-size"
+        )
     if args.examine_only and not (args.out / "ckpt.pt").exists():
-        p.error(f"--examine-only: {args.out} holds no checkpoint; train it first (leave out --examine-only)")
+        p.error(
+            f"--examine-only: {args.out} holds no checkpoint; train it first (leave out "
+            "--examine-only)"
+        )
     out = record_file(p, args, RECORD)
     if not args.examine_only:
         train(args)
@@ -250,24 +331,57 @@ def main(argv=None) -> None:
     sessions = json.loads(timing.read_text()) if timing.exists() else []
     start = time.perf_counter()
     short = choose_passages(val, args.passages, SHORT, SHORT, args.seed)
-    long_run = examine(model, val, choose_passages(val, args.passages, args.min_length, args.max_length, args.seed),
-                       args.seed)
+    long_run = examine(
+        model,
+        val,
+        choose_passages(val, args.passages, args.min_length, args.max_length, args.seed),
+        args.seed,
+    )
     long_run["short"] = repeat_test(model, val, short)
     shipped, _ = load_pretrained()
     record = dict(
-        command=" ".join(["OMP_NUM_THREADS=1", "python", "benchmarks/induction_long_context.py",
-                          "--block-size", str(args.block_size), "--max-iters", str(args.max_iters),
-                          "--threads", str(args.threads), "--passages", str(args.passages),
-                          "--min-length", str(args.min_length), "--max-length", str(args.max_length),
-                          "--seed", str(args.seed)] + (["--examine-only"] if args.examine_only else [])),
-        train_command=" ".join(train_command(args)[:-3] + ["--out", "DIR", "--resume"]), code_commit=code_commit(),
-        block_size=args.block_size, max_iters=args.max_iters, steps=ckpt["step"],
+        command=" ".join(
+            [
+                "OMP_NUM_THREADS=1",
+                "python",
+                "benchmarks/induction_long_context.py",
+                "--block-size",
+                str(args.block_size),
+                "--max-iters",
+                str(args.max_iters),
+                "--threads",
+                str(args.threads),
+                "--passages",
+                str(args.passages),
+                "--min-length",
+                str(args.min_length),
+                "--max-length",
+                str(args.max_length),
+                "--seed",
+                str(args.seed),
+            ]
+            + (["--examine-only"] if args.examine_only else [])
+        ),
+        train_command=" ".join(train_command(args)[:-3] + ["--out", "DIR", "--resume"]),
+        code_commit=code_commit(),
+        block_size=args.block_size,
+        max_iters=args.max_iters,
+        steps=ckpt["step"],
         trainer_val_loss=round(ckpt["history"]["val_loss"][-1], 4),
         train_cpu_minutes=round(sum(s["cpu_s"] for s in sessions) / 60, 2),
-        train_wall_minutes=round(sum(s["wall_s"] for s in sessions) / 60, 2), sessions=sessions,
-        passages=dict(count=args.passages, long=[args.min_length, args.max_length], short=SHORT, seed=args.seed),
-        ctx256=long_run, shipped=examine(shipped, val, short, args.seed),
-        examine_s=round(time.perf_counter() - start, 1), loadavg=round(os.getloadavg()[0], 2))
+        train_wall_minutes=round(sum(s["wall_s"] for s in sessions) / 60, 2),
+        sessions=sessions,
+        passages=dict(
+            count=args.passages,
+            long=[args.min_length, args.max_length],
+            short=SHORT,
+            seed=args.seed,
+        ),
+        ctx256=long_run,
+        shipped=examine(shipped, val, short, args.seed),
+        examine_s=round(time.perf_counter() - start, 1),
+        loadavg=round(os.getloadavg()[0], 2),
+    )
     say(f"context {args.block_size}, {ckpt['step']} steps", long_run)
     say("shipped (context 64)", record["shipped"])
     out.finish(record, say=True)

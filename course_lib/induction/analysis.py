@@ -4,7 +4,8 @@ heads with the highest induction scores against the other two, all of layer 0), 
 layer-1 heads ablated and cut from layer 0 in its keys, the paths from layer 0 into the top two
 heads (and into the induction head alone, and into every layer-1 head) cut one input at a time
 (queries, keys, values), the K-composition of the layer-0 heads into the layer-1 heads, and for
-a fixed-offset model the tests of a positional solution, in one plain dict (the benchmark records it per seed).
+a fixed-offset model the tests of a positional solution, in one plain dict (the benchmark records
+it per seed).
 
 Shapes: B batch, T time, L layers, nh heads.
 """
@@ -86,13 +87,15 @@ def group_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths:
 def pair_table(model: nn.Module, task: RepeatTask, rows: torch.Tensor, lengths: torch.Tensor,
                means: list[torch.Tensor]) -> list[dict]:
     """Every pair of layer-1 heads, in order: the repeat loss [mean, half-width] with the pair
-    mean-ablated (``ablated``) and with layer 0's output mean-cut from the pair's keys (``key_cut``).
+    mean-ablated (``ablated``) and with layer 0's output mean-cut from the pair's keys
+    (``key_cut``).
     All pairs, not a chosen pair and its complement: which pair matters can then be read against
     the heads' scores without a control picked by the same scores."""
     n_head = model.attn[1].n_head
     table = []
     for pair in itertools.combinations(range(n_head), 2):
-        ablated = group_losses(model, task, rows, lengths, [(1, h) for h in pair], "mean", means)["repeat"]
+        heads = [(1, h) for h in pair]
+        ablated = group_losses(model, task, rows, lengths, heads, "mean", means)["repeat"]
         with cut_path(model, (0, list(range(n_head))), (1, list(pair)), "k", "mean", means):
             key_cut = list(mean_and_halfwidth(repeat_loss_rows(model, task, rows, lengths)))
         table.append({"heads": list(pair), "ablated": ablated, "key_cut": key_cut})
