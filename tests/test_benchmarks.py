@@ -145,6 +145,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"], "write seeds as 0,1,2"),
     (None, "quantize", ["--qat-bits", "1"], "must be at least 2, got 1"),
     (None, "quantize", ["--embeddings", "int4"], "invalid choice: 'int4'"),
+    (None, "quantize", ["--threads", "0"], MUST_BE_1),
     (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
     (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
     (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
