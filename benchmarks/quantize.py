@@ -1,11 +1,15 @@
 """Chapter 23's measurements on the shipped model (course_lib/pretrained.py): round-to-nearest and
-GPTQ at 8, 6, 4 and 3 bits, per row and per group of 32, and quantization-aware training (QAT) at
-3 bits per group of 32 with its control (the same fine-tune without fake quantization, rounded
-afterwards), 3 seeds each; then int8 matrix products against float32 on this CPU.
+GPTQ at 8, 6, 4 and 3 bits, per row and per group of 32, each with the embedding tables stored as
+each ``--embeddings`` setting says (int8 per row, as GPTQ leaves them wider; "same": at the working
+bit width, the control), and quantization-aware training (QAT) at 3 and 4 bits per group of 32 with
+its control (the same fine-tune without fake quantization, rounded afterwards), 3 seeds each, the
+embeddings as ``--qat-embeddings`` says; then int8 matrix products against float32 on this CPU.
 
 Quality: bits per character over the whole validation split cut into consecutive windows of the
-model's block size (64), with 95% percentile-bootstrap intervals over the windows, for the score
-and for its paired difference with the float model. Size: the bytes of every tensor written
+model's block size (64), the same windows for every part, with 95% percentile-bootstrap intervals
+over the windows, for the score and for its paired difference with the float model. Each QAT run
+also scores its float weights before rounding (what "recovered" is measured against: the same
+fine-tune's float model). Size: the bytes of every tensor written
 (course_lib.quantize.apply.stored_bytes). GPTQ calibrates on 128 random windows of the training
 split (seed 0). Speed: ``torch._int_mm`` (int8 x int8 -> int32) against a float32 ``@`` and against
 dequantize-then-multiply, interleaved so that the load hits all alike, with the load average.
@@ -32,6 +36,7 @@ from course_lib.tools.numerics import apply_reference_environment, wait_passivel
 SHIPPED = RECORDS / "quantize.json"
 BITS = (8, 6, 4, 3)
 GRANULARITIES = (("row", None), ("group", 32))
+EMBEDDINGS = ("int8", "fp16", "same")  # course_lib.quantize.embeddings.EMBEDDINGS (torch loads after the pin)
 
 
 def score(model, x, y, base=None):
@@ -81,13 +86,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calibration", type=count, default=128, help="GPTQ's calibration windows")
     p.add_argument("--qat-steps", type=count, default=200, help="steps of each QAT fine-tune")
-    p.add_argument("--qat-bits", type=at_least(2), default=3)
+    p.add_argument("--qat-bits", type=at_least(2), nargs="+", default=[3, 4], help="QAT's bit widths (group of 32)")
+    p.add_argument("--embeddings", nargs="+", default=["int8", "same"], choices=list(EMBEDDINGS),
+                   help="post-training: how the embedding tables are stored, each setting measured")
+    p.add_argument("--qat-embeddings", default="int8", choices=list(EMBEDDINGS),
+                   help="QAT: how the embedding tables are trained and stored")
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="QAT seeds, e.g. 0,1,2")
     p.add_argument("--variants", nargs="+", default=["qat", "control"], choices=["qat", "control"],
                    help="QAT, and its control: the same fine-tune without fake quantization")
     p.add_argument("--granularities", nargs="+", default=["row", "group"], choices=["row", "group"])
     p.add_argument("--val-windows", type=count, default=None, help="the first N windows (default all)")
     p.add_argument("--speed-repeats", type=count, default=30)
+    p.add_argument("--threads", type=count, default=None, help="torch threads (default: the reference's 2); "
+                   "QAT trains about ten times faster in CPU time with 1 on the shared 2-core machine")
     p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"], choices=["ptq", "qat", "speed"])
     add_record_options(p, SHIPPED, "--json")
     args = p.parse_args(argv)
@@ -95,6 +106,8 @@ def main(argv=None) -> int:
     wait_passively()
     record_out = record_file(p, args, SHIPPED, "--json")
     import torch
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     from course_lib.data import load_text, train_val_split
     from course_lib.pretrained import load_pretrained
@@ -109,47 +122,57 @@ def main(argv=None) -> int:
     calibration = torch.stack([train[s:s + model.config.block_size] for s in starts])
     record = {"command": "python benchmarks/quantize.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "val_windows": len(x), "val_chars": x.numel(), "calibration_windows": args.calibration,
-              "torch": torch.__version__, "loadavg_start": os.getloadavg()}
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "loadavg_start": os.getloadavg()}
     fp, base = score(model, x, y)
     record["float"] = {**fp, "bytes_fp16": stored_bytes(model)}
     print(f"float: {fp['bpc']:.4f} bpc, {record['float']['bytes_fp16']:,} bytes in float16", flush=True)
     record["ptq"], record["qat"] = [], []
     if "ptq" in args.parts:
-        for granularity, group in [g for g in GRANULARITIES if g[0] in args.granularities]:
-            for bits in BITS:
-                config = QuantConfig(bits=bits, granularity=granularity, group_size=group or 32)
-                for method, build in (("rtn", lambda: quantize_rtn(model, config)),
-                                      ("gptq", lambda: quantize_gptq(model, config, calibration))):
-                    t = time.perf_counter()
-                    qmodel, stored = build()
-                    s, _ = score(qmodel, x, y, base)
-                    row = {"method": method, "bits": bits, "granularity": granularity, "group_size": group,
-                           "bytes": stored_bytes(model, stored), **s, "seconds": time.perf_counter() - t}
-                    record["ptq"].append(row)
-                    print(f"{method:4} {config.name:22} {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}) "
-                          f"{row['bytes']:,} bytes", flush=True)
-                    record_out.progress(record)
+        for embeddings in args.embeddings:
+            for granularity, group in [g for g in GRANULARITIES if g[0] in args.granularities]:
+                for bits in BITS:
+                    config = QuantConfig(bits=bits, granularity=granularity, group_size=group or 32)
+                    for method, build in (("rtn", lambda: quantize_rtn(model, config, embeddings)),
+                                          ("gptq", lambda: quantize_gptq(model, config, calibration,
+                                                                         embeddings=embeddings))):
+                        t = time.perf_counter()
+                        qmodel, stored = build()
+                        s, _ = score(qmodel, x, y, base)
+                        row = {"method": method, "bits": bits, "granularity": granularity, "group_size": group,
+                               "embeddings": embeddings, "bytes": stored_bytes(model, stored), **s,
+                               "seconds": time.perf_counter() - t}
+                        record["ptq"].append(row)
+                        print(f"{method:4} {config.name:22} embeddings {embeddings:4} {s['bpc']:.4f} bpc "
+                              f"(+{s['delta_bpc']:.4f}) {row['bytes']:,} bytes", flush=True)
+                        record_out.progress(record)
     if "qat" in args.parts:
-        config = QuantConfig(bits=args.qat_bits, granularity="group", group_size=32)
-        s, _ = score(quantize_rtn(model, config)[0], x, y, base)  # the gap to recover, on the same windows
-        record["rtn_same_windows"] = {"bits": args.qat_bits, "granularity": "group", "group_size": 32, **s}
-        for seed in args.seeds:
-            for fake in [v == "qat" for v in args.variants]:
-                t = time.perf_counter()
-                trainer = qat_trainer(model, train, config, args.qat_steps, seed, fake=fake)
-                trainer.train()
-                trained = remove_fake_quantize(trainer.model)
-                qmodel, stored = quantize_rtn(trained, config)
-                s, _ = score(qmodel, x, y, base)
-                f, _ = score(trained, x, y, base)
-                row = {"method": "qat" if fake else "fine-tune then rtn", "bits": args.qat_bits,
-                       "granularity": "group", "group_size": 32, "seed": seed, "steps": args.qat_steps,
-                       "bytes": stored_bytes(trained, stored), **s, "float_bpc": f["bpc"],
-                       "seconds": time.perf_counter() - t}
-                record["qat"].append(row)
-                print(f"{row['method']:18} seed {seed}: {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}); "
-                      f"its float weights {f['bpc']:.4f}", flush=True)
-                record_out.progress(record)
+        emb = args.qat_embeddings
+        record["rtn_reference"] = []
+        for bits in args.qat_bits:
+            config = QuantConfig(bits=bits, granularity="group", group_size=32)
+            s, _ = score(quantize_rtn(model, config, emb)[0], x, y, base)  # the gap to recover, same windows
+            record["rtn_reference"].append({"bits": bits, "granularity": "group", "group_size": 32,
+                                            "embeddings": emb, **s})
+        for bits in args.qat_bits:
+            config = QuantConfig(bits=bits, granularity="group", group_size=32)
+            for seed in args.seeds:
+                for fake in [v == "qat" for v in args.variants]:
+                    t = time.perf_counter()
+                    trainer = qat_trainer(model, train, config, args.qat_steps, seed, fake=fake, embeddings=emb)
+                    trainer.train()
+                    trained = remove_fake_quantize(trainer.model)
+                    qmodel, stored = quantize_rtn(trained, config, emb)
+                    s, _ = score(qmodel, x, y, base)
+                    f, _ = score(trained, x, y, base)
+                    row = {"method": "qat" if fake else "fine-tune then rtn", "bits": bits,
+                           "granularity": "group", "group_size": 32, "embeddings": emb, "seed": seed,
+                           "steps": args.qat_steps, "bytes": stored_bytes(trained, stored), **s,
+                           "float_bpc": f["bpc"], "float_delta_bpc": f["delta_bpc"], "float_delta_ci": f["delta_ci"],
+                           "seconds": time.perf_counter() - t}
+                    record["qat"].append(row)
+                    print(f"{row['method']:18} int{bits} seed {seed}: {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}); "
+                          f"its float weights {f['bpc']:.4f} (+{f['delta_bpc']:.4f})", flush=True)
+                    record_out.progress(record)
     if "speed" in args.parts:
         record["speed"] = speed(args.speed_repeats)
         print(record["speed"], flush=True)

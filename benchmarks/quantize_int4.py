@@ -14,10 +14,18 @@ token decoded; larger: a batch or a prompt), the median time of ``x @ W^T`` for:
 - ``int8 packed kernel``: ``torch.ops.aten._weight_int8pack_mm`` (int8 per row, the build's other
   weight-only kernel);
 - ``int8 x int8 _int_mm``: the activations rounded to int8 per row as well, ``torch._int_mm``'s int32
-  sums, rescaled (dynamic int8 quantization, weights and activations).
+  sums, rescaled (dynamic int8 quantization, weights and activations);
+- ``int8 fbgemm dynamic``: ``torch.ao.quantization.quantize_dynamic``'s linear layer on the fbgemm
+  engine (``quantized::linear_dynamic``): int8 weights per row in fbgemm's packed layout, the
+  activations quantized to int8 on the fly, an int8 x int8 GEMM with int32 sums (deprecated in
+  torch 2.13 in favour of torchao's ``Int8DynamicActivationInt8WeightConfig``, which this course does
+  not install; it still runs).
 
 Memory: the bytes each variant holds for the weight between calls (the unpacking variants also rebuild
-the float32 matrix, 4 N K bytes, at every call). Shapes: the shipped model's matrices
+the float32 matrix, 4 N K bytes, at every call; fbgemm's packed copy is counted as its int8 weights
+and float32 scales, its layout's padding not seen). Threads: ``--threads`` (default 1: two threads
+on two cores shared with other jobs are over-subscribed, and their times say more about the load
+than the kernels). Shapes: the shipped model's matrices
 (course_lib/pretrained.py: C = 128, the MLP's 512, the LM head's 65 outputs) and a larger one.
 
     PYTHONPATH=$PWD python benchmarks/quantize_int4.py --update-record
@@ -79,6 +87,7 @@ def variants(K: int, N: int, seed: int):
     w8 = (q8.dequantize() / q8.scales.float()).round().to(torch.int8)  # (N, K) codes of the int8 kernel
     s8 = q8.scales.float().view(-1)
     held_kernel = lin.packed.numel() * lin.packed.element_size() + lin.scale_and_zero.numel() * 4
+    fbgemm = fbgemm_linear(w)
 
     w8t = w8.T.contiguous()  # (K, N)
 
@@ -97,7 +106,24 @@ def variants(K: int, N: int, seed: int):
         "int4 packed kernel": (lin.nbytes() + held_kernel, kernel),
         "int8 packed kernel": (w8.numel() + 4 * s8.numel(), lambda x: torch.ops.aten._weight_int8pack_mm(x, w8, s8)),
         "int8 x int8 _int_mm": (w8.numel() + 4 * s8.numel(), int8_dynamic),
+        "int8 fbgemm dynamic": (w8.numel() + 4 * s8.numel(), fbgemm),
     }, (lambda x: F.linear(x, q4.dequantize())), kernel
+
+
+def fbgemm_linear(w):
+    """fbgemm's dynamic int8 linear layer of the float weight w (N, K): int8 per row (per-channel
+    scales), activations quantized per call."""
+    import warnings
+
+    import torch
+    torch.backends.quantized.engine = "fbgemm"
+    lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    with warnings.catch_warnings():  # the torch.ao.quantization API is deprecated (moved to torchao), not gone
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        return quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear: per_channel_dynamic_qconfig})[0]
 
 
 def measure(K: int, N: int, M: int, repeats: int, seed: int) -> dict:
@@ -114,7 +140,9 @@ def measure(K: int, N: int, M: int, repeats: int, seed: int) -> dict:
             t = time.perf_counter()
             runs[name][1](x)
             times[name].append(time.perf_counter() - t)
-    return {"K": K, "N": N, "M": M, "kernel_max_abs_diff": err,
+    fp32_out = runs["fp32"][1](x)
+    fbgemm_err = ((runs["int8 fbgemm dynamic"][1](x) - fp32_out).abs().max() / fp32_out.abs().max()).item()
+    return {"K": K, "N": N, "M": M, "kernel_max_abs_diff": err, "fbgemm_rel_diff": fbgemm_err,
             "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
             "held_bytes": {k: held for k, (held, _) in runs.items()}}
 
@@ -135,15 +163,17 @@ def main(argv=None) -> int:
     p.add_argument("--large-rows", type=row_counts, default=[1, 8, 64], help="rows M for the larger shape")
     p.add_argument("--large", type=shape, default=LARGE, help="the larger shape K,N (default 2048,2048)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=count, default=1, help="torch threads (default 1: see above)")
     add_record_options(p, SHIPPED, "--json")
     args = p.parse_args(argv)
     apply_reference_environment()  # before torch is imported: 2 threads, AVX2 kernels
     wait_passively()
     record_out = record_file(p, args, SHIPPED, "--json")
     import torch
+    torch.set_num_threads(args.threads)
 
     record = {"command": "python benchmarks/quantize_int4.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats,
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats, "quantized_engine": "fbgemm",
               "cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"), "cpu": cpu_name(), "loadavg_start": os.getloadavg(), "rows": []}
     plan = [(K, N, M) for K, N in SHIPPED_SHAPES for M in args.rows] + [(*args.large, M) for M in args.large_rows]
     for K, N, M in plan:

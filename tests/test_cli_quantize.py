@@ -30,7 +30,7 @@ def test_quantize_writes_a_checkpoint_that_computes_what_the_library_computes(ba
     before = ckpt.read_bytes()
     assert main(["quantize", str(ckpt), "--bits", "4", "--method", method, "--group-size", "32",
                  "--text", str(tmp / "text.txt"), "--calibration", "8", "--out", str(out)]) == 0
-    assert f"wrote {out}: int4 per group of 32 (symmetric) by {method}" in capsys.readouterr().out
+    assert f"wrote {out}: int4 per group of 32 (symmetric) by {method}, embeddings int8" in capsys.readouterr().out
     assert ckpt.read_bytes() == before  # the input is untouched
     model, stored_ckpt = load_model(out)
     assert isinstance(model, QuantizedGPT) and stored_ckpt["trained_on"]["method"] == method
@@ -50,8 +50,10 @@ def test_quantize_writes_a_checkpoint_that_computes_what_the_library_computes(ba
 def test_sample_and_eval_read_the_quantized_checkpoint(base, capsys):
     ckpt, tmp = base
     out = tmp / "for-sample.pt"
-    assert main(["quantize", str(ckpt), "--asymmetric", "--out", str(out)]) == 0
-    capsys.readouterr()
+    assert main(["quantize", "--checkpoint", str(ckpt), "--asymmetric", "--embeddings", "fp16", "--out", str(out)]) == 0
+    assert "embeddings fp16" in capsys.readouterr().out  # the checkpoint also given as an option (as sample takes it)
+    model, _ = load_model(out)
+    assert model.config.embeddings == "fp16" and model.wte.codes.dtype == torch.float16
     assert main(["sample", "--checkpoint", str(out), "--prompt", "ROMEO:", "--tokens", "12", "--device", "cpu"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
     assert main(["eval", "--checkpoint", str(out), "--tasks", "next-line", "--limit", "2", "--device", "cpu"]) == 0

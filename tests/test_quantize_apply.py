@@ -25,7 +25,7 @@ def tiny():
 
 def test_every_matrix_is_quantized_and_the_bytes_add_up(tiny):
     model, _ = tiny
-    qmodel, stored = quantize_rtn(model, CONFIG)
+    qmodel, stored = quantize_rtn(model, CONFIG, embeddings="same")  # the embeddings at 4 bits too
     matrices = {n for n, p in model.named_parameters() if p.dim() == 2}
     assert {f"{name}.weight" for name in stored} == matrices
     for name, q in stored.items():
@@ -36,6 +36,38 @@ def test_every_matrix_is_quantized_and_the_bytes_add_up(tiny):
     assert stored_bytes(model, stored) == expected
     assert stored_bytes(model) == sum(p.numel() * 2 for p in model.parameters())
     assert all(0 < e < 0.2 for e in layer_errors(model, stored).values())
+
+
+@pytest.mark.parametrize("embeddings", ["int8", "fp16"])
+def test_the_embeddings_are_stored_wider_and_counted(tiny, embeddings):
+    model, data = tiny
+    V, C = model.wte.weight.shape
+    P = model.wpe.weight.shape[0]
+    same = stored_bytes(model, quantize_rtn(model, CONFIG, embeddings="same")[1])
+    four_bit = (V + P) * C // 2 + (V + P) * C // 16 * 2  # the two tables at 4 bits per group of 16 (tied: wte once)
+    calibration = data[:16 * 8].view(8, 16)
+    for qmodel, stored in (quantize_rtn(model, CONFIG, embeddings), quantize_gptq(model, CONFIG, calibration,
+                                                                                   embeddings=embeddings)):
+        if embeddings == "int8":  # one byte a weight and one float16 scale a row (a token's, a position's)
+            assert stored["wte"].config == QuantConfig(bits=8, granularity="row") and stored["wpe"].shape == (P, C)
+            assert stored_bytes(model, stored) == same - four_bit + (V + P) * C + (V + P) * 2
+            for name in ("wte", "wpe"):
+                assert torch.equal(qmodel.get_submodule(name).weight, stored[name].dequantize())
+        else:  # float16: not in the dict, counted with the other float weights
+            assert "wte" not in stored and "wpe" not in stored
+            assert stored_bytes(model, stored) == same - four_bit + (V + P) * C * 2
+            assert torch.equal(qmodel.wte.weight, model.wte.weight.half().float())
+        assert qmodel.lm_head.weight is qmodel.wte.weight  # tied: the head is the table, stored once
+        assert {"blocks.0.attn.c_attn", "blocks.1.mlp.c_proj"} <= set(stored)
+
+
+def test_a_bad_embeddings_setting_is_refused_in_one_line_before_any_work(tiny):
+    model, data = tiny
+    for call in (lambda: quantize_rtn(model, CONFIG, "int4"),
+                 lambda: quantize_gptq(model, CONFIG, data[:32].view(2, 16), embeddings="int4"),
+                 lambda: qat_trainer(model, data, CONFIG, 1, 0, embeddings="int4")):
+        with pytest.raises(ValueError, match=r"embeddings must be one of int8, fp16, same .*got 'int4'"):
+            call()
 
 
 def test_gptq_quantizes_the_same_grid_and_loses_less(tiny):

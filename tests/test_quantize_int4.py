@@ -14,6 +14,7 @@ from course_lib.checkpoint import load_model, save_checkpoint
 from course_lib.quantize.apply import quantize_rtn
 from course_lib.quantize.int4 import (KERNEL_GROUP_SIZES, KERNEL_MAX_ROWS, Int4Embedding, Int4Linear, _Int4MatMul,
                                       dequantize_int4, kernel_available, unpack_nibbles)
+from course_lib.quantize.embeddings import WideEmbedding
 from course_lib.quantize.models import QATGPT, QuantizedGPT, QuantizedGPTConfig, QATGPTConfig
 from course_lib.quantize.rtn import QuantConfig, quantize
 
@@ -81,6 +82,11 @@ def test_bad_settings_are_one_line():
         QuantizedGPTConfig(n_embd=96, n_head=3, group_size=64)
     with pytest.raises(ValueError, match="dense GPTs"):
         QATGPTConfig(moe_experts=4)
+    for make in (QuantizedGPTConfig, QATGPTConfig):
+        with pytest.raises(ValueError, match="embeddings"):
+            make(n_embd=128, embeddings="int4")
+    with pytest.raises(ValueError, match="loads an int8 per-row QuantizedTensor"):
+        WideEmbedding(10, 32).load(torch.randn(10, 32), quantize(torch.randn(10, 32), group4()))
     assert KERNEL_GROUP_SIZES == (32, 64, 128, 256)
 
 
@@ -93,30 +99,37 @@ def gpts():
 
 
 @pytest.mark.parametrize("which", [0, 1])
-@pytest.mark.parametrize("symmetric", [True, False])
-def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which, symmetric, tmp_path):
+@pytest.mark.parametrize("symmetric,embeddings", [(True, "int8"), (False, "int8"), (True, "fp16"), (False, "same"),
+                                                  (True, "same")])
+def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which, symmetric, embeddings, tmp_path):
     model = gpts[which]
-    reference, stored = quantize_rtn(model, group4(symmetric=symmetric))
-    qmodel = QuantizedGPT.from_quantized(model, stored, 32, symmetric).eval()
+    reference, stored = quantize_rtn(model, group4(symmetric=symmetric), embeddings)
+    qmodel = QuantizedGPT.from_quantized(model, stored, 32, symmetric, embeddings).eval()
     x = torch.randint(0, 20, (3, 16), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref, out = reference(x)[0], qmodel(x)[0]
     assert close(out, ref)
     loaded, ckpt = load_model(save_checkpoint(tmp_path / "q.pt", qmodel))
-    assert ckpt["model_kind"] == "gpt-int4"
+    assert ckpt["model_kind"] == "gpt-int4" and loaded.config.embeddings == embeddings
     with torch.no_grad():
         assert torch.equal(loaded(x)[0], out)  # the kernel's layout is rebuilt on load
     if model.config.tie_weights:  # one matrix, stored once
         assert qmodel.wte.codes is qmodel.lm_head.codes and loaded.wte.codes is loaded.lm_head.codes
-    matrices = {id(m.codes): m.nbytes() for m in qmodel.modules() if isinstance(m, (Int4Linear, Int4Embedding))}
+    matrices = {id(m.codes): m.nbytes() for m in qmodel.modules()
+                if isinstance(m, (Int4Linear, Int4Embedding, WideEmbedding))}
     floats = sum(p.numel() * 4 for p in qmodel.parameters())  # the norms' gains and biases, float32
     assert qmodel.stored_bytes() == sum(matrices.values()) + floats  # a tied matrix once
+    if embeddings != "same":  # the tables' bytes as the library counts them are the ones the checkpoint writes
+        tables = {name: stored[name].nbytes() if name in stored else model.get_submodule(name).weight.numel() * 2
+                  for name in ("wte", "wpe")}
+        assert all(qmodel.get_submodule(name).nbytes() == n for name, n in tables.items())
 
 
-def test_the_qat_model_computes_the_rounded_model_and_gives_its_float_weights_back(gpts):
+@pytest.mark.parametrize("embeddings", ["int8", "same"])
+def test_the_qat_model_computes_the_rounded_model_and_gives_its_float_weights_back(gpts, embeddings):
     for model in gpts:
-        qat = QATGPT.from_gpt(model, bits=3, group_size=16)
-        rounded, _ = quantize_rtn(model, QuantConfig(bits=3, granularity="group", group_size=16))
+        qat = QATGPT.from_gpt(model, bits=3, group_size=16, embeddings=embeddings)
+        rounded, _ = quantize_rtn(model, QuantConfig(bits=3, granularity="group", group_size=16), embeddings)
         x = torch.randint(0, 20, (2, 16))
         with torch.no_grad():
             assert torch.equal(qat.eval()(x)[0], rounded(x)[0])  # the tied head too reads rounded weights

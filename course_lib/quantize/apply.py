@@ -1,7 +1,9 @@
 """A whole GPT quantized, weighed and scored (chapter 23).
 
-Every 2-D weight (the embeddings, every ``nn.Linear``, the LM head) is quantized; the 1-D ones (the
-norms' gains, biases if any) stay in float16, as the shipped model stores them. A quantized model is
+Every linear layer (the LM head included) is quantized at the working setting; the two embedding
+tables as ``embeddings`` says (:mod:`.embeddings`: int8 per row by default, float16, or "same": at
+the working setting); the 1-D weights (the norms' gains, biases if any) stay in float16, as the
+shipped model stores them. A quantized model is
 an ordinary GPT whose weights hold the dequantized values (what a kernel that dequantizes before
 multiplying computes), together with the :class:`QuantizedTensor` of each weight, whose bytes are
 what the model stores. Bits per character: the mean cross-entropy in nats over fixed validation
@@ -18,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .embeddings import embedding_config, embedding_weights
 from .gptq import BLOCK_SIZE, DAMP, Hessian, gptq_quantize
 from .rtn import QuantConfig, QuantizedTensor, quantize
 
@@ -35,12 +38,32 @@ def weight_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def quantize_rtn(model: nn.Module, config: QuantConfig) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
-    """A copy of ``model`` with every 2-D weight rounded to nearest, and what each stores."""
+@torch.no_grad()
+def store_embedding(m: nn.Module, config: QuantConfig, embeddings: str) -> QuantizedTensor | None:
+    """Round an embedding table as ``embeddings`` says (in place) and return what it stores
+    (None: float16, counted by :func:`stored_bytes` with the other float weights)."""
+    emb_config = embedding_config(config, embeddings)
+    if emb_config is None:
+        m.weight.copy_(m.weight.to(torch.float16).float())
+        return None
+    qt = quantize(m.weight, emb_config)
+    m.weight.copy_(qt.dequantize())
+    return qt
+
+
+def quantize_rtn(model: nn.Module, config: QuantConfig, embeddings: str = "int8"
+                 ) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
+    """A copy of ``model`` with every linear layer rounded to nearest by ``config``, the embeddings
+    as ``embeddings`` says, and what each stores (a float16 table: not in the dict)."""
+    embedding_config(config, embeddings)  # checked before any work
     model = copy.deepcopy(model)
-    stored = {}
+    tables, stored = embedding_weights(model), {}
     with torch.no_grad():
         for name, m in weight_modules(model):
+            if id(m.weight) in tables:
+                if (qt := store_embedding(m, config, embeddings)) is not None:
+                    stored[name] = qt
+                continue
             stored[name] = quantize(m.weight, config)
             m.weight.copy_(stored[name].dequantize())
     return model, stored
@@ -74,19 +97,23 @@ def layer_hessian(model: nn.Module, layer: nn.Linear, calibration: torch.Tensor,
 
 
 def quantize_gptq(model: nn.Module, config: QuantConfig, calibration: torch.Tensor, damp: float = DAMP,
-                  block_size: int = BLOCK_SIZE) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
+                  block_size: int = BLOCK_SIZE, embeddings: str = "int8"
+                  ) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
     """A copy of ``model`` with every linear layer quantized by GPTQ, one after the other in model
     order, each calibrated on the inputs it gets from the layers already quantized before it (the
-    paper's sequential order); the embeddings, which have no input to calibrate on, by RTN."""
+    paper's sequential order); the embeddings, which have no input to calibrate on, as
+    ``embeddings`` says (int8 per row, float16, or "same": RTN at ``config``)."""
+    embedding_config(config, embeddings)  # checked before any work
     model = copy.deepcopy(model).eval()
-    stored = {}
+    tables, stored = embedding_weights(model), {}
     with torch.no_grad():
         for name, m in weight_modules(model):
-            if isinstance(m, nn.Embedding):
-                stored[name] = quantize(m.weight, config)
-            else:
-                H = layer_hessian(model, m, calibration)
-                stored[name] = gptq_quantize(m.weight, H, config, damp, block_size)
+            if id(m.weight) in tables:
+                if (qt := store_embedding(m, config, embeddings)) is not None:
+                    stored[name] = qt
+                continue
+            H = layer_hessian(model, m, calibration)
+            stored[name] = gptq_quantize(m.weight, H, config, damp, block_size)
             m.weight.copy_(stored[name].dequantize())
     return model, stored
 

@@ -5,9 +5,10 @@ the text a checkpoint was trained on (what GPTQ calibrates on and quantization-a
 
 The input is a GPT (``train``, a full ``finetune``, the shipped model) or a ``gpt-qat`` run
 (``python -m course_lib qat``: its trained float weights, rounded with the settings it was trained
-for). Every matrix is quantized to 4 bits per group by round-to-nearest or by GPTQ (calibrated on
-random windows of the training split of the checkpoint's text), and the result is written
-atomically to a new file, never over the input.
+for). Every linear layer is quantized to 4 bits per group by round-to-nearest or by GPTQ
+(calibrated on random windows of the training split of the checkpoint's text), the embedding
+tables as ``embeddings`` says (int8 per row by default, fp16, or "same": 4 bits like the rest),
+and the result is written atomically to a new file, never over the input.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..runs.kind import base_record
 from ..runs.pretrain import read_run_text, split_tokens
 from ..utils import check_output_file
 from .apply import quantize_gptq, quantize_rtn
+from .embeddings import check_embeddings
 from .int4 import KERNEL_GROUP_SIZES
 from .models import QATGPT, QuantizedGPT, QuantizedGPTConfig
 
@@ -60,7 +62,7 @@ def calibration_windows(tokenizer, text: str, block_size: int, n: int = CALIBRAT
     return torch.stack([train[s:s + block_size] for s in starts])
 
 
-def check_quantize_args(bits: int, method: str, group_size: int, calibration: int) -> None:
+def check_quantize_args(bits: int, method: str, group_size: int, calibration: int, embeddings: str = "int8") -> None:
     if bits != 4:
         raise ValueError(f"--bits {bits}: quantize writes 4-bit checkpoints (PyTorch's packed CPU kernel is 4-bit); "
                          "other widths are measured in chapter 23, not written")
@@ -71,29 +73,33 @@ def check_quantize_args(bits: int, method: str, group_size: int, calibration: in
                          f"got {group_size}")
     if calibration < 1:
         raise ValueError(f"--calibration must be at least 1 (GPTQ's calibration windows), got {calibration}")
+    check_embeddings(embeddings, "--embeddings")
 
 
 def quantize_checkpoint(checkpoint, out, *, bits: int = 4, method: str = "rtn", group_size: int = 32,
-                        symmetric: bool = True, text_file=None, calibration: int = CALIBRATION_WINDOWS) -> dict:
+                        symmetric: bool = True, text_file=None, calibration: int = CALIBRATION_WINDOWS,
+                        embeddings: str = "int8") -> dict:
     """Write the ``gpt-int4`` checkpoint of the GPT in ``checkpoint`` to ``out`` (atomically; never
     over the input or another checkpoint). Returns what was written: the path, the bytes of the
     quantized tensors and of the file, the method and settings."""
-    check_quantize_args(bits, method, group_size, calibration)
+    check_quantize_args(bits, method, group_size, calibration, embeddings)
     if str(out) in ("", "-"):
         raise ValueError("--out needs a file name for the quantized checkpoint, e.g. --out runs/cpu/int4.pt")
     checkpoint = Path(checkpoint)
     target = check_output_file(out, inputs=(checkpoint,), option="--out")
     model, ckpt = load_model(checkpoint)
     if isinstance(model, QATGPT):
-        trained = (model.config.bits, model.config.group_size, model.config.symmetric)
-        if trained != (bits, group_size, symmetric):
+        trained = (model.config.bits, model.config.group_size, model.config.symmetric, model.config.embeddings)
+        if trained != (bits, group_size, symmetric, embeddings):
             raise ValueError(f"{checkpoint} was trained for int{trained[0]} per group of {trained[1]} "
-                             f"({'symmetric' if trained[2] else 'with zero points'}): quantize it with those settings")
+                             f"({'symmetric' if trained[2] else 'with zero points'}), embeddings {trained[3]}: "
+                             "quantize it with those settings")
         model = model.float_gpt()
     elif type(model) is not GPT:
         raise ValueError(f"{checkpoint} holds a {ckpt['model_kind']!r} model: quantize reads a GPT checkpoint "
                          "(`train`, a full `finetune`, the shipped model) or a `qat` run")
-    config = QuantizedGPTConfig(**model.config.to_dict(), group_size=group_size, symmetric=symmetric).quant_config()
+    config = QuantizedGPTConfig(**model.config.to_dict(), group_size=group_size, symmetric=symmetric,
+                                embeddings=embeddings).quant_config()
     tokenizer = load_tokenizer(ckpt, checkpoint) if ckpt.get("tokenizer") else None
     model.eval()
     trained_on = {"command": "quantize", "method": method, **base_record(checkpoint.resolve(), file_sha256(checkpoint))}
@@ -102,12 +108,12 @@ def quantize_checkpoint(checkpoint, out, *, bits: int = 4, method: str = "rtn", 
             raise ValueError(f"{checkpoint} has no tokenizer to read the calibration text with: use --method rtn")
         text, record = run_text(checkpoint, ckpt.get("trained_on"), text_file)
         windows = calibration_windows(tokenizer, text, model.config.block_size, calibration)
-        _, stored = quantize_gptq(model, config, windows)
+        _, stored = quantize_gptq(model, config, windows, embeddings=embeddings)
         trained_on |= {"calibration_windows": calibration, **record}
     else:
-        _, stored = quantize_rtn(model, config)
-    qmodel = QuantizedGPT.from_quantized(model, stored, group_size, symmetric)
+        _, stored = quantize_rtn(model, config, embeddings)
+    qmodel = QuantizedGPT.from_quantized(model, stored, group_size, symmetric, embeddings)
     save_checkpoint(target, qmodel, tokenizer=tokenizer, trained_on=trained_on)
-    return {"path": target, "method": method, "group_size": group_size, "symmetric": symmetric,
+    return {"path": target, "method": method, "group_size": group_size, "symmetric": symmetric, "embeddings": embeddings,
             "tensor_bytes": qmodel.stored_bytes(), "file_bytes": Path(target).stat().st_size,
             "input_bytes": checkpoint.stat().st_size}

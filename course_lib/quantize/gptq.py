@@ -3,9 +3,9 @@ Post-Training Quantization for Generative Pre-trained Transformers"), and the ex
 optimal-brain-quantization (OBQ) update it computes, written independently as its reference.
 
 A linear layer maps inputs x (in,) to W x. Round-to-nearest makes each weight as close as it can
-on its own; GPTQ asks for outputs instead: minimise sum over calibration inputs of
+on its own; GPTQ asks for outputs instead: minimise the mean over calibration inputs of
 ||W x - Q x||^2 = tr((W - Q) H (W - Q)^T) / 2 with the Hessian ``H = 2 X X^T / N`` of the N
-calibration inputs X (in, N), one quadratic per row. Columns are quantized one at a time, left to
+calibration inputs X (in, N) (the sum is N times it), one quadratic per row. Columns are quantized one at a time, left to
 right; after column i is fixed at its code, the columns still free move to cancel its error as
 well as a quadratic allows (the optimal-brain-surgeon step): with H_F^-1 the inverse Hessian of
 the free columns, ``W_F -= (w_i - q_i) / [H_F^-1]_ii * [H_F^-1]_{i, F}``.

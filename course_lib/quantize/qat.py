@@ -1,7 +1,8 @@
 """Quantization-aware training (QAT) with the straight-through estimator (chapter 23).
 
-Fine-tune the model while its forward pass already computes with quantized weights: every 2-D
-weight W is read through a *fake quantizer*, ``W + (fake_quantize(W) - W).detach()``, whose value
+Fine-tune the model while its forward pass already computes with quantized weights: every linear
+layer's weight W (and the embedding tables at their own ``embeddings`` setting, :mod:`.embeddings`)
+is read through a *fake quantizer*, ``W + (fake_quantize(W) - W).detach()``, whose value
 is the quantized matrix and whose gradient with respect to W is the identity (rounding has a zero
 gradient almost everywhere; the straight-through estimator, Bengio et al. 2013, passes the
 gradient through as if it were not there). The float weights keep learning in small steps; the
@@ -24,21 +25,22 @@ import torch.nn.utils.parametrize as parametrize
 from ..data import get_batch
 from ..train import TrainConfig, Trainer
 from ..utils import seed_everything
-from .apply import weight_modules
-from .models import FakeQuantize
+from .embeddings import embedding_config
+from .models import FakeQuantize, add_fake_quantizers
 from .rtn import QuantConfig
 
+__all__ = ["FakeQuantize", "add_fake_quantize", "remove_fake_quantize", "qat_trainer"]
 
-def add_fake_quantize(model: nn.Module, config: QuantConfig) -> nn.Module:
-    """Read every 2-D weight of ``model`` through a :class:`FakeQuantize` (in place)."""
-    for _, m in weight_modules(model):
-        parametrize.register_parametrization(m, "weight", FakeQuantize(config))
-    return model
+
+def add_fake_quantize(model: nn.Module, config: QuantConfig, embeddings: str = "int8") -> nn.Module:
+    """Read every linear layer of ``model`` through a :class:`FakeQuantize` at ``config`` and its
+    embedding tables as ``embeddings`` says ("int8" per row, "fp16": not rounded, "same"), in place."""
+    return add_fake_quantizers(model, config, embeddings)
 
 
 def remove_fake_quantize(model: nn.Module) -> nn.Module:
     """Back to plain float weights (the trained ones, not rounded), in place."""
-    for _, m in weight_modules(model):
+    for m in list(model.modules()):
         if parametrize.is_parametrized(m, "weight"):
             parametrize.remove_parametrizations(m, "weight", leave_parametrized=False)
     return model
@@ -49,13 +51,15 @@ QAT_TRAIN = dict(batch_size=32, learning_rate=3e-4, min_lr=3e-5, warmup_iters=20
 
 
 def qat_trainer(model: nn.Module, train_data: torch.Tensor, config: QuantConfig, steps: int, seed: int,
-                fake: bool = True, progress: bool = False) -> Trainer:
+                fake: bool = True, progress: bool = False, embeddings: str = "int8") -> Trainer:
     """A Trainer that fine-tunes a copy of ``model`` for ``steps`` steps on random windows of
-    ``train_data`` (N,), with fake quantization (QAT) or without it (``fake=False``: the control)."""
+    ``train_data`` (N,), with fake quantization (QAT; the embeddings as ``embeddings`` says) or
+    without it (``fake=False``: the control)."""
+    embedding_config(config, embeddings)  # checked before any work
     seed_everything(seed)
     model = copy.deepcopy(model).train()
     if fake:
-        add_fake_quantize(model, config)
+        add_fake_quantize(model, config, embeddings)
     T = model.config.block_size
     train_config = TrainConfig(max_iters=steps, seed=seed, **QAT_TRAIN)
 
