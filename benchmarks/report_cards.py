@@ -69,8 +69,8 @@ def finetune(lora: bool):
     def build(work: Path):
         out = work / ("ft-lora8" if lora else "ft-full")
         cmd = [sys.executable, "-m", "course_lib", "finetune", "--checkpoint",
-               str(pretrained_checkpoint()), "--task", "dates", "--out", str(out), "--device",
-               "cpu", "--eval-examples", "50"]
+               str(pretrained_checkpoint()), "--task", "dates", "--out", str(out),
+               "--device", "cpu", "--eval-examples", "50"]
         subprocess.run(cmd + (["--lora-rank", "8"] if lora else []), check=True, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
         model, ckpt = load_model(out / "ckpt.pt")

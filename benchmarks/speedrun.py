@@ -101,8 +101,8 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str],
                 env: dict, device: str = "cpu") -> dict:
     """Run one training command; its wall time to the "done in" line and to its exit, and the
     evaluation lines it printed, each with the second it arrived."""
-    command = [sys.executable, "-m", "course_lib", "train", "--preset", preset, "--set",
-               f"seed={seed}", "--out", str(out), "--device", device, *extra]
+    command = [sys.executable, "-m", "course_lib", "train", "--preset", preset,
+               "--set", f"seed={seed}", "--out", str(out), "--device", device, *extra]
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -200,8 +200,8 @@ def main(argv=None) -> int:
     speed_losses = [r["val_loss"] for r in runs[args.speedrun]]
     base_losses = [r["val_loss"] for r in runs[args.baseline]]
     holds = max(ratios) <= GOAL_RATIO and max(speed_losses) <= GOAL_LOSS
-    print(f"\nwall-time ratio speedrun / baseline: median {statistics.median(ratios):.3f}; per "
-          "seed "
+    print(f"\nwall-time ratio speedrun / baseline: median {statistics.median(ratios):.3f}; "
+          "per seed "
           + ", ".join(f"{seed}: {r:.3f}" for seed, r in zip(args.seeds, ratios)))
     for name, losses in ((args.baseline, base_losses), (args.speedrun, speed_losses)):
         print(f"{name:28s} val loss (whole split): mean {statistics.mean(losses):.4f}, "

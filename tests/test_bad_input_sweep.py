@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=16", "--set", "block_size=16",
         "--set", "batch_size=4", "--set", "eval_iters=1", "--device", "cpu"]
 CS = ["--max-iters", "1", "--set", "batch_size=2", "--set", "eval_iters=1", "--device", "cpu"]
-FT = ["--max-iters", "1", "--set", "batch_size=2", "--set",
-      "eval_iters=1", "--eval-examples", "2", "--device", "cpu"]
+FT = ["--max-iters", "1", "--set", "batch_size=2",
+      "--set", "eval_iters=1", "--eval-examples", "2", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +51,8 @@ def sandbox(tmp_path_factory) -> Path:
     (box / "random.pt").write_bytes(bytes(range(256)) * 20)
     (box / "empty.pt").write_bytes(b"")
     (box / "folder").mkdir()
-    assert cli_main(["train", "--text", str(box / "text.txt"), "--out",
-                     str(box / "gpt"), "--set", "max_iters=1", *TINY]) == 0
+    assert cli_main(["train", "--text", str(box / "text.txt"),
+                     "--out", str(box / "gpt"), "--set", "max_iters=1", *TINY]) == 0
     tokenizer = date_tokenizer()  # a small train-dates run, as the command records it
     dates = Trainer(Seq2Seq(Seq2SeqConfig(vocab_size=tokenizer.vocab_size, n_encoder_layers=1,
                                           n_decoder_layers=1, n_head=2, n_embd=16)),
@@ -192,8 +192,8 @@ def table(box: Path) -> list:
         ("finetune: a bad --set", "cli", ["finetune", "--checkpoint", pre, "--set",
                                           "learning_rate=-1", "--out", new, *FT], "learning_rate"),
         pytest.param("finetune: --lora-targets without --lora-rank (ftg_noLoRA)", "cli",
-                     ["finetune", "--checkpoint", pre, "--lora-targets",
-                      "mlp.c_fc", "--out", new, *FT], "lora-rank",
+                     ["finetune", "--checkpoint", pre,
+                      "--lora-targets", "mlp.c_fc", "--out", new, *FT], "lora-rank",
                      ),
         pytest.param("finetune: --lora-alpha without --lora-rank (fa_noLoRA)", "cli",
                      ["finetune", "--checkpoint", pre, "--lora-alpha", "64", "--out", new, *FT],
@@ -257,8 +257,8 @@ def table(box: Path) -> list:
         ("chat-sft: --out a file", "cli", ["chat-sft", "--out", str(box / "a-file"), *CS],
          "a-file"),
         ("chat-sft: --resume a finetune run", "cli", ["chat-sft", "--out", str(box / "gpt"),
-                                                      "--resume", "--device",
-                                                      "cpu"], "not `chat-sft`"),
+                                                      "--resume",
+                                                      "--device", "cpu"], "not `chat-sft`"),
         # induction (chapter 21)
         ("induction: a bad --set", "cli",
          ["induction", "--set", "learning_rate=-1", "--out", new, "--device", "cpu"],
@@ -266,8 +266,8 @@ def table(box: Path) -> list:
         ("induction: --out a file", "cli",
          ["induction", "--out", str(box / "a-file"), "--device", "cpu"], "a-file"),
         ("induction: --resume a train run", "cli", ["induction", "--out", str(box / "gpt"),
-                                                    "--resume", "--device",
-                                                    "cpu"], "not `induction`"),
+                                                    "--resume",
+                                                    "--device", "cpu"], "not `induction`"),
         # chat
         ("chat: missing checkpoint", "cli",
          ["chat", "--checkpoint", str(box / "nope.pt")], "no checkpoint at"),
@@ -303,15 +303,15 @@ def table(box: Path) -> list:
                                                       "--out",
                                                       str(box / "a-file")],
          "is a file, not a folder"),
-        ("tools assignments: --out below a file", "tools", ["assignments", "build", "--chapter",
-                                                            "3", "--out",
-                                                            str(box / "a-file" / "sub")],
+        ("tools assignments: --out below a file", "tools", ["assignments", "build",
+                                                            "--chapter", "3",
+                                                            "--out", str(box / "a-file" / "sub")],
          "is a file, not a folder"),
         ("tools assignments: no such chapter", "tools",
          ["assignments", "build", "--chapter", "99", "--out", new], "no notebook for chapter 99"),
-        ("tools assignments: no such book", "tools", ["assignments", "build", "--book",
-                                                      str(box / "nope"), "--out",
-                                                      new], "no book folder"),
+        ("tools assignments: no such book", "tools", ["assignments", "build",
+                                                      "--book", str(box / "nope"),
+                                                      "--out", new], "no book folder"),
         ("tools pretrained: --out a folder", "tools",
          ["pretrained", "--out", str(box / "folder")], "is a folder"),
         ("tools pretrained: --out below a file", "tools",

@@ -29,9 +29,8 @@ TINY = {
     "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
     "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
-    "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats",
-                    "1", "--preset", "shakespeare-char-cpu"],
-                   "--out"),
+    "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1",
+                    "--preset", "shakespeare-char-cpu"], "--out"),
     "chat_model_runs": (["--shipped", "--name", "tiny", "--limit", "1"], "--json"),
     "chat_robustness": (["--limit", "3"], "--json"),
     "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"],
@@ -48,14 +47,14 @@ TINY = {
                          "--probe-every", "1", "--seeds", "0,1"], "--json"),
     "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"],
                  None),
-    "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0", "--eval-batches",
-                          "1", "--recall-iters", "1", "--pairs", "2"], "--json"),
+    "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0",
+                          "--eval-batches", "1", "--recall-iters", "1", "--pairs", "2"], "--json"),
     "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
                       "--variants", "dense", "MoE, no balancing"], "--out"),
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
     "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group",
-                  "--qat-steps", "1", "--seeds", "0", "--speed-repeats", "1", "--embeddings",
-                  "int8", "--qat-bits", "3"], "--json"),
+                  "--qat-steps", "1", "--seeds", "0", "--speed-repeats", "1",
+                  "--embeddings", "int8", "--qat-bits", "3"], "--json"),
     "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"],
                       "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
@@ -63,14 +62,13 @@ TINY = {
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
     "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
-    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k",
-                     "2", "--repeats", "1", "--draft-steps", "2"],
-                    "--json"),
+    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1",
+                     "--draft-steps", "2"], "--json"),
     "speculative_mtp": (["--steps", "2", "--prompts", "1", "--tokens", "4", "--repeats", "1"],
                         "--json"),
     "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
-    "speedrun_mtp": (["--max-iters", "2", "--seeds", "1", "--cost-rounds",
-                      "1", "--cost-steps", "1"], "--json"),
+    "speedrun_mtp": (["--max-iters", "2", "--seeds", "1",
+                      "--cost-rounds", "1", "--cost-steps", "1"], "--json"),
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
 }
@@ -245,8 +243,8 @@ def test_a_trial_run_writes_no_record(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = records_digest()
     chat_cache = load_benchmark("chat_cache", "bench_chat_cache")
-    argv = ["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset",
-            "shakespeare-char-cpu", "--threads", "1"]
+    argv = ["--turns", "1", "--reply-tokens", "2", "--repeats", "1",
+            "--preset", "shakespeare-char-cpu", "--threads", "1"]
     assert chat_cache.main(argv) == 0
     assert '"same_tokens": true' in capsys.readouterr().out
     assert records_digest() == before and list(tmp_path.iterdir()) == []

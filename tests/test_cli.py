@@ -18,8 +18,8 @@ from model_helpers import assert_same_weights
 ROOT = Path(__file__).resolve().parent.parent
 # A small model and run, so that each subprocess trains in a few seconds.
 TINY = ["--set", "n_layer=2", "--set", "n_head=2", "--set", "n_embd=48",
-        "--set", "block_size=32", "--set", "batch_size=8", "--set",
-        "eval_interval=10", "--set", "eval_iters=2", "--device", "cpu"]
+        "--set", "block_size=32", "--set", "batch_size=8",
+        "--set", "eval_interval=10", "--set", "eval_iters=2", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,8 @@ def test_train_then_sample_then_resume(tmp_path, capsys):
                  "--resume", "--device", "cpu"]) == 0
     assert "resuming" in capsys.readouterr().out
     assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == 5
-    assert main(["sample", "--checkpoint", str(out / "ckpt.pt"), "--prompt", "ROMEO:", "--tokens",
-                 "20", "--top-k", "5", "--device", "cpu"]) == 0
+    assert main(["sample", "--checkpoint", str(out / "ckpt.pt"), "--prompt", "ROMEO:",
+                 "--tokens", "20", "--top-k", "5", "--device", "cpu"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
@@ -75,8 +75,8 @@ def test_your_own_text_and_settings(tmp_path, capsys):
 
 def test_resuming_a_finished_run_with_more_iterations_continues_it(tmp_path, text_file):
     out = tmp_path / "run"
-    assert main(["train", "--text", str(text_file), "--out",
-                 str(out), "--set", "max_iters=20", *TINY]) == 0
+    assert main(["train", "--text", str(text_file),
+                 "--out", str(out), "--set", "max_iters=20", *TINY]) == 0
     assert main(["train", "--text", str(text_file), "--out", str(out),
                  "--set", "max_iters=30", *TINY, "--resume"]) == 0
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
@@ -92,8 +92,8 @@ def test_resuming_a_finished_run_with_more_iterations_continues_it(tmp_path, tex
 
 
 def _train_command(text_file: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "course_lib", "train", "--text", str(text_file), "--out",
-            str(out), "--set", "max_iters=60", "--set", "dropout=0.1", *TINY, *extra]
+    return [sys.executable, "-m", "course_lib", "train", "--text", str(text_file),
+            "--out", str(out), "--set", "max_iters=60", "--set", "dropout=0.1", *TINY, *extra]
 
 
 def _env():
@@ -218,8 +218,8 @@ def test_ctrl_c_in_the_final_sample_and_in_sample_is_one_line(tmp_path, text_fil
                            f"{tmp_path / 'ckpt.pt'} (step 60)\n")
     _assert_same_run(torch.load(tmp_path / "ckpt.pt", weights_only=True), uninterrupted)
     before = (tmp_path / "ckpt.pt").read_bytes()
-    sample = [sys.executable, "-m", "course_lib", "sample", "--checkpoint",
-              str(tmp_path / "ckpt.pt"), "--device", "cpu"]
+    sample = [sys.executable, "-m", "course_lib", "sample",
+              "--checkpoint", str(tmp_path / "ckpt.pt"), "--device", "cpu"]
     done = _interrupt_at(sample, "sample")
     _assert_quiet_130(done)
     assert done.stderr == "interrupted (Ctrl-C): nothing was written\n"
@@ -270,15 +270,15 @@ def test_the_encoder_decoder_trains_and_translates_from_the_command_line(tmp_pat
     assert "use `python -m course_lib translate" in capsys.readouterr().err
     # never overwrites a run
     assert main(["train-dates", "--out", str(out), "--max-iters", "3"]) == 2
-    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021", "--beam",
-                 "0"]) == 2
+    assert main(["translate", "--checkpoint", str(out / "ckpt.pt"), "3 March 2021",
+                 "--beam", "0"]) == 2
     assert "beam_size must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_the_bpe_preset_trains_its_tokenizer_on_your_text_and_samples(tmp_path, text_file, capsys):
     out = tmp_path / "bpe"
-    assert main(["train", "--preset", "shakespeare-bpe-cpu", "--text", str(text_file), "--out",
-                 str(out), "--set", "max_iters=2", *TINY]) == 0
+    assert main(["train", "--preset", "shakespeare-bpe-cpu", "--text", str(text_file),
+                 "--out", str(out), "--set", "max_iters=2", *TINY]) == 0
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["tokenizer"]["type"] == "bpe" and ckpt["model_config"]["vocab_size"] == 512
     capsys.readouterr()
@@ -325,8 +325,8 @@ def test_sample_works_on_a_checkpoint_of_every_decoder_kind(tmp_path, capsys):
         "a new decoder kind: add a checkpoint of it here")
     for kind, path in paths.items():
         capsys.readouterr()
-        assert main(["sample", "--checkpoint", str(path), "--prompt",
-                     "RO", "--tokens", "7", "--device", "cpu"]) == 0, \
+        assert main(["sample", "--checkpoint", str(path),
+                     "--prompt", "RO", "--tokens", "7", "--device", "cpu"]) == 0, \
             capsys.readouterr().err
         out = capsys.readouterr().out
         # 7 characters, then print's newline

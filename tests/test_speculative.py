@@ -256,8 +256,8 @@ def test_sample_with_a_draft_gives_the_greedy_text(capsys):
     from course_lib.cli import main
     from course_lib.pretrained import PRETRAINED_PATH
 
-    common = ["sample", "--checkpoint", str(PRETRAINED_PATH), "--prompt", "ROMEO:", "--tokens",
-              "40", "--temperature", "0", "--device", "cpu"]
+    common = ["sample", "--checkpoint", str(PRETRAINED_PATH), "--prompt", "ROMEO:",
+              "--tokens", "40", "--temperature", "0", "--device", "cpu"]
     assert main(common) == 0
     plain = capsys.readouterr().out
     assert main([*common, "--draft", str(PRETRAINED_PATH), "--draft-k", "3"]) == 0
