@@ -1,4 +1,4 @@
-"""The chat engine's KV cache kept across turns against re-reading the whole conversation for
+r"""The chat engine's KV cache kept across turns against re-reading the whole conversation for
 every token (chapter 17): reply tokens per second (calculator results included) over one
 multi-turn conversation, both ways on the same model, messages and seed, alternately, the
 fastest of ``--repeats`` runs of each counting; both must write the same tokens.
@@ -11,8 +11,10 @@ times nothing. At the shipped model's block_size
 of 64 the conversation is short and the saving small; at the GPU preset's 256 it is what a
 longer chat gains. Usage:
 
-    python benchmarks/chat_cache.py [--preset shakespeare-char-gpu] [--turns 6] [--repeats 3] [--out FILE]
-    python benchmarks/chat_cache.py --update-record   # rewrite course_lib/records/chat_cache_speed.json
+    python benchmarks/chat_cache.py [--preset shakespeare-char-gpu] [--turns 6] [--repeats 3] \
+        [--out FILE]
+    # rewrite course_lib/records/chat_cache_speed.json:
+    python benchmarks/chat_cache.py --update-record
 
 Prints each preset's numbers; writes the record (with the load average, since the machine may be
 shared) only when asked: to --out FILE, or, with --update-record, to the shipped
@@ -31,7 +33,8 @@ from pathlib import Path
 import torch
 from bench_args import add_record_options, count, preset, record_file, threads
 
-from course_lib.chat.data import CHAT_V1_PATH, CHAT_V1_SHA256, char_chat_tokenizer, load_conversations
+from course_lib.chat.data import (CHAT_V1_PATH, CHAT_V1_SHA256,
+                                  char_chat_tokenizer, load_conversations)
 from course_lib.chat.engine import ChatEngine
 from course_lib.model import GPT
 from course_lib.presets import get_preset
@@ -61,9 +64,11 @@ class NoSpecials(torch.nn.Module):
         return logits, loss
 
 
-def run(model, tokenizer, messages, use_cache: bool, reply_tokens: int) -> tuple[float, int, list[int]]:
+def run(model, tokenizer, messages, use_cache: bool,
+        reply_tokens: int) -> tuple[float, int, list[int]]:
     """Seconds and reply tokens of one conversation; the ids it ended with."""
-    engine = ChatEngine(model, tokenizer, max_reply_tokens=reply_tokens, use_cache=use_cache, seed=0)
+    engine = ChatEngine(model, tokenizer, max_reply_tokens=reply_tokens,
+                        use_cache=use_cache, seed=0)
     start, written = time.perf_counter(), 0
     for text in messages:
         list(engine.stream(text))
@@ -72,11 +77,13 @@ def run(model, tokenizer, messages, use_cache: bool, reply_tokens: int) -> tuple
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", type=preset, action="append",
                         help="whose architecture (repeat; default: both CPU and GPU)")
     parser.add_argument("--turns", type=count, default=6)
-    parser.add_argument("--reply-tokens", type=count, default=24, help="tokens per reply (every reply has this many)")
+    parser.add_argument("--reply-tokens", type=count, default=24,
+                        help="tokens per reply (every reply has this many)")
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--threads", type=threads, default=2)
     add_record_options(parser, RECORD, "--out")
@@ -93,14 +100,17 @@ def main(argv=None) -> int:
         best, ids = {True: float("inf"), False: float("inf")}, {}
         for _ in range(args.repeats):
             for use_cache in (False, True):
-                seconds, written, ids[use_cache] = run(model, tokenizer, messages, use_cache, args.reply_tokens)
+                seconds, written, ids[use_cache] = run(model, tokenizer, messages,
+                                                       use_cache, args.reply_tokens)
                 best[use_cache] = min(best[use_cache], seconds)
-        results[name] = {"block_size": config.block_size, "turns": len(messages), "reply_tokens": written,
-                         "reread_tokens_per_s": written / best[False], "cached_tokens_per_s": written / best[True],
-                         "speedup": best[False] / best[True], "same_tokens": ids[True] == ids[False]}
+        results[name] = {"block_size": config.block_size, "turns": len(messages),
+                         "reply_tokens": written, "reread_tokens_per_s": written / best[False],
+                         "cached_tokens_per_s": written / best[True],
+                         "speedup": best[False] / best[True],
+                         "same_tokens": ids[True] == ids[False]}
         print(name, json.dumps(results[name]))
-        record = {"command": "python benchmarks/chat_cache.py " + " ".join(argv), "threads": args.threads,
-                  "load_average": os.getloadavg()[0], "results": results}
+        record = {"command": "python benchmarks/chat_cache.py " + " ".join(argv),
+                  "threads": args.threads, "load_average": os.getloadavg()[0], "results": results}
         out.progress(record)  # after each preset, where no whole record is replaced
     out.finish(record, say=True)
     return 0

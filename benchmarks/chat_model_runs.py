@@ -1,10 +1,10 @@
 """The record of every chat model tried for the shipped one (issue 54): per run, how it was trained
 (the commands, its settings, its cost in CPU minutes as measured) and its scores on both sets, each
 with chapter 16's standard error and 95% bootstrap interval: version 1 of the frozen robustness set
-(``course_lib.chat.robustness``; the shipped model's validation set: it chose the checkpoint, and most of
-its requests have a training message's form, review R17-B1) and the test split's conversations
-(``course_lib.chat.scores``, the in-template scores). The held-out test set, version 2, is scored by
-benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
+(``course_lib.chat.robustness``; the shipped model's validation set: it chose the checkpoint, and
+most of its requests have a training message's form, review R17-B1) and the test split's
+conversations (``course_lib.chat.scores``, the in-template scores). The held-out test set, version
+2, is scored by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -32,8 +32,8 @@ import torch  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
-from course_lib.chat.robustness import (ROBUSTNESS_SHA256, is_right, load_robustness_set, row_keys,  # noqa: E402
-                                       score_robustness)
+from course_lib.chat.robustness import (  # noqa: E402
+    ROBUSTNESS_SHA256, is_right, load_robustness_set, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model  # noqa: E402
 
@@ -57,21 +57,24 @@ def summary(row: dict) -> dict:
 
 def rejudge(record: dict) -> dict:
     """Every run's stored version 1 replies judged again by today's rules (``robustness.is_right``:
-    R17-B2 made spelling and dates exact), and its robustness scores recomputed from them: no model is
-    loaded, so runs whose checkpoints are gone are judged too."""
+    R17-B2 made spelling and dates exact), and its robustness scores recomputed from them: no model
+    is loaded, so runs whose checkpoints are gone are judged too."""
     items = load_robustness_set()
     for run in record["runs"]:
         stored = run["robustness_replies"]
         if [r["request"] for r in stored] != [i["request"] for i in items]:
-            raise ValueError(f"{run['name']}: its stored replies are not version 1's requests in order")
-        rows = [{**i, "reply": r["reply"], "right": is_right(i, r["reply"])} for i, r in zip(items, stored)]
+            raise ValueError(f"{run['name']}: its stored replies are not version 1's requests in "
+                             "order")
+        rows = [{**i, "reply": r["reply"], "right": is_right(i, r["reply"])}
+                for i, r in zip(items, stored)]
         scores = {"all": summarize([float(r["right"]) for r in rows])}
         for key in dict.fromkeys(k for r in rows for k in row_keys(r)):
             scores[key] = summarize([float(r["right"]) for r in rows if key in row_keys(r)])
         run["robustness"] = {k: summary(v) for k, v in scores.items()}
         run["robustness_replies"] = [{k: r[k] for k in ("request", "reply", "right")} for r in rows]
-    record["robustness_rules"] = ("today's exact rules (chat.robustness.is_right), every run's stored replies "
-                                  "judged again: python benchmarks/chat_model_runs.py --rejudge --update-record")
+    record["robustness_rules"] = ("today's exact rules (chat.robustness.is_right), every run's "
+                                  "stored replies judged again: python "
+                                  "benchmarks/chat_model_runs.py --rejudge --update-record")
     return record
 
 
@@ -80,15 +83,21 @@ def main(argv=None) -> int:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, help="a chat model written by chat-sft")
     source.add_argument("--shipped", action="store_true", help="the chat model course_lib ships")
-    source.add_argument("--rejudge", action="store_true", help="no model: judge every run's stored replies again "
-                        "by today's rules and recompute their robustness scores (after a rule changed)")
-    p.add_argument("--name", help="the run's name in the record (needed with --checkpoint or --shipped)")
+    source.add_argument("--rejudge", action="store_true",
+                        help="no model: judge every run's stored replies again "
+                        "by today's rules and recompute their robustness scores (after a rule "
+                        "changed)")
+    p.add_argument("--name",
+                   help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
     p.add_argument("--cpu-minutes", type=minutes, help="CPU time of the training, as measured")
     p.add_argument("--wall-minutes", type=minutes, help="wall time of the training, as measured")
-    p.add_argument("--role", choices=("shipped", "first"), help="name this run as the model that ships now (the "
-                   "one that shipped before becomes the role 'previous'), or the first chat model, in the record's roles")
-    p.add_argument("--limit", type=count, help="score only the first N items of each set (a quick try)")
+    p.add_argument("--role", choices=("shipped", "first"),
+                   help="name this run as the model that ships now (the "
+                   "one that shipped before becomes the role 'previous'), or the first chat model, "
+                   "in the record's roles")
+    p.add_argument("--limit", type=count,
+                   help="score only the first N items of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
@@ -105,7 +114,8 @@ def main(argv=None) -> int:
     began = time.perf_counter()
     model, tokenizer = load_chat_model(args.checkpoint)
     model = model.float()
-    ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=False) if args.checkpoint else {}
+    ckpt = (torch.load(args.checkpoint, map_location="cpu", weights_only=False) if args.checkpoint
+            else {})
     robust = score_robustness(model, tokenizer, load_robustness_set()[:args.limit])
     test = load_conversations("test")[:args.limit]
     tasks = sorted({c["task"] for c in test}, key=lambda t: [c["task"] for c in test].index(t))
@@ -116,29 +126,36 @@ def main(argv=None) -> int:
         print(name)
         for key, row in table.items():
             low, high = row["interval"]
-            print(f"  {key:<25} {row['score']:6.1%} of {row['n']:>3}  (95% interval {low:.1%} to {high:.1%})")
+            print(f"  {key:<25} {row['score']:6.1%} of {row['n']:>3}  (95% interval {low:.1%} to "
+                  f"{high:.1%})")
     config = model.config
     run = {"name": args.name, "commands": args.commands,
            "parameters": model.num_parameters(),
-           "model": {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")},
+           "model": {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd",
+                                                     "block_size", "vocab_size")},
            "train_config": ckpt.get("train_config"), "trained_on": ckpt.get("trained_on"),
-           "steps": ckpt.get("step"), "final_val_loss": (ckpt.get("history") or {}).get("val_loss", [None])[-1],
+           "steps": ckpt.get("step"),
+           "final_val_loss": (ckpt.get("history") or {}).get("val_loss", [None])[-1],
            "cpu_minutes": args.cpu_minutes, "wall_minutes": args.wall_minutes,
            "robustness": {k: summary(v) for k, v in robust.items() if k != "rows"},
-           "robustness_replies": [{k: r[k] for k in ("request", "reply", "right")} for r in robust["rows"]],
+           "robustness_replies": [{k: r[k] for k in ("request", "reply", "right")}
+                                  for r in robust["rows"]],
            "in_template": in_template, "scoring_seconds": round(time.perf_counter() - began, 1),
            "load_average": os.getloadavg()[0],
            "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if run["trained_on"]:
-        run["trained_on"] = {k: v for k, v in run["trained_on"].items() if k != "base_checkpoint"}  # no local path
+        # no local path
+        run["trained_on"] = {k: v for k, v in run["trained_on"].items() if k != "base_checkpoint"}
     old = json.loads(out.path.read_text()) if out.path is not None and out.path.exists() else {}
     runs = [r for r in old.get("runs", []) if r["name"] != args.name] + [run]
     roles = dict(old.get("roles", {}))
     if args.role == "shipped" and roles.get("shipped") not in (None, args.name):
-        roles["previous"] = roles["shipped"]  # the model that shipped before this one, kept in the record's roles
+        # the model that shipped before this one, kept in the record's roles
+        roles["previous"] = roles["shipped"]
     roles.update({args.role: args.name} if args.role else {})
-    record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME --commands ... "
-                         "--cpu-minutes M --wall-minutes M --update-record (one run at a time)",
+    record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME "
+                         "--commands ... --cpu-minutes M --wall-minutes M --update-record (one run "
+                         "at a time)",
               "robustness_sha256": ROBUSTNESS_SHA256, "conversations_sha256": CHAT_SHA256,
               "torch": torch.__version__, "threads": args.threads, "roles": roles, "runs": runs}
     out.finish(record, say=True)

@@ -4,8 +4,8 @@ under a strict normalisation), each in a new conversation, greedy, the calculato
 task (arithmetic in digits and in words apart) and over all, the share right with its standard error
 and 95% bootstrap interval, and every reply; each task's best constant answer on the set (the
 baseline); each model after the first paired with the first (difference, interval, McNemar); and
-version 1 (the shipped model's validation set, no longer held out) split into the requests whose form
-a training message has and the rest.
+version 1 (the shipped model's validation set, no longer held out) split into the requests whose
+form a training message has and the rest.
 
     python benchmarks/chat_robustness.py [--checkpoint CKPT ...] [--update-record]
 
@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench_args import add_record_options, code_commit, count, record_file, threads  # noqa: E402
-from course_lib.chat.engine import CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH, load_chat_model  # noqa: E402
+from course_lib.chat.engine import (  # noqa: E402
+    CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH, load_chat_model)
 from course_lib.chat import robustness as rb  # noqa: E402
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
@@ -45,7 +46,8 @@ TASKS = ("arithmetic", "spelling", "letters", "dates", "identity")
 
 
 def shown_path(path: Path) -> str:
-    """A checkpoint as the record names it: relative to the repository if inside it, else its file name."""
+    """A checkpoint as the record names it: relative to
+    the repository if inside it, else its file name."""
     try:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:
@@ -53,69 +55,90 @@ def shown_path(path: Path) -> str:
 
 
 def table(scores: dict) -> dict:
-    return {k: {f: v[f] for f in ("score", "stderr", "interval", "n")} for k, v in scores.items() if k != "rows"}
+    return {k: {f: v[f] for f in ("score", "stderr", "interval", "n")} for k, v in scores.items()
+            if k != "rows"}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path, action="append",
                    help="a chat model (repeat for several; default: the two course_lib ships)")
-    p.add_argument("--limit", type=count, help="score only the first N requests of each set (a quick try)")
+    p.add_argument("--limit", type=count,
+                   help="score only the first N requests of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
     checkpoints = args.checkpoint or [CHAT_V1_MODEL_PATH, CHAT_MODEL_PATH]
     for path in checkpoints:
         if not path.is_file():
-            p.error(f"--checkpoint {path} is not a file: give a chat-sft run's ckpt.pt or a shipped chat model")
+            p.error(f"--checkpoint {path} is not a file: give a chat-sft run's ckpt.pt or a "
+                    "shipped chat model")
     out = record_file(p, args, RECORD, inputs=checkpoints)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     v2, v1 = rb.load_robustness_set_v2()[:args.limit], rb.load_robustness_set()[:args.limit]
     forms, trained = rb.training_forms(), rb.training_forms(("train",))
     collisions = [item["request"] for item, seen in zip(v2, rb.template_seen(v2, forms)) if seen]
-    print(f"version 2: {len(v2)} requests, {len(collisions)} with the form of a user message of the conversations")
+    print(f"version 2: {len(v2)} requests, {len(collisions)} with the form of a user message of "
+          "the conversations")
     seen = rb.template_seen(v1, trained)
     models = []
     for path in checkpoints:
         model, tokenizer = load_chat_model(path)
         model = model.float()
-        s2, s1 = rb.score_robustness(model, tokenizer, v2), rb.score_robustness(model, tokenizer, v1)
+        s2, s1 = (rb.score_robustness(model, tokenizer, v2),
+                  rb.score_robustness(model, tokenizer, v1))
         right1 = [float(r["right"]) for r in s1["rows"]]
         split = {name: summarize([x for x, s in zip(right1, seen) if s == want])
-                 for name, want in (("template seen in training", True), ("new template", False)) if want in seen}
+                 for name, want in (("template seen in training", True), ("new template", False))
+                 if want in seen}
         models.append({"checkpoint": shown_path(path), "block_size": model.config.block_size,
                        "parameters": model.num_parameters(), "v2": table(s2),
-                       "v2_replies": [{k: r[k] for k in ("task", "request", "reply", "right")} for r in s2["rows"]],
-                       "v1": {"all": table(s1)["all"], **split}, "v1_right": [r["right"] for r in s1["rows"]]})
+                       "v2_replies": [{k: r[k] for k in ("task", "request", "reply", "right")}
+                                      for r in s2["rows"]],
+                       "v1": {"all": table(s1)["all"], **split},
+                       "v1_right": [r["right"] for r in s1["rows"]]})
         print(f"\n{shown_path(path)} (context {model.config.block_size})")
-        for key, row in {**table(s2), **{f"v1, {k}": v for k, v in models[-1]["v1"].items()}}.items():
+        for key, row in {**table(s2),
+                         **{f"v1, {k}": v for k, v in models[-1]["v1"].items()}}.items():
             low, high = row["interval"]
-            print(f"  {key:30} {row['score']:6.1%} of {row['n']:>2}  (95% interval {low:.1%} to {high:.1%})")
+            print(f"  {key:30} {row['score']:6.1%} of {row['n']:>2}  (95% interval {low:.1%} to "
+                  f"{high:.1%})")
     first = [float(r["right"]) for r in models[0]["v2_replies"]]
     for m in models[1:]:
         c = paired_comparison([float(r["right"]) for r in m["v2_replies"]], first)
-        m["v2_minus_first"] = {k: c[k] for k in ("diff", "stderr", "interval", "a_wins", "b_wins", "mcnemar_p")}
+        m["v2_minus_first"] = {k: c[k] for k in ("diff", "stderr", "interval",
+                                                 "a_wins", "b_wins", "mcnemar_p")}
         print(f"{m['checkpoint']} minus {models[0]['checkpoint']} on version 2: {c['diff']:+.3f} "
-              f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/{c['b_wins']} discordant")
+              f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/{c['b_wins']} "
+              "discordant")
     tasks = [t for t in TASKS if any(i["task"] == t for i in v2)]
     constants = {t: rb.best_constant(v2, t) for t in tasks}
-    print("best constant answers on version 2:", {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
+    print("best constant answers on version 2:",
+          {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
     listed = " ".join(f"--checkpoint {m['checkpoint']}" for m in models)
     record = {"command": f"python benchmarks/chat_robustness.py {listed} --update-record",
-              "add_a_model": "list every model to keep, the new one last: python benchmarks/chat_robustness.py "
-                             f"{listed} --checkpoint NEW.pt --update-record",
-              "set": {"path": "course_lib/tasks/chat_robustness_v2.json", "sha256": rb.ROBUSTNESS_V2_SHA256,
-                      "requests": len(v2), "held_out_check": "course_lib.chat.phrasing.abstracted: lower case, letters "
-                      "and digits only, numbers and slot values abstracted; against every user message of chat.json "
-                      "and chat_v1.json, all splits", "collisions": collisions},
+              "add_a_model": "list every model to keep, the new one last: python "
+                             f"benchmarks/chat_robustness.py {listed} --checkpoint NEW.pt "
+                             "--update-record",
+              "set": {"path": "course_lib/tasks/chat_robustness_v2.json",
+                      "sha256": rb.ROBUSTNESS_V2_SHA256,
+                      "requests": len(v2),
+                      "held_out_check": "course_lib.chat.phrasing.abstracted: lower case, letters "
+                      "and digits only, numbers and slot values abstracted; against every user "
+                      "message of chat.json and chat_v1.json, all splits",
+                      "collisions": collisions},
               "best_constant": constants,
-              "v1": {"path": "course_lib/tasks/chat_robustness.json", "sha256": rb.ROBUSTNESS_SHA256,
-                     "role": "validation set of the shipped model (chose its checkpoint); no longer held out",
+              "v1": {"path": "course_lib/tasks/chat_robustness.json",
+                     "sha256": rb.ROBUSTNESS_SHA256,
+                     "role": "validation set of the shipped model (chose its checkpoint); no "
+                             "longer held out",
                      "template_seen_in_training": sum(seen), "new_template": len(seen) - sum(seen),
-                     "seen_means": "the request's abstracted form is that of a user message of the training split "
-                                   "of chat.json or chat_v1.json"},
-              "models": models, "torch": torch.__version__, "threads": args.threads, "commit": code_commit(),
+                     "seen_means": "the request's abstracted form is that of a user message of the "
+                                   "training split of chat.json or chat_v1.json"},
+              "models": models, "torch": torch.__version__, "threads": args.threads,
+              "commit": code_commit(),
               "seconds": round(time.perf_counter() - began, 1), "load_average": os.getloadavg()[0],
               "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     out.finish(record, say=True)

@@ -1,16 +1,17 @@
-"""Chapter 17's per-task scores: the chat fine-tunes of ``benchmarks/chat_sft.py`` at the chosen
+r"""Chapter 17's per-task scores: the chat fine-tunes of ``benchmarks/chat_sft.py`` at the chosen
 step count (from the pretrained model and from scratch, 3 seeds each) and the pretrained model
 before fine-tuning, each playing the test split's conversations (``course_lib.chat.scores``: greedy,
 the tool loop on; arithmetic and follow-ups also without the calculator).
 
-    python benchmarks/chat_scores.py --models-dir /work/chat_models [--iters 1000] [--seeds 0 1 2] --update-record
+    python benchmarks/chat_scores.py --models-dir /work/chat_models [--iters 1000] [--seeds 0 1 2] \
+        --update-record
 
 ``--models-dir`` holds the runs' folders (``<start>-it<iters>-lr0.001-s<seed>/model.pt``, the
 slim float16 models that ``chat_sft.py`` writes). Writes, when asked (``--record FILE``, or
 ``--update-record`` for course_lib/records/chat_scores.json), the record after each model (a stopped
-run keeps what it finished, unless that would replace a whole record): per model and task the score, its standard
-error and 95% bootstrap interval, the per-item scores; per start and task the mean and spread
-across seeds; per task the paired comparison of pretrained against scratch (per-item scores
+run keeps what it finished, unless that would replace a whole record): per model and task the score,
+its standard error and 95% bootstrap interval, the per-item scores; per start and task the mean and
+spread across seeds; per task the paired comparison of pretrained against scratch (per-item scores
 averaged over the seeds, chapter 16's ``paired_comparison``). The shipped model's replies are kept.
 
 The record measured the first chat models, on the test split of the first conversations
@@ -53,7 +54,8 @@ def summarize(models: dict, starts=("pretrained", "scratch")) -> tuple[dict, dic
     for start in starts:
         runs = [m for m in models.values() if m["start"] == start]
         if runs:
-            spread[start] = {key: across_seeds([m["rows"][key]["score"] for m in runs]) for key in runs[0]["rows"]}
+            spread[start] = {key: across_seeds([m["rows"][key]["score"] for m in runs])
+                             for key in runs[0]["rows"]}
     if all(s in spread for s in starts):
         for key in spread[starts[0]]:
             means = []
@@ -61,8 +63,9 @@ def summarize(models: dict, starts=("pretrained", "scratch")) -> tuple[dict, dic
                 items = [m["rows"][key]["per_item"] for m in models.values() if m["start"] == start]
                 means.append([sum(v) / len(v) for v in zip(*items)])
             p = paired_comparison(*means)
-            paired[key] = {"diff": p["diff"], "stderr": p["stderr"], "interval": list(p["interval"]),
-                           "p_value": p["p_value"], "pretrained_wins": p["a_wins"], "scratch_wins": p["b_wins"]}
+            paired[key] = {"diff": p["diff"], "stderr": p["stderr"],
+                           "interval": list(p["interval"]), "p_value": p["p_value"],
+                           "pretrained_wins": p["a_wins"], "scratch_wins": p["b_wins"]}
     return spread, paired
 
 
@@ -72,24 +75,29 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=count, default=1000)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
-    p.add_argument("--no-base", action="store_true", help="leave out the pretrained model before fine-tuning")
+    p.add_argument("--no-base", action="store_true",
+                   help="leave out the pretrained model before fine-tuning")
     p.add_argument("--threads", type=threads, default=1)
     add_record_options(p, RECORD, "--record", type=Path)
     args = p.parse_args(argv)
     out = record_file(p, args, RECORD, "--record")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
-    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)  # what the record measured
-    names = [f"{start}-it{args.iters}-lr{args.lr:g}-s{seed}" for start in ("pretrained", "scratch") for seed in args.seeds]
+    # what the record measured
+    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)
+    names = [f"{start}-it{args.iters}-lr{args.lr:g}-s{seed}" for start in ("pretrained", "scratch")
+             for seed in args.seeds]
     missing = [n for n in names if not (args.models_dir / n / "model.pt").exists()]
     if missing:
-        print(f"error: {args.models_dir} lacks {', '.join(missing)} (model.pt of each): train them with "
-              "benchmarks/chat_sft.py first", file=sys.stderr)
+        print(f"error: {args.models_dir} lacks {', '.join(missing)} (model.pt of each): train them "
+              "with benchmarks/chat_sft.py first", file=sys.stderr)
         return 2
-    command = " ".join("DIR" if a == str(args.models_dir) else a for a in argv)  # no local path in the record
+    # no local path in the record
+    command = " ".join("DIR" if a == str(args.models_dir) else a for a in argv)
     record = {"command": "python benchmarks/chat_scores.py " + command,
-              "models_dir": "DIR: the run folders of benchmarks/chat_sft.py (its --out-dir)", "split": "test",
-              "conversations": len(test), "threads": args.threads, "torch": torch.__version__, "models": {}}
+              "models_dir": "DIR: the run folders of benchmarks/chat_sft.py (its --out-dir)",
+              "split": "test", "conversations": len(test), "threads": args.threads,
+              "torch": torch.__version__, "models": {}}
     if not args.no_base:
         names = ["base"] + names
     for name in names:
@@ -105,11 +113,13 @@ def main(argv=None) -> int:
         keep = name == SHIPPED
         record["models"][name] = {
             "start": start, "seconds": round(time.perf_counter() - began, 1),
-            "rows": {row_key(r): {k: v for k, v in r.items() if k != "outputs" or keep} for r in rows}}
+            "rows": {row_key(r): {k: v for k, v in r.items() if k != "outputs" or keep}
+                     for r in rows}}
         print(name, " ".join(f"{row_key(r)}={r['score']:.3f}" for r in rows), flush=True)
         record["across_seeds"], record["pretrained_vs_scratch"] = summarize(
             {n: m for n, m in record["models"].items() if m["start"] != "base"})
-        record["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record["made_at"] = (datetime.datetime.now(datetime.timezone.utc)
+                             .isoformat(timespec="seconds"))
         record["load_average"] = os.getloadavg()[0]
         out.progress(record)  # after each model, where no whole record is replaced
     out.finish(record, say=True)

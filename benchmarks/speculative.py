@@ -22,7 +22,8 @@ import sys
 import time
 
 import torch
-from bench_args import RECORDS, add_record_options, at_least, count, record_file, seed_number, threads
+from bench_args import (RECORDS, add_record_options, at_least,
+                        count, record_file, seed_number, threads)
 
 from course_lib.data import load_text, train_val_split
 from course_lib.pretrained import load_pretrained
@@ -35,26 +36,31 @@ SHIPPED = RECORDS / "speculative.json"
 
 
 def prompts_from(val_text: str, n: int, length: int = 12) -> list[str]:
-    """The first ``length`` characters of n lines of the validation text that are at least that long."""
+    """The first ``length`` characters of n lines of
+    the validation text that are at least that long."""
     lines = [line for line in val_text.split("\n") if len(line) >= length]
     step = max(1, len(lines) // n)
     return [lines[i * step][:length] for i in range(n)]
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=count, default=8, help="prompts from the validation split")
-    p.add_argument("--tokens", type=at_least(2), default=48, help="new tokens per prompt (prompt 12 + tokens <= 64)")
+    p.add_argument("--tokens", type=at_least(2), default=48,
+                   help="new tokens per prompt (prompt 12 + tokens <= 64)")
     p.add_argument("--max-k", type=count, default=8, help="k = 1 .. max-k draft tokens per round")
     p.add_argument("--repeats", type=count, default=5, help="interleaved repeats of every way")
-    p.add_argument("--draft-steps", type=count, default=DRAFT_STEPS, help="training steps of the 1-layer GPT drafter")
+    p.add_argument("--draft-steps", type=count, default=DRAFT_STEPS,
+                   help="training steps of the 1-layer GPT drafter")
     p.add_argument("--seed", type=seed_number, default=0)
-    p.add_argument("--threads", type=threads, default=1, help="torch.set_num_threads (1: fastest on a busy machine)")
+    p.add_argument("--threads", type=threads, default=1,
+                   help="torch.set_num_threads (1: fastest on a busy machine)")
     add_record_options(p, SHIPPED)
     args = p.parse_args(argv)
     if 12 + args.tokens > 64:
-        p.error(f"--tokens {args.tokens}: the 12-character prompt and the new tokens must fit in block_size 64 "
-                f"(at most 52)")
+        p.error(f"--tokens {args.tokens}: the 12-character prompt and the new tokens must fit in "
+                f"block_size 64 (at most 52)")
     return p, args
 
 
@@ -68,25 +74,34 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     draft_gpt, history = train_draft_gpt(tok, steps=args.draft_steps, seed=1337)
     train_s = time.perf_counter() - start
-    drafters = {"trigram": NGramDrafter(train, tok.vocab_size, n=3), "gpt-1-layer": ModelDrafter(draft_gpt)}
+    drafters = {"trigram": NGramDrafter(train, tok.vocab_size, n=3),
+                "gpt-1-layer": ModelDrafter(draft_gpt)}
     prompts = [tok.encode(s) for s in prompts_from(tok.decode(val.tolist()), args.prompts)]
     costs = {name: draft_cost(target, d, prompts[0], args.tokens) for name, d in drafters.items()}
-    record = measure(target, drafters, prompts, args.tokens, range(1, args.max_k + 1), (0.0, 1.0), args.repeats,
+    record = measure(target, drafters, prompts, args.tokens, range(1, args.max_k + 1), (0.0, 1.0),
+                     args.repeats,
                      args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
     rows = summarise(record, costs)
-    command = "python benchmarks/speculative.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record.update(command=command.strip(), draft_steps=args.draft_steps, draft_val_loss=history["val_loss"][-1],
-                  draft_train_seconds=train_s, draft_cost=costs, cpu_count=os.cpu_count(),
-                  torch=torch.__version__, rows=rows)
-    print(f"target: the shipped model; {args.prompts} prompts x {args.tokens} new tokens; threads {args.threads}; "
+    command = "python benchmarks/speculative.py " + " ".join(argv if argv is not None
+                                                             else sys.argv[1:])
+    record.update(command=command.strip(), draft_steps=args.draft_steps,
+                  draft_val_loss=history["val_loss"][-1], draft_train_seconds=train_s,
+                  draft_cost=costs, cpu_count=os.cpu_count(), torch=torch.__version__, rows=rows)
+    print(f"target: the shipped model; {args.prompts} prompts x {args.tokens} new tokens; threads "
+          f"{args.threads}; "
           f"load average {min(min(t['loadavg']) for t in record['temperatures'].values()):.1f} to "
-          f"{max(max(t['loadavg']) for t in record['temperatures'].values()):.1f} on {os.cpu_count()} cores")
-    print("draft cost c (one draft token / one target token): " + ", ".join(f"{k} {v:.3f}" for k, v in costs.items()))
-    print(f"{'T':>3} {'drafter':12} {'k':>2} {'alpha':>6} {'tok/call':>8} {'model':>6} {'tok/s':>7} "
+          f"{max(max(t['loadavg']) for t in record['temperatures'].values()):.1f} on "
+          f"{os.cpu_count()} cores")
+    print("draft cost c (one draft token / one target token): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in costs.items()))
+    print(f"{'T':>3} {'drafter':12} {'k':>2} {'alpha':>6} {'tok/call':>8} {'model':>6} "
+          f"{'tok/s':>7} "
           f"{'plain':>7} {'ratio':>6} {'[min, max]':>13}")
     for r in rows:
-        print(f"{r['temperature']:3g} {r['drafter']:12} {r['k']:2d} {r['alpha']:6.2f} {r['tokens_per_call']:8.2f} "
-              f"{r['predicted_tokens_per_call']:6.2f} {r['tokens_per_s']:7.0f} {r['plain_tokens_per_s']:7.0f} "
+        print(f"{r['temperature']:3g} {r['drafter']:12} {r['k']:2d} {r['alpha']:6.2f} "
+              f"{r['tokens_per_call']:8.2f} "
+              f"{r['predicted_tokens_per_call']:6.2f} {r['tokens_per_s']:7.0f} "
+              f"{r['plain_tokens_per_s']:7.0f} "
               f"{r['ratio']:5.2f}x [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]")
     out.finish(record, say=True)
     return 0

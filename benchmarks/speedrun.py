@@ -1,4 +1,5 @@
-"""The CPU speedrun (issue 24, chapter 14): `shakespeare-char-speedrun` against `shakespeare-char-cpu`.
+r"""The CPU speedrun (issue 24, chapter 14):
+`shakespeare-char-speedrun` against `shakespeare-char-cpu`.
 
 For each seed it runs the two presets back to back, each as the whole command a reader types,
 
@@ -17,8 +18,11 @@ validation loss, the seed-to-seed spread, and whether issue 24's goal holds: a r
 0.5 and every speedrun validation loss at most 1.88. Usage:
 
     python benchmarks/speedrun.py                      # seeds 1337, 1, 2 (about 5 minutes, 2 cores)
-    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json   # chapter 14, book/measured.md
-    python benchmarks/speedrun.py --seeds 1337 --curve-evals 10 --json course_lib/records/speedrun_curve.json  # the plot
+    # chapter 14, book/measured.md:
+    python benchmarks/speedrun.py --json course_lib/records/speedrun_results.json
+    # the plot:
+    python benchmarks/speedrun.py --seeds 1337 --curve-evals 10 \
+        --json course_lib/records/speedrun_curve.json
 
 ``--json`` writes every number, and each run's (wall time, step, val loss) curve: one point per
 evaluation line the trainer printed (its own estimate: the preset's ``eval_iters`` random batches),
@@ -47,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_args, when a test loads this file
 from bench_args import at_least, count, record_file, seed_number  # noqa: E402  (imports no torch)
-from course_lib.tools.numerics import REFERENCE, reference_environment  # noqa: E402  (imports no torch)
+# (imports no torch)
+from course_lib.tools.numerics import REFERENCE, reference_environment  # noqa: E402
 
 GOAL_RATIO = 0.5
 GOAL_LOSS = 1.88  # nanoGPT's published validation loss for its CPU baby GPT
@@ -59,14 +64,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=seed_number, nargs="+", default=[1337, 1, 2])
     p.add_argument("--baseline", default=BASELINE)
     p.add_argument("--speedrun", default=SPEEDRUN)
-    p.add_argument("--out", help="folder for the runs' checkpoints (default: a temporary folder, removed after)")
+    p.add_argument("--out", help="folder for the runs' checkpoints (default: a temporary folder, "
+                                 "removed after)")
     p.add_argument("--json", help="write every number and each run's loss curve to this JSON file")
     p.add_argument("--curve-evals", type=at_least(0), default=0,
                    help="make the speedrun evaluate this many times (default: as the preset says)")
-    p.add_argument("--max-iters", type=count, help="override both presets' max_iters (a quick smoke test only)")
-    p.add_argument("--host-env", action="store_true", help="this machine's numeric settings, not the reference")
+    p.add_argument("--max-iters", type=count,
+                   help="override both presets' max_iters (a quick smoke test only)")
+    p.add_argument("--host-env", action="store_true",
+                   help="this machine's numeric settings, not the reference")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="where both presets train (cuda: e.g. --speedrun shakespeare-char-speedrun-gpu --host-env)")
+                   help="where both presets train (cuda: e.g. --speedrun "
+                        "shakespeare-char-speedrun-gpu --host-env)")
     args = p.parse_args(argv)
     args.parser = p
     return args
@@ -79,7 +88,8 @@ def check_after_environment(args):
     from course_lib.utils import check_device
     for option, name in (("--baseline", args.baseline), ("--speedrun", args.speedrun)):
         if name not in PRESETS:
-            args.parser.error(f"{option}: unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+            args.parser.error(f"{option}: unknown preset {name!r}; choose one of "
+                              f"{', '.join(PRESETS)}")
     try:
         check_device(args.device)
     except ValueError as e:
@@ -87,21 +97,25 @@ def check_after_environment(args):
     return record_file(args.parser, args, None, "--json")
 
 
-def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict, device: str = "cpu") -> dict:
+def run_command(preset: str, seed: int, out: Path, extra: list[str],
+                env: dict, device: str = "cpu") -> dict:
     """Run one training command; its wall time to the "done in" line and to its exit, and the
     evaluation lines it printed, each with the second it arrived."""
-    command = [sys.executable, "-m", "course_lib", "train", "--preset", preset, "--set", f"seed={seed}",
-               "--out", str(out), "--device", device, *extra]
+    command = [sys.executable, "-m", "course_lib", "train", "--preset", preset,
+               "--set", f"seed={seed}", "--out", str(out), "--device", device, *extra]
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     curve, done, log = [], None, []
     for raw in process.stdout:  # binary lines, split at \n only (the progress bar's \r stay inside)
         now = time.perf_counter() - start
         for line in raw.decode("utf-8", "replace").split("\r"):
             line = line.strip()
-            if line.startswith("step ") and "val loss" in line:  # "step   250: train loss 2.0, val loss 2.1"
+            # "step   250: train loss 2.0, val loss 2.1"
+            if line.startswith("step ") and "val loss" in line:
                 step = int(line.split(":")[0].split()[1])
-                curve.append({"wall_s": round(now, 2), "step": step, "val_loss": float(line.rsplit(" ", 1)[1])})
+                curve.append({"wall_s": round(now, 2), "step": step,
+                              "val_loss": float(line.rsplit(" ", 1)[1])})
             elif line.startswith("done in "):
                 done = now
             if line and not line.startswith("train:"):
@@ -109,12 +123,14 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str], env: dict, 
     code = process.wait()
     wall_exit = time.perf_counter() - start
     if code != 0 or done is None:
-        raise SystemExit(f"`{' '.join(command)}` failed (exit status {code}):\n" + "\n".join(log[-15:]))
-    return {"command": " ".join(command[1:]), "wall_s": round(done, 2), "wall_exit_s": round(wall_exit, 2),
-            "curve": curve}
+        raise SystemExit(f"`{' '.join(command)}` failed (exit status {code}):\n"
+                         + "\n".join(log[-15:]))
+    return {"command": " ".join(command[1:]), "wall_s": round(done, 2),
+            "wall_exit_s": round(wall_exit, 2), "curve": curve}
 
 
-def whole_split_loss(checkpoint: Path, text: str | None = None, split: str = "val", batch_size: int = 64) -> float:
+def whole_split_loss(checkpoint: Path, text: str | None = None, split: str = "val",
+                     batch_size: int = 64) -> float:
     """``course_lib.losses.sequence_loss`` of the checkpoint's model over the whole ``split`` of
     ``text`` (default: the corpus of the checkpoint's preset, the text the CLI trained on)."""
     import torch
@@ -128,7 +144,8 @@ def whole_split_loss(checkpoint: Path, text: str | None = None, split: str = "va
     tokenizer = load_tokenizer(ckpt, checkpoint)
     if text is None:
         text = load_text(get_preset(ckpt["trained_on"]["preset"]).corpus)
-    data = dict(zip(("train", "val"), train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long))))[split]
+    data = dict(zip(("train", "val"),
+                    train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long))))[split]
     return sequence_loss(model, data, batch_size)
 
 
@@ -136,9 +153,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     env = dict(os.environ) if args.host_env else reference_environment()
     if not args.host_env:
-        os.environ.update(REFERENCE)  # this process evaluates in it too (set before torch is imported)
+        # this process evaluates in it too (set before torch is imported)
+        os.environ.update(REFERENCE)
     paths = [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))  # this checkout's course_lib
+    # this checkout's course_lib
+    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))
 
     record = check_after_environment(args)
     from course_lib.presets import get_preset
@@ -164,32 +183,38 @@ def main(argv=None) -> int:
                 run = run_command(preset, seed, folder, extra[preset], env, args.device)
                 run.update(seed=seed, val_loss=round(whole_split_loss(folder / "ckpt.pt"), 4))
                 last_step = run["curve"][-1]["step"] if run["curve"] else None
-                run["curve"].append({"wall_s": run["wall_s"], "step": last_step, "val_loss": run["val_loss"],
+                run["curve"].append({"wall_s": run["wall_s"], "step": last_step,
+                                     "val_loss": run["val_loss"],
                                      "estimate": "whole validation split"})
                 runs[preset].append(run)
                 print(f"seed {seed:5d}  {preset:28s} {run['wall_s']:7.1f} s to its last evaluation "
-                      f"({run['wall_exit_s']:.1f} s to exit), val loss {run['val_loss']:.4f} (whole split)", flush=True)
+                      f"({run['wall_exit_s']:.1f} s to exit), val loss {run['val_loss']:.4f} "
+                      "(whole split)", flush=True)
     finally:
         if temporary is not None:
             temporary.cleanup()
 
     # from the wall times as stored (to 0.01 s), so that the JSON and the printed ratios agree
-    ratios = [round(s["wall_s"] / b["wall_s"], 4) for b, s in zip(runs[args.baseline], runs[args.speedrun])]
+    ratios = [round(s["wall_s"] / b["wall_s"], 4)
+              for b, s in zip(runs[args.baseline], runs[args.speedrun])]
     speed_losses = [r["val_loss"] for r in runs[args.speedrun]]
     base_losses = [r["val_loss"] for r in runs[args.baseline]]
     holds = max(ratios) <= GOAL_RATIO and max(speed_losses) <= GOAL_LOSS
-    print(f"\nwall-time ratio speedrun / baseline: median {statistics.median(ratios):.3f}; per seed "
+    print(f"\nwall-time ratio speedrun / baseline: median {statistics.median(ratios):.3f}; "
+          "per seed "
           + ", ".join(f"{seed}: {r:.3f}" for seed, r in zip(args.seeds, ratios)))
     for name, losses in ((args.baseline, base_losses), (args.speedrun, speed_losses)):
         print(f"{name:28s} val loss (whole split): mean {statistics.mean(losses):.4f}, "
-              f"spread {max(losses) - min(losses):.4f} (min {min(losses):.4f}, max {max(losses):.4f})")
+              f"spread {max(losses) - min(losses):.4f} (min {min(losses):.4f}, max "
+              f"{max(losses):.4f})")
     print(f"goal (every ratio <= {GOAL_RATIO} and every speedrun val loss <= {GOAL_LOSS}): "
           f"{'HOLDS' if holds else 'does NOT hold'}")
     if record:
         result = {"goal": {"ratio": GOAL_RATIO, "val_loss": GOAL_LOSS}, "holds": holds,
                   "ratio_median": statistics.median(ratios), "ratios": ratios,
                   "seeds": args.seeds, "device": args.device,
-                  "environment": "host" if args.host_env else "reference (course_lib/tools/numerics.py)",
+                  "environment": "host" if args.host_env
+                  else "reference (course_lib/tools/numerics.py)",
                   "curve_evals": args.curve_evals, "max_iters_override": args.max_iters,
                   "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
                   "runs": runs}

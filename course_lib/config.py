@@ -38,7 +38,8 @@ class Rule(typing.NamedTuple):
     def describe(self) -> str:
         if self.choices:
             return "one of " + ", ".join(map(repr, self.choices))
-        kind = {int: "an integer", float: "a finite number", bool: "True or False"}.get(self.kind, "a string")
+        kind = {int: "an integer", float: "a finite number",
+                bool: "True or False"}.get(self.kind, "a string")
         if self.low is not None and self.high is not None:
             return f"{kind} in {self.bounds[0]}{self.low:g}, {self.high:g}{self.bounds[1]}"
         if self.low is not None:
@@ -52,8 +53,10 @@ class Rule(typing.NamedTuple):
             return value in self.choices
         if self.kind is float and not math.isfinite(value):
             return False
-        low_ok = self.low is None or (value > self.low if self.bounds[0] == "(" else value >= self.low)
-        high_ok = self.high is None or (value < self.high if self.bounds[1] == ")" else value <= self.high)
+        low_ok = self.low is None or (value > self.low if self.bounds[0] == "("
+                                      else value >= self.low)
+        high_ok = self.high is None or (value < self.high if self.bounds[1] == ")"
+                                        else value <= self.high)
         return low_ok and high_ok
 
 
@@ -84,7 +87,8 @@ def check_fields(config, rules: dict[str, Rule]) -> None:
             continue
         plain = _as_kind(value, rule.kind)
         if plain is None:
-            raise TypeError(f"{cls}.{name} must be {rule.describe()}, got {value!r} of type {type(value).__name__}")
+            raise TypeError(f"{cls}.{name} must be {rule.describe()}, got {value!r} of type "
+                            f"{type(value).__name__}")
         if not rule.holds(plain):
             raise ValueError(f"{cls}.{name} must be {rule.describe()}, got {value!r}")
         object.__setattr__(config, name, plain)
@@ -126,7 +130,8 @@ def parse_value(text: str, annotation, key: str):
             return float(text)
         return str(text)
     except ValueError:
-        raise ValueError(f"{key}={text!r}: expected a value of type {getattr(kind, '__name__', kind)}") from None
+        raise ValueError(f"{key}={text!r}: expected a value of type "
+                         f"{getattr(kind, '__name__', kind)}") from None
 
 
 def apply_overrides(config, overrides: dict, forbidden: dict[str, str] | None = None):
@@ -144,7 +149,8 @@ def apply_overrides(config, overrides: dict, forbidden: dict[str, str] | None = 
     return dataclasses.replace(config, **values)
 
 
-def apply_resume_overrides(stored, overrides: dict, may_change, source, kept: str = "every other setting",
+def apply_resume_overrides(stored, overrides: dict, may_change, source,
+                           kept: str = "every other setting",
                            forbidden: dict[str, str] | None = None):
     """:func:`apply_overrides` for a resumed run: ``stored`` is the checkpoint's config (``source``
     names the checkpoint), and a key outside ``may_change`` may be given only with the stored
@@ -152,12 +158,14 @@ def apply_resume_overrides(stored, overrides: dict, may_change, source, kept: st
     silently rewrite what the checkpoint holds or records (its data split, its pairs, its model),
     so it is refused in one line naming the key, the stored value and the fix; ``kept`` says what
     the resumed run keeps (e.g. "its model")."""
-    updated = apply_overrides(stored, overrides, forbidden)  # parsed and checked as a new value would be
+    # parsed and checked as a new value would be
+    updated = apply_overrides(stored, overrides, forbidden)
     for key, value in overrides.items():
         if key not in may_change and getattr(updated, key) != getattr(stored, key):
-            raise ValueError(f"--set {key}={value}: {source} was trained with {key}={getattr(stored, key)!r}, and a "
-                             f"resumed run keeps {kept}; leave --set {key} out to continue it, or start a new run "
-                             "with it in another --out")
+            raise ValueError(f"--set {key}={value}: {source} was trained with "
+                             f"{key}={getattr(stored, key)!r}, and a resumed run keeps {kept}; "
+                             f"leave --set {key} out to continue it, or start a new run with it in "
+                             "another --out")
     return updated
 
 
@@ -166,7 +174,7 @@ def config_to_dict(config) -> dict:
     return dataclasses.asdict(config)
 
 
-# --- the command line's --set KEY=VALUE ------------------------------------------------------------
+# --- the command line's --set KEY=VALUE -----------------------------------------------------------
 
 
 def settings_from_pairs(pairs: list[str]) -> dict[str, str]:
@@ -193,6 +201,7 @@ def split_settings(settings: dict, model_config, train_config) -> tuple[dict, di
         elif key in train_keys:
             train[key] = value
         else:
-            raise ValueError(f"--set {key}: unknown setting. Model settings: {', '.join(model_keys)}. "
+            raise ValueError(f"--set {key}: unknown setting. Model settings: "
+                             f"{', '.join(model_keys)}. "
                              f"Training settings: {', '.join(train_keys)}")
     return model, train

@@ -16,52 +16,65 @@ from benchmark_loader import BENCHMARKS, ROOT, load_benchmark
 
 RECORDS = ROOT / "course_lib" / "records"
 
-# The scripts: every file of benchmarks/ that runs as one (bench_args.py and ch14_setup.py are shared
-# modules). Each with settings that make it take seconds, and the option that names its record.
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+# The scripts: every file of benchmarks/ that runs as one (bench_args.py and ch14_setup.py are
+# shared modules). Each with settings that make it take seconds, and the option that names its
+# record.
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
+                 if 'if __name__ == "__main__"' in p.read_text())
 TINY = {
-    "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"], "--json"),
+    "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"],
+                      "--json"),
     "align_compare": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
     "align_sampling": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
     "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
     "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
     "bpe": (["--repeats", "1", "--vocab-size", "260", "--naive-chars", "2000"], None),
-    "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu"],
-                   "--out"),
+    "chat_cache": (["--turns", "1", "--reply-tokens", "2", "--repeats", "1",
+                    "--preset", "shakespeare-char-cpu"], "--out"),
     "chat_model_runs": (["--shipped", "--name", "tiny", "--limit", "1"], "--json"),
     "chat_robustness": (["--limit", "3"], "--json"),
-    "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"], "--record"),
+    "chat_scores": (["--models-dir", "{tmp}/chat", "--iters", "1", "--seeds", "0", "--no-base"],
+                    "--record"),
     "chat_sft": (["--iters", "1", "--seeds", "0", "--out-dir", "{tmp}/chat"], None),
     "classify_speakers": (["--only", "probe last", "--seeds", "0", "--steps", "1"], "--out"),
-    "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"], "--json"),
-    "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"], "--out"),
-    "induction_long_context": (["--out", "{tmp}/ctx", "--block-size", "128", "--max-iters", "2", "--passages", "4",
-                                "--max-length", "40"], "--json"),
-    "induction_phase": (["--iters", "2", "--fixed-iters", "2", "--probe-every", "1", "--seeds", "0,1"], "--json"),
-    "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"], None),
-    "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0", "--eval-batches", "1",
-                          "--recall-iters", "1", "--pairs", "2"], "--json"),
+    "eval_speed": (["--items", "1", "--repeats", "1", "--threads", "1", "--batch-size", "4"],
+                   "--json"),
+    "finetune_dates": (["--only", "dates full", "--seeds", "0", "--steps", "1", "--eval", "1"],
+                       "--out"),
+    "induction_long_context": (["--out", "{tmp}/ctx", "--block-size", "128", "--max-iters", "2",
+                                "--passages", "4", "--max-length", "40"], "--json"),
+    "induction_phase": (["--iters", "2", "--fixed-iters", "2",
+                         "--probe-every", "1", "--seeds", "0,1"], "--json"),
+    "kv_cache": (["--repeats", "1", "--preset", "shakespeare-char-cpu", "--prompt-len", "56"],
+                 None),
+    "linear_attention": (["--contexts", "8,16", "--iters", "1", "--seeds", "0",
+                          "--eval-batches", "1", "--recall-iters", "1", "--pairs", "2"], "--json"),
     "moe_vs_dense": (["--iters", "2", "--seeds", "0", "--eval-batches", "1", "--load-every", "1",
                       "--variants", "dense", "MoE, no balancing"], "--out"),
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
-    "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group", "--qat-steps", "1",
-                  "--seeds", "0", "--speed-repeats", "1", "--embeddings", "int8", "--qat-bits", "3"], "--json"),
-    "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"], "--json"),
+    "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group",
+                  "--qat-steps", "1", "--seeds", "0", "--speed-repeats", "1",
+                  "--embeddings", "int8", "--qat-bits", "3"], "--json"),
+    "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"],
+                      "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
     "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
-    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1", "--draft-steps", "2"],
-                    "--json"),
-    "speculative_mtp": (["--steps", "2", "--prompts", "1", "--tokens", "4", "--repeats", "1"], "--json"),
+    "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1",
+                     "--draft-steps", "2"], "--json"),
+    "speculative_mtp": (["--steps", "2", "--prompts", "1", "--tokens", "4", "--repeats", "1"],
+                        "--json"),
     "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
-    "speedrun_mtp": (["--max-iters", "2", "--seeds", "1", "--cost-rounds", "1", "--cost-steps", "1"], "--json"),
+    "speedrun_mtp": (["--max-iters", "2", "--seeds", "1",
+                      "--cost-rounds", "1", "--cost-steps", "1"], "--json"),
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
 }
 GOAL_NOT_MET = {"speedrun"}  # exit status 1 when its goal does not hold, as after 2 steps
-ORDER = sorted(SCRIPTS, key=lambda s: s == "chat_scores")  # chat_scores scores the models chat_sft trains
+ORDER = sorted(SCRIPTS,
+               key=lambda s: s == "chat_scores")  # chat_scores scores the models chat_sft trains
 
 
 def records_digest() -> str:
@@ -92,16 +105,20 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
     record = shared_tmp / f"{name}.json"
     before = records_digest()
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *argv, *([option, str(record)] if option else [])]
-    done = subprocess.run(command, cwd=shared_tmp, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode in ((0, 1) if name in GOAL_NOT_MET else (0,)), done.stdout[-2000:] + done.stderr[-3000:]
+    command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *argv,
+               *([option, str(record)] if option else [])]
+    done = subprocess.run(command, cwd=shared_tmp, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode in ((0, 1) if name in GOAL_NOT_MET else (0,)), (done.stdout[-2000:]
+                                                                           + done.stderr[-3000:])
     assert "Traceback" not in done.stderr
     assert records_digest() == before, f"{name} changed course_lib/records/ without --update-record"
     if option:
         assert isinstance(json.loads(record.read_text()), dict)
     if name == "finetune_dates":  # review 15-m1: each run records the command that made it
         runs = json.loads(record.read_text()).values()
-        assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only 'dates full'")
+        assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only "
+                                                    "'dates full'")
                             for r in runs)
     assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
 
@@ -120,28 +137,38 @@ def refused(capsys, run, *fragments) -> str:
 
 MUST_BE_1 = "must be at least 1, got 0"
 BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
-    (34, "align_speed", ["--repeats", "0"], MUST_BE_1), (35, "align_speed", ["--threads", "0"], MUST_BE_1),
-    (36, "eval_speed", ["--items", "0"], MUST_BE_1), (37, "eval_speed", ["--repeats", "0"], MUST_BE_1),
+    (34, "align_speed", ["--repeats", "0"], MUST_BE_1), (35, "align_speed",
+                                                         ["--threads", "0"], MUST_BE_1),
+    (36, "eval_speed", ["--items", "0"], MUST_BE_1), (37, "eval_speed",
+                                                      ["--repeats", "0"], MUST_BE_1),
     (38, "chat_cache", ["--preset", "foo"], "unknown preset 'foo': choose one of"),
     (39, "kv_cache", ["--preset", "foo"], "unknown preset 'foo'"),
-    (41, "bpe", ["--vocab-size", "10"], "must be at least 257, got 10"), (42, "bpe", ["--repeats", "0"], MUST_BE_1),
+    (41, "bpe", ["--vocab-size", "10"], "must be at least 257, got 10"),
+                 (42, "bpe", ["--repeats", "0"], MUST_BE_1),
     (43, "attention_throughput", ["--rounds", "0"], MUST_BE_1),
     (45, "scale", ["--steps", "0"], MUST_BE_1), (46, "speedrun", ["--max-iters", "0"], MUST_BE_1),
     (47, "train_shakespeare_cpu", ["--seed", "-1"], "argument --seed: must be at least 0"),
-    (48, "seq2seq_dates", ["--steps", "0"], MUST_BE_1), (49, "seq2seq_dates", ["--threads", "0"], MUST_BE_1),
+    (48, "seq2seq_dates", ["--steps", "0"], MUST_BE_1), (49, "seq2seq_dates",
+                                                         ["--threads", "0"], MUST_BE_1),
     (53, "report_cards", ["--models", "foo"], "unknown model(s) ['foo']: choose among bigram"),
-    (54, "moe_vs_dense", ["--iters", "0"], MUST_BE_1), (55, "moe_vs_dense", ["--seeds", "a,b"], "write seeds as 0,1,2"),
-    (56, "finetune_dates", ["--steps", "0"], MUST_BE_1), (57, "classify_speakers", ["--steps", "0"], MUST_BE_1),
-    (58, "chat_sft", ["--iters", "0"], MUST_BE_1), (59, "speedrun_rope", ["--evals", "0"], MUST_BE_1),
-    (101, "chat_cache", ["--turns", "0"], MUST_BE_1), (102, "report_cards", ["--limit", "0"], MUST_BE_1),
+    (54, "moe_vs_dense", ["--iters", "0"], MUST_BE_1), (55, "moe_vs_dense", ["--seeds", "a,b"],
+                                                        "write seeds as 0,1,2"),
+    (56, "finetune_dates", ["--steps", "0"], MUST_BE_1), (57, "classify_speakers",
+                                                          ["--steps", "0"], MUST_BE_1),
+    (58, "chat_sft", ["--iters", "0"], MUST_BE_1), (59, "speedrun_rope",
+                                                    ["--evals", "0"], MUST_BE_1),
+    (101, "chat_cache", ["--turns", "0"], MUST_BE_1), (102, "report_cards",
+                                                       ["--limit", "0"], MUST_BE_1),
     (103, "finetune_dates", ["--seeds", "-1"], "must be at least 0, got -1"),
     (104, "align_compare", ["--budget", "0", "--tiny"], MUST_BE_1),
-    (105, "align_compare", ["--seeds", "1", "--tiny"], "--tiny sets the budget and the seeds: leave out --seeds"),
+    (105, "align_compare", ["--seeds", "1", "--tiny"],
+     "--tiny sets the budget and the seeds: leave out --seeds"),
     (None, "align_sampling", ["--budgets", "0"], MUST_BE_1),
     (None, "finetune_dates", ["--out", "x.json", "--update-record"], "name two files: give one"),
     (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
-    (None, "linear_attention", ["--parts", "speed"], "--parts: choose from memory, compare, recall"),
+    (None, "linear_attention", ["--parts", "speed"],
+     "--parts: choose from memory, compare, recall"),
     (None, "linear_attention", ["--iters", "0"], MUST_BE_1),
     (None, "linear_attention", ["--arms", "A,X"], "--arms: choose from A, A-full, L, LLLA; got X"),
     (None, "rope_beyond_context", ["--seed", "x"], "expected a whole number, got 'x'"),
@@ -151,26 +178,35 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "speculative_mtp", ["--checkpoint", "none.pt"], "no such file"),
     (None, "speedrun_mtp", ["--cost-rounds", "0"], MUST_BE_1),
     (None, "speedrun_mtp", ["--weight", "-1"], "mtp_weight must be in [0, 10]"),
-    (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"], "write seeds as 0,1,2"),
+    (None, "quantize", ["--qat-steps", "0"], MUST_BE_1), (None, "quantize", ["--seeds", "a"],
+                                                          "write seeds as 0,1,2"),
     (None, "quantize", ["--qat-bits", "1"], "must be at least 2, got 1"),
     (None, "quantize", ["--embeddings", "int4"], "invalid choice: 'int4'"),
     (None, "quantize", ["--threads", "0"], MUST_BE_1),
-    (None, "report_cards", ["--work", "/dev/null/x"], "--work /dev/null/x: a file stands where a folder is needed"),
-    (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"], "must be at least 0, got -1"),
-    (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"], "is not a file: give a chat-sft run's"),
+    (None, "report_cards", ["--work", "/dev/null/x"],
+     "--work /dev/null/x: a file stands where a folder is needed"),
+    (None, "chat_model_runs", ["--shipped", "--name", "x", "--cpu-minutes", "-1"],
+     "must be at least 0, got -1"),
+    (None, "chat_model_runs", ["--checkpoint", "none.pt", "--name", "x"],
+     "is not a file: give a chat-sft run's"),
     (None, "chat_model_runs", ["--shipped"], "--name is needed"),
-    (None, "chat_robustness", ["--checkpoint", "none.pt"], "is not a file: give a chat-sft run's ckpt.pt"),
+    (None, "chat_robustness", ["--checkpoint", "none.pt"],
+     "is not a file: give a chat-sft run's ckpt.pt"),
     (None, "quantize_int4", ["--rows", "0"], "each at least 1"),
     (None, "quantize_int4", ["--large", "30,8"], "K must be a multiple of 32"),
     (None, "quantize_int4", ["--repeats", "0"], MUST_BE_1),
-    (None, "induction_long_context", ["--max-length", "200"], "needs a context of 400, more than --block-size 256"),
+    (None, "induction_long_context", ["--max-length", "200"],
+     "needs a context of 400, more than --block-size 256"),
     (None, "induction_long_context", ["--passages", "0"], MUST_BE_1),
-    (None, "induction_long_context", ["--examine-only", "--out", "none"], "none holds no checkpoint"),
+    (None, "induction_long_context",
+     ["--examine-only", "--out", "none"], "none holds no checkpoint"),
 ]
 
 
-@pytest.mark.parametrize("row, name, argv, message", BAD_ARGUMENTS, ids=[f"{n}-{a[0]}" for _, n, a, _ in BAD_ARGUMENTS])
-def test_a_bad_argument_is_one_line_and_status_2(row, name, argv, message, capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("row, name, argv, message", BAD_ARGUMENTS,
+                         ids=[f"{n}-{a[0]}" for _, n, a, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_one_line_and_status_2(row, name, argv, message,
+                                                 capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     module = load_benchmark(name, f"bench_{name}")
     refused(capsys, lambda: module.main(argv), message)
@@ -189,13 +225,15 @@ def test_a_record_path_is_checked_before_any_work(capsys, tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     torch.save({"w": torch.zeros(1)}, ckpt)
     chat_cache = load_benchmark("chat_cache", "bench_chat_cache")
-    refused(capsys, lambda: chat_cache.main(["--out", str(tmp_path)]), "is a folder: name a file in it")
+    refused(capsys, lambda: chat_cache.main(["--out", str(tmp_path)]),
+            "is a folder: name a file in it")
     refused(capsys, lambda: chat_cache.main(["--out", str(ckpt)]), "holds a checkpoint")
     refused(capsys, lambda: chat_cache.main(["--out", "-"]), "name one")
     moe = load_benchmark("moe_vs_dense", "bench_moe_vs_dense")
     part = tmp_path / "a.json"
     part.write_text(json.dumps({"iters": 2, "seeds": "0", "command": "x", "runs": []}))
-    refused(capsys, lambda: moe.main(["--merge", str(part), "--out", str(part)]), "is this command's input")
+    refused(capsys, lambda: moe.main(["--merge", str(part), "--out", str(part)]),
+            "is this command's input")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "ckpt.pt"]
 
 
@@ -205,19 +243,21 @@ def test_a_trial_run_writes_no_record(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = records_digest()
     chat_cache = load_benchmark("chat_cache", "bench_chat_cache")
-    argv = ["--turns", "1", "--reply-tokens", "2", "--repeats", "1", "--preset", "shakespeare-char-cpu",
-            "--threads", "1"]
+    argv = ["--turns", "1", "--reply-tokens", "2", "--repeats", "1",
+            "--preset", "shakespeare-char-cpu", "--threads", "1"]
     assert chat_cache.main(argv) == 0
     assert '"same_tokens": true' in capsys.readouterr().out
     assert records_digest() == before and list(tmp_path.iterdir()) == []
 
 
-def test_report_cards_makes_its_work_folder_only_for_what_it_writes_there(capsys, tmp_path, monkeypatch):
+def test_report_cards_makes_its_work_folder_only_for_what_it_writes_there(capsys, tmp_path,
+                                                                          monkeypatch):
     """Issue 46: report_cards.py made runs/report_cards/ before anything, and left it empty behind a
     refused or a trial run; only the fine-tunes write there, and they make it."""
     monkeypatch.chdir(tmp_path)
     report_cards = load_benchmark("report_cards", "bench_report_cards")
-    monkeypatch.setattr(report_cards, "report_card", lambda *a, **k: {"bits_per_byte": 1.0, "tasks": []})
+    monkeypatch.setattr(report_cards, "report_card", lambda *a,
+                        **k: {"bits_per_byte": 1.0, "tasks": []})
     monkeypatch.setattr(report_cards, "text_nll", lambda model, ids: (1.0, 1))
     report_cards.main(["--models", "bigram", "--limit", "2"])
     assert "bigram: bpb 1.0" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
@@ -227,14 +267,16 @@ def test_the_chat_models_card_holds_its_robustness_row(tmp_path, monkeypatch):
     """Issue 54: report_cards.py's ``chat`` model (the shipped chat model) gets, beside the tasks,
     its score on the frozen robustness set, overall and per task, with the set's SHA-256."""
     report_cards = load_benchmark("report_cards", "bench_report_cards")
-    monkeypatch.setattr(report_cards, "report_card", lambda *a, **k: {"bits_per_byte": 1.0, "tasks": []})
+    monkeypatch.setattr(report_cards, "report_card", lambda *a,
+                        **k: {"bits_per_byte": 1.0, "tasks": []})
     monkeypatch.setattr(report_cards, "text_nll", lambda model, ids: (1.0, 1))
     row = {"score": 0.5, "stderr": 0.1, "interval": [0.3, 0.7], "n": 4}
-    monkeypatch.setattr(report_cards, "score_robustness", lambda m, t: {"all": row, "dates": row, "rows": []})
+    monkeypatch.setattr(report_cards, "score_robustness", lambda m,
+                        t: {"all": row, "dates": row, "rows": []})
     report_cards.main(["--models", "chat", "--limit", "2", "--json", str(tmp_path / "cards.json")])
     card = json.loads((tmp_path / "cards.json").read_text())["models"]["chat"]
-    assert card["robustness"] == {"sha256": report_cards.ROBUSTNESS_V2_SHA256, "set": "version 2 (the test set)",
-                                  "all": row, "dates": row}
+    assert card["robustness"] == {"sha256": report_cards.ROBUSTNESS_V2_SHA256,
+                                  "set": "version 2 (the test set)", "all": row, "dates": row}
     assert "chapter 17's shipped chat model" in card["description"]
 
 def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
@@ -258,8 +300,8 @@ def test_a_progress_write_never_replaces_a_whole_record(tmp_path):
 
 def test_moe_vs_dense_docstring_table_is_the_records():
     """Review 20-m5: the docstring's table had gone stale (1.710 +- 0.008 over two seeds, where the
-    record holds three). Each cell is the mean +- standard deviation of its record's runs, one column per
-    variant the record holds, in its order (a variant a record lacks is a dash)."""
+    record holds three). Each cell is the mean +- standard deviation of its record's runs, one
+    column per variant the record holds, in its order (a variant a record lacks is a dash)."""
     import re
     import statistics
 
@@ -268,7 +310,8 @@ def test_moe_vs_dense_docstring_table_is_the_records():
         record = json.loads((RECORDS / f"moe_vs_dense_{steps}.json").read_text())
         runs = record["runs"]
         row = re.search(rf"^ +{steps} +(.*)$", doc, re.M).group(1)
-        assert len(re.findall(r"(?<!\S)-(?!\S)", row)) + len(record["variants"]) == 5, row  # a dash per absent one
+        # a dash per absent one
+        assert len(re.findall(r"(?<!\S)-(?!\S)", row)) + len(record["variants"]) == 5, row
         cells = []
         for variant in record["variants"]:
             losses = [r["val_loss"] for r in runs if r["variant"] == variant]
@@ -278,7 +321,8 @@ def test_moe_vs_dense_docstring_table_is_the_records():
 
 def test_chat_model_runs_rejudges_the_stored_replies_by_todays_rules():
     """--rejudge: a stored reply the old lenient spelling rule counted right (``s-w-e-e-t-e``) is
-    wrong by the exact rule, the run's scores follow, and the shipped record is already judged so."""
+    wrong by the exact rule, the run's scores follow,
+    and the shipped record is already judged so."""
     runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
     from course_lib.chat.robustness import is_right, load_robustness_set
     items = load_robustness_set()
@@ -288,7 +332,8 @@ def test_chat_model_runs_rejudges_the_stored_replies_by_todays_rules():
     record = runs.rejudge({"runs": [{"name": "x", "robustness_replies": replies}]})
     run = record["runs"][0]
     assert run["robustness_replies"][spelling]["right"] is False
-    assert run["robustness"]["spelling"]["score"] < 1 and run["robustness"]["all"]["n"] == len(items)
+    assert (run["robustness"]["spelling"]["score"] < 1
+            and run["robustness"]["all"]["n"] == len(items))
     shipped = json.loads((RECORDS / "chat_model_runs.json").read_text())
     for r in shipped["runs"]:
         assert [x["right"] for x in r["robustness_replies"]] == [

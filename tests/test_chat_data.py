@@ -7,8 +7,9 @@ import re
 import pytest
 
 from course_lib.chat.calculator import calculate
-from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS, SIZES, SPLITS, CHAT_TASKS,
-                                  _pair_split, build_conversations, char_chat_tokenizer, conversations_bytes,
+from course_lib.chat.data import (CHAT_PATH, CHAT_SHA256, EXTRA_CHARS, IDENTITY, MAX_TOKENS,
+                                  SIZES, SPLITS, CHAT_TASKS, _pair_split, build_conversations,
+                                  char_chat_tokenizer, conversations_bytes,
                                   load_conversations, write_conversations)
 from course_lib.chat.phrasing import ASK_LETTERS, ASK_SPELLING, in_words, normalized
 from course_lib.chat.template import is_follow_up
@@ -86,18 +87,21 @@ def _check_exchange(question, answer, before, split):
     """One exchange's answer recomputed from its question (and the exchange before it)."""
     if isinstance(answer, list):  # a calculation
         call, result, text = (p["text"] for p in answer)
-        assert [p["type"] for p in answer] == ["tool", "result", "text"] and result == text == calculate(call)
+        assert ([p["type"] for p in answer] == ["tool", "result", "text"]
+                and result == text == calculate(call))
         a, op, b = re.fullmatch(r"(-?[\d.]+)([-+*/])(\d+)", call).groups()
         if is_follow_up(question):
             word, n = re.fullmatch(r"(Plus|Minus|Times) (\d)\?", question).groups()
             assert (a, op, b) == (before[1][2]["text"], FOLLOW[word], n)
         else:  # the numbers, in digits or words, and the operation are in the question
-            numbers = [in_words(int(x)) if in_words(int(x)) in question.lower() else x for x in (a, b)]
+            numbers = [in_words(int(x)) if in_words(int(x)) in question.lower() else x
+                       for x in (a, b)]
             assert all(x in question.lower() for x in numbers), (question, call)
             assert _pair_split(int(a), int(b)) == split
     elif re.fullmatch(r"\d{4}-\d\d-\d\d", answer):
         day = datetime.date.fromisoformat(answer)
-        assert any(format_date(day, s, k).lower() in question.lower() for s in range(len(DATE_FORMATS))
+        assert any(format_date(day, s, k).lower() in question.lower()
+                   for s in range(len(DATE_FORMATS))
                    for k in range(3))
     elif question in ("How many letters?", "Its length?"):
         assert answer == str(len(before[1].replace("-", "")))
@@ -133,13 +137,15 @@ def _held_out_things(c):
         if is_follow_up(question):
             continue
         if isinstance(answer, list):
-            things.add(("pair", tuple(map(int, re.split(r"[-+*/]", answer[0]["text"], maxsplit=1)))))
+            things.add(("pair",
+                        tuple(map(int, re.split(r"[-+*/]", answer[0]["text"], maxsplit=1)))))
         elif re.fullmatch(r"\d{4}-\d\d-\d\d", answer):
             things.add(("day", answer))
         elif re.fullmatch(r"[a-z](-[a-z])+", answer):
             things.add(("word", answer.replace("-", "")))
         elif any(p.fullmatch(question) for p in LETTERS):
-            things.add(("word", next(p.fullmatch(question) for p in LETTERS if p.fullmatch(question))["w"].lower()))
+            things.add(("word", next(p.fullmatch(question) for p in LETTERS
+                                     if p.fullmatch(question))["w"].lower()))
         elif c["task"] == "speak-as":
             things.add(("line", answer))
     return things
@@ -148,14 +154,16 @@ def _held_out_things(c):
 def test_the_splits_share_no_day_word_line_or_pair_of_numbers():
     seen = {s: set().union(*(_held_out_things(c) for c in DATA[s])) for s in SPLITS}
     assert len(seen["test"]) > 200
-    assert not seen["train"] & seen["test"] and not seen["train"] & seen["val"] and not seen["val"] & seen["test"]
+    assert (not seen["train"] & seen["test"] and not seen["train"] & seen["val"]
+            and not seen["val"] & seen["test"])
 
 
 @pytest.mark.parametrize("task", CHAT_TASKS)
 def test_no_test_or_validation_conversation_or_question_occurs_in_training(task):
     """Review 17-B1: the user turns compared normalised (lower case, letters and digits only). No
     validation or test conversation is a training conversation, and none of their questions (every
-    user turn but a follow-up's "Plus 5?", "Which year?"...) is a user turn of any training conversation."""
+    user turn but a follow-up's "Plus 5?", "Which year?"...)
+    is a user turn of any training conversation."""
     def users(c):
         return tuple(normalized(m["content"]) for m in c["messages"] if m["role"] == "user")
 
@@ -173,12 +181,15 @@ def test_no_test_or_validation_conversation_or_question_occurs_in_training(task)
 
 def test_noise_is_in_training_only_and_phrasings_vary():
     first = {s: [c["messages"][0]["content"] for c in DATA[s]] for s in SPLITS}
-    lower = {s: sum(q == q.lower() and q != q.upper() for q in first[s]) / len(first[s]) for s in SPLITS}
+    lower = {s: sum(q == q.lower() and q != q.upper() for q in first[s]) / len(first[s])
+             for s in SPLITS}
     assert lower["train"] > 0.2  # the noise: many messages all in lower case
     arithmetic = {c["messages"][0]["content"] for c in DATA["train"] if c["task"] == "arithmetic"}
     assert any(" plus " in q for q in arithmetic) and any(" + " in q for q in arithmetic)
-    assert any(re.search(r"\d[-+*/]\d", q) for q in arithmetic) and any(" seven " in f" {q} " for q in arithmetic)
-    assert sum(len(_exchanges(c)) > 1 and c["task"] != "follow-up" for c in DATA["test"]) > 50  # conversations go on
+    assert (any(re.search(r"\d[-+*/]\d", q) for q in arithmetic)
+            and any(" seven " in f" {q} " for q in arithmetic))
+    # conversations go on
+    assert sum(len(_exchanges(c)) > 1 and c["task"] != "follow-up" for c in DATA["test"]) > 50
 
 
 def test_conversations_bytes_is_one_conversation_per_line():
@@ -186,7 +197,7 @@ def test_conversations_bytes_is_one_conversation_per_line():
     assert conversations_bytes(small).count(b"\n") == 21
 
 
-# --- batches for the chat fine-tune --------------------------------------------------------------------------
+# --- batches for the chat fine-tune ---------------------------------------------------------------
 
 def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     import torch
@@ -199,13 +210,16 @@ def test_batches_hold_the_assistant_only_targets_and_follow_the_generator():
     batch_fn = chat_batch_fn(tokenizer, 8, 256, data=small)
     x, y = batch_fn("train", torch.Generator().manual_seed(0))
     x2, y2 = batch_fn("train", torch.Generator().manual_seed(0))
-    assert torch.equal(x, x2) and torch.equal(y, y2) and x.shape == y.shape and x.shape[0] == 8 and x.shape[1] <= 256
+    assert (torch.equal(x, x2) and torch.equal(y, y2) and x.shape == y.shape and x.shape[0] == 8
+            and x.shape[1] <= 256)
     pairs, left_out = rendered_pairs(tokenizer, small["train"], 256)
     assert left_out == 0 and len(pairs) == 50
     for row in range(8):  # each row is one conversation's pair, padded with IGNORE_INDEX targets
-        match = [p for p in pairs if torch.equal(p[0], x[row, :len(p[0])]) and torch.equal(p[1], y[row, :len(p[1])])]
+        match = [p for p in pairs if torch.equal(p[0], x[row, :len(p[0])])
+                 and torch.equal(p[1], y[row, :len(p[1])])]
         assert match and (y[row, len(match[0][1]):] == IGNORE_INDEX).all()
-    assert rendered_pairs(tokenizer, small["train"], 20)[1] > 0  # too long for 20 tokens: left out, never cut
+    # too long for 20 tokens: left out, never cut
+    assert rendered_pairs(tokenizer, small["train"], 20)[1] > 0
     with pytest.raises(ValueError, match="no train conversation fits"):
         chat_batch_fn(tokenizer, 8, 5, data=small)
 
@@ -218,14 +232,17 @@ def test_is_follow_up_knows_exactly_the_follow_up_questions():
     for split in SPLITS:
         for conversation in load_conversations(split):
             users = [m["content"] for m in conversation["messages"] if m["role"] == "user"]
-            expected = [False, True] if conversation["task"] == "follow-up" else [False] * len(users)
+            expected = ([False, True] if conversation["task"] == "follow-up"
+                        else [False] * len(users))
             assert [is_follow_up(u) for u in users] == expected, users
-    assert is_follow_up(" plus 7 ") and not is_follow_up("Plus 5? And then?") and not is_follow_up("What is 2+3?")
+    assert (is_follow_up(" plus 7 ") and not is_follow_up("Plus 5? And then?")
+            and not is_follow_up("What is 2+3?"))
 
 
 def test_packed_batches_fill_every_row_with_whole_conversations_in_turn():
     """``pack``: rows of exactly block_size tokens, conversations one after another, the token
-    after each one's <|end|> (the next <|user|>) never a target; the same generator, the same rows."""
+    after each one's <|end|> (the next <|user|>) never
+    a target; the same generator, the same rows."""
     import torch
 
     from course_lib.chat.data import chat_batch_fn
@@ -239,8 +256,11 @@ def test_packed_batches_fill_every_row_with_whole_conversations_in_turn():
     x2, y2 = batch_fn("train", torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 128) and torch.equal(x, x2) and torch.equal(y, y2)
     user = tokenizer.special_ids[USER]
-    assert (x[:, 0] == user).all() and (x == user).sum(1).min() >= 2  # every row: several conversations
+    # every row: several conversations
+    assert (x[:, 0] == user).all() and (x == user).sum(1).min() >= 2
     starts = (x[:, 1:] == user)
-    assert (y[:, :-1][starts] == IGNORE_INDEX).all()  # the next conversation's <|user|> is not a target
+    # the next conversation's <|user|> is not a target
+    assert (y[:, :-1][starts] == IGNORE_INDEX).all()
     trained = y != IGNORE_INDEX
-    assert torch.equal(x[:, 1:][trained[:, :-1]], y[:, :-1][trained[:, :-1]])  # y is x shifted by one
+    # y is x shifted by one
+    assert torch.equal(x[:, 1:][trained[:, :-1]], y[:, :-1][trained[:, :-1]])

@@ -5,9 +5,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib.chat.engine import MAX_TOOL_CALLS, Chat, ChatEngine, Piece, format_piece, load_chat_model
-from course_lib.chat.template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer, ConversationTooLong,
-                                      chat_tokenizer, render)
+from course_lib.chat.engine import (MAX_TOOL_CALLS, Chat, ChatEngine,
+                                    Piece, format_piece, load_chat_model)
+from course_lib.chat.template import (CALC, CALC_END, END, RESULT, RESULT_END, ChatTokenizer,
+                                      ConversationTooLong, chat_tokenizer, render)
 from course_lib.checkpoint import save_checkpoint
 from course_lib.data import load_text
 from course_lib.model import GPT, GPTConfig
@@ -18,7 +19,8 @@ TOK = chat_tokenizer(CharTokenizer.from_text(load_text("tinyshakespeare")), "012
 
 def tiny_gpt(block_size=64, seed=0):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=block_size, n_layer=2, n_head=2, n_embd=32)).eval()
+    return GPT(GPTConfig(vocab_size=TOK.vocab_size, block_size=block_size,
+                         n_layer=2, n_head=2, n_embd=32)).eval()
 
 
 class Scripted(nn.Module):
@@ -27,7 +29,8 @@ class Scripted(nn.Module):
 
     def __init__(self, script, vocab_size=TOK.vocab_size, block_size=64):
         super().__init__()
-        self.config = GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=1, n_head=1, n_embd=8)
+        self.config = GPTConfig(vocab_size=vocab_size, block_size=block_size,
+                                n_layer=1, n_head=1, n_embd=8)
         self.script, self.reads, self.weight = list(script), [], nn.Parameter(torch.zeros(1))
 
     def forward(self, idx, cache=None):
@@ -44,12 +47,12 @@ def ids_of(*items, tok=TOK):
     return out
 
 
-# --- the KV cache across turns --------------------------------------------------------------------------
+# --- the KV cache across turns --------------------------------------------------------------------
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_cached_turns_write_the_same_tokens_as_rereading_the_whole_conversation(temperature):
-    engines = [ChatEngine(tiny_gpt(), TOK, temperature=temperature, seed=3, max_reply_tokens=6, min_reply_room=6,
-                          use_cache=use) for use in (True, False)]
+    engines = [ChatEngine(tiny_gpt(), TOK, temperature=temperature, seed=3, max_reply_tokens=6,
+                          min_reply_room=6, use_cache=use) for use in (True, False)]
     for text in ("Good morrow.", "What is 2+3?", "Spell night.", "And again?"):
         pieces = [list(e.stream(text)) for e in engines]
         assert pieces[0] == pieces[1]
@@ -82,7 +85,7 @@ def test_each_token_is_read_once_only_the_new_message_after_the_first_turn():
     assert sum(reads) == len(engine.fed) and engine.ids[:len(engine.fed)] == engine.fed
 
 
-# --- stop, tool loop, streaming --------------------------------------------------------------------------
+# --- stop, tool loop, streaming -------------------------------------------------------------------
 
 def test_a_reply_stops_at_the_end_of_turn_token():
     model = Scripted(ids_of("Hi", "!", END, "zzz"))
@@ -98,10 +101,12 @@ def test_the_tool_loop_runs_the_calculator_and_feeds_its_result_back():
     model = Scripted(script)
     engine = ChatEngine(model, TOK)
     pieces = list(engine.stream("What is 12+7?"))
-    assert pieces == [Piece("tool", "12+7"), Piece("result", "19"), Piece("text", "1"), Piece("text", "9")]
+    assert pieces == [Piece("tool", "12+7"), Piece("result", "19"),
+                      Piece("text", "1"), Piece("text", "9")]
     # after <|/calc|> the model reads the result the engine wrote, then goes on
     assert model.reads[6] == ids_of(CALC_END, RESULT, "19", RESULT_END)
-    assert engine.messages[-1]["content"] == [{"type": "tool", "text": "12+7"}, {"type": "result", "text": "19"},
+    assert engine.messages[-1]["content"] == [{"type": "tool", "text": "12+7"},
+                                              {"type": "result", "text": "19"},
                                               {"type": "text", "text": "19"}]
     assert engine.ids == render(TOK, engine.messages)[0]
     assert "".join(format_piece(p) for p in pieces) == "[calc 12+7 = 19]19"
@@ -147,7 +152,7 @@ def test_closing_the_stream_early_keeps_the_reply_so_far():
     assert engine.send("More") == "cdef"  # the conversation goes on
 
 
-# --- too long for the context -------------------------------------------------------------------------------
+# --- too long for the context ---------------------------------------------------------------------
 
 def test_the_oldest_exchanges_are_dropped_with_a_notice_and_the_cache_refilled():
     model = tiny_gpt(block_size=40)
@@ -159,11 +164,13 @@ def test_the_oldest_exchanges_are_dropped_with_a_notice_and_the_cache_refilled()
         notices += [p.text for p in pieces if p.kind == "notice" and "dropped" in p.text]
         assert len(engine.fed) <= 40
     assert notices and "40-token context" in notices[0] and "exchange" in notices[0]
-    assert engine.messages[0] == {"role": "system", "content": "Be kind."}  # the system message stays
+    # the system message stays
+    assert engine.messages[0] == {"role": "system", "content": "Be kind."}
     assert engine.messages[1]["content"] != "Line 0."
     ids = engine.ids + ids_of("<|user|>", "x", END, "<|assistant|>")
     with torch.no_grad():
-        assert torch.allclose(engine.next_logits(ids), model(torch.tensor([ids]))[0][0, -1], atol=1e-5)
+        assert torch.allclose(engine.next_logits(ids),
+                              model(torch.tensor([ids]))[0][0, -1], atol=1e-5)
 
 
 def test_a_follow_up_is_dropped_with_the_question_it_follows_and_the_notice_names_them():
@@ -173,14 +180,16 @@ def test_a_follow_up_is_dropped_with_the_question_it_follows_and_the_notice_name
     for follow_up in (None, "default"):  # None: the old rule, by age only
         options = {} if follow_up else {"follow_up": None}
         engine = ChatEngine(Scripted(ids_of("ok", END), block_size=60), TOK, **options)
-        engine.send("Spell honour.")  # 19 tokens with the reply; the follow-up 21 (its reply is empty)
+        # 19 tokens with the reply; the follow-up 21 (its reply is empty)
+        engine.send("Spell honour.")
         engine.send("How many letters?")
         pieces = list(engine.stream("Who are you?"))  # 14, and 8 kept free: 62 > 60
         notices = [p.text for p in pieces if p.kind == "notice"]
         lengths[follow_up] = [m["content"] for m in engine.messages if m["role"] == "user"]
     assert lengths[None] == ["How many letters?", "Who are you?"]  # an orphaned follow-up first
     assert lengths["default"] == ["Who are you?"]
-    assert notices == ["(the conversation outgrew the model's 60-token context: dropped the oldest 2 exchanges, "
+    assert notices == ["(the conversation outgrew the model's 60-token context: dropped the oldest "
+                       "2 exchanges, "
                        '"Spell honour." and "How many letters?")']
 
 
@@ -188,15 +197,20 @@ def test_a_follow_up_keeps_its_question_when_it_fits_and_says_when_it_cannot():
     engine = ChatEngine(Scripted(ids_of("ok", END), block_size=50), TOK)
     engine.send("Who are you?")
     engine.send("What is 12*34?")
-    pieces = list(engine.stream("Plus 5?"))  # 18 + 18 + 9 + 7 > 50: the oldest goes, not the question
+    # 18 + 18 + 9 + 7 > 50: the oldest goes, not the question
+    pieces = list(engine.stream("Plus 5?"))
     assert [p.text for p in pieces if p.kind == "notice"] == [
-        "(the conversation outgrew the model's 50-token context: dropped the oldest exchange, \"Who are you?\")"]
-    assert [m["content"] for m in engine.messages if m["role"] == "user"] == ["What is 12*34?", "Plus 5?"]
+        "(the conversation outgrew the model's 50-token context: dropped the oldest exchange, "
+        "\"Who are you?\")"]
+    assert ([m["content"] for m in engine.messages if m["role"] == "user"]
+            == ["What is 12*34?", "Plus 5?"])
     engine = ChatEngine(Scripted(ids_of("ok", END), block_size=36), TOK)
     engine.send("What is 1234+5678?")  # 24 tokens; "Plus 5?" 9 and 5 kept free: 38 > 36
     notices = [p.text for p in engine.stream("Plus 5?") if p.kind == "notice"]
-    assert notices == ["(the conversation outgrew the model's 36-token context: dropped the oldest exchange, "
-                       '"What is 1234+5678?"; it was the question this follow-up needs: ask it again first)']
+    assert notices == ["(the conversation outgrew the model's 36-token context: dropped the oldest "
+                       "exchange, "
+                       '"What is 1234+5678?"; it was the question this follow-up needs: ask it '
+                       'again first)']
 
 
 def test_a_reply_to_a_follow_up_is_cut_rather_than_drop_its_question():
@@ -210,14 +224,17 @@ def test_a_reply_to_a_follow_up_is_cut_rather_than_drop_its_question():
         if follow_up:
             assert notices == ["(reply cut: the 40-token context is full)"]
         else:
-            assert notices[0] == ("(the reply outgrew the model's 40-token context: dropped the oldest exchange, "
+            assert notices[0] == ("(the reply outgrew the model's 40-token context: dropped the "
+                                  "oldest exchange, "
                                   '"What is 2+3?")')
 
 
 def test_about_says_the_longest_message_and_the_drop_rule():
-    engine = ChatEngine(Scripted(ids_of("ok", END)), TOK)  # 64 tokens, 9 kept free, 2 for <|user|> and <|end|>
+    # 64 tokens, 9 kept free, 2 for <|user|> and <|end|>
+    engine = ChatEngine(Scripted(ids_of("ok", END)), TOK)
     about = engine.about()
-    assert engine.longest_message == 53 and "at most 53 characters" in about and "follow-up with its question" in about
+    assert (engine.longest_message == 53 and "at most 53 characters" in about
+            and "follow-up with its question" in about)
     assert "start each new topic with a reset" in about
     engine.check_message("x" * 53)
     with pytest.raises(ConversationTooLong):
@@ -234,18 +251,20 @@ def test_a_message_too_long_alone_is_refused_and_the_conversation_kept():
 
 
 def test_a_reply_that_fills_the_context_is_cut_with_a_notice():
-    engine = ChatEngine(Scripted(ids_of("a"), block_size=24), TOK, min_reply_room=4, max_reply_tokens=100)
+    engine = ChatEngine(Scripted(ids_of("a"), block_size=24), TOK,
+                        min_reply_room=4, max_reply_tokens=100)
     pieces = list(engine.stream("Hi"))
     assert pieces[-1] == Piece("notice", "(reply cut: the 24-token context is full)")
     engine = ChatEngine(Scripted(ids_of("a")), TOK, max_reply_tokens=3)
     assert list(engine.stream("Hi"))[-1] == Piece("notice", "(reply cut after 3 tokens)")
 
 
-# --- bad input, loading, the notebook's Chat ------------------------------------------------------------------
+# --- bad input, loading, the notebook's Chat ------------------------------------------------------
 
 def test_bad_input_is_refused_clearly_and_changes_nothing():
     engine = ChatEngine(Scripted(ids_of("ok", END)), TOK)
-    for bad, message in (("caf\u00e9", "unknown character"), ("  ", "non-empty text"), (None, "non-empty text")):
+    for bad, message in (("caf\u00e9", "unknown character"),
+                         ("  ", "non-empty text"), (None, "non-empty text")):
         with pytest.raises(ValueError, match=message):
             engine.send(bad)
     assert engine.messages == [] and engine.ids == []
@@ -287,8 +306,9 @@ def test_the_shipped_chat_model_loads_and_is_checked(tmp_path, monkeypatch):
 
 
 def test_load_chat_model_refuses_a_plain_gpt(tmp_path):
-    path = save_checkpoint(tmp_path / "plain.pt", GPT(GPTConfig(vocab_size=65, block_size=8, n_layer=1, n_head=1,
-                                                                 n_embd=8)), tokenizer=TOK.base)
+    path = save_checkpoint(tmp_path / "plain.pt",
+                           GPT(GPTConfig(vocab_size=65, block_size=8, n_layer=1, n_head=1,
+                                         n_embd=8)), tokenizer=TOK.base)
     with pytest.raises(ValueError, match="not a chat model"):
         load_chat_model(path)
     path = save_checkpoint(tmp_path / "chat.pt", tiny_gpt(), tokenizer=TOK)
@@ -315,8 +335,10 @@ def test_a_long_reply_drops_the_oldest_exchanges_as_it_goes_never_the_message_it
     pieces = list(engine.stream("Go on."))
     notices = [p.text for p in pieces if p.kind == "notice"]
     assert any("the reply outgrew" in n for n in notices)
-    assert engine.messages[0] == {"role": "user", "content": "Go on."}  # both earlier exchanges went
+    assert engine.messages[0] == {"role": "user",
+                                  "content": "Go on."}  # both earlier exchanges went
     assert len(engine.ids) <= 48 + 1  # the context, and the <|end|> closing the reply
     ids = engine.ids[:-1]
     with torch.no_grad():  # the cache refilled after the drops still equals reading the rest again
-        assert torch.allclose(engine.next_logits(ids[:-1]), model(torch.tensor([ids[:-1]]))[0][0, -1], atol=1e-5)
+        assert torch.allclose(engine.next_logits(ids[:-1]),
+                              model(torch.tensor([ids[:-1]]))[0][0, -1], atol=1e-5)

@@ -6,9 +6,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib.chat.template import (ASSISTANT, CALC, CALC_END, CHAT_SPECIALS, END, RESULT, RESULT_END, USER,
-                                      ChatTokenizer, ConversationTooLong, chat_tokenizer, check_conversation, collate,
-                                      exchanges, fit_to_context, normalize, parse, render, render_prompt, training_pair)
+from course_lib.chat.template import (ASSISTANT, CALC, CALC_END, CHAT_SPECIALS, END, RESULT,
+                                      RESULT_END, USER, ChatTokenizer, ConversationTooLong,
+                                      chat_tokenizer, check_conversation, collate,
+                                      exchanges, fit_to_context, normalize, parse, render,
+                                      render_prompt, training_pair)
 from course_lib.data import load_text
 from course_lib.tokenizers import CharTokenizer, tokenizer_from_dict, train_tokenizer
 from course_lib.utils import IGNORE_INDEX
@@ -22,7 +24,8 @@ ALPHABET = "".join(CHAR.base.chars)
 EXAMPLE = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "What is 2+3?"},
-    {"role": "assistant", "content": [{"type": "tool", "text": "2+3"}, {"type": "result", "text": "5"},
+    {"role": "assistant", "content": [{"type": "tool", "text": "2+3"},
+                                      {"type": "result", "text": "5"},
                                       {"type": "text", "text": "5"}]},
     {"role": "user", "content": "Thanks"},
     {"role": "assistant", "content": "Welcome."},
@@ -32,7 +35,8 @@ EXAMPLE = [
 def test_special_ids_come_after_every_base_id_so_the_pretrained_ids_keep_their_meaning():
     assert CHAR.base.chars[:65] == BASE.chars and CHAR.encode("ROMEO:") == BASE.encode("ROMEO:")
     assert sorted(CHAR.special_ids.values()) == list(range(CHAR.base_vocab_size, CHAR.vocab_size))
-    assert CHAR.vocab_size == 65 + len("0123456789+*/()=".replace("3", "").replace("-", "")) + len(CHAT_SPECIALS)
+    assert CHAR.vocab_size == (65 + len("0123456789+*/()=".replace("3", "").replace("-", ""))
+                               + len(CHAT_SPECIALS))
     assert chat_tokenizer(CHAR) is CHAR  # already a chat tokenizer
 
 
@@ -45,7 +49,8 @@ def test_a_text_never_encodes_to_a_special_token():
 
 def test_decode_writes_specials_by_name_or_skips_them():
     ids = render(CHAR, EXAMPLE[1:3])[0]
-    assert CHAR.decode(ids) == f"{USER}What is 2+3?{END}{ASSISTANT}{CALC}2+3{CALC_END}{RESULT}5{RESULT_END}5{END}"
+    assert CHAR.decode(ids) == (f"{USER}What is 2+3?{END}{ASSISTANT}{CALC}2+3{CALC_END}"
+                                f"{RESULT}5{RESULT_END}5{END}")
     assert CHAR.decode(ids, skip_special=True) == "What is 2+3?2+355"
 
 
@@ -56,15 +61,15 @@ def test_the_chat_tokenizer_comes_back_from_its_dict_through_the_registry():
         assert render(back, EXAMPLE) == render(tok, EXAMPLE)
 
 
-# --- round trip -----------------------------------------------------------------------------------------
+# --- round trip -----------------------------------------------------------------------------------
 
 def texts(alphabet):
     return st.text(alphabet=alphabet, max_size=12)
 
 
 def conversations(alphabet):
-    part = st.builds(lambda kind, text: {"type": kind, "text": text}, st.sampled_from(["text", "tool", "result"]),
-                     texts(alphabet))
+    part = st.builds(lambda kind, text: {"type": kind, "text": text},
+                     st.sampled_from(["text", "tool", "result"]), texts(alphabet))
     assistant = st.one_of(texts(alphabet), st.lists(part, max_size=4))
     exchange = st.tuples(texts(alphabet), assistant).map(
         lambda ua: [{"role": "user", "content": ua[0]}, {"role": "assistant", "content": ua[1]}])
@@ -75,7 +80,8 @@ def conversations(alphabet):
         if last_user is not None or not turns:
             messages.append({"role": "user", "content": last_user or ""})
         return messages
-    return st.builds(build, st.none() | texts(alphabet), st.lists(exchange, max_size=3), st.none() | texts(alphabet))
+    return st.builds(build, st.none() | texts(alphabet),
+                     st.lists(exchange, max_size=3), st.none() | texts(alphabet))
 
 
 @settings(max_examples=150, deadline=None)
@@ -94,7 +100,7 @@ def test_render_then_parse_gives_the_conversation_back_bpe_any_text(messages):
     assert parse(BPE, ids) == normalize(messages)
 
 
-# --- the assistant-only mask ------------------------------------------------------------------------------
+# --- the assistant-only mask ----------------------------------------------------------------------
 
 def test_the_mask_of_an_example_token_by_token():
     ids, trained = render(CHAR, EXAMPLE)
@@ -117,10 +123,12 @@ def test_the_trained_tokens_are_exactly_what_the_assistant_writes(messages):
     for m in normalize(messages):
         if m["role"] != "assistant":
             continue
-        parts = [{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"]
+        parts = ([{"type": "text", "text": m["content"]}] if isinstance(m["content"], str)
+                 else m["content"])
         for p in parts:
             expected += (CHAR.encode(p["text"]) if p["type"] == "text" else
-                         [CHAR.special_ids[CALC]] + CHAR.encode(p["text"]) + [CHAR.special_ids[CALC_END]]
+                         [CHAR.special_ids[CALC]] + CHAR.encode(p["text"])
+                         + [CHAR.special_ids[CALC_END]]
                          if p["type"] == "tool" else [])
         expected.append(CHAR.special_ids[END])
     assert [i for i, t in zip(ids, trained) if t] == expected
@@ -147,7 +155,7 @@ def test_render_prompt_ends_with_the_assistant_token():
         render_prompt(CHAR, EXAMPLE)
 
 
-# --- too long for the context -------------------------------------------------------------------------------
+# --- too long for the context ---------------------------------------------------------------------
 
 def test_a_conversation_that_fits_is_kept_whole():
     n = len(render(CHAR, EXAMPLE)[0])
@@ -185,9 +193,11 @@ def test_whatever_fits_is_the_system_message_and_the_newest_whole_exchanges(mess
 
 def test_bad_conversations_are_refused_with_the_reason():
     cases = [([], "non-empty list"), ([{"role": "assistant", "content": "hi"}], "'user' is due"),
-             ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "'assistant' is due"),
+             ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+              "'assistant' is due"),
              ([{"role": "user", "content": ["x"]}], "bad part"),
-             ([{"role": "user", "content": "a"}, {"role": "assistant", "content": [{"type": "code", "text": "1"}]}],
+             ([{"role": "user", "content": "a"},
+               {"role": "assistant", "content": [{"type": "code", "text": "1"}]}],
               "bad part"),
              ([{"role": "user", "text": "a"}], "keys 'role' and 'content'")]
     for messages, message in cases:
@@ -206,7 +216,8 @@ def test_parse_refuses_ids_that_are_not_a_rendered_conversation():
     with pytest.raises(ValueError, match="not closed by <\\|/calc\\|>"):
         parse(CHAR, ids[:-7] + [CHAR.special_ids[END]])
     with pytest.raises(ValueError, match="calculator part"):
-        parse(CHAR, [CHAR.special_ids[USER], CHAR.special_ids[CALC], CHAR.special_ids[CALC_END], CHAR.special_ids[END]])
+        parse(CHAR, [CHAR.special_ids[USER], CHAR.special_ids[CALC],
+                     CHAR.special_ids[CALC_END], CHAR.special_ids[END]])
 
 
 def test_a_char_chat_tokenizer_names_an_unknown_character():

@@ -29,7 +29,8 @@ def chat(lines, model=None):
 
 
 def test_a_conversation_streams_resets_and_quits():
-    status, text, engine = chat(["What is 2+3?", "", "/reset", "Again?", "/help", "/quit", "never read"])
+    status, text, engine = chat(["What is 2+3?", "", "/reset", "Again?", "/help", "/quit",
+                                 "never read"])
     assert status == 0
     assert text.count("assistant> [calc 2+3 = 5]5\n") == 2 and "(a new conversation)" in text
     assert "(unknown command /help: /reset starts again" in text and "never read" not in text
@@ -39,7 +40,8 @@ def test_a_conversation_streams_resets_and_quits():
 def test_a_known_command_with_an_argument_is_not_called_unknown():
     """Review 2026-11-28 C1 (row 73): "/reset extra" answered "unknown command /reset"."""
     status, text, engine = chat(["What is 2+3?", "/reset extra", "/quit now", "/quit"])
-    assert status == 0 and len(engine.messages) == 2  # neither ran: the conversation is kept, the chat went on
+    # neither ran: the conversation is kept, the chat went on
+    assert status == 0 and len(engine.messages) == 2
     assert "(/reset takes no argument: type /reset alone: /reset starts again" in text
     assert "(/quit takes no argument: type /quit alone: " in text and "unknown command" not in text
 
@@ -51,7 +53,8 @@ def test_the_end_of_input_ends_the_chat():
 
 def test_a_message_the_model_cannot_read_is_refused_and_the_chat_goes_on():
     status, text, engine = chat(["caf\u00e9", "x" * 80, "2+3?"])
-    assert "(not sent: unknown character '\u00e9'" in text and "(not sent: its newest exchange alone" in text
+    assert ("(not sent: unknown character '\u00e9'" in text
+            and "(not sent: its newest exchange alone" in text)
     assert text.count("[calc 2+3 = 5]5") == 1 and len(engine.messages) == 2
 
 
@@ -59,14 +62,16 @@ def test_ctrl_c_stops_the_reply_and_keeps_what_was_written():
     model = Cycling(ids_of("abcdef", END), interrupt_at=4)
     status, text, engine = chat(["Hi", "More"], model)
     assert "assistant> abc\n(reply stopped: Ctrl-C)" in text
-    assert engine.messages[1] == {"role": "assistant", "content": "abc"} and len(engine.messages) == 4
+    assert (engine.messages[1] == {"role": "assistant", "content": "abc"}
+            and len(engine.messages) == 4)
 
 
 def test_an_empty_reply_is_shown_as_such_not_as_nothing():
     """A model that ends its turn at once (or writes only spaces) is not a broken chat."""
     for reply in (ids_of(END), ids_of("  ", END)):
         status, text, _ = chat(["How much is 7+5?"], Cycling(reply))
-        assert "assistant> " + NO_REPLY + "\n" in text or "assistant>   " + NO_REPLY + "\n" in text, text
+        assert ("assistant> " + NO_REPLY + "\n" in text
+                or "assistant>   " + NO_REPLY + "\n" in text), text
     assert NO_REPLY not in chat(["What is 2+3?"])[1]  # a real reply: no notice
 
 
@@ -77,13 +82,17 @@ def chat_checkpoint(tmp_path):
     return save_checkpoint(tmp_path / "chat.pt", model, tokenizer=TOK)
 
 
-def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkpoint, monkeypatch, capsys):
+def test_the_command_line_chats_and_ctrl_c_at_the_prompt_is_one_line(chat_checkpoint, monkeypatch,
+                                                                    capsys):
     answers = iter(["Hi", "/quit"])
     monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
     assert main(["chat", "--checkpoint", str(chat_checkpoint), "--max-tokens", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"chatting with {chat_checkpoint} (64-token context)") and "(reply cut after 5 tokens)" in out
-    assert "a message of at most 53 characters" in out and "start each new topic with a reset" in out  # 17-M3
+    assert (out.startswith(f"chatting with {chat_checkpoint} (64-token context)")
+            and "(reply cut after 5 tokens)" in out)
+    # 17-M3
+    assert ("a message of at most 53 characters" in out
+            and "start each new topic with a reset" in out)
 
     def ctrl_c(prompt):
         raise KeyboardInterrupt

@@ -46,7 +46,8 @@ def test_the_delta_rule_stores_a_unit_key_exactly_and_plain_linear_attention_doe
     k = torch.cat([k[:, :, :1], k[:, :, :1]], dim=2)  # the same key twice, two different values
     _, S = delta_rule_recurrent(q, k, v, torch.ones(2, 3, 2))
     read = (S * k[:, :, 0, :, None]).sum(-2)  # S^T k
-    torch.testing.assert_close(read, v[:, :, 1], atol=1e-5, rtol=1e-5)  # overwritten by the newest value
+    # overwritten by the newest value
+    torch.testing.assert_close(read, v[:, :, 1], atol=1e-5, rtol=1e-5)
     _, S_plain = linear_attention_recurrent(q, k, v)
     assert ((S_plain * k[:, :, 0, :, None]).sum(-2) - v[:, :, 1]).abs().max() > 0.1  # a sum of both
 
@@ -74,7 +75,8 @@ def test_recurrent_form_equals_transformers(B, H, T, dk, dv):
 def test_chunked_form_equals_transformers_and_our_recurrent_form(B, H, T, dk, dv, C):
     q, k, v, g, beta = inputs(B, H, T, dk, dv, seed=1)
     ours, S = gated_delta_rule_chunked(q, k, v, g, beta, chunk_size=C)
-    expected, S_expected = theirs(qwen3_5.torch_chunk_gated_delta_rule, q, k, v, g, beta, chunk_size=C)
+    expected, S_expected = theirs(qwen3_5.torch_chunk_gated_delta_rule, q, k, v, g, beta,
+                                  chunk_size=C)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_expected, atol=1e-5, rtol=1e-5)
     recurrent, S_rec = gated_delta_rule_recurrent(q, k, v, g, beta)
@@ -86,10 +88,12 @@ def test_chunked_form_equals_transformers_and_our_recurrent_form(B, H, T, dk, dv
 @given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 40), dk=st.integers(1, 9),
        dv=st.integers(1, 9), C=st.integers(1, 17), seed=st.integers(0, 10**6), strong=st.booleans(),
        with_state=st.booleans())
-def test_both_forms_equal_transformers_for_any_shape_chunk_and_starting_state(B, H, T, dk, dv, C, seed,
-                                                                              strong, with_state):
+def test_both_forms_equal_transformers_for_any_shape_chunk_and_starting_state(B, H, T, dk, dv, C,
+                                                                              seed, strong,
+                                                                              with_state):
     q, k, v, g, beta = inputs(B, H, T, dk, dv, seed, strong_decay=strong)
-    state = torch.randn(B, H, dk, dv, generator=torch.Generator().manual_seed(seed)) if with_state else None
+    state = (torch.randn(B, H, dk, dv, generator=torch.Generator().manual_seed(seed))
+             if with_state else None)
     rec, S_rec = gated_delta_rule_recurrent(q, k, v, g, beta, state=state)
     chk, S_chk = gated_delta_rule_chunked(q, k, v, g, beta, chunk_size=C, state=state)
     expected, S_expected = theirs(qwen3_5.torch_recurrent_gated_delta_rule, q, k, v, g, beta, state)
@@ -149,13 +153,15 @@ def test_generation_with_the_state_gives_the_tokens_of_rereading_the_whole_text(
 def test_the_layer_pattern_is_cycled_and_each_block_has_its_kind():
     model = HybridGPT(HybridConfig(**dict(SMALL, n_layer=6)))
     assert model.config.layer_kinds == "LLLALL"
-    assert [type(b.mixer).__name__ for b in model.blocks] == ["GatedDeltaNet"] * 3 + ["GatedAttention"] + \
-        ["GatedDeltaNet"] * 2
+    assert [type(b.mixer).__name__ for b in model.blocks] == (["GatedDeltaNet"] * 3
+                                                              + ["GatedAttention"]
+                                                              + ["GatedDeltaNet"] * 2)
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(layers="LLXA"), "letters L"), (dict(layers=""), "letters L"), (dict(n_head=3), "divisible"),
-    (dict(n_kv_head=3, n_head=4), "must divide n_head"), (dict(linear_k_heads=3, linear_v_heads=4), "divide"),
+    (dict(layers="LLXA"), "letters L"), (dict(layers=""), "letters L"),
+    (dict(n_head=3), "divisible"), (dict(n_kv_head=3, n_head=4), "must divide n_head"),
+    (dict(linear_k_heads=3, linear_v_heads=4), "divide"),
 (dict(conv_kernel=1), "conv_kernel"), (dict(chunk_size=0), "chunk_size")])
 def test_bad_settings_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as refused:
@@ -174,7 +180,8 @@ def test_flops_per_token_counts_attentions_context_and_the_states_updates():
 
 def test_recall_batch_asks_for_the_value_that_followed_each_key():
     from course_lib.linear_attention.probes import IGNORE, recall_batch
-    x, y = recall_batch(4, pairs=5, questions=3, keys=10, values=7, generator=torch.Generator().manual_seed(0))
+    x, y = recall_batch(4, pairs=5, questions=3, keys=10, values=7,
+                        generator=torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 2 * 5 + 2 * 3 - 1)
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         stored = dict(zip(row_x[0:10:2], row_x[1:10:2]))  # key -> value of the context

@@ -39,7 +39,8 @@ def ctrl_c_during_step(trainer, step: int) -> None:
 
 
 def same_weights(a, b) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                 b.model.state_dict().values()))
 
 
 def straight_equals_cut_and_resumed(name, settings, options, tmp_path):
@@ -52,7 +53,8 @@ def straight_equals_cut_and_resumed(name, settings, options, tmp_path):
         cut.train()
     del cut
     torch.manual_seed(12345)  # a new process: torch's global generator is elsewhere
-    resumed = resume(name, tmp_path / "cut" / "ckpt.pt", **quiet, **options)  # the same options, as --resume
+    # the same options, as --resume
+    resumed = resume(name, tmp_path / "cut" / "ckpt.pt", **quiet, **options)
     assert resumed.step == STOP and resumed.trained_on["command"] == name
     resumed.train()
     assert resumed.step == straight.step == straight.config.max_iters > STOP
@@ -67,11 +69,13 @@ def test_every_kind_stopped_by_ctrl_c_resumes_bit_for_bit(name, tmp_path):
 
 
 def test_train_reaches_the_hybrid_kind_and_resumes_bit_for_bit(tmp_path):
-    """Chapter 24's model kind through `train`: its preset, its config's fields as --set settings."""
+    """Chapter 24's model kind through `train`: its preset, its config's fields as --set
+    settings."""
     settings, options = KINDS["train"].example(tmp_path)
-    settings = {k: v for k, v in settings.items() if k != "n_layer"} | {"n_layer": 2, "layers": "LA",
-                                                                        "chunk_size": 8}
-    resumed = straight_equals_cut_and_resumed("train", settings, options | {"preset": "shakespeare-char-hybrid"},
+    settings = ({k: v for k, v in settings.items() if k != "n_layer"}
+                | {"n_layer": 2, "layers": "LA", "chunk_size": 8})
+    resumed = straight_equals_cut_and_resumed("train", settings,
+                                              options | {"preset": "shakespeare-char-hybrid"},
                                               tmp_path)
     assert type(resumed.model).__name__ == "HybridGPT" and resumed.model.config.layer_kinds == "LA"
 
@@ -79,8 +83,8 @@ def test_train_reaches_the_hybrid_kind_and_resumes_bit_for_bit(tmp_path):
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_a_checkpoint_of_one_kind_is_refused_by_every_other(name, tmp_path):
     settings, options = KINDS[name].example(tmp_path)
-    run = start(name, {**settings, "max_iters": 1}, out_dir=tmp_path / "run", device="cpu", progress=False,
-                verbose=False, **options)
+    run = start(name, {**settings, "max_iters": 1}, out_dir=tmp_path / "run", device="cpu",
+                progress=False, verbose=False, **options)
     run.train()
     for other in sorted(set(KINDS) - {name}):
         with pytest.raises(ValueError, match=f"made by `{name}`, not `{other}`: resume it with "

@@ -11,9 +11,9 @@ from scipy import stats
 from course_lib.generate import generate
 from course_lib.model import GPT, GPTConfig
 from course_lib.speculative.exact import exact_output_distribution
-from course_lib.speculative import (ModelDrafter, NGramDrafter, acceptance_probability, alpha_from_rounds,
-                                    expected_tokens_per_call, greedy_round, residual_distribution,
-                                    speculative_generate, speculative_round)
+from course_lib.speculative import (ModelDrafter, NGramDrafter, acceptance_probability,
+                                    alpha_from_rounds, expected_tokens_per_call, greedy_round,
+                                    residual_distribution, speculative_generate, speculative_round)
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,8 @@ def one_thread():
 
 def _tiny(vocab=5, block=8, layers=1, seed=0, n_embd=16):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layer=layers, n_head=2, n_embd=n_embd)).eval()
+    return GPT(GPTConfig(vocab_size=vocab, block_size=block,
+                         n_layer=layers, n_head=2, n_embd=n_embd)).eval()
 
 
 # --- greedy: the target's own greedy text, whatever the draft ---
@@ -60,7 +61,8 @@ def test_greedy_equals_plain_greedy_on_the_prompt_set(shipped, k):
 
 def test_greedy_with_a_model_drafter_and_a_useless_drafter():
     target = _tiny(vocab=11, block=12, layers=2, seed=1)
-    drafters = [ModelDrafter(_tiny(vocab=11, block=12, seed=2)), NGramDrafter(torch.arange(11), 11, n=2)]
+    drafters = [ModelDrafter(_tiny(vocab=11, block=12, seed=2)),
+                NGramDrafter(torch.arange(11), 11, n=2)]
     for seed in range(4):
         idx = torch.randint(11, (1, 3), generator=torch.Generator().manual_seed(seed))
         ref = generate(target, idx, 20, temperature=0)
@@ -80,7 +82,8 @@ def test_greedy_round():
 
 def _tables(V=3, seed=0):
     g = torch.Generator().manual_seed(seed)
-    P = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 2, -1)  # bigram: last token -> p
+    # bigram: last token -> p
+    P = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 2, -1)
     Q = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 2, -1)
     return (lambda s: P[s[-1]]), (lambda s: Q[s[-1]]), P
 
@@ -90,7 +93,8 @@ def test_output_distribution_is_the_targets_by_enumeration(k):
     p_of, q_of, P = _tables()
     prompt, n = [0], 3
     dist = exact_output_distribution(p_of, q_of, prompt, n, k)
-    for seq in itertools.product(range(3), repeat=n):  # written out here, independently of the library
+    # written out here, independently of the library
+    for seq in itertools.product(range(3), repeat=n):
         want, last = 1.0, prompt[-1]
         for t in seq:
             want *= float(P[last][t])
@@ -154,7 +158,8 @@ def test_loop_samples_the_target_chi_square():
     g = torch.Generator().manual_seed(0)
     counts = {tuple(s): 0 for s in seqs}
     for _ in range(n):
-        out = speculative_generate(target, drafter, torch.tensor([prompt]), 3, k=2, temperature=1.0, generator=g)
+        out = speculative_generate(target, drafter, torch.tensor([prompt]),
+                                   3, k=2, temperature=1.0, generator=g)
         counts[tuple(out[0, 6:].tolist())] += 1
     obs = torch.tensor([counts[tuple(s)] for s in seqs], dtype=torch.float64)
     exp = torch.tensor(exact, dtype=torch.float64) * n
@@ -185,7 +190,8 @@ def test_real_model_pairs_chi_square_over_1e5_draws(shipped):
         if len(emitted) == 1:  # a second round, from prompt + x1
             x1 = emitted[0]
             (d2,), q = drafter.propose(prompt + [x1], 1, 1.0, generator=g)
-            emitted = emitted + speculative_round(torch.stack([p2[x1], p3[x1, d2]]), q, [d2], g)[0][:1]
+            emitted = (emitted
+                       + speculative_round(torch.stack([p2[x1], p3[x1, d2]]), q, [d2], g)[0][:1])
         counts[emitted[0], emitted[1]] += 1
     exp = (p1[:, None] * p2).double().flatten() * n
     obs = counts.flatten()
@@ -212,8 +218,9 @@ def test_equal_to_transformers_assisted_generation():
 
     def gpt2(layers, seed):
         torch.manual_seed(seed)
-        config = transformers.GPT2Config(vocab_size=97, n_positions=64, n_embd=32, n_layer=layers, n_head=4,
-                                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        config = transformers.GPT2Config(vocab_size=97, n_positions=64, n_embd=32,
+                                         n_layer=layers, n_head=4, bos_token_id=None,
+                                         eos_token_id=None, pad_token_id=None)
         return transformers.GPT2LMHeadModel(config).eval()
 
     hf_target, hf_draft = gpt2(2, 0), gpt2(1, 1)
@@ -221,9 +228,11 @@ def test_equal_to_transformers_assisted_generation():
     for seed in range(3):
         idx = torch.randint(97, (1, 5), generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            theirs = hf_target.generate(idx, attention_mask=torch.ones_like(idx), assistant_model=hf_draft,
+            theirs = hf_target.generate(idx, attention_mask=torch.ones_like(idx),
+                                        assistant_model=hf_draft,
                                         do_sample=False, max_new_tokens=30)
-            plain = hf_target.generate(idx, attention_mask=torch.ones_like(idx), do_sample=False, max_new_tokens=30)
+            plain = hf_target.generate(idx, attention_mask=torch.ones_like(idx),
+                                       do_sample=False, max_new_tokens=30)
         ours = speculative_generate(target, ModelDrafter(draft), idx, 30, k=4)
         assert torch.equal(theirs, plain)
         assert torch.equal(ours, theirs)
@@ -237,7 +246,8 @@ def test_a_draft_with_another_vocabulary_is_refused():
     with pytest.raises(TypeError, match="drafter must have"):
         speculative_generate(_tiny(vocab=5), _tiny(vocab=5), torch.tensor([[0]]), 3)
     with pytest.raises(ValueError, match="k must be"):
-        speculative_generate(_tiny(vocab=5), ModelDrafter(_tiny(vocab=5)), torch.tensor([[0]]), 3, k=0)
+        speculative_generate(_tiny(vocab=5), ModelDrafter(_tiny(vocab=5)),
+                             torch.tensor([[0]]), 3, k=0)
 
 
 # --- the command line ---
@@ -246,8 +256,8 @@ def test_sample_with_a_draft_gives_the_greedy_text(capsys):
     from course_lib.cli import main
     from course_lib.pretrained import PRETRAINED_PATH
 
-    common = ["sample", "--checkpoint", str(PRETRAINED_PATH), "--prompt", "ROMEO:", "--tokens", "40",
-              "--temperature", "0", "--device", "cpu"]
+    common = ["sample", "--checkpoint", str(PRETRAINED_PATH), "--prompt", "ROMEO:",
+              "--tokens", "40", "--temperature", "0", "--device", "cpu"]
     assert main(common) == 0
     plain = capsys.readouterr().out
     assert main([*common, "--draft", str(PRETRAINED_PATH), "--draft-k", "3"]) == 0
@@ -271,6 +281,8 @@ def test_the_cost_model_check_has_intervals_that_cover_a_model_that_holds():
         cells[str(k)] = {"kept": kept, "drafted": [k] * 400}
     rows = cost_model_rows({"temperatures": {"1.0": {"drafters": {"x": cells}}}})
     assert [r["k"] for r in rows] == [1, 2, 4] and all(r["agree"] for r in rows)
-    assert all(r["predicted_interval"][0] < r["predicted"] < r["predicted_interval"][1] for r in rows)
-    cells["4"]["kept"] = [4] * 400  # a drafter right every time at k = 4: the model (from k = 1) cannot say so
+    assert all(r["predicted_interval"][0] < r["predicted"] < r["predicted_interval"][1]
+               for r in rows)
+    # a drafter right every time at k = 4: the model (from k = 1) cannot say so
+    cells["4"]["kept"] = [4] * 400
     assert not cost_model_rows({"temperatures": {"1.0": {"drafters": {"x": cells}}}})[-1]["agree"]

@@ -15,12 +15,13 @@ the samples, ``-min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)``, plus, 
 
 How the per-token losses are averaged is a choice with consequences (``loss_type``, TRL's names):
 
-| loss_type | average | who |
-|---|---|---|
-| grpo | over each answer's tokens, then over answers | the GRPO paper; favours short right answers and long wrong ones |
-| bnpo | over all tokens of the batch | |
-| dr_grpo | the sum over tokens / (answers * max_completion_length) | Dr. GRPO (Liu et al. 2025): no length bias |
-| dapo | the sum over tokens / all answer tokens of the generation batch | DAPO (Yu et al. 2025); TRL's default |
+- grpo: over each answer's tokens, then over answers (the GRPO paper; favours short right
+  answers and long wrong ones);
+- bnpo: over all tokens of the batch;
+- dr_grpo: the sum over tokens / (answers * max_completion_length) (Dr. GRPO, Liu et al. 2025:
+  no length bias);
+- dapo: the sum over tokens / all answer tokens of the generation batch (DAPO, Yu et al. 2025;
+  TRL's default).
 
 Dr. GRPO also drops the division by the group's std (``scale_rewards="none"``): dividing by it
 weighs questions the group nearly agrees on (too easy or too hard) as much as open ones.

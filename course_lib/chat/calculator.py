@@ -37,7 +37,8 @@ class CalculatorError(ValueError):
 
 
 def calculate(text) -> str:
-    """The value of the arithmetic expression ``text`` as text, or ``"error: <why>"``. Never raises."""
+    """The value of the arithmetic expression ``text`` as text, or ``"error: <why>"``.
+    Never raises."""
     try:
         return format_number(evaluate(text))
     except CalculatorError as e:
@@ -139,7 +140,8 @@ class _Parser:
             while self.char().isdigit():
                 self.pos += 1
         if start == self.pos:
-            what = f"unexpected {self.char()!r} at {self.pos + 1}" if self.char() else "incomplete expression"
+            what = (f"unexpected {self.char()!r} at {self.pos + 1}" if self.char()
+                    else "incomplete expression")
             raise CalculatorError(f"{what}: a number or '(' is due")
         literal = self.text[start:self.pos]
         return _checked(float(literal) if "." in literal else int(literal))

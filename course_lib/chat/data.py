@@ -50,7 +50,8 @@ import torch
 from .calculator import calculate
 from .phrasing import (ASK_DATE, ASK_LETTERS, ASK_SPEAK_AS, ASK_SPELLING, arithmetic_request, form,
                        held_out_forms, identity_split, noisy, speak_as_split)
-from .template import END, ConversationTooLong, chat_tokenizer, collate, fit_to_context, render, training_pair
+from .template import (END, ConversationTooLong, chat_tokenizer,
+                       collate, fit_to_context, render, training_pair)
 from ..data import load_text
 from ..dates import DATE_FORMATS, FIRST_DAY, N_DAYS, format_date
 from ..tokenizers import CharTokenizer, describe_chars, unwritable
@@ -58,22 +59,29 @@ from ..train import TrainConfig
 from ..utils import IGNORE_INDEX
 
 CHAT_PATH = Path(__file__).parent.parent / "tasks" / "chat.json"
-# The SHA-256 of CHAT_PATH: python -c "from course_lib.chat import data; print(chat_data.write_conversations())"
+# The SHA-256 of CHAT_PATH: python -c "from course_lib.chat import data;
+# print(chat_data.write_conversations())"
 CHAT_SHA256 = "3f6a40eb758610de21fb791352f52ddd745b373da5e4a5dd9ed626deb0d4d953"
 # The first version of the conversations (4,000 training conversations in two to four phrasings, no
-# noise, one or two exchanges; identity's questions the same in every split, review 17-B1), on which the
-# first chat model (weights/chat-char-cpu.pt) was trained and scored: kept so that its records can be checked
+# noise, one or two exchanges; identity's questions the same in every split, review 17-B1), on which
+# the first chat model (weights/chat-char-cpu.pt) was trained and scored: kept so that its records
+# can be checked
 CHAT_V1_PATH = CHAT_PATH.with_name("chat_v1.json")
 CHAT_V1_SHA256 = "b3b73ffa517c3677f5b0b907344a475e8c4868648408595008d585b2194cf4d0"
 SPLITS = ("train", "val", "test")
 SIZES = {"train": 12000, "val": 400, "test": 400}  # conversations per split
-EXTRA_CHARS = "0123456789+-*/()="  # what the conversations write beyond tiny Shakespeare's 65 characters
+# what the conversations write beyond tiny Shakespeare's 65 characters
+EXTRA_CHARS = "0123456789+-*/()="
 MAX_TOKENS = 257  # the character template's length of the longest conversation: block_size 256 + 1
-MIN_LINES = 20  # a speaker the assistant can speak as has at least this many first lines (8 to 40 characters)
+# a speaker the assistant can speak as has at least this many first lines (8 to 40 characters)
+MIN_LINES = 20
 CHAT_TASKS = ("dates", "arithmetic", "spelling", "letters", "identity", "speak-as", "follow-up")
-IDENTITY = tuple(pair for split in SPLITS for pair in identity_split(split))  # (question, answer), all splits
-PREFIX_SHARE = 0.25  # of the conversations (but speak-as and follow-up) that start after one or two others
-PSEUDO_SHARE = 0.3  # of training spelling and letters requests about a string of letters, not a word
+IDENTITY = tuple(pair for split in SPLITS
+                 for pair in identity_split(split))  # (question, answer), all splits
+# of the conversations (but speak-as and follow-up) that start after one or two others
+PREFIX_SHARE = 0.25
+# of training spelling and letters requests about a string of letters, not a word
+PSEUDO_SHARE = 0.3
 
 
 def _user(text: str) -> dict:
@@ -88,10 +96,11 @@ def _calc(expression: str) -> list[dict]:
     """The assistant's content for a calculation: the call, the calculator's result, and the
     result copied as the answer."""
     result = calculate(expression)
-    return [{"type": "tool", "text": expression}, {"type": "result", "text": result}, {"type": "text", "text": result}]
+    return [{"type": "tool", "text": expression}, {"type": "result", "text": result},
+            {"type": "text", "text": result}]
 
 
-# --- what each split draws from -------------------------------------------------------------------------
+# --- what each split draws from -------------------------------------------------------------------
 
 
 def _cut(items: list, rng: random.Random) -> dict[str, list]:
@@ -111,7 +120,8 @@ def _words() -> list[str]:
 def _speeches() -> dict[str, list[str]]:
     """Speaker -> the first lines (8 to 40 characters) of their speeches in tiny Shakespeare."""
     lines: dict[str, list[str]] = {}
-    for speaker, first in re.findall(r"\n\n([A-Z][A-Z ]*):\n([^\n]+)", load_text("tinyshakespeare")):
+    for speaker, first in re.findall(r"\n\n([A-Z][A-Z ]*):\n([^\n]+)",
+                                     load_text("tinyshakespeare")):
         if 8 <= len(first) <= 40:
             lines.setdefault(speaker, []).append(first)
     return lines
@@ -133,10 +143,12 @@ def _pools(seed: int) -> dict[str, dict]:
         for split, cut in _cut(lines[speaker], rng).items():
             pools[split].setdefault("lines", {})[speaker] = cut
     for split in SPLITS:
-        pools[split]["speak_as"] = [(s, f) for i, s in enumerate(speakers) for j, f in enumerate(ASK_SPEAK_AS)
+        pools[split]["speak_as"] = [(s, f) for i, s in enumerate(speakers)
+                                    for j, f in enumerate(ASK_SPEAK_AS)
                                     if speak_as_split(i, j) == split]
         pools[split]["identity"] = identity_split(split)
-    pools["train"]["pseudo"] = set(words)  # strings of letters for training must not be a word of any split
+    # strings of letters for training must not be a word of any split
+    pools["train"]["pseudo"] = set(words)
     return pools
 
 
@@ -146,7 +158,7 @@ def _pair_split(a: int, b: int) -> str:
     return "test" if r == 0 else "val" if r == 1 else "train"
 
 
-# --- one conversation of each task -------------------------------------------------------------------
+# --- one conversation of each task ----------------------------------------------------------------
 
 
 def _date(pool, rng):
@@ -176,7 +188,8 @@ def _word(pool, rng):
     """A word of the split; in training, sometimes a string of letters (the skill, not a list)."""
     if "pseudo" in pool and rng.random() < PSEUDO_SHARE:
         while True:
-            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
+                           for _ in range(rng.randint(3, 9)))
             if word not in pool["pseudo"]:
                 return word
     return rng.choice(pool["words"])
@@ -190,7 +203,8 @@ def _spelling(pool, rng):
 def _letters(pool, rng):
     word = _word(pool, rng)
     letter = rng.choice(sorted(set(word)) + ["e", "a", "z"])
-    return [_user(rng.choice(ASK_LETTERS).format(c=letter, w=word)), _assistant(str(word.count(letter)))]
+    return [_user(rng.choice(ASK_LETTERS).format(c=letter, w=word)),
+            _assistant(str(word.count(letter)))]
 
 
 def _identity(pool, rng):
@@ -207,16 +221,19 @@ def _follow_up(pool, rng, split):
     kind = rng.choice(["sum", "spell", "date"])
     if kind == "sum":
         first = _arithmetic(pool, rng, split)
-        value, (word, op) = first[1]["content"][-1]["text"], rng.choice([("Plus", "+"), ("Minus", "-"), ("Times", "*")])
+        value, (word, op) = (first[1]["content"][-1]["text"],
+                             rng.choice([("Plus", "+"), ("Minus", "-"), ("Times", "*")]))
         n = rng.randint(2, 9)
         return first + [_user(f"{word} {n}?"), _assistant(_calc(f"{value}{op}{n}"))]
     if kind == "spell":
         first = _spelling(pool, rng)
         word = first[1]["content"].replace("-", "")
-        return first + [_user(rng.choice(["How many letters?", "Its length?"])), _assistant(str(len(word)))]
+        return first + [_user(rng.choice(["How many letters?", "Its length?"])),
+                        _assistant(str(len(word)))]
     first = _dates(pool, rng)
     day = datetime.date.fromisoformat(first[1]["content"])
-    question, answer = rng.choice([("Which year?", day.year), ("Which month?", calendar.month_name[day.month]),
+    question, answer = rng.choice([("Which year?", day.year),
+                                   ("Which month?", calendar.month_name[day.month]),
                                    ("Which day?", day.day)])
     return first + [_user(question), _assistant(str(answer))]
 
@@ -226,7 +243,7 @@ MAKERS = {"dates": _dates, "arithmetic": _arithmetic, "spelling": _spelling, "le
 NEEDS_SPLIT = ("arithmetic", "follow-up")  # number pairs are split by a rule, not drawn from a pool
 
 
-# --- the dataset, its file and its checks -------------------------------------------------------------
+# --- the dataset, its file and its checks ---------------------------------------------------------
 
 
 def char_chat_tokenizer():
@@ -236,7 +253,8 @@ def char_chat_tokenizer():
 
 
 def _draw(task: str, pool: dict, rng: random.Random, split: str) -> list[dict]:
-    """One conversation of ``task``; in training, its first message with noise (phrasing's ``noisy``)."""
+    """One conversation of ``task``; in training, its
+    first message with noise (phrasing's ``noisy``)."""
     messages = MAKERS[task](*((pool, rng, split) if task in NEEDS_SPLIT else (pool, rng)))
     if split == "train" and task != "speak-as":
         messages[0] = _user(noisy(messages[0]["content"], rng))
@@ -248,9 +266,11 @@ def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, l
     in turn, all drawn from ``random.Random(seed)`` (the same seed, the same conversations). A
     share (``PREFIX_SHARE``) of the conversations of every task but speak-as and follow-up come
     after one or two exchanges of other tasks (a conversation goes on; the last question is the
-    one scored). A conversation with a message in the form of a robustness request is drawn again."""
+    one scored). A conversation with a message in the
+    form of a robustness request is drawn again."""
     sizes = sizes or SIZES
-    pools, rng, tokenizer, forms = _pools(seed), random.Random(seed), char_chat_tokenizer(), held_out_forms()
+    pools, rng, tokenizer, forms = (_pools(seed), random.Random(seed),
+                                    char_chat_tokenizer(), held_out_forms())
     single = [t for t in CHAT_TASKS if t not in ("speak-as", "follow-up")]
     out = {}
     for split in SPLITS:
@@ -259,7 +279,8 @@ def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, l
             task = CHAT_TASKS[len(out[split]) % len(CHAT_TASKS)]
             messages = _draw(task, pool, rng, split)
             if task in single and rng.random() < PREFIX_SHARE:
-                before = [m for _ in range(rng.randint(1, 2)) for m in _draw(rng.choice(single), pool, rng, split)]
+                before = [m for _ in range(rng.randint(1, 2))
+                          for m in _draw(rng.choice(single), pool, rng, split)]
                 messages = before + messages
             users = [m["content"] for m in messages if m["role"] == "user"]
             if any(form(u) in forms for u in users):
@@ -271,7 +292,8 @@ def build_conversations(seed: int = 0, sizes: dict | None = None) -> dict[str, l
 
 def conversations_bytes(data: dict) -> bytes:
     """The frozen form: one JSON object, a conversation per line, UTF-8."""
-    lines = [json.dumps({"split": s, **c}, ensure_ascii=False, sort_keys=True) for s in SPLITS for c in data[s]]
+    lines = [json.dumps({"split": s, **c}, ensure_ascii=False, sort_keys=True) for s in SPLITS
+             for c in data[s]]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -283,20 +305,22 @@ def write_conversations(path: str | Path = CHAT_PATH, seed: int = 0) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH, sha256: str | None = None):
+def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH,
+                       sha256: str | None = None):
     """The shipped conversations, after checking the file's SHA-256: a dict of the three splits,
     or the list of one ``split``."""
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: choose from {', '.join(SPLITS)}")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"the conversations {path} are missing from this installation: reinstall course_lib, "
-                                "or write them with course_lib.chat.data.write_conversations()")
+        raise FileNotFoundError(f"the conversations {path} are missing from this installation: "
+                                "reinstall course_lib, or write them with "
+                                "course_lib.chat.data.write_conversations()")
     data = path.read_bytes()
     digest, expected = hashlib.sha256(data).hexdigest(), sha256 or CHAT_SHA256
     if digest != expected:
-        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was released with: the "
-                         "file is damaged or was edited. Reinstall course_lib")
+        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was "
+                         "released with: the file is damaged or was edited. Reinstall course_lib")
     out = {s: [] for s in SPLITS}
     for line in data.decode("utf-8").splitlines():
         row = json.loads(line)
@@ -304,12 +328,13 @@ def load_conversations(split: str | None = None, path: str | Path = CHAT_PATH, s
     return out if split is None else out[split]
 
 
-# --- fine-tuning on them: batches, and the run's settings ---------------------------------------------
+# --- fine-tuning on them: batches, and the run's settings -----------------------------------------
 
 # The chat fine-tune's training settings (course_lib.runs builds the run): chapter 15's recipe for
 # full fine-tuning, on conversations instead of dates.
-CHAT_SFT_TRAIN = dict(max_iters=1000, batch_size=32, learning_rate=1e-3, min_lr=1e-4, warmup_iters=20,
-                      weight_decay=0.0, grad_clip=1.0, eval_interval=100, eval_iters=4)
+CHAT_SFT_TRAIN = dict(max_iters=1000, batch_size=32, learning_rate=1e-3,
+                      min_lr=1e-4, warmup_iters=20, weight_decay=0.0,
+                      grad_clip=1.0, eval_interval=100, eval_iters=4)
 
 
 def chat_sft_config(**overrides) -> TrainConfig:
@@ -333,12 +358,13 @@ def rendered_pairs(tokenizer, conversations: list[dict], block_size: int) -> tup
 
 def conversation_text(conversations: list[dict]) -> str:
     """Every text the messages of ``conversations`` hold (contents and their parts), joined."""
-    return "".join(m["content"] if isinstance(m["content"], str) else "".join(part["text"] for part in m["content"])
+    return "".join(m["content"] if isinstance(m["content"], str)
+                   else "".join(part["text"] for part in m["content"])
                    for c in conversations for m in c["messages"])
 
 
-def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", data: dict | None = None,
-                  pack: bool = False):
+def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu",
+                  data: dict | None = None, pack: bool = False):
     """A ``Trainer`` batch_fn: ``batch_size`` conversations drawn (with the Trainer's generator,
     so a resumed run draws the same) from the shipped ``train`` or ``val`` split, as x (B, T)
     and y (B, T), T the longest in the batch. The conversations are rendered once, here; a
@@ -351,22 +377,25 @@ def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", dat
     data = data if data is not None else load_conversations()
     missing = unwritable(tokenizer, conversation_text(data["train"] + data["val"]))
     if missing:
-        raise ValueError(f"the model's tokenizer cannot write {describe_chars(missing)}, which the conversations use: "
-                         "fine-tune a GPT whose tokenizer was built from tiny Shakespeare (leave --checkpoint out "
-                         "for the shipped one, or train one with `python -m course_lib train`)")
+        raise ValueError(f"the model's tokenizer cannot write {describe_chars(missing)}, which the "
+                         "conversations use: fine-tune a GPT whose tokenizer was built from tiny "
+                         "Shakespeare (leave --checkpoint out for the shipped one, or train one "
+                         "with `python -m course_lib train`)")
     pairs = {}
     for split in ("train", "val"):
         pairs[split], left_out = rendered_pairs(tokenizer, data[split], block_size)
         if not pairs[split]:
-            raise ValueError(f"no {split} conversation fits the model's block_size {block_size} ({left_out} are "
-                             "longer): fine-tune a model with a longer context")
+            raise ValueError(f"no {split} conversation fits the model's block_size {block_size} "
+                             f"({left_out} are longer): fine-tune a model with a longer context")
     pad = tokenizer.special_ids[END]
 
     def packed_row(split: str, generator: torch.Generator):
         xs, ys, n = [], [], 0
         while n < block_size:
-            if xs:  # between two conversations: the first one's last token (<|end|>) is read, the target
-                xs.append(torch.tensor([pad])), ys.append(torch.tensor([IGNORE_INDEX]))  # (<|user|>) not trained
+            # between two conversations: the first one's last token (<|end|>) is read, the target
+            # (<|user|>) not trained
+            if xs:
+                xs.append(torch.tensor([pad])), ys.append(torch.tensor([IGNORE_INDEX]))
             x, y = pairs[split][int(torch.randint(len(pairs[split]), (1,), generator=generator))]
             xs.append(x), ys.append(y)
             n = sum(len(t) for t in xs)
@@ -375,7 +404,8 @@ def chat_batch_fn(tokenizer, batch_size: int, block_size: int, device="cpu", dat
     def batch_fn(split: str, generator: torch.Generator):
         if pack:
             rows = [packed_row(split, generator) for _ in range(batch_size)]
-            return torch.stack([x for x, _ in rows]).to(device), torch.stack([y for _, y in rows]).to(device)
+            return (torch.stack([x for x, _ in rows]).to(device),
+                    torch.stack([y for _, y in rows]).to(device))
         rows = torch.randint(len(pairs[split]), (batch_size,), generator=generator).tolist()
         x, y = collate([pairs[split][i] for i in rows], pad)
         return x.to(device), y.to(device)

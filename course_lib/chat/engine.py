@@ -1,4 +1,5 @@
-"""Talking to a chat model: the engine behind the terminal, the notebook and the web page (chapter 17).
+"""Talking to a chat model: the engine behind the
+terminal, the notebook and the web page (chapter 17).
 
 :class:`ChatEngine` holds one conversation as the token ids the model has read, and the model's
 KV cache of them (:class:`course_lib.attention.KVCache`, chapter 8's), **kept across turns**:
@@ -25,9 +26,9 @@ default :func:`course_lib.chat.template.is_follow_up`: "Plus 5?", "How many lett
 never kept without the one before it, since a model reads it as nothing but a bare question (no
 training conversation starts with one); and during a reply, the exchange a follow-up being
 answered follows is not dropped (the reply is cut instead). Each drop is said in a notice that
-names the messages dropped, and the cache is filled again from what is left. A reply that fills the context with
-nothing left to drop is cut there, with a notice. A message too long to fit even alone is
-refused (``ConversationTooLong``), and the conversation stays as it was.
+names the messages dropped, and the cache is filled again from what is left. A reply that fills the
+context with nothing left to drop is cut there, with a notice. A message too long to fit even alone
+is refused (``ConversationTooLong``), and the conversation stays as it was.
 
 Sampling is :func:`course_lib.generate.sample_next`'s (temperature, top-k, top-p; temperature 0
 is greedy), drawn from the engine's own generator (``seed``).
@@ -44,8 +45,9 @@ import torch
 
 from ..attention import KVCache
 from .calculator import calculate
-from .template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END, ROLE_TOKENS, ChatTokenizer,
-                       check_conversation, exchanges_to_drop, is_follow_up, normalize, render_message)
+from .template import (ASSISTANT, CALC, CALC_END, END, RESULT, RESULT_END,
+                       ROLE_TOKENS, ChatTokenizer, check_conversation,
+                       exchanges_to_drop, is_follow_up, normalize, render_message)
 from ..checkpoint import load_model, load_tokenizer
 from ..data import sha256_of
 from ..generate import check_sampling_args, sample_next
@@ -53,18 +55,20 @@ from ..model import GPT
 from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
-# The chat model `chat` loads by default: the first chat model trained further on the conversations of
-# course_lib/tasks/chat.json, then its context lengthened to 256 tokens (chat-sft --set block_size=256) and
-# trained on whole conversations (records/chat_model_runs.json: its runs, commands and scores)
+# The chat model `chat` loads by default: the first chat model trained further on the conversations
+# of course_lib/tasks/chat.json, then its context lengthened to 256 tokens (chat-sft --set
+# block_size=256) and trained on whole conversations (records/chat_model_runs.json: its runs,
+# commands and scores)
 CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu-3.pt"
 CHAT_MODEL_SHA256 = "deb547fd6889c730e93e8eaf8e78f757e683c8a5418394001f3cc67db20e3bd3"
-# The first chat model (64-token context, the first conversations: chat_v1.json), kept for the records
-# that measured it and the runs that start from it (chapter 18): benchmarks/chat_sft.py, the 1000-step seed-0 run
+# The first chat model (64-token context, the first conversations: chat_v1.json), kept for the
+# records that measured it and the runs that start from it (chapter 18): benchmarks/chat_sft.py, the
+# 1000-step seed-0 run
 CHAT_V1_MODEL_PATH = CHAT_MODEL_PATH.with_name("chat-char-cpu.pt")
 CHAT_V1_MODEL_SHA256 = "bda0cd5df7f52497e736b8d94ac18ebf617ba6ec450a2a09d5c645334c183e63"
 MAX_TOOL_CALLS = 4  # calculator calls in one reply: a model that loops on the tool is stopped
-# What the terminal and the web page show where the model wrote nothing, so that an empty reply is not
-# taken for a broken chat (the scores count it as wrong: it holds no answer)
+# What the terminal and the web page show where the model wrote nothing, so that an empty reply is
+# not taken for a broken chat (the scores count it as wrong: it holds no answer)
 NO_REPLY = "(no reply: the model ended its turn at once)"
 
 
@@ -80,28 +84,32 @@ class ChatEngine:
     :class:`~course_lib.chat.template.ChatTokenizer`). ``use_cache=False`` re-reads the whole
     conversation for every token (the reference the cached engine is checked against)."""
 
-    def __init__(self, model, tokenizer: ChatTokenizer, *, system: str | None = None, temperature: float = 0.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int = 0, max_reply_tokens: int = 200,
-                 min_reply_room: int | None = None, use_cache: bool = True, calculator=calculate,
-                 follow_up=is_follow_up):
+    def __init__(self, model, tokenizer: ChatTokenizer, *, system: str | None = None,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int = 0, max_reply_tokens: int = 200, min_reply_room: int | None = None,
+                 use_cache: bool = True, calculator=calculate, follow_up=is_follow_up):
         if not isinstance(tokenizer, ChatTokenizer):
-            raise ValueError(f"a chat needs a ChatTokenizer (the chat template's special tokens), got "
-                             f"{type(tokenizer).__name__}: fine-tune the model into a chat model first (chat-sft)")
+            raise ValueError("a chat needs a ChatTokenizer (the chat template's special tokens), "
+                             f"got {type(tokenizer).__name__}: fine-tune the model into a chat "
+                             "model first (chat-sft)")
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens and the model "
-                             f"{model.config.vocab_size}: they do not belong together (load both from one checkpoint)")
+                             f"{model.config.vocab_size}: they do not belong together (load both "
+                             "from one checkpoint)")
         check_sampling_args(temperature, top_k, top_p, max_reply_tokens)
         if max_reply_tokens < 1:
             raise ValueError(f"max_reply_tokens must be at least 1 (the most tokens in one reply), "
                              f"got {max_reply_tokens}")
-        if min_reply_room is None:  # room for a short answer; a longer one makes more room as it goes
+        # room for a short answer; a longer one makes more room as it goes
+        if min_reply_room is None:
             min_reply_room = min(8, max(1, model.config.block_size // 8))
         if not isinstance(min_reply_room, int) or not 1 <= min_reply_room < model.config.block_size:
-            raise ValueError(f"min_reply_room must be an integer in [1, block_size {model.config.block_size}), "
-                             f"got {min_reply_room!r}")
+            raise ValueError("min_reply_room must be an integer in [1, block_size "
+                             f"{model.config.block_size}), got {min_reply_room!r}")
         self.model, self.tokenizer, self.system = model.eval(), tokenizer, system
         self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-        self.max_reply_tokens, self.min_reply_room, self.use_cache = max_reply_tokens, min_reply_room, use_cache
+        self.max_reply_tokens, self.min_reply_room, self.use_cache = (max_reply_tokens,
+                                                                       min_reply_room, use_cache)
         self.calculator, self.follow_up = calculator, follow_up or (lambda text: False)
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(check_seed(seed))
@@ -114,7 +122,8 @@ class ChatEngine:
     def reset(self) -> None:
         """Forget the conversation (the system message stays) and empty the cache."""
         self.messages: list[dict] = []
-        self.turn_ids: list[list[int]] = []  # the ids of each message, exactly as the model read them
+        # the ids of each message, exactly as the model read them
+        self.turn_ids: list[list[int]] = []
         if self.system is not None:
             self.messages.append({"role": "system", "content": self.system})
             self.turn_ids.append(render_message(self.tokenizer, self.messages[0])[0])
@@ -136,7 +145,8 @@ class ChatEngine:
     @property
     def longest_message(self) -> int:
         """The most tokens a user's message may hold: alone after the system message, with its role
-        token, its ``<|end|>``, ``<|assistant|>`` and ``min_reply_room`` tokens, it fills the context."""
+        token, its ``<|end|>``, ``<|assistant|>`` and
+        ``min_reply_room`` tokens, it fills the context."""
         system = len(self.turn_ids[0]) if self.system is not None else 0
         return self.block_size - system - 2 - 1 - self.min_reply_room
 
@@ -144,12 +154,12 @@ class ChatEngine:
         """What a user must know to talk to this model, in two sentences (the terminal's banner and
         the web page say it)."""
         unit = "characters" if isinstance(self.tokenizer.base, CharTokenizer) else "tokens"
-        return (f"The {self.block_size}-token context holds a message of at most {self.longest_message} {unit}; "
-                "when it is full, the oldest exchanges are dropped (a follow-up with its question), each drop "
-                "said. The model was trained on short conversations of a few exchanges at most: start each "
-                "new topic with a reset.")
+        return (f"The {self.block_size}-token context holds a message of at most "
+                f"{self.longest_message} {unit}; when it is full, the oldest exchanges are dropped "
+                "(a follow-up with its question), each drop said. The model was trained on short "
+                "conversations of a few exchanges at most: start each new topic with a reset.")
 
-    # --- one reply ----------------------------------------------------------------------------------
+    # --- one reply --------------------------------------------------------------------------------
 
     def send(self, text: str) -> str:
         """The reply's text to the user's ``text`` (streamed pieces collected)."""
@@ -173,10 +183,13 @@ class ChatEngine:
         dropped = self._make_room(user_ids)
         if dropped:
             orphan = self.follow_up(text) and len(self.turn_ids) == (self.system is not None)
-            yield Piece("notice", f"(the conversation outgrew the model's {self.block_size}-token context: "
-                                  f"{dropped_text(dropped)}" + (f"; {'it' if len(dropped) == 1 else 'the last'} "
-                                  "was the question this follow-up needs: ask it again first" if orphan else "")
-                                  + ")")
+            yield Piece("notice",
+                        f"(the conversation outgrew the model's {self.block_size}-token context: "
+                        f"{dropped_text(dropped)}"
+                        + (f"; {'it' if len(dropped) == 1 else 'the last'} "
+                           "was the question this follow-up needs: ask it again first"
+                           if orphan else "")
+                        + ")")
         self.messages.append(user)
         self.turn_ids.append(user_ids)
         reply = Reply(self)
@@ -193,9 +206,11 @@ class ChatEngine:
         ``min_reply_room`` fit the context, and then any follow-up left first; returns the user
         messages of the exchanges dropped (the cache is refilled then)."""
         system = 1 if self.system is not None else 0
-        lengths = [len(self.turn_ids[i]) + len(self.turn_ids[i + 1]) for i in range(system, len(self.turn_ids), 2)]
-        dropped = exchanges_to_drop(len(self.turn_ids[0]) if system else 0, lengths + [len(user_ids)],
-                                    self.block_size, reserve=1 + self.min_reply_room)
+        lengths = [len(self.turn_ids[i]) + len(self.turn_ids[i + 1])
+                   for i in range(system, len(self.turn_ids), 2)]
+        dropped = exchanges_to_drop(len(self.turn_ids[0]) if system else 0,
+                                    lengths + [len(user_ids)], self.block_size,
+                                    reserve=1 + self.min_reply_room)
         if dropped:
             dropped = self._with_follow_ups(dropped, len(lengths))
         return self._drop(dropped)
@@ -204,7 +219,8 @@ class ChatEngine:
         """``dropped`` oldest exchanges, and then every follow-up they would leave first (of the
         ``exchanges`` before the message being answered)."""
         system = 1 if self.system is not None else 0
-        while dropped < exchanges and self.follow_up(self.messages[system + 2 * dropped]["content"]):
+        while (dropped < exchanges
+               and self.follow_up(self.messages[system + 2 * dropped]["content"])):
             dropped += 1
         return dropped
 
@@ -212,7 +228,8 @@ class ChatEngine:
         system = 1 if self.system is not None else 0
         texts = [self.messages[system + 2 * i]["content"] for i in range(dropped)]
         if dropped:
-            del self.messages[system:system + 2 * dropped], self.turn_ids[system:system + 2 * dropped]
+            del self.messages[system:system + 2 * dropped], \
+                self.turn_ids[system:system + 2 * dropped]
             self._empty_cache()
         return texts
 
@@ -236,7 +253,8 @@ class ChatEngine:
         Cached: the model reads only the ids the cache does not hold yet."""
         if not self.use_cache:
             return self.model(torch.tensor([ids], device=self.device))[0][0, -1]
-        if ids[:len(self.fed)] != self.fed:  # the conversation changed under the cache: read it again
+        # the conversation changed under the cache: read it again
+        if ids[:len(self.fed)] != self.fed:
             self._empty_cache()
         new = ids[len(self.fed):]
         logits, _ = self.model(torch.tensor([new], device=self.device), cache=self.cache)
@@ -259,9 +277,11 @@ class Reply:
         prefix = e.ids + [sp[ASSISTANT]]
         sampled = calls = 0
         while True:
-            while len(prefix) + len(self.ids) >= e.block_size and (dropped := e.drop_oldest_exchange()):
+            while (len(prefix) + len(self.ids) >= e.block_size
+                   and (dropped := e.drop_oldest_exchange())):
                 prefix = e.ids + [sp[ASSISTANT]]
-                yield Piece("notice", f"(the reply outgrew the model's {e.block_size}-token context: "
+                yield Piece("notice",
+                            f"(the reply outgrew the model's {e.block_size}-token context: "
                                       f"{dropped_text(dropped)})")
             if len(prefix) + len(self.ids) >= e.block_size:
                 yield from self._flush()
@@ -287,7 +307,8 @@ class Reply:
                 calls += 1
                 yield from self._call_tool(token)
                 if calls == MAX_TOOL_CALLS:
-                    yield Piece("notice", f"(reply stopped after {MAX_TOOL_CALLS} calculator calls)")
+                    yield Piece("notice",
+                                f"(reply stopped after {MAX_TOOL_CALLS} calculator calls)")
                     return
             else:
                 self.ids.append(token)
@@ -337,7 +358,8 @@ class Reply:
 
 
 def dropped_text(messages: list[str]) -> str:
-    """What a notice says of the exchanges dropped, named by their user messages (a long one cut)."""
+    """What a notice says of the exchanges dropped,
+    named by their user messages (a long one cut)."""
     quoted = [f'"{m}"' if len(m) <= 40 else f'"{m[:37]}..."' for m in messages]
     if len(quoted) == 1:
         return f"dropped the oldest exchange, {quoted[0]}"
@@ -357,7 +379,7 @@ def format_piece(piece: Piece) -> str:
     return f"\n{piece.text}\n"
 
 
-# --- the chat model, and a chat for notebooks ---------------------------------------------------------
+# --- the chat model, and a chat for notebooks -----------------------------------------------------
 
 
 def load_chat_model(checkpoint: str | Path | None = None, device="cpu"):
@@ -366,16 +388,17 @@ def load_chat_model(checkpoint: str | Path | None = None, device="cpu"):
     path = Path(checkpoint) if checkpoint is not None else CHAT_MODEL_PATH
     if checkpoint is not None and path.resolve() == CHAT_V1_MODEL_PATH.resolve():
         if sha256_of(path) != CHAT_V1_MODEL_SHA256:
-            raise ValueError(f"{path} is not the first chat model this course_lib was released with (its SHA-256 "
-                             "differs): reinstall course_lib")
+            raise ValueError(f"{path} is not the first chat model this course_lib was released "
+                             "with (its SHA-256 differs): reinstall course_lib")
     elif checkpoint is None:
         if not path.exists() or CHAT_MODEL_SHA256 is None:
-            raise FileNotFoundError("no chat model ships with this course_lib yet: fine-tune one with "
-                                    "`python -m course_lib chat-sft --out runs/chat`, then chat with "
-                                    "`python -m course_lib chat --checkpoint runs/chat/ckpt.pt`")
+            raise FileNotFoundError("no chat model ships with this course_lib yet: fine-tune one "
+                                    "with `python -m course_lib chat-sft --out runs/chat`, then "
+                                    "chat with `python -m course_lib chat --checkpoint "
+                                    "runs/chat/ckpt.pt`")
         if sha256_of(path) != CHAT_MODEL_SHA256:
-            raise ValueError(f"{path} is not the chat model this course_lib was released with (its SHA-256 differs): "
-                             "reinstall course_lib")
+            raise ValueError(f"{path} is not the chat model this course_lib was released with (its "
+                             "SHA-256 differs): reinstall course_lib")
     model, ckpt = load_model(path, device)
     tokenizer = load_tokenizer(ckpt, path)
     if not isinstance(tokenizer, ChatTokenizer):
@@ -388,10 +411,11 @@ def _not_a_chat_model(path: Path, model, ckpt: dict) -> str:
     GPT, and only a GPT (``runs.kind.load_base_gpt``'s rule), so it is advised for this checkpoint
     only where it can start from it."""
     if type(model) is GPT:
-        return (f"{path} is not a chat model (its tokenizer has no chat tokens): fine-tune it into one with "
-                f"`python -m course_lib chat-sft --checkpoint {path} --out runs/chat`")
-    return (f"{path} holds a {ckpt.get('model_kind')!r} model, not a chat model: `chat-sft` makes one from a GPT (a "
-            "checkpoint written by `train`), e.g. from the shipped one: `python -m course_lib chat-sft --out runs/chat`")
+        return (f"{path} is not a chat model (its tokenizer has no chat tokens): fine-tune it into "
+                f"one with `python -m course_lib chat-sft --checkpoint {path} --out runs/chat`")
+    return (f"{path} holds a {ckpt.get('model_kind')!r} model, not a chat model: `chat-sft` makes "
+            "one from a GPT (a checkpoint written by `train`), e.g. from the shipped one: `python "
+            "-m course_lib chat-sft --out runs/chat`")
 
 
 class Chat:
@@ -400,7 +424,8 @@ class Chat:
     starts again. ``Chat()`` loads the shipped chat model; ``Chat(checkpoint=...)`` another;
     ``Chat(model=..., tokenizer=...)`` one in memory. Other options go to :class:`ChatEngine`."""
 
-    def __init__(self, model=None, tokenizer=None, checkpoint=None, device="cpu", printer=print, **options):
+    def __init__(self, model=None, tokenizer=None, checkpoint=None,
+                 device="cpu", printer=print, **options):
         if model is None:
             model, tokenizer = load_chat_model(checkpoint, device)
         self.engine, self.printer = ChatEngine(model, tokenizer, **options), printer

@@ -1,17 +1,18 @@
 """The many ways a user asks for the same thing, for the conversations made by code (chapter 17).
 
 A model fine-tuned on one or two phrasings of each request answers those and little else (issue 54:
-"What is 7+5?" right, "What is 7 + 5?" an empty reply). So each request of :mod:`course_lib.chat.data`
-is written in one of several phrasings, its numbers in digits or in words, its operator as a sign
-(with or without spaces) or a word, and the training split's messages get **noise** (:func:`noisy`):
+"What is 7+5?" right, "What is 7 + 5?" an empty reply). So each request of
+:mod:`course_lib.chat.data` is written in one of several phrasings, its numbers in digits or in
+words, its operator as a sign (with or without spaces) or a word, and the training split's messages
+get **noise** (:func:`noisy`):
 lower case, a capital, the last punctuation mark left out. The validation and test splits keep the
 phrasings clean, so their scores are in-template scores.
 
 The phrasings were written as a user might type them, not copied from the first robustness set
-(``course_lib/tasks/chat_robustness.json``, version 1), and a message that has the form of one of its
-requests exactly, digits aside, is left out of every split (:func:`held_out_forms`). That check is
-weak: it keeps case and marks, and version 1's requests mostly differ from training messages only in
-those and the values.
+(``course_lib/tasks/chat_robustness.json``, version 1), and a message that has the form of one of
+its requests exactly, digits aside, is left out of every split (:func:`held_out_forms`). That check
+is weak: it keeps case and marks, and version 1's requests mostly differ from training messages only
+in those and the values.
 
 Identity questions and speak-as requests are cut by phrasing (:data:`IDENTITY_ASKS`,
 :func:`speak_as_split`): a test split's question is never a training question.
@@ -37,65 +38,73 @@ from pathlib import Path
 from ..dates import DATE_FORMATS, format_date
 
 # The held-out robustness set (course_lib.chat.robustness builds and scores it; here, since the
-# conversations must avoid its forms and course_lib.chat.robustness imports the conversations' module)
+# conversations must avoid its forms and
+# course_lib.chat.robustness imports the conversations' module)
 ROBUSTNESS_PATH = Path(__file__).parent.parent / "tasks" / "chat_robustness.json"
 ROBUSTNESS_SHA256 = "34a9e071a47185d4412b6e47b482a1614af45ac9afe86d502a99be9f4baebc24"
-ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven",
+        "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen",
+        "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
 # An arithmetic request: a phrasing of the expression {e} (digits or words, a sign or a word), or a
 # sentence that names the operation
-ASK_EXPRESSION = ("What is {e}?", "Compute {e}.", "{e} =?", "How much is {e}?", "What's {e}?", "Calculate {e}.",
-                  "Work out {e}.", "{e}", "{e}=", "Please compute {e}.", "Tell me {e}.", "Solve {e}.",
+ASK_EXPRESSION = ("What is {e}?", "Compute {e}.", "{e} =?", "How much is {e}?",
+                  "What's {e}?", "Calculate {e}.", "Work out {e}.", "{e}", "{e}=",
+                  "Please compute {e}.", "Tell me {e}.", "Solve {e}.",
                   "Can you compute {e}?", "What does {e} make?", "Find {e}.", "And {e}?")
-OPERATOR_WORDS = {"+": ("plus", "and"), "-": ("minus", "take away"), "*": ("times", "multiplied by"),
-                  "/": ("divided by", "over")}
+OPERATOR_WORDS = {"+": ("plus", "and"), "-": ("minus", "take away"),
+                  "*": ("times", "multiplied by"), "/": ("divided by", "over")}
 ASK_OPERATION = {"+": ("Add {a} and {b}.", "The sum of {a} and {b}?", "Add {b} to {a}."),
-                 "-": ("Subtract {b} from {a}.", "Take {b} from {a}.", "The difference of {a} and {b}?"),
-                 "*": ("Multiply {a} by {b}.", "The product of {a} and {b}?", "Multiply {a} and {b}."),
+                 "-": ("Subtract {b} from {a}.", "Take {b} from {a}.",
+                       "The difference of {a} and {b}?"),
+                 "*": ("Multiply {a} by {b}.", "The product of {a} and {b}?",
+                       "Multiply {a} and {b}."),
                  "/": ("Divide {a} by {b}.", "The quotient of {a} and {b}?", "Split {a} by {b}.")}
 ASK_SPELLING = ("Spell {w}.", "How do you spell {w}?", "Spell the word {w}.", "Can you spell {w}?",
-                "Spell out {w}.", "How is {w} spelled?", "Spell {w} for me.", "What are the letters of {w}?",
-                "Spell the word: {w}.", "Letters of {w}?", "Could you spell {w}?", "I need {w} spelled.")
+                "Spell out {w}.", "How is {w} spelled?", "Spell {w} for me.",
+                "What are the letters of {w}?", "Spell the word: {w}.", "Letters of {w}?",
+                "Could you spell {w}?", "I need {w} spelled.")
 ASK_LETTERS = ("How many {c} in {w}?", "Count the {c} in {w}.", "How many {c}'s in {w}?",
-               "How often does {c} occur in {w}?", "Number of {c} in {w}?", "In {w}, how many {c}?",
-               "How many letters {c} are in {w}?", "Count {c} in {w}.", "How many {c} does {w} have?",
+               "How often does {c} occur in {w}?", "Number of {c} in {w}?",
+               "In {w}, how many {c}?", "How many letters {c} are in {w}?",
+               "Count {c} in {w}.", "How many {c} does {w} have?",
                "How many times is {c} in {w}?", "Count how many {c} in {w}.")
 ASK_DATE = ("{d} in ISO form?", "ISO date of {d}?", "Write {d} as ISO.", "Rewrite {d} in ISO form.",
-            "What is the ISO form of {d}?", "Put {d} in ISO form.", "{d} in ISO?", "ISO form of {d}?",
-            "Give {d} in ISO form.", "Turn {d} into ISO.", "{d} to ISO", "What's {d} in ISO?",
-            "Please write {d} as ISO.", "{d}, ISO please.")
+            "What is the ISO form of {d}?", "Put {d} in ISO form.", "{d} in ISO?",
+            "ISO form of {d}?", "Give {d} in ISO form.", "Turn {d} into ISO.", "{d} to ISO",
+            "What's {d} in ISO?", "Please write {d} as ISO.", "{d}, ISO please.")
 # Identity: (the assistant's fixed answer, its questions); the first questions of each go to the
 # training split, the second last to validation, the last to test (cut by phrasing)
 IDENTITY_ASKS = (
     ("I am a small GPT that read Shakespeare.",
-     ("Who are you?", "Tell me who you are.", "Introduce yourself.", "Who am I talking to?", "Who is this?",
-      "Identify yourself.", "And you are?")),
+     ("Who are you?", "Tell me who you are.", "Introduce yourself.", "Who am I talking to?",
+      "Who is this?", "Identify yourself.", "And you are?")),
     ("A small language model.",
-     ("What are you?", "What kind of thing are you?", "What sort of program are you?", "Are you a person?",
-      "Are you human?", "What exactly are you?")),
+     ("What are you?", "What kind of thing are you?", "What sort of program are you?",
+      "Are you a person?", "Are you human?", "What exactly are you?")),
     ("I have no name. I am a small GPT.",
      ("What is your name?", "Do you have a name?", "What are you called?", "Tell me your name.",
       "Your name?", "What should I call you?", "Have you got a name?")),
     ("The readers of a course on GPTs.",
-     ("Who made you?", "Who built you?", "Who created you?", "Where do you come from?", "Who trained you?",
-      "Who wrote you?")),
+     ("Who made you?", "Who built you?", "Who created you?", "Where do you come from?",
+      "Who trained you?", "Who wrote you?")),
     ("Dates, sums, spelling, and Shakespeare.",
      ("What can you do?", "What are you good at?", "How can you help?", "What can I ask you?",
       "What do you know?", "What are your skills?")),
     ("Yes: a calculator for sums.",
-     ("Can you use tools?", "Do you have tools?", "Do you use a calculator?", "Can you call a tool?",
-      "Any tools?", "Do you have a calculator?")),
+     ("Can you use tools?", "Do you have tools?", "Do you use a calculator?",
+      "Can you call a tool?", "Any tools?", "Do you have a calculator?")),
     ("Under two million parameters.",
-     ("How big are you?", "How many parameters do you have?", "How large are you?", "What is your size?",
-      "How small are you?", "How many weights do you have?")),
+     ("How big are you?", "How many parameters do you have?", "How large are you?",
+      "What is your size?", "How small are you?", "How many weights do you have?")),
     ("Tiny Shakespeare, one million letters.",
      ("What did you read?", "What were you trained on?", "What is your training data?",
       "Which text did you learn from?", "What books do you know?", "What have you read?")),
 )
-ASK_SPEAK_AS = ("Speak as {s}.", "Say a line as {s}.", "Be {s}.", "Talk like {s}.", "A line of {s}.",
-                "Give me a line by {s}.", "Quote {s}.", "Play {s}.", "Now speak as {s}.", "Answer as {s}.")
+ASK_SPEAK_AS = ("Speak as {s}.", "Say a line as {s}.", "Be {s}.", "Talk like {s}.",
+                "A line of {s}.", "Give me a line by {s}.", "Quote {s}.", "Play {s}.",
+                "Now speak as {s}.", "Answer as {s}.")
 
 
 def in_words(n: int) -> str:
@@ -114,7 +123,8 @@ def arithmetic_request(a: int, op: str, b: int, rng: random.Random) -> str:
     if rng.random() < 0.15:
         return rng.choice(ASK_OPERATION[op]).format(a=x, b=y)
     sign = rng.choice(OPERATOR_WORDS[op]) if words or rng.random() < 0.3 else op
-    expression = f"{x} {sign} {y}" if words or len(sign) > 1 or rng.random() < 0.5 else f"{x}{sign}{y}"
+    expression = (f"{x} {sign} {y}" if words or len(sign) > 1 or rng.random() < 0.5
+                  else f"{x}{sign}{y}")
     return rng.choice(ASK_EXPRESSION).format(e=expression)
 
 
@@ -149,16 +159,18 @@ def form(text: str) -> str:
     return re.sub(r"\d+", "N", text)
 
 
-def load_robustness_set(path: str | Path = ROBUSTNESS_PATH, sha256: str | None = None) -> list[dict]:
+def load_robustness_set(path: str | Path = ROBUSTNESS_PATH, sha256: str
+                        | None = None) -> list[dict]:
     """The frozen requests of the robustness set, after checking the file's SHA-256."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"the robustness set {path} is missing from this installation: reinstall course_lib")
+        raise FileNotFoundError(f"the robustness set {path} is missing from this installation: "
+                                "reinstall course_lib")
     data = path.read_bytes()
     digest, expected = hashlib.sha256(data).hexdigest(), sha256 or ROBUSTNESS_SHA256
     if digest != expected:
-        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was released with: the "
-                         "file is damaged or was edited. Reinstall course_lib")
+        raise ValueError(f"{path} has SHA-256 {digest}, not the {expected} this course_lib was "
+                         "released with: the file is damaged or was edited. Reinstall course_lib")
     return [json.loads(line) for line in data.decode("utf-8").splitlines()]
 
 
@@ -173,18 +185,20 @@ def normalized(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-# --- the hold-out check of the robustness set, version 2 (review R17-B1) ------------------------------
+# --- the hold-out check of the robustness set, version 2 (review R17-B1) --------------------------
 
 NUMBER_WORDS = frozenset(ONES + TENS[2:] + ("hundred", "thousand", "million"))
 ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")
 SPELLED = re.compile(r"[a-z](?:-[a-z])+")
 
 
-def abstracted(text: str, word: str | None = None, letter: str | None = None, date: str | None = None) -> str:
-    """``text``'s form: lower case; the slot values given (the date's text, the word, the letter, as whole
-    words) replaced by ``D``, ``W``, ``C``; every number, in digits or words ("42", "forty-two"), by
-    ``#`` (a run of them, "7 + 5", is one ``#``); then letters, digits and those marks only.
-    ``abstracted("How many e's in sweet?", word="sweet", letter="e") == "howmanyCsinW"``."""
+def abstracted(text: str, word: str | None = None, letter: str | None = None,
+               date: str | None = None) -> str:
+    """``text``'s form: lower case; the slot values given (the date's text, the word, the letter, as
+    whole words) replaced by ``D``, ``W``, ``C``; every number, in digits or words ("42",
+    "forty-two"), by ``#`` (a run of them, "7 + 5", is one ``#``); then letters, digits and those
+    marks only. ``abstracted("How many e's in sweet?", word="sweet", letter="e") ==
+    "howmanyCsinW"``."""
     text = text.lower()
     if date:
         text = text.replace(date.lower(), " D ")
@@ -201,7 +215,8 @@ def letters_patterns(forms) -> list[re.Pattern]:
     out = []
     for template in forms:
         text = re.escape(template.rstrip(".?"))
-        text = text.replace(re.escape("{c}"), "(?P<c>[a-z])").replace(re.escape("{w}"), "(?P<w>[a-z]+)")
+        text = (text.replace(re.escape("{c}"), "(?P<c>[a-z])")
+                .replace(re.escape("{w}"), "(?P<w>[a-z]+)"))
         out.append(re.compile(text + r"[.?]?", re.IGNORECASE))
     return out
 
@@ -231,11 +246,12 @@ def exchange_slots(question: str, answer, letters_patterns=LETTERS_PATTERNS) -> 
 
 
 def user_forms(conversations: list[dict]) -> set[str]:
-    """The :func:`abstracted` form of every user message of ``conversations``, each with the slots of
-    its own exchange (:func:`exchange_slots`)."""
+    """The :func:`abstracted` form of every user message of ``conversations``, each with the slots
+    of its own exchange (:func:`exchange_slots`)."""
     forms = set()
     for c in conversations:
         messages = c["messages"]
         for question, answer in zip(messages[0::2], messages[1::2]):
-            forms.add(abstracted(question["content"], **exchange_slots(question["content"], answer["content"])))
+            forms.add(abstracted(question["content"],
+                                 **exchange_slots(question["content"], answer["content"])))
     return forms

@@ -32,9 +32,10 @@ against the conversation's last assistant message by one rule per task:
   the same request naming each other speaker of the split: the share of the others it beats
   (a tie counts one half). A model that ignores the name scores 0.5, chance.
 
-Each task's score comes with chapter 16's standard error (:func:`~course_lib.evaluation.mean_stderr`)
-and 95% percentile bootstrap interval (:func:`~course_lib.evaluation.bootstrap_interval`) over the
-conversations; :func:`across_seeds` gives the mean and spread of several runs' scores.
+Each task's score comes with chapter 16's standard error
+(:func:`~course_lib.evaluation.mean_stderr`) and 95% percentile bootstrap interval
+(:func:`~course_lib.evaluation.bootstrap_interval`) over the conversations; :func:`across_seeds`
+gives the mean and spread of several runs' scores.
 """
 from __future__ import annotations
 
@@ -62,18 +63,21 @@ def play(engine: ChatEngine, conversation: dict) -> list[list[Piece]]:
     """The engine's replies (their pieces) to ``conversation``'s user messages, in order, from a
     fresh start (the engine is reset first)."""
     engine.reset()
-    return [list(engine.stream(m["content"])) for m in conversation["messages"] if m["role"] == "user"]
+    return [list(engine.stream(m["content"])) for m in conversation["messages"]
+            if m["role"] == "user"]
 
 
 def reply_text(pieces: list[Piece]) -> str:
-    """What the assistant wrote as its answer: the text pieces (not the calls, results or notices)."""
+    """What the assistant wrote as its answer: the text
+    pieces (not the calls, results or notices)."""
     return "".join(p.text for p in pieces if p.kind == "text")
 
 
 def reference(conversation: dict) -> str:
     """The right final answer: the text of the conversation's last assistant message."""
     content = conversation["messages"][-1]["content"]
-    return content if isinstance(content, str) else "".join(p["text"] for p in content if p["type"] == "text")
+    return content if isinstance(content, str) else "".join(p["text"] for p in content
+                                                            if p["type"] == "text")
 
 
 def speaker_of(conversation: dict) -> str:
@@ -84,7 +88,8 @@ def speaker_of(conversation: dict) -> str:
 def shakespeare_lines() -> dict[str, set[str]]:
     """Speaker -> every line they say in tiny Shakespeare (each line of each of their speeches)."""
     lines: dict[str, set[str]] = {}
-    for speaker, speech in re.findall(r"(?:^|\n\n)([A-Z][A-Z ]*):\n(.+?)(?=\n\n|\Z)", load_text("tinyshakespeare"), re.S):
+    for speaker, speech in re.findall(r"(?:^|\n\n)([A-Z][A-Z ]*):\n(.+?)(?=\n\n|\Z)",
+                                      load_text("tinyshakespeare"), re.S):
         lines.setdefault(speaker, set()).update(speech.split("\n"))
     return lines
 
@@ -108,18 +113,20 @@ def one_finished_line(pieces: list[Piece]) -> bool:
 def summarize(per_item: list[float], seed: int = 0) -> dict:
     """Chapter 16's summary of per-item scores: mean, standard error, 95% bootstrap interval, n."""
     lo, hi = bootstrap_interval(per_item, seed=seed)
-    return {"score": sum(per_item) / len(per_item), "stderr": mean_stderr(per_item), "interval": [lo, hi],
-            "n": len(per_item)}
+    return {"score": sum(per_item) / len(per_item), "stderr": mean_stderr(per_item),
+            "interval": [lo, hi], "n": len(per_item)}
 
 
-def best_constant(conversations: list[dict], task: str, choose_on: list[dict] | None = None) -> dict:
+def best_constant(conversations: list[dict], task: str, choose_on: list[dict]
+                  | None = None) -> dict:
     """The baseline a task's exact-match score must beat: one constant reply, the most common right
-    answer of ``task`` in ``choose_on`` (default ``conversations`` itself; pass the training split for a
-    constant chosen without the test), and its exact-match score on ``conversations`` (for letters,
-    "1" scores about 0.6: review R17-M1)."""
+    answer of ``task`` in ``choose_on`` (default ``conversations`` itself; pass the training split
+    for a constant chosen without the test), and its exact-match score on ``conversations`` (for
+    letters, "1" scores about 0.6: review R17-M1)."""
     from collections import Counter
 
-    items, pool = ([reference(c) for c in convs if c["task"] == task] for convs in (conversations, choose_on or conversations))
+    items, pool = ([reference(c) for c in convs if c["task"] == task]
+                   for convs in (conversations, choose_on or conversations))
     if not items or not pool:
         raise ValueError(f"no {task} conversation to find a constant answer on")
     answer = Counter(pool).most_common(1)[0][0]
@@ -127,10 +134,12 @@ def best_constant(conversations: list[dict], task: str, choose_on: list[dict] | 
     return {"answer": answer, **summarize(per_item)}
 
 
-def score_task(model, tokenizer, conversations: list[dict], task: str, calculator: bool = True,
-               max_reply_tokens: int = MAX_REPLY_TOKENS, progress: bool = False, lines=None, words=None) -> dict:
+def score_task(model, tokenizer, conversations: list[dict], task: str,
+               calculator: bool = True, max_reply_tokens: int = MAX_REPLY_TOKENS,
+               progress: bool = False, lines=None, words=None) -> dict:
     """One task's row: its conversations in ``conversations`` played and scored by the task's rule
-    (module docstring); the summary, the per-item scores (for paired tests) and the final replies."""
+    (module docstring); the summary, the per-item
+    scores (for paired tests) and the final replies."""
     if task not in CHAT_TASKS:
         raise ValueError(f"unknown task {task!r}: choose from {', '.join(CHAT_TASKS)}")
     from tqdm.auto import tqdm
@@ -139,16 +148,20 @@ def score_task(model, tokenizer, conversations: list[dict], task: str, calculato
     if not items:
         raise ValueError(f"no {task} conversation to score")
     options = {} if calculator else {"calculator": no_calculator}
-    engine = ChatEngine(model, tokenizer, temperature=0.0, max_reply_tokens=max_reply_tokens, **options)
-    finals = [play(engine, c)[-1] for c in tqdm(items, desc=task, disable=not progress, leave=False)]
+    engine = ChatEngine(model, tokenizer, temperature=0.0,
+                        max_reply_tokens=max_reply_tokens, **options)
+    finals = [play(engine, c)[-1] for c in tqdm(items, desc=task,
+                                                disable=not progress, leave=False)]
     outputs = [reply_text(pieces) for pieces in finals]
     row = {"task": task, "calculator": calculator}
     if task == "speak-as":
         lines = lines if lines is not None else shakespeare_lines()
         words = words if words is not None else shakespeare_words()
-        per_item = [known_word_share(o, words) if one_finished_line(p) else 0.0 for o, p in zip(outputs, finals)]
+        per_item = [known_word_share(o, words) if one_finished_line(p) else 0.0
+                    for o, p in zip(outputs, finals)]
         row.update(metric="known_words",
-                   verbatim=sum(o.strip() in lines.get(speaker_of(c), ()) for o, c in zip(outputs, items)))
+                   verbatim=sum(o.strip() in lines.get(speaker_of(c), ())
+                                for o, c in zip(outputs, items)))
     else:
         per_item = exact_match(outputs, [reference(c) for c in items])
         row["metric"] = "exact_match"
@@ -156,10 +169,11 @@ def score_task(model, tokenizer, conversations: list[dict], task: str, calculato
 
 
 def speaker_preference(model, tokenizer, conversations: list[dict], progress: bool = False) -> dict:
-    """The ``speak-as (right speaker)`` row: per speak-as conversation, the share of the split's other
-    speakers whose request makes the held-out line less likely than the right speaker's request
-    (ties count 0.5; chance 0.5). The line is scored teacher-forced (chapter 16's
-    :func:`~course_lib.evaluation.loglikelihood_tokens`): its tokens and the ``<|end|>`` after it."""
+    """The ``speak-as (right speaker)`` row: per speak-as conversation, the share of the split's
+    other speakers whose request makes the held-out line less likely than the right speaker's
+    request (ties count 0.5; chance 0.5). The line is scored teacher-forced (chapter 16's
+    :func:`~course_lib.evaluation.loglikelihood_tokens`): its tokens and the ``<|end|>`` after
+    it."""
     items = [c for c in conversations if c["task"] == "speak-as"]
     if not items:
         raise ValueError("no speak-as conversation to score")
@@ -172,34 +186,41 @@ def speaker_preference(model, tokenizer, conversations: list[dict], progress: bo
         line = tokenizer.encode(reference(c)) + [tokenizer.special_ids[END]]
         asks = [ask] + [ask[:-len(right) - 1] + other + "." for other in speakers if other != right]
         spans.append((len(requests), len(asks)))
-        requests += [(render_prompt(tokenizer, [{"role": "user", "content": a}]), line) for a in asks]
-    lls = [ll for ll, _ in loglikelihood_tokens(model, requests, share_context=False, progress=progress)]
+        requests += [(render_prompt(tokenizer, [{"role": "user", "content": a}]), line)
+                     for a in asks]
+    lls = [ll for ll, _ in loglikelihood_tokens(model, requests, share_context=False,
+                                                progress=progress)]
     per_item = []
     for start, n in spans:
         right, others = lls[start], lls[start + 1:start + n]
-        per_item.append(sum(1.0 if right > o else 0.5 if right == o else 0.0 for o in others) / len(others))
+        per_item.append(sum(1.0 if right > o else 0.5 if right == o else 0.0 for o in others)
+                        / len(others))
     return {"task": "speak-as", "calculator": True, "key": "speak-as (right speaker)",
             "metric": "right_speaker_preferred", "speakers": len(speakers), **summarize(per_item),
             "per_item": per_item}
 
 
-def score_model(model, tokenizer, conversations: list[dict], tasks=CHAT_TASKS, without_calculator=TOOL_TASKS,
-                progress: bool = False) -> list[dict]:
-    """Every task's row with the calculator (speak-as also :func:`speaker_preference`'s row), then the
-    ``without_calculator`` tasks' rows without it."""
+def score_model(model, tokenizer, conversations: list[dict], tasks=CHAT_TASKS,
+                without_calculator=TOOL_TASKS, progress: bool = False) -> list[dict]:
+    """Every task's row with the calculator (speak-as also :func:`speaker_preference`'s row), then
+    the ``without_calculator`` tasks' rows without it."""
     lines, words = shakespeare_lines(), shakespeare_words()
-    rows = [score_task(model, tokenizer, conversations, t, True, progress=progress, lines=lines, words=words)
+    rows = [score_task(model, tokenizer, conversations, t, True,
+                       progress=progress, lines=lines, words=words)
             for t in tasks]
     if "speak-as" in tasks:
         rows.append(speaker_preference(model, tokenizer, conversations, progress=progress))
-    return rows + [score_task(model, tokenizer, conversations, t, False, progress=progress) for t in without_calculator]
+    return rows + [score_task(model, tokenizer, conversations, t, False, progress=progress)
+                   for t in without_calculator]
 
 
 def across_seeds(scores: list[float]) -> dict:
-    """Several runs' scores of one task: their mean, sample standard deviation, lowest and highest."""
+    """Several runs' scores of one task: their mean,
+    sample standard deviation, lowest and highest."""
     if not scores:
         raise ValueError("no scores to summarise")
-    return {"mean": statistics.fmean(scores), "std": statistics.stdev(scores) if len(scores) > 1 else float("nan"),
+    return {"mean": statistics.fmean(scores),
+            "std": statistics.stdev(scores) if len(scores) > 1 else float("nan"),
             "min": min(scores), "max": max(scores), "runs": len(scores)}
 
 
@@ -208,4 +229,5 @@ def before_fine_tuning(model, base_tokenizer):
     from it (``runs.start_chat_sft_run``: the chat tokenizer, the new rows the mean of
     the old), to score it "before"."""
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
-    return extend_vocabulary(model, tokenizer.vocab_size - model.config.vocab_size).eval(), tokenizer
+    return (extend_vocabulary(model, tokenizer.vocab_size - model.config.vocab_size).eval(),
+            tokenizer)

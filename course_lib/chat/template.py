@@ -43,7 +43,8 @@ SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end
 CALC, CALC_END, RESULT, RESULT_END = "<|calc|>", "<|/calc|>", "<|result|>", "<|/result|>"
 CHAT_SPECIALS = (SYSTEM, USER, ASSISTANT, END, CALC, CALC_END, RESULT, RESULT_END)
 ROLE_TOKENS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
-PART_TOKENS = {"tool": (CALC, CALC_END), "result": (RESULT, RESULT_END)}  # an assistant's non-text parts
+# an assistant's non-text parts
+PART_TOKENS = {"tool": (CALC, CALC_END), "result": (RESULT, RESULT_END)}
 POLICIES = ("refuse", "drop-oldest")
 
 
@@ -63,12 +64,15 @@ class ChatTokenizer:
     def __init__(self, base, specials=CHAT_SPECIALS):
         specials = tuple(specials)
         if isinstance(base, ChatTokenizer):
-            raise ValueError("this tokenizer already has the chat's special tokens: wrap its base, not it")
-        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s for s in specials):
+            raise ValueError("this tokenizer already has the chat's special tokens: wrap its base, "
+                             "not it")
+        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s
+                                                          for s in specials):
             raise ValueError(f"special tokens must be distinct non-empty strings, got {specials!r}")
         self.base, self.specials = base, specials
         self.base_vocab_size = base.vocab_size
-        self.special_ids = {s: self.base_vocab_size + i for i, s in enumerate(specials)}  # name -> id
+        self.special_ids = {s: self.base_vocab_size + i
+                            for i, s in enumerate(specials)}  # name -> id
         self.special_names = {i: s for s, i in self.special_ids.items()}  # id -> name
 
     @property
@@ -102,7 +106,8 @@ class ChatTokenizer:
 
     @classmethod
     def train(cls, text: str, base="char", **options) -> "ChatTokenizer":
-        """A base tokenizer of type ``base`` trained on ``text`` (``options`` are its own), plus the specials."""
+        """A base tokenizer of type ``base`` trained on ``text``
+        (``options`` are its own), plus the specials."""
         spec = {"type": base, **options} if isinstance(base, str) else {**base, **options}
         return cls(train_tokenizer(spec, text))
 
@@ -122,7 +127,7 @@ def chat_tokenizer(base, extra_chars: str = "") -> ChatTokenizer:
     return ChatTokenizer(base)
 
 
-# --- conversations: checked, and in one canonical form ---------------------------------------------
+# --- conversations: checked, and in one canonical form --------------------------------------------
 
 
 def check_conversation(messages) -> list[dict]:
@@ -131,19 +136,25 @@ def check_conversation(messages) -> list[dict]:
     a string; an assistant's is a string or a list of parts ``{"type": "text" | "tool" |
     "result", "text": str}``. A ValueError names the first thing wrong."""
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise ValueError("a conversation is a non-empty list of messages {'role': ..., 'content': ...}")
+        raise ValueError("a conversation is a non-empty list of messages {'role': ..., 'content': "
+                         "...}")
     start = 1 if isinstance(messages[0], dict) and messages[0].get("role") == "system" else 0
     for n, m in enumerate(messages):
         if not isinstance(m, dict) or set(m) != {"role", "content"}:
-            raise ValueError(f"message {n} must be a dict with the keys 'role' and 'content', got {m!r:.80}")
+            raise ValueError(f"message {n} must be a dict with the keys 'role' and 'content', got "
+                             f"{m!r:.80}")
         expected = "system" if n < start else ("user", "assistant")[(n - start) % 2]
         if m["role"] != expected:
-            raise ValueError(f"message {n} has role {m['role']!r} where {expected!r} is due: a conversation is an "
-                             "optional system message, then user and assistant in turn")
+            raise ValueError(f"message {n} has role {m['role']!r} where {expected!r} is due: a "
+                             "conversation is an optional system message, then user and assistant "
+                             "in turn")
         for part in _parts(m):
-            if not isinstance(part.get("text"), str) or part.get("type") not in ("text", *PART_TOKENS):
-                raise ValueError(f"message {n} has a bad part {part!r:.80}: parts are {{'type': 'text', 'tool' or "
-                                 "'result', 'text': str}, and only the assistant's content may have parts")
+            if (not isinstance(part.get("text"), str)
+                    or part.get("type") not in ("text", *PART_TOKENS)):
+                raise ValueError(f"message {n} has a bad part {part!r:.80}: parts are {{'type': "
+                                 "'text', 'tool' or "
+                                 "'result', 'text': str}, and only the assistant's content may "
+                                 "have parts")
     return list(messages)
 
 
@@ -151,7 +162,8 @@ def _parts(message: dict) -> list[dict]:
     content = message["content"]
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    if message["role"] == "assistant" and isinstance(content, list) and all(isinstance(p, dict) for p in content):
+    if (message["role"] == "assistant" and isinstance(content, list)
+            and all(isinstance(p, dict) for p in content)):
         return content
     return [{"type": None, "text": None}]  # refused by check_conversation
 
@@ -173,7 +185,7 @@ def normalize(messages) -> list[dict]:
     return out
 
 
-# --- rendering, with the assistant-only mask, and back ---------------------------------------------
+# --- rendering, with the assistant-only mask, and back --------------------------------------------
 
 
 def render(tokenizer: ChatTokenizer, messages) -> tuple[list[int], list[bool]]:
@@ -188,7 +200,8 @@ def render(tokenizer: ChatTokenizer, messages) -> tuple[list[int], list[bool]]:
 
 
 def render_message(tokenizer: ChatTokenizer, message: dict) -> tuple[list[int], list[bool]]:
-    """One message of a checked conversation: its role token, content and ``<|end|>``, with the mask."""
+    """One message of a checked conversation: its role
+    token, content and ``<|end|>``, with the mask."""
     sp = tokenizer.special_ids
     by_assistant = message["role"] == "assistant"
     ids, trained = [sp[ROLE_TOKENS[message["role"]]]], [False]
@@ -198,7 +211,8 @@ def render_message(tokenizer: ChatTokenizer, message: dict) -> tuple[list[int], 
         else:
             opener, closer = PART_TOKENS[part["type"]]
             new = [sp[opener]] + tokenizer.encode(part["text"]) + [sp[closer]]
-            learn = part["type"] == "tool"  # the assistant writes the call; the calculator the result
+            # the assistant writes the call; the calculator the result
+            learn = part["type"] == "tool"
         ids += new
         trained += [learn] * len(new)
     return ids + [sp[END]], trained + [by_assistant]
@@ -222,7 +236,8 @@ def parse(tokenizer: ChatTokenizer, ids) -> list[dict]:
     messages, i = [], 0
     while i < len(ids):
         if names.get(ids[i]) not in roles:
-            raise ValueError(f"token {i} should open a message with a role token ({', '.join(roles)}), got "
+            raise ValueError(f"token {i} should open a message with a role token "
+                             f"({', '.join(roles)}), got "
                              f"{tokenizer.decode(ids[i:i + 1])!r}")
         role, parts, i = roles[names[ids[i]]], [], i + 1
         while i < len(ids) and names.get(ids[i]) != END:
@@ -231,7 +246,8 @@ def parse(tokenizer: ChatTokenizer, ids) -> list[dict]:
             raise ValueError(f"the last message ({role}) is not closed by {END}")
         if role != "assistant" and any(p["type"] != "text" for p in parts):
             raise ValueError(f"a {role} message holds a calculator part: only the assistant's may")
-        messages.append({"role": role, "content": parts if role == "assistant" else "".join(p["text"] for p in parts)})
+        messages.append({"role": role, "content": parts if role == "assistant"
+                         else "".join(p["text"] for p in parts)})
         i += 1
     return normalize(messages)
 
@@ -258,7 +274,7 @@ def _parse_part(tokenizer, ids: list[int], i: int, closers: dict, parts: list) -
     return j + 1
 
 
-# --- too long for the context -----------------------------------------------------------------------
+# --- too long for the context ---------------------------------------------------------------------
 
 
 def exchanges(messages) -> tuple[list[dict], list[list[dict]]]:
@@ -279,13 +295,13 @@ def fit_to_context(tokenizer: ChatTokenizer, messages, max_tokens: int, policy: 
     :class:`ConversationTooLong` when what is left still does not fit."""
     system, turns = exchanges(messages)
     lengths = [sum(len(render_message(tokenizer, m)[0]) for m in ex) for ex in turns]
-    dropped = exchanges_to_drop(len(render(tokenizer, system)[0]) if system else 0, lengths, max_tokens, policy,
-                                reserve)
+    dropped = exchanges_to_drop(len(render(tokenizer, system)[0]) if system else 0,
+                                lengths, max_tokens, policy, reserve)
     return system + [m for ex in turns[dropped:] for m in ex], dropped
 
 
-def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int, policy: str = "drop-oldest",
-                      reserve: int = 0) -> int:
+def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int,
+                      policy: str = "drop-oldest", reserve: int = 0) -> int:
     """How many of the oldest exchanges (of ``lengths`` tokens each, after a system message of
     ``system_length``) :func:`fit_to_context`'s rule drops; the chat engine applies the same rule
     to the tokens it holds."""
@@ -296,18 +312,19 @@ def exchanges_to_drop(system_length: int, lengths: list[int], max_tokens: int, p
         if policy == "refuse" or dropped >= len(lengths) - 1:
             n = system_length + sum(lengths[dropped:])
             what = "the conversation" if policy == "refuse" else "its newest exchange alone"
-            raise ConversationTooLong(f"{what} takes {n} tokens{f' plus {reserve} kept free' if reserve else ''}, "
-                                      f"more than the context's {max_tokens}: write a shorter message "
-                                      "(or start a new conversation)")
+            raise ConversationTooLong(f"{what} takes {n} "
+                                      f"tokens{f' plus {reserve} kept free' if reserve else ''}, "
+                                      f"more than the context's {max_tokens}: write a shorter "
+                                      "message (or start a new conversation)")
         dropped += 1
     return dropped
 
 
-# The follow-up questions of the training conversations (course_lib.chat.data's _follow_up), which mean
-# nothing without the exchange before them: the chat engine drops such an exchange together with the one
-# it follows (course_lib.chat.engine)
-FOLLOW_UP = re.compile(r"(plus|minus|times) \d+\??|how many letters\??|its length\??|which (year|month|day)\??",
-                       re.IGNORECASE)
+# The follow-up questions of the training conversations (course_lib.chat.data's _follow_up), which
+# mean nothing without the exchange before them: the chat engine drops such an exchange together
+# with the one it follows (course_lib.chat.engine)
+FOLLOW_UP = re.compile(r"(plus|minus|times) \d+\??|how many letters\??|its length\??|which "
+                       r"(year|month|day)\??", re.IGNORECASE)
 
 
 def is_follow_up(text: str) -> bool:
@@ -317,22 +334,26 @@ def is_follow_up(text: str) -> bool:
     return bool(FOLLOW_UP.fullmatch(text.strip()))
 
 
-# --- training examples --------------------------------------------------------------------------------
+# --- training examples ----------------------------------------------------------------------------
 
 
 def training_pair(ids: list[int], trained: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
     """One conversation as next-token inputs x (T - 1,) and targets y (T - 1,): y is ids shifted
     by one, IGNORE_INDEX wherever the target is not the assistant's (``trained`` False)."""
     if len(ids) != len(trained) or len(ids) < 2:
-        raise ValueError(f"need ids and trained of one length >= 2, got {len(ids)} and {len(trained)}")
+        raise ValueError(f"need ids and trained of one length >= 2, got {len(ids)} and "
+                         f"{len(trained)}")
     x = torch.tensor(ids[:-1], dtype=torch.long)
-    y = torch.tensor([t if keep else IGNORE_INDEX for t, keep in zip(ids[1:], trained[1:])], dtype=torch.long)
+    y = torch.tensor([t if keep else IGNORE_INDEX for t, keep in zip(ids[1:], trained[1:])],
+                     dtype=torch.long)
     return x, y
 
 
-def collate(pairs: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(pairs: list[tuple[torch.Tensor, torch.Tensor]],
+            pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pairs of :func:`training_pair` -> x (B, T), y (B, T), padded on the right to the longest:
-    x with ``pad_id`` and y with IGNORE_INDEX (a causal model never looks right: pads change nothing)."""
+    x with ``pad_id`` and y with IGNORE_INDEX (a causal
+    model never looks right: pads change nothing)."""
     T = max(len(x) for x, _ in pairs)
     x = torch.full((len(pairs), T), pad_id, dtype=torch.long)
     y = torch.full((len(pairs), T), IGNORE_INDEX, dtype=torch.long)

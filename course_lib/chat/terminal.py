@@ -20,7 +20,8 @@ def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=Non
     """Chat with ``engine`` until /quit or the end of input; ``read`` asks for a line (``input``),
     ``out`` is where the chat is written (standard output)."""
     out, read = out or sys.stdout, read or input
-    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}\n{engine.about()}", file=out)
+    print(f"chatting with {name} ({engine.block_size}-token context). {HELP}\n{engine.about()}",
+          file=out)
     while True:
         try:
             line = read("you> ")
@@ -38,7 +39,8 @@ def run_terminal(engine: ChatEngine, name: str = "the model", read=None, out=Non
             continue
         if command.startswith("/"):
             word = command.split()[0]
-            why = f"{word} takes no argument: type {word} alone" if word in COMMANDS else f"unknown command {word}"
+            why = (f"{word} takes no argument: type {word} alone" if word in COMMANDS
+                   else f"unknown command {word}")
             print(f"({why}: {HELP})", file=out)
             continue
         reply(engine, line, out)

@@ -11,11 +11,11 @@ bytes; the frozen files are what evaluations read (:func:`load_task` checks thei
 | task | kind | what | chance |
 |---|---|---|---|
 | next-line | choice | the true next line of a held-out passage among 4 (3 from far away) | 1/4 |
-| next-speaker | choice | who speaks next, after a held-out speech, among 4 of the play's speakers | 1/4 |
-| next-word | generate | the next word of a held-out line, exact match | most frequent answer |
-| dates | generate | chapter 11's dates to ISO 8601 (``src=``), held-out days | most frequent answer |
-| arithmetic | generate | two-digit addition ``a+b=``, held-out pairs | most frequent answer |
-| gsm8k-style | generate | GSM8K's format (a word problem, an answer after ``####``), items written for the book | most frequent answer |
+| next-speaker | choice | who speaks next after a held-out speech, among 4 speakers | 1/4 |
+| next-word | generate | the next word of a held-out line, exact match | most frequent |
+| dates | generate | chapter 11's dates to ISO 8601 (``src=``), held-out days | most frequent |
+| arithmetic | generate | two-digit addition ``a+b=``, held-out pairs | most frequent |
+| gsm8k-style | generate | GSM8K's format (answer after ``####``), our own items | most frequent |
 
 A generative task's chance level is the score of always giving its most frequent answer.
 """

@@ -2,7 +2,8 @@
 weights by name (our layers keep Hugging Face's parameter names, only the paths differ).
 
 Built offline in the tests from a random-initialised ``transformers.Qwen3_5ForCausalLM`` of any
-config shape, whose logits and greedy tokens ours must equal (``tests/test_linear_attention_hf.py``).
+config shape, whose logits and greedy tokens ours must equal
+(``tests/test_linear_attention_hf.py``).
 """
 from __future__ import annotations
 
@@ -30,13 +31,15 @@ def config_from_hf(hf_config) -> HybridConfig:
     if unknown:
         unsupported.append(f"layer_types {unknown}")
     if unsupported:
-        raise ValueError(f"HybridGPT does not build these Qwen3.5 settings: {', '.join(unsupported)}")
+        raise ValueError("HybridGPT does not build these Qwen3.5 settings: "
+                         f"{', '.join(unsupported)}")
     return HybridConfig(
         vocab_size=hf_config.vocab_size, block_size=hf_config.max_position_embeddings,
         n_layer=hf_config.num_hidden_layers, n_embd=hf_config.hidden_size,
         n_head=hf_config.num_attention_heads, n_kv_head=hf_config.num_key_value_heads,
         head_dim=hf_config.head_dim, layers="".join(LAYER_LETTER[t] for t in hf_config.layer_types),
-        linear_k_heads=hf_config.linear_num_key_heads, linear_v_heads=hf_config.linear_num_value_heads,
+        linear_k_heads=hf_config.linear_num_key_heads,
+        linear_v_heads=hf_config.linear_num_value_heads,
         linear_k_dim=hf_config.linear_key_head_dim, linear_v_dim=hf_config.linear_value_head_dim,
         conv_kernel=hf_config.linear_conv_kernel_dim, ffn_hidden=hf_config.intermediate_size,
         rope_theta=float(rope.get("rope_theta", 10000.0)),
@@ -45,7 +48,8 @@ def config_from_hf(hf_config) -> HybridConfig:
 
 
 def our_name(hf_name: str) -> str:
-    """Hugging Face's parameter path -> ours: model.layers.3.linear_attn.A_log -> blocks.3.mixer.A_log."""
+    """Hugging Face's parameter path -> ours: model.layers.3.linear_attn.A_log ->
+    blocks.3.mixer.A_log."""
     name = re.sub(r"^model\.layers\.(\d+)\.(linear_attn|self_attn)\.", r"blocks.\1.mixer.", hf_name)
     name = re.sub(r"^model\.layers\.", "blocks.", name)
     return re.sub(r"^model\.", "", name)
@@ -62,7 +66,8 @@ def from_hf(hf_model) -> HybridGPT:
         ours = {k: v for k, v in ours.items() if k != "lm_head.weight"}
     missing, extra = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
     if missing or extra:
-        raise ValueError(f"weights that do not match by name: missing {missing[:5]}, extra {extra[:5]}")
+        raise ValueError(f"weights that do not match by name: missing {missing[:5]}, "
+                         f"extra {extra[:5]}")
     with torch.no_grad():
         for name, tensor in theirs.items():
             ours[name].copy_(tensor)

@@ -58,8 +58,9 @@ class HybridConfig:
     def __post_init__(self):
         check_fields(self, HYBRID_CONFIG_RULES)
         if not self.layers or set(self.layers) - {"L", "A"}:
-            raise ValueError(f"layers must be letters L (Gated DeltaNet) and A (attention), e.g. 'LLLA' "
-                             f"for 3:1, 'L' or 'A' for one kind only; got {self.layers!r}")
+            raise ValueError("layers must be letters L (Gated DeltaNet) and A (attention), "
+                             "e.g. 'LLLA' for 3:1, 'L' or 'A' for one kind only; "
+                             f"got {self.layers!r}")
         if self.head_dim is None and self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}), "
                              "or set head_dim")
@@ -98,7 +99,8 @@ class _Sizes:
     """The config with every None size resolved, as the layers read it."""
 
     def __init__(self, c: HybridConfig):
-        self.n_embd, self.n_head, self.kv_heads, self.head_size = c.n_embd, c.n_head, c.kv_heads, c.head_size
+        self.n_embd, self.n_head, self.kv_heads, self.head_size = (c.n_embd, c.n_head, c.kv_heads,
+                                                                   c.head_size)
         self.linear_k_heads = c.linear_k_heads_
         self.linear_v_heads = c.linear_v_heads or self.linear_k_heads
         self.linear_k_dim = c.linear_k_dim or c.head_size
@@ -147,11 +149,11 @@ class HybridGPT(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, memory: list | None = None,
-                start: int = 0):
-        """idx (B, T) -> (logits (B, T, V), loss or None). With ``memory`` (a list with one entry per
-        layer, None at first), each layer's state or cache is read from it and replaced in place;
-        ``start`` is the position of idx's first token (for RoPE)."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                memory: list | None = None, start: int = 0):
+        """idx (B, T) -> (logits (B, T, V), loss or None). With ``memory`` (a list with one entry
+        per layer, None at first), each layer's state or cache is read from it and replaced in
+        place; ``start`` is the position of idx's first token (for RoPE)."""
         T = idx.shape[1]
         cos, sin = self.rope(torch.arange(start, start + T, device=idx.device))
         x = self.embed_tokens(idx)
@@ -174,7 +176,8 @@ class HybridGPT(nn.Module):
         return angles.cos(), angles.sin()
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, memory: list | None = None) -> torch.Tensor:
+    def generate(self, idx: torch.Tensor, max_new_tokens: int,
+                 memory: list | None = None) -> torch.Tensor:
         """Greedy tokens after idx (B, T), reading the prompt once and then one token a step: the
         DeltaNet layers carry their fixed-size state, the attention layers their KV cache.
         Returns (B, T + max_new_tokens). Pass ``memory=[]`` to see the states afterwards."""
@@ -198,7 +201,8 @@ class HybridGPT(nn.Module):
     def flops_terms(self, context: int | None = None) -> dict[str, float]:
         """The forward FLOPs per token by part, summed over the layers, and "6 x weights"."""
         c, T = self.config, context or self.config.block_size
-        weights = sum(p.numel() for n, p in self.named_parameters() if p.dim() >= 2 and "embed" not in n)
+        weights = sum(p.numel() for n, p in self.named_parameters()
+                      if p.dim() >= 2 and "embed" not in n)
         if c.tie_weights:
             weights += self.lm_head.weight.numel()
         sizes, out = _Sizes(c), {"6 x weights": 6 * weights}

@@ -86,10 +86,12 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.dv, cfg.norm_eps)
         self.out_proj = nn.Linear(self.value_dim, C, bias=False)
 
-    def _convolve(self, mixed: torch.Tensor, state: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _convolve(self, mixed: torch.Tensor,
+                  state: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """mixed (B, conv_dim, T) -> (its causal convolution with SiLU, the last K-1 inputs)."""
         B, _, T = mixed.shape
-        past = mixed.new_zeros(B, self.conv_dim, self.kernel - 1) if state is None else state["conv"]
+        past = (mixed.new_zeros(B, self.conv_dim, self.kernel - 1) if state is None
+                else state["conv"])
         full = torch.cat([past, mixed], dim=-1)  # the K-1 inputs before this call, then these T
         # depthwise: channel c at t is sum_j w[c, j] full[c, t + j]; written out, since torch's
         # grouped conv1d is slow on small CPU inputs (63 ms a call here for a 4-layer toy model)
@@ -159,5 +161,6 @@ class GatedAttention(nn.Module):
             past = k.shape[2] - T
             mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
             y = F.scaled_dot_product_attention(q, ke, ve, attn_mask=mask)
-        y = y.transpose(1, 2).reshape(B, T, self.nh * self.hs) * torch.sigmoid(gate.reshape(B, T, -1))
+        y = (y.transpose(1, 2).reshape(B, T, self.nh * self.hs)
+             * torch.sigmoid(gate.reshape(B, T, -1)))
         return self.o_proj(y), (k, v)

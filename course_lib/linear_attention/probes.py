@@ -2,11 +2,11 @@
 then questions: which value went with this key?), the task of Zoology's MQAR (Arora et al. 2023)
 and the cousin of chapter 21's induction heads.
 
-- ``recall_batch``: token sequences [k1 v1 ... kN vN, q1 a1 ... qM aM]: N pairs, then M of the keys
-  again, each followed by its value; targets are -100 (ignored) except at the questions.
-- ``state_capacity``: no training at all: write N random unit keys with their values into a delta-rule
-  state of dk x dv numbers, read every key back, and measure how much of each value comes back; the
-  same N pairs read by softmax attention, which keeps every pair.
+- ``recall_batch``: token sequences [k1 v1 ... kN vN, q1 a1 ... qM aM]: N pairs, then M of the
+  keys again, each followed by its value; targets are -100 (ignored) except at the questions.
+- ``state_capacity``: no training at all: write N random unit keys with their values into a
+  delta-rule state of dk x dv numbers, read every key back, and measure how much of each value
+  comes back; the same N pairs read by softmax attention, which keeps every pair.
 """
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ def recall_batch(batch: int, pairs: int, questions: int, keys: int, values: int,
     sequence), values keys..keys+values-1. y holds the value at each question key's position."""
     if pairs > keys or questions > pairs:
         raise ValueError(f"need questions <= pairs <= keys, got {questions}, {pairs}, {keys}")
-    k = torch.stack([torch.randperm(keys, generator=generator)[:pairs] for _ in range(batch)])  # (B, N)
+    k = torch.stack([torch.randperm(keys, generator=generator)[:pairs]
+                     for _ in range(batch)])  # (B, N)
     v = torch.randint(keys, keys + values, (batch, pairs), generator=generator)
-    asked = torch.stack([torch.randperm(pairs, generator=generator)[:questions] for _ in range(batch)])
+    asked = torch.stack([torch.randperm(pairs, generator=generator)[:questions]
+                         for _ in range(batch)])
     qk, qv = k.gather(1, asked), v.gather(1, asked)  # (B, M)
     context = torch.stack([k, v], dim=2).flatten(1)  # k1 v1 k2 v2 ...
     tail = torch.stack([qk, qv], dim=2).flatten(1)
@@ -54,4 +56,5 @@ def state_capacity(dk: int, pairs: int, dv: int = 16, seed: int = 0) -> dict[str
     plain = k @ (k.transpose(-1, -2) @ v)
     soft = torch.softmax(20.0 * k @ k.transpose(-1, -2), dim=-1) @ v
     cos = lambda a: float(torch.nn.functional.cosine_similarity(a, v, dim=-1).mean())  # noqa: E731
-    return {"delta rule": cos(delta), "linear attention": cos(plain), "softmax attention": cos(soft)}
+    return {"delta rule": cos(delta), "linear attention": cos(plain),
+            "softmax attention": cos(soft)}

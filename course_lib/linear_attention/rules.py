@@ -33,8 +33,8 @@ def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
 
 def linear_attention_recurrent(q, k, v, state=None):
     """The same outputs as ``causal_linear_attention``, one token at a time: since
-    sum_i (q . k_i) v_i = (sum_i k_i v_i^T)^T q, keep S = sum_i k_i v_i^T (B, H, dk, dv) and read it.
-    Returns (outputs (B, H, T, dv), the final state)."""
+    sum_i (q . k_i) v_i = (sum_i k_i v_i^T)^T q, keep S = sum_i k_i v_i^T (B, H, dk, dv) and read
+    it. Returns (outputs (B, H, T, dv), the final state)."""
     B, H, T, dk = k.shape
     S = q.new_zeros(B, H, dk, v.shape[-1]) if state is None else state
     out = []
@@ -106,9 +106,10 @@ def gated_delta_rule_chunked(q, k, v, g, beta, chunk_size: int = 64, state=None,
     """The outputs of ``gated_delta_rule_recurrent``, a chunk of C tokens at a time.
 
     Inside a chunk with starting state S0 and Gamma_t = exp(g_1 + ... + g_t), unrolling the
-    recurrence gives the writes u_t = beta_t (v_t - Gamma_t S0^T k_t - sum_{i<t} D_ti (k_t . k_i) u_i),
-    with D = ``within_chunk_decay``: a unit lower-triangular system (I + A) U = beta (V - Gamma K S0),
-    solved for all C writes at once. Then every output and the next state are matrix products:
+    recurrence gives the writes u_t = beta_t (v_t - Gamma_t S0^T k_t - sum_{i<t} D_ti (k_t . k_i)
+    u_i), with D = ``within_chunk_decay``: a unit lower-triangular system (I + A) U = beta (V -
+    Gamma K S0), solved for all C writes at once. Then every output and the next state are matrix
+    products:
 
         o_t = Gamma_t S0^T q_t + sum_{i<=t} D_ti (q_t . k_i) u_i
         S_C = Gamma_C S0 + sum_i (Gamma_C / Gamma_i) k_i u_i^T
@@ -140,7 +141,8 @@ def gated_delta_rule_chunked(q, k, v, g, beta, chunk_size: int = 64, state=None,
         rhs = beta[:, :, c, :, None] * (v[:, :, c] - gamma[:, :, c, :, None] * (k[:, :, c] @ S))
         U = torch.linalg.solve_triangular(system[:, :, c], rhs, upper=False, unitriangular=True)
         out.append(gamma[:, :, c, :, None] * (q[:, :, c] @ S) + reads[:, :, c] @ U)
-        S = gamma[:, :, c, -1, None, None] * S + (to_end[:, :, c] * k[:, :, c]).transpose(-1, -2) @ U
+        S = (gamma[:, :, c, -1, None, None] * S
+             + (to_end[:, :, c] * k[:, :, c]).transpose(-1, -2) @ U)
     return torch.cat(out, dim=2)[:, :, :T], S
 
 
@@ -149,7 +151,8 @@ def state_bytes(batch: int, heads: int, dk: int, dv: int, element_size: int = 4)
     return batch * heads * dk * dv * element_size
 
 
-def kv_cache_bytes(batch: int, heads: int, head_size: int, tokens: int, element_size: int = 4) -> int:
+def kv_cache_bytes(batch: int, heads: int, head_size: int, tokens: int,
+                   element_size: int = 4) -> int:
     """Bytes of one attention layer's KV cache after ``tokens`` tokens: a key and a value per token
     and head, so it grows by 2 x H x hs numbers a token."""
     return 2 * batch * heads * head_size * tokens * element_size

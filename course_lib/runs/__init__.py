@@ -19,19 +19,20 @@ builders (``start_run``, ``start_finetune_run``, ``start_dpo_run``...) are one-l
 A new kind of run is one module here that registers a :class:`RunKind` (CONTRIBUTING.md, "Add a
 kind of run"); the interface test over every registered kind then covers it.
 """
-from .kind import (KINDS, RESUMABLE_SETTINGS, SHAPE_KEPT, Plan, RunKind, get_kind, register_kind, resume,
-                   resumed_config, start, stored_config, training_device)
-from .pretrain import (DEFAULT_PRESET, Run, make_trainer, resume_dates_run, resume_run, split_tokens,
-                       start_dates_run, start_run)
+from .kind import (KINDS, RESUMABLE_SETTINGS, SHAPE_KEPT, Plan, RunKind, get_kind, register_kind,
+                   resume, resumed_config, start, stored_config, training_device)
+from .pretrain import (DEFAULT_PRESET, Run, make_trainer, resume_dates_run, resume_run,
+                       split_tokens, start_dates_run, start_run)
 from .finetune import check_lora_options, resume_finetune_run, start_finetune_run
 from .chat_sft import resume_chat_sft_run, start_chat_sft_run
 from .align import resume_dpo_run, resume_grpo_run, start_dpo_run, start_grpo_run
 from .induction import resume_induction_run, start_induction_run
 from .qat import resume_qat_run, start_qat_run
 
-__all__ = ["KINDS", "RESUMABLE_SETTINGS", "SHAPE_KEPT", "Plan", "RunKind", "get_kind", "register_kind", "resume",
-           "resumed_config", "start", "stored_config", "training_device", "DEFAULT_PRESET", "Run", "make_trainer",
-           "resume_dates_run", "resume_run", "split_tokens", "start_dates_run", "start_run", "check_lora_options",
+__all__ = ["KINDS", "RESUMABLE_SETTINGS", "SHAPE_KEPT", "Plan", "RunKind", "get_kind",
+           "register_kind", "resume", "resumed_config", "start", "stored_config", "training_device",
+           "DEFAULT_PRESET", "Run", "make_trainer", "resume_dates_run", "resume_run",
+           "split_tokens", "start_dates_run", "start_run", "check_lora_options",
            "resume_finetune_run", "start_finetune_run", "resume_chat_sft_run", "start_chat_sft_run",
-           "resume_dpo_run", "resume_grpo_run", "start_dpo_run", "start_grpo_run", "resume_induction_run",
-           "start_induction_run", "resume_qat_run", "start_qat_run"]
+           "resume_dpo_run", "resume_grpo_run", "start_dpo_run", "start_grpo_run",
+           "resume_induction_run", "start_induction_run", "resume_qat_run", "start_qat_run"]

@@ -16,24 +16,26 @@ from ..model import GPT
 from ..pretrained import pretrained_checkpoint
 from ..train import Trainer
 from ..utils import seed_everything
-from .kind import (SHAPE_KEPT, Plan, RunKind, base_record, load_base_gpt, register_kind, resume, resumed_config,
-                   same_base, start)
+from .kind import (SHAPE_KEPT, Plan, RunKind, base_record, load_base_gpt, register_kind, resume,
+                   resumed_config, same_base, start)
 
 
-# A chat fine-tune may lengthen its base's context: --set block_size=N (N at least the base's) when it
-# starts; a learned position table gets its new rows by extend_positions (copies of the base's rows).
+# A chat fine-tune may lengthen its base's context: --set block_size=N (N at least the base's) when
+# it starts; a learned position table gets its new rows by extend_positions (copies of the base's
+# rows).
 CONTEXT_SETTABLE = {k: v for k, v in SHAPE_KEPT.items() if k != "block_size"}
 
 
 def _context(settings: dict) -> tuple[dict, int | None]:
-    """``(settings without block_size, block_size or None)``: the one model setting a chat run takes."""
+    """``(settings without block_size, block_size or
+    None)``: the one model setting a chat run takes."""
     settings = dict(settings or {})
     value = settings.pop("block_size", None)
     if isinstance(value, str):
         value = parse_value(value, int, "block_size")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"--set block_size={value}: the context must be a whole number of tokens, at least 1 "
-                         "(e.g. --set block_size=256)")
+        raise ValueError(f"--set block_size={value}: the context must be a whole number of tokens, "
+                         "at least 1 (e.g. --set block_size=256)")
     return settings, value
 
 
@@ -42,18 +44,26 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
     if ckpt is not None:
         stored = (ckpt.get("model_config") or {}).get("block_size")
         if block_size is not None and block_size != stored:
-            raise ValueError(f"--set block_size={block_size}: {path} has a context of {stored} tokens, and a resumed "
-                             f"run keeps its model; give block_size={stored} or leave it out")
+            raise ValueError(f"--set block_size={block_size}: {path} has a context of {stored} "
+                             f"tokens, and a resumed run keeps its model; give block_size={stored} "
+                             "or leave it out")
         trained_on = ckpt["trained_on"] or {}
         if trained_on.get("data_sha256") != CHAT_SHA256:
-            raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib ships (SHA-256 "
-                             f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in another --out")
-        _check_same_start(path, trained_on, options.get("base_checkpoint"), options.get("from_scratch"))
-        if options.get("pack") is not None and bool(options["pack"]) != bool(trained_on.get("pack")):
-            raise ValueError(f"--pack: {path} was {'' if trained_on.get('pack') else 'not '}trained on packed rows, "
-                             "and a resumed run keeps how it started; leave --pack out to continue it")
+            raise ValueError(f"{path} was fine-tuned on other conversations than this course_lib "
+                             "ships (SHA-256 "
+                             f"{str(trained_on.get('data_sha256'))[:12]}...): start a new run in "
+                             "another --out")
+        _check_same_start(path, trained_on, options.get("base_checkpoint"),
+                          options.get("from_scratch"))
+        if (options.get("pack") is not None
+                and bool(options["pack"]) != bool(trained_on.get("pack"))):
+            raise ValueError(f"--pack: {path} was "
+                             f"{'' if trained_on.get('pack') else 'not '}trained on packed rows, "
+                             "and a resumed run keeps how it started; leave --pack out to continue "
+                             "it")
         return Plan(resumed_config(path, ckpt, settings, SHAPE_KEPT))
-    return Plan(apply_overrides(chat_sft_config(), settings, CONTEXT_SETTABLE), {"block_size": block_size})
+    return Plan(apply_overrides(chat_sft_config(), settings, CONTEXT_SETTABLE),
+                {"block_size": block_size})
 
 
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
@@ -63,30 +73,36 @@ def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) 
                    trained_on=trained_on, **options)
 
 
-def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None, from_scratch=None,
-           pack=None) -> Trainer:
+def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None,
+           from_scratch=None, pack=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
     conversations (``chat_batch_fn``), no padding. ``plan.extra["block_size"]``: a longer context
-    than the base's (``extend_positions``, the new rows copies of the base's), refused if shorter."""
-    base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(), "chat fine-tuning")
+    than the base's (``extend_positions``, the new
+    rows copies of the base's), refused if shorter."""
+    base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
+                                                    "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
     if block_size is not None and block_size < base_context:
-        raise ValueError(f"--set block_size={block_size}: the base {path.name} has a context of {base_context} tokens, "
-                         f"and a chat fine-tune can only lengthen it; set block_size to {base_context} or more")
+        raise ValueError(f"--set block_size={block_size}: the base {path.name} has a context of "
+                         f"{base_context} tokens, and a chat fine-tune can only lengthen it; set "
+                         f"block_size to {base_context} or more")
     tokenizer = chat_tokenizer(base_tokenizer, EXTRA_CHARS)
-    seed_everything(plan.train.seed)  # a fresh model's weights (the control): the run's first random numbers
+    # a fresh model's weights (the control): the run's first random numbers
+    seed_everything(plan.train.seed)
     n_new = tokenizer.vocab_size - base.config.vocab_size
     longer = block_size is not None and block_size > base_context
     if longer:
         base = extend_positions(base, block_size, "copy")
     model = (GPT(replace(base.config, vocab_size=tokenizer.vocab_size)) if from_scratch
              else extend_vocabulary(base, n_new))
-    trained_on = {"command": "chat-sft", **base_record(path, sha), "from_scratch": bool(from_scratch),
-                  "data_sha256": CHAT_SHA256, **({"pack": True} if pack else {}),
+    trained_on = {"command": "chat-sft", **base_record(path, sha),
+                  "from_scratch": bool(from_scratch), "data_sha256": CHAT_SHA256,
+                  **({"pack": True} if pack else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
-    return _trainer(model, tokenizer, plan, device, trained_on, out_dir=out_dir, progress=progress, verbose=verbose)
+    return _trainer(model, tokenizer, plan, device, trained_on,
+                    out_dir=out_dir, progress=progress, verbose=verbose)
 
 
 def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratch) -> None:
@@ -96,8 +112,9 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
     if from_scratch is not None and bool(from_scratch) != bool(trained_on.get("from_scratch")):
         option, started = (("--from-scratch", "from the pretrained model") if from_scratch else
                            ("from_scratch=False", "from scratch (the control)"))
-        raise ValueError(f"{option}: {path} is a chat fine-tune {started}, and a resumed run keeps how it started; "
-                         f"leave {option} out to continue it, or start a new run in another --out")
+        raise ValueError(f"{option}: {path} is a chat fine-tune {started}, and a resumed run keeps "
+                         f"how it started; leave {option} out to continue it, or start a new run "
+                         "in another --out")
     if base_checkpoint is not None and "base_sha256" in trained_on:
         same_base(path, trained_on, base_checkpoint)
 
@@ -105,23 +122,26 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
              from_scratch=None, pack=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
-    return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent, progress=progress,
-                    verbose=verbose)
+    return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent,
+                    progress=progress, verbose=verbose)
 
 
 def _describe(trainer: Trainer) -> str:
-    what = "from scratch (the control)" if trainer.trained_on["from_scratch"] else "from the pretrained model"
-    return (f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on {trainer.device}; "
-            f"{trainer.config.max_iters} iterations, checkpoints in {trainer.out_dir}")
+    what = ("from scratch (the control)" if trainer.trained_on["from_scratch"]
+            else "from the pretrained model")
+    return (f"chat fine-tune {what}: {trainer.model.num_parameters():,} parameters on "
+            f"{trainer.device}; {trainer.config.max_iters} iterations, checkpoints in "
+            f"{trainer.out_dir}")
 
 
 def _report(trainer: Trainer):
-    yield (f"val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat with "
-            f"`python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
+    yield (f"val loss {trainer.history['val_loss'][-1]:.4f}; saved {trainer.checkpoint_path}; chat "
+            f"with `python -m course_lib chat --checkpoint {trainer.checkpoint_path}`")
 
 
 CHAT_SFT = register_kind(RunKind(
-    command="chat-sft", plan=_plan, build=_build, rebuild=_rebuild, describe=_describe, report=_report,
+    command="chat-sft", plan=_plan, build=_build, rebuild=_rebuild, describe=_describe,
+    report=_report,
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
     options=("base_checkpoint", "from_scratch", "pack"), default_out=lambda options: "runs/chat"))
@@ -131,14 +151,15 @@ def start_chat_sft_run(base_checkpoint: str | Path | None = None, settings: dict
                        from_scratch: bool = False, device: str | None = None, out_dir=None,
                        progress: bool = True) -> Trainer:
     """A new chat fine-tune of the GPT in ``base_checkpoint`` (default: the shipped model)."""
-    return start(CHAT_SFT, settings, base_checkpoint=base_checkpoint, from_scratch=from_scratch, device=device,
-                 out_dir=out_dir, progress=progress)
+    return start(CHAT_SFT, settings, base_checkpoint=base_checkpoint, from_scratch=from_scratch,
+                 device=device, out_dir=out_dir, progress=progress)
 
 
 def resume_chat_sft_run(path: str | Path, settings: dict | None = None, *, base_checkpoint=None,
-                        from_scratch: bool | None = None, device: str | None = None, progress: bool = True,
-                        checkpoint: dict | None = None) -> Trainer:
-    """The chat fine-tune saved in ``path``, continued on the same conversations; ``base_checkpoint``
-    and ``from_scratch``, if given, must be how it started."""
-    return resume(CHAT_SFT, path, settings, base_checkpoint=base_checkpoint, from_scratch=from_scratch,
-                  device=device, progress=progress, checkpoint=checkpoint)
+                        from_scratch: bool | None = None, device: str | None = None,
+                        progress: bool = True, checkpoint: dict | None = None) -> Trainer:
+    """The chat fine-tune saved in ``path``, continued on the same conversations;
+    ``base_checkpoint`` and ``from_scratch``, if given, must be how it started."""
+    return resume(CHAT_SFT, path, settings, base_checkpoint=base_checkpoint,
+                  from_scratch=from_scratch, device=device,
+                  progress=progress, checkpoint=checkpoint)

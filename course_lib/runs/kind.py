@@ -51,7 +51,8 @@ class RunKind:
       names); ``report_options``: options only ``report`` reads (e.g. how many examples to score),
       checked by ``check_report_options(**report_options)`` before any work.
     - ``one_process``: the run cannot be shared out by torchrun (DPO's pairs, GRPO's rollouts).
-    - ``describe(trainer) -> str``: the line printed before training; ``report(trainer, **report_options)``:
+    - ``describe(trainer) -> str``: the line printed before
+      training; ``report(trainer, **report_options)``:
       the lines after, one at a time (an iterator: a line is printed before the next is computed).
     - ``example(folder) -> (settings, options)``: the smallest run of this kind (what it needs, such
       as a tiny base checkpoint, written into ``folder``): the interface test over every registered
@@ -95,13 +96,15 @@ def check_options(kind: RunKind, options: dict[str, Any]) -> None:
     unknown = sorted(set(options) - set(kind.options))
     if unknown:
         known = ", ".join(kind.options) or "none"
-        raise TypeError(f"{kind.command} runs take no option {', '.join(unknown)} (its options: {known})")
+        raise TypeError(f"{kind.command} runs take no option {', '.join(unknown)} (its options: "
+                        f"{known})")
 
 
-# --- the device and the training settings ------------------------------------------------------------
+# --- the device and the training settings ---------------------------------------------------------
 
 
-def training_device(device: str, config: TrainConfig, one_process: bool = False, command: str = "this run") -> str:
+def training_device(device: str, config: TrainConfig, one_process: bool = False,
+                    command: str = "this run") -> str:
     """The device this process trains on (``device`` already resolved), once it is known that the
     run can train there: the precision, and under torchrun the micro-batches shared out among the
     processes, whose process group this then joins (gloo on CPU, nccl on GPUs). A ``one_process``
@@ -109,26 +112,31 @@ def training_device(device: str, config: TrainConfig, one_process: bool = False,
     check_precision(torch.device(device), config.dtype)
     if one_process:
         if distributed.launched_world_size() > 1:
-            raise ValueError(f"{command} runs in one process: start it with `python -m course_lib {command}`, "
-                             "not torchrun")
+            raise ValueError(f"{command} runs in one process: start it with `python -m course_lib "
+                             f"{command}`, not torchrun")
         return device
     distributed.local_micro_batches(config.grad_accum_steps, distributed.launched_world_size())
     return distributed.setup(device)
 
 
-# The training settings a resumed run may change (--resume --set KEY=VALUE): how long it runs (max_iters,
-# and lr_decay_iters, the schedule's length, which follows it), when it evaluates and saves, and how it
-# computes on this machine (dtype, compile: a run moved to a CPU cannot keep fp16). Every other setting
-# fixes what the run is (its seed: the data split and batches; its batch size, optimizer and schedule):
-# given on a resume, it must be the stored value (course_lib.config.apply_resume_overrides).
-RESUMABLE_SETTINGS = ("max_iters", "lr_decay_iters", "eval_interval", "checkpoint_interval", "dtype", "compile")
+# The training settings a resumed run may change (--resume --set KEY=VALUE): how long it runs
+# (max_iters, and lr_decay_iters, the schedule's length, which follows it), when it evaluates and
+# saves, and how it computes on this machine (dtype, compile: a run moved to a CPU cannot keep
+# fp16). Every other setting fixes what the run is (its seed: the data split and batches; its batch
+# size, optimizer and schedule): given on a resume, it must be the stored value
+# (course_lib.config.apply_resume_overrides).
+RESUMABLE_SETTINGS = ("max_iters", "lr_decay_iters", "eval_interval",
+                      "checkpoint_interval", "dtype", "compile")
 
 
-def resumed_config(path: Path, ckpt: dict, settings: dict | None, forbidden: dict[str, str] | None = None):
+def resumed_config(path: Path, ckpt: dict, settings: dict | None,
+                   forbidden: dict[str, str] | None = None):
     """The training settings checkpoint ``path`` stores, with a resume's ``settings`` applied: only
     ``RESUMABLE_SETTINGS`` may change, any other key must carry the stored value."""
-    return apply_resume_overrides(stored_config(path, ckpt), settings or {}, RESUMABLE_SETTINGS, path,
-                                  f"every training setting but {', '.join(RESUMABLE_SETTINGS)}", forbidden)
+    return apply_resume_overrides(stored_config(path, ckpt), settings or {},
+                                  RESUMABLE_SETTINGS, path,
+                                  f"every training setting but {', '.join(RESUMABLE_SETTINGS)}",
+                                  forbidden)
 
 
 def stored_config(path: Path, ckpt: dict) -> TrainConfig:
@@ -139,24 +147,26 @@ def stored_config(path: Path, ckpt: dict) -> TrainConfig:
     try:
         return TrainConfig.from_dict(ckpt["train_config"])
     except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path} stores training settings this course_lib refuses ({e}): the value comes from "
-                              "the checkpoint, not from your command; start a new run in another --out") from None
+        raise CheckpointError(f"{path} stores training settings this course_lib refuses ({e}): the "
+                              "value comes from the checkpoint, not from your command; start a new "
+                              "run in another --out") from None
 
 
-# --- the base model of a run that starts from one ----------------------------------------------------
+# --- the base model of a run that starts from one -------------------------------------------------
 
 
 def load_base_gpt(base_checkpoint, what: str, device: str = "cpu"):
     """``(model, tokenizer, path, sha256)`` of the GPT in ``base_checkpoint`` that a ``what`` run
     ("fine-tune", "DPO and GRPO"...) starts from; any other kind of model is refused by name."""
     if base_checkpoint is None:
-        raise ValueError(f"--checkpoint is needed to start a {what} run: the GPT to start from, e.g. "
-                         "runs/cpu/ckpt.pt from `python -m course_lib train --out runs/cpu`")
+        raise ValueError(f"--checkpoint is needed to start a {what} run: the GPT to start from, "
+                         "e.g. runs/cpu/ckpt.pt from `python -m course_lib train --out runs/cpu`")
     path = Path(base_checkpoint).resolve()
     base, ckpt = load_model(path, device)
     if type(base) is not GPT:
-        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: a {what} run starts from a GPT "
-                         "checkpoint (written by `python -m course_lib train`, or a full `finetune`)")
+        raise ValueError(f"{base_checkpoint} holds a {ckpt['model_kind']!r} model: a {what} run "
+                         "starts from a GPT checkpoint (written by `python -m course_lib train`, "
+                         "or a full `finetune`)")
     tokenizer = load_tokenizer(ckpt, path) if ckpt.get("tokenizer") else None
     return base, tokenizer, path, file_sha256(path)
 
@@ -174,19 +184,21 @@ def same_base(path: Path, recorded: dict, base_checkpoint) -> Path:
     given = Path(base_checkpoint or recorded["base_checkpoint"]).resolve()
     if given.is_file() and file_sha256(given) == recorded["base_sha256"]:
         return given
-    was = f"{path} starts from {recorded['base_checkpoint']} (SHA-256 {recorded['base_sha256'][:12]}...)"
+    was = (f"{path} starts from {recorded['base_checkpoint']} "
+           f"(SHA-256 {recorded['base_sha256'][:12]}...)")
     state = "another file" if given.is_file() else "missing"
     if base_checkpoint is None:
-        raise ValueError(f"{was}, and that file is now {state}: give that base (or a copy of it) as --checkpoint")
-    raise ValueError(f"--checkpoint {base_checkpoint}: {was}, and that is {state}; a resumed run keeps its base: give "
-                     "that base (or a copy of it), or leave --checkpoint out")
+        raise ValueError(f"{was}, and that file is now {state}: give that base (or a copy of it) "
+                         "as --checkpoint")
+    raise ValueError(f"--checkpoint {base_checkpoint}: {was}, and that is {state}; a resumed run "
+                     "keeps its base: give that base (or a copy of it), or leave --checkpoint out")
 
 
-# --- building a run: one way for every kind ----------------------------------------------------------
+# --- building a run: one way for every kind -------------------------------------------------------
 
 
-def start(kind: str | RunKind, settings: dict | None = None, *, device: str | None = None, out_dir=None,
-          progress: bool = True, verbose: bool = True, **options) -> Trainer:
+def start(kind: str | RunKind, settings: dict | None = None, *, device: str | None = None,
+          out_dir=None, progress: bool = True, verbose: bool = True, **options) -> Trainer:
     """A new run of ``kind`` (a command name, e.g. ``"finetune"``): ``settings`` are the command
     line's ``--set KEY=VALUE`` as a dict (values as text or Python values), ``options`` the kind's
     own (``RunKind.options``). In this order, for every kind: the options and settings checked,
@@ -196,11 +208,13 @@ def start(kind: str | RunKind, settings: dict | None = None, *, device: str | No
     check_options(kind, options)
     plan = kind.plan(settings or {}, options)
     device = training_device(check_device(device), plan.train, kind.one_process, kind.command)
-    return kind.build(plan, device=device, out_dir=out_dir, progress=progress, verbose=verbose, **options)
+    return kind.build(plan, device=device, out_dir=out_dir,
+                      progress=progress, verbose=verbose, **options)
 
 
-def resume(kind: str | RunKind, path: str | Path, settings: dict | None = None, *, device: str | None = None,
-           checkpoint: dict | None = None, progress: bool = True, verbose: bool = True, **options) -> Trainer:
+def resume(kind: str | RunKind, path: str | Path, settings: dict | None = None, *,
+           device: str | None = None, checkpoint: dict | None = None, progress: bool = True,
+           verbose: bool = True, **options) -> Trainer:
     """The run of ``kind`` saved at ``path``, continued bit for bit: the checkpoint read once
     (``checkpoint``: already read by the caller) and refused unless ``kind`` made it; ``settings``
     may change only ``RESUMABLE_SETTINGS`` (a larger ``max_iters`` extends a finished run), and an
@@ -214,6 +228,7 @@ def resume(kind: str | RunKind, path: str | Path, settings: dict | None = None, 
     stored_config(path, ckpt)  # a checkpoint with no training run is refused here, by name
     plan = kind.plan(settings or {}, options, path, ckpt)
     device = training_device(check_device(device), plan.train, kind.one_process, kind.command)
-    trainer = kind.rebuild(plan, path, ckpt, device=device, progress=progress, verbose=verbose, **options)
+    trainer = kind.rebuild(plan, path, ckpt, device=device,
+                           progress=progress, verbose=verbose, **options)
     trainer.restore(ckpt, path)
     return trainer

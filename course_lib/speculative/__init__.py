@@ -1,4 +1,5 @@
-"""Chapter 22: speculative decoding, exact by construction (Leviathan et al. 2023; Chen et al. 2023).
+"""Chapter 22: speculative decoding, exact by construction (Leviathan et al. 2023; Chen et al.
+2023).
 
 - :mod:`.rule`: the accept/reject rule, the residual distribution, greedy verification, and the
   cost model (expected tokens per target call for k draft tokens and acceptance rate alpha);
@@ -15,8 +16,8 @@ from .rule import (acceptance_probability, acceptance_rate, alpha_from_rounds, e
                    expected_tokens_per_call, greedy_round, probabilities, residual_distribution,
                    speculative_round)
 
-__all__ = ["SpeculativeStats", "check_drafter", "speculative_generate", "speculative_text", "ModelDrafter",
-           "NGramDrafter", "drafter_from_checkpoint",
+__all__ = ["SpeculativeStats", "check_drafter", "speculative_generate", "speculative_text",
+           "ModelDrafter", "NGramDrafter", "drafter_from_checkpoint",
            "acceptance_probability", "acceptance_rate", "alpha_from_rounds", "expected_speedup",
            "expected_tokens_per_call", "greedy_round", "probabilities", "residual_distribution",
            "speculative_round"]

@@ -25,8 +25,8 @@ class CachedLM:
         self.model = model
         self.block_size = model.config.block_size
         if getattr(model.config, "sliding_window", None):
-            raise ValueError("speculative decoding rewinds the KV cache, which a sliding-window cache cannot "
-                             "(it drops old keys): use a model without sliding_window")
+            raise ValueError("speculative decoding rewinds the KV cache, which a sliding-window "
+                             "cache cannot (it drops old keys): use a model without sliding_window")
         self.device = next(model.parameters()).device
         self.reset()
 
@@ -68,12 +68,14 @@ class CachedLM:
         B = self.block_size
         ends = list(range(len(tokens) - m + 1, len(tokens) + 1))
         rows = []
-        short = [e for e in ends if e < B]  # the round that crosses block_size: shorter contexts alone
+        # the round that crosses block_size: shorter contexts alone
+        short = [e for e in ends if e < B]
         for e in short:
             out, _ = self.model(torch.tensor([tokens[:e]], dtype=torch.long, device=self.device))
             rows.append(out[0, -1:])
         full = [e for e in ends if e >= B]
-        batch = torch.tensor([tokens[e - B : e] for e in full], dtype=torch.long, device=self.device)  # (m, B)
+        batch = torch.tensor([tokens[e - B : e] for e in full], dtype=torch.long,
+                             device=self.device)  # (m, B)
         out, _ = self.model(batch)  # (m, B, V)
         rows.append(out[:, -1])
         self.fed += sum(min(e, B) for e in ends)

@@ -41,18 +41,20 @@ class SpeculativeStats:
 def check_drafter(target, drafter) -> None:
     """One line naming the problem when ``drafter`` cannot draft for ``target``."""
     if not callable(getattr(drafter, "propose", None)) or not hasattr(drafter, "vocab_size"):
-        raise TypeError(f"drafter must have vocab_size and propose(tokens, k, ...) (an NGramDrafter or "
-                        f"ModelDrafter), got {type(drafter).__name__}")
+        raise TypeError("drafter must have vocab_size and propose(tokens, k, ...) "
+                        f"(an NGramDrafter or ModelDrafter), got {type(drafter).__name__}")
     V = target.config.vocab_size
     if drafter.vocab_size != V:
-        raise ValueError(f"the draft has a vocabulary of {drafter.vocab_size} tokens and the target {V}: a draft "
-                         "must use the target's tokenizer (train it on the same tokens)")
+        raise ValueError(f"the draft has a vocabulary of {drafter.vocab_size} tokens and the "
+                         f"target {V}: a draft must use the target's tokenizer "
+                         "(train it on the same tokens)")
 
 
 @torch.no_grad()
 def speculative_generate(target, drafter, idx: torch.Tensor, max_new_tokens: int, k: int = 4,
-                         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                         generator: torch.Generator | None = None, return_stats: bool = False):
+                         temperature: float = 0.0, top_k: int | None = None,
+                         top_p: float | None = None, generator: torch.Generator | None = None,
+                         return_stats: bool = False):
     """Extend ``idx`` (1, T) by ``max_new_tokens`` tokens of ``target`` (a GPT), ``k`` drafted at a
     time by ``drafter``; returns (1, T + max_new_tokens), and the :class:`SpeculativeStats` too with
     ``return_stats``. ``generator``: a CPU ``torch.Generator`` for the draws (drafts, uniforms,
@@ -62,7 +64,8 @@ def speculative_generate(target, drafter, idx: torch.Tensor, max_new_tokens: int
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1 (draft tokens per round), got {k!r}")
     if idx.dim() != 2 or idx.shape[0] != 1 or idx.shape[1] == 0:
-        raise ValueError(f"idx must have shape (1, T) with T >= 1 (one prompt), got {tuple(idx.shape)}")
+        raise ValueError("idx must have shape (1, T) with T >= 1 (one prompt), "
+                         f"got {tuple(idx.shape)}")
     was_training = target.training
     target.eval()
     lm = CachedLM(target)
@@ -72,7 +75,8 @@ def speculative_generate(target, drafter, idx: torch.Tensor, max_new_tokens: int
     while len(tokens) - start < max_new_tokens:
         left = max_new_tokens - (len(tokens) - start)
         n_draft = min(k, left - 1)  # a round emits up to n_draft + 1 tokens
-        draft, q = drafter.propose(tokens, n_draft, temperature, top_k, top_p, generator) if n_draft else ([], None)
+        draft, q = (drafter.propose(tokens, n_draft, temperature, top_k, top_p, generator)
+                    if n_draft else ([], None))
         logits = lm.logits(tokens + draft, n_draft + 1)  # (n_draft + 1, V): one target call
         if temperature == 0:
             emitted, kept = greedy_round(logits, draft)

@@ -38,7 +38,8 @@ class NGramDrafter:
             raise ValueError(f"n must be an integer >= 1 (3 is a trigram), got {n!r}")
         ids = torch.as_tensor(ids, dtype=torch.long).flatten()
         if ids.numel() < n or int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-            raise ValueError(f"the n-gram table needs at least {n} token ids in [0, {vocab_size - 1}]")
+            raise ValueError(f"the n-gram table needs at least {n} token ids in "
+                             f"[0, {vocab_size - 1}]")
         self.vocab_size, self.n, self.smoothing = vocab_size, n, smoothing
         self.tables: list[dict[tuple[int, ...], torch.Tensor]] = []  # tables[j]: context length j
         for j in range(n):
@@ -49,7 +50,8 @@ class NGramDrafter:
             contexts, row_of = torch.unique(key, return_inverse=True)
             counts = torch.zeros(len(contexts), vocab_size)
             counts.index_put_((row_of, windows[:, -1]), torch.ones(len(key)), accumulate=True)
-            firsts = torch.zeros(len(contexts), dtype=torch.long).scatter_(0, row_of, torch.arange(len(key)))
+            firsts = torch.zeros(len(contexts), dtype=torch.long).scatter_(
+                0, row_of, torch.arange(len(key)))
             ctx_rows = windows[firsts, :j].tolist()  # one occurrence of each context
             self.tables.append({tuple(c): counts[i] for i, c in enumerate(ctx_rows)})
     def counts(self, tokens: list[int]) -> torch.Tensor:
@@ -109,15 +111,16 @@ def drafter_from_checkpoint(path, target, target_checkpoint: dict, device="cpu")
     ``target_checkpoint``): refused in one line when either is another kind of model or when the
     two do not share one tokenizer (a draft must speak the target's tokens)."""
     if type(target) is not GPT:
-        raise ValueError(f"--draft needs a GPT as the target, and the checkpoint holds a {type(target).__name__}: "
+        raise ValueError("--draft needs a GPT as the target, and the checkpoint holds a "
+                         f"{type(target).__name__}: "
                          "sample without --draft, or give a GPT checkpoint (from `train`)")
     draft, ckpt = load_model(path, device)
     if type(draft) is not GPT:
-        raise ValueError(f"the draft {path} holds a {type(draft).__name__}, not a GPT: give a GPT checkpoint trained "
-                         "on the target's tokens as --draft")
+        raise ValueError(f"the draft {path} holds a {type(draft).__name__}, not a GPT: "
+                         "give a GPT checkpoint trained on the target's tokens as --draft")
     if ckpt.get("tokenizer") != target_checkpoint.get("tokenizer") or \
             draft.config.vocab_size != target.config.vocab_size:
-        raise ValueError(f"the draft {path} has another vocabulary than the target ({draft.config.vocab_size} and "
-                         f"{target.config.vocab_size} tokens, and another tokenizer): train the draft on the target's "
-                         "tokenizer and text")
+        raise ValueError(f"the draft {path} has another vocabulary than the target "
+                         f"({draft.config.vocab_size} and {target.config.vocab_size} tokens, and "
+                         "another tokenizer): train the draft on the target's tokenizer and text")
     return ModelDrafter(draft)

@@ -1,4 +1,5 @@
-"""The exact output distribution of speculative sampling, every outcome enumerated (tiny vocabularies).
+"""The exact output distribution of speculative sampling, every outcome enumerated (tiny
+vocabularies).
 
 No sampling: each draft of k tokens is weighted by its probability under the draft, each accept or
 reject by its probability under the rule, each residual or bonus token by its probability. What
@@ -8,8 +9,8 @@ as accepting every draft token, visibly changes it). ``accept`` and ``residual``
 see what a wrong rule does; they default to the library's.
 
 ``p_of(tokens)`` and ``q_of(tokens)`` give the target's and the draft's (V,) next-token
-distributions after a list of tokens. Cost: V^k drafts per round, so keep V and k small (V = 3, k = 3
-is 27 drafts per round).
+distributions after a list of tokens. Cost: V^k drafts per round, so keep V and k small (V = 3,
+k = 3 is 27 drafts per round).
 """
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import itertools
 from .rule import acceptance_probability, residual_distribution
 
 
-def exact_output_distribution(p_of, q_of, prompt: list[int], n: int, k: int, accept=acceptance_probability,
-                              residual=residual_distribution) -> dict[tuple[int, ...], float]:
-    """{first n emitted tokens: probability} for speculative sampling with k draft tokens a round."""
+def exact_output_distribution(p_of, q_of, prompt: list[int], n: int, k: int,
+                              accept=acceptance_probability, residual=residual_distribution
+                              ) -> dict[tuple[int, ...], float]:
+    """{first n emitted tokens: probability} for speculative sampling with k draft tokens a
+    round."""
     V = len(p_of(list(prompt)))
     dist: dict[tuple[int, ...], float] = {}
     start = len(prompt)

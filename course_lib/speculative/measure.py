@@ -3,9 +3,10 @@ plain generation with the KV cache, the ways run interleaved (so a busy machine 
 A drafter with a ``generate`` method (:class:`.self_draft.SelfDrafter`: the target's own MTP heads)
 generates whole; then ``target`` must be its model, so that plain generation is that model's.
 
-:func:`measure` times, in each repeat and for each prompt, plain :func:`~course_lib.generate.generate`
-(with the cache) and then every (drafter, k) on the same prompt and seed, one after the other; a
-ratio is a paired one: plain time over speculative time within one repeat, summed over the prompts.
+:func:`measure` times, in each repeat and for each prompt, plain
+:func:`~course_lib.generate.generate` (with the cache) and then every (drafter, k) on the same
+prompt and seed, one after the other; a ratio is a paired one: plain time over speculative time
+within one repeat, summed over the prompts.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def measure(target, drafters: dict, prompts: list[list[int]], new_tokens: int, k
            "threads": torch.get_num_threads(), "temperatures": {}}
     for temperature in temperatures:
         plain_times = []
-        cells = {name: {k: {"kept": [], "drafted": [], "target_calls": 0, "new": 0, "times": []} for k in ks}
+        cells = {name: {k: {"kept": [], "drafted": [], "target_calls": 0, "new": 0, "times": []}
+                        for k in ks}
                  for name in drafters}
         loads = []
         for r in range(repeats):
@@ -63,18 +65,21 @@ def measure(target, drafters: dict, prompts: list[list[int]], new_tokens: int, k
                                generator=torch.Generator().manual_seed(s))
                 plain_t += time.perf_counter() - start
                 for name, drafter in drafters.items():
-                    # a drafter that drafts for itself (drafter 3, self_draft.SelfDrafter) generates whole
-                    run = getattr(drafter, "generate", None) or (lambda *a, **kw: speculative_generate(target, drafter,
-                                                                                                       *a, **kw))
+                    # a drafter that drafts for itself (drafter 3, self_draft.SelfDrafter)
+                    # generates whole
+                    run = getattr(drafter, "generate", None) or (
+                        lambda *a, **kw: speculative_generate(target, drafter, *a, **kw))
                     for k in ks:
                         start = time.perf_counter()
                         got, st = run(idx, new_tokens, k=k, temperature=temperature,
                                       generator=torch.Generator().manual_seed(s), return_stats=True)
                         spec_t[name, k] += time.perf_counter() - start
                         if temperature == 0 and not torch.equal(got, ref):
-                            raise AssertionError(f"greedy speculative output differs from plain greedy ({name}, k={k})")
+                            raise AssertionError("greedy speculative output differs from plain "
+                                                 f"greedy ({name}, k={k})")
                         cell = cells[name][k]
-                        if r == 0 or temperature > 0:  # greedy rounds repeat exactly: count them once
+                        # greedy rounds repeat exactly: count them once
+                        if r == 0 or temperature > 0:
                             cell["kept"] += st.kept
                             cell["drafted"] += st.drafted
                             cell["target_calls"] += st.target_calls
@@ -84,7 +89,8 @@ def measure(target, drafters: dict, prompts: list[list[int]], new_tokens: int, k
                 cells[name][k]["times"].append(t)
             if progress:
                 progress(f"temperature {temperature:g}: repeat {r + 1}/{repeats} done")
-        out["temperatures"][str(temperature)] = {"plain_times": plain_times, "loadavg": loads, "drafters": cells}
+        out["temperatures"][str(temperature)] = {"plain_times": plain_times,
+                                                 "loadavg": loads, "drafters": cells}
     return out
 
 
@@ -107,10 +113,11 @@ def summarise(record: dict, costs: dict | None = None) -> list[dict]:
                 row = dict(temperature=float(temp), drafter=name, k=k, alpha=alpha,
                            acceptance=sum(cell["kept"]) / max(sum(cell["drafted"]), 1),
                            tokens_per_call=cell["new"] / cell["target_calls"],
-                           predicted_tokens_per_call=expected_tokens_per_call(alpha1, k) if first else None,
-                           plain_tokens_per_s=n_tokens / statistics.median(plain),
+                           predicted_tokens_per_call=expected_tokens_per_call(alpha1, k) if first
+                           else None, plain_tokens_per_s=n_tokens / statistics.median(plain),
                            tokens_per_s=n_tokens / statistics.median(cell["times"]),
-                           ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios))
+                           ratio=statistics.median(ratios), ratio_min=min(ratios),
+                           ratio_max=max(ratios))
                 if costs and name in costs:
                     row["predicted_speedup"] = expected_speedup(alpha, k, costs[name])
                 rows.append(row)
@@ -128,13 +135,14 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 def cost_model_rows(record: dict, resamples: int = 2000, seed: int = 0) -> list[dict]:
-    """The cost model against the measurement, each with a 95% interval, per (temperature, drafter, k):
+    """The cost model against the measurement, each
+    with a 95% interval, per (temperature, drafter, k):
     predicted tokens per round, (1 - a^(k+1)) / (1 - a) with a the acceptance measured at k = 1 (its
     Wilson interval carried through the formula, which grows with a); measured tokens per round, the
-    mean of kept + 1 over the rounds that drafted all k tokens (a text's last, shorter round left out),
-    with a bootstrap interval over those rounds (percentiles of ``resamples`` resamples, seeded).
-    Rounds of one text are not independent (a loop is guessed many times in a row), so the measured
-    interval is if anything too narrow."""
+    mean of kept + 1 over the rounds that drafted all k tokens (a text's last, shorter round left
+    out), with a bootstrap interval over those rounds (percentiles of ``resamples`` resamples,
+    seeded). Rounds of one text are not independent (a loop is guessed many times in a row), so the
+    measured interval is if anything too narrow."""
     g = torch.Generator().manual_seed(seed)
     rows = []
     for temp, rec in record["temperatures"].items():
@@ -149,12 +157,14 @@ def cost_model_rows(record: dict, resamples: int = 2000, seed: int = 0) -> list[
             a = sum(ones) / len(ones)
             for k, cell in by_k.items():
                 k = int(k)
-                full = torch.tensor([n + 1 for n, d in zip(cell["kept"], cell["drafted"]) if d == k],
+                full = torch.tensor([n + 1 for n, d in zip(cell["kept"], cell["drafted"])
+                                     if d == k],
                                     dtype=torch.float64)
                 if len(full) < 2:  # too few full rounds for an interval (a smoke test)
                     continue
                 means = full[torch.randint(len(full), (resamples, len(full)), generator=g)].mean(1)
-                lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+                lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975],
+                                                            dtype=torch.float64)).tolist()
                 rows.append(dict(temperature=float(temp), drafter=name, k=k, rounds=len(full),
                                  alpha_k1=a, alpha_k1_interval=(a_lo, a_hi),
                                  predicted=expected_tokens_per_call(a, k),

@@ -21,21 +21,25 @@ def draft_config(vocab_size: int = 65, block_size: int = 64) -> GPTConfig:
                      dropout=0.0, tie_weights=False)
 
 
-def draft_trainer(train_data: torch.Tensor, val_data: torch.Tensor, steps: int = DRAFT_STEPS, seed: int = 1337,
-                  vocab_size: int = 65, block_size: int = 64, progress: bool = False) -> Trainer:
+def draft_trainer(train_data: torch.Tensor, val_data: torch.Tensor, steps: int = DRAFT_STEPS,
+                  seed: int = 1337, vocab_size: int = 65, block_size: int = 64,
+                  progress: bool = False) -> Trainer:
     """A Trainer for the draft GPT on windows of ``train_data`` (1-D token ids), seeded."""
     torch.manual_seed(seed)
     model = GPT(draft_config(vocab_size, block_size))
-    config = TrainConfig(max_iters=steps, batch_size=16, learning_rate=3e-3, min_lr=3e-4, warmup_iters=50,
-                         beta2=0.99, weight_decay=0.0, grad_clip=1.0, eval_interval=steps, eval_iters=10, seed=seed)
+    config = TrainConfig(max_iters=steps, batch_size=16, learning_rate=3e-3, min_lr=3e-4,
+                         warmup_iters=50, beta2=0.99, weight_decay=0.0, grad_clip=1.0,
+                         eval_interval=steps, eval_iters=10, seed=seed)
 
     def batch_fn(split: str, generator: torch.Generator | None):
-        return get_batch(train_data if split == "train" else val_data, block_size, config.batch_size, generator)
+        return get_batch(train_data if split == "train" else val_data, block_size,
+                         config.batch_size, generator)
 
     return Trainer(model, config=config, batch_fn=batch_fn, progress=progress, verbose=False)
 
 
-def train_draft_gpt(tokenizer, steps: int = DRAFT_STEPS, seed: int = 1337, progress: bool = False) -> tuple[GPT, dict]:
+def train_draft_gpt(tokenizer, steps: int = DRAFT_STEPS, seed: int = 1337,
+                    progress: bool = False) -> tuple[GPT, dict]:
     """Train the draft GPT on tiny Shakespeare's training split, tokenized by ``tokenizer`` (the
     target's); returns (model in eval mode, the trainer's history)."""
     ids = torch.tensor(tokenizer.encode(load_text()), dtype=torch.long)
