@@ -36,7 +36,8 @@ from course_lib.tools.numerics import apply_reference_environment, wait_passivel
 SHIPPED = RECORDS / "quantize.json"
 BITS = (8, 6, 4, 3)
 GRANULARITIES = (("row", None), ("group", 32))
-EMBEDDINGS = ("int8", "fp16", "same")  # course_lib.quantize.embeddings.EMBEDDINGS (torch loads after the pin)
+# course_lib.quantize.embeddings.EMBEDDINGS (torch loads after the pin)
+EMBEDDINGS = ("int8", "fp16", "same")
 
 
 def score(model, x, y, base=None):
@@ -66,7 +67,8 @@ def speed(repeats: int) -> dict:
         has_int_mm = True
     except (RuntimeError, AttributeError) as e:
         has_int_mm = str(e).splitlines()[0]
-    runs = {"fp32 matmul": lambda: a @ w, "dequantize int4 + fp32 matmul": lambda: a @ q4.dequantize().T}
+    runs = {"fp32 matmul": lambda: a @ w,
+            "dequantize int4 + fp32 matmul": lambda: a @ q4.dequantize().T}
     if has_int_mm is True:
         runs["int8 _int_mm"] = lambda: torch._int_mm(a8, w8)
     times = {k: [] for k in runs}
@@ -76,17 +78,19 @@ def speed(repeats: int) -> dict:
             t = time.perf_counter()
             runs[k]()
             times[k].append(time.perf_counter() - t)
-    return {"shape": [M, K, N], "repeats": repeats, "int_mm": has_int_mm, "threads": torch.get_num_threads(),
+    return {"shape": [M, K, N], "repeats": repeats, "int_mm": has_int_mm,
+            "threads": torch.get_num_threads(),
             "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
-            "best_ms": {k: 1e3 * min(v) for k, v in times.items()},
-            "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+            "best_ms": {k: 1e3 * min(v) for k, v in times.items()}, "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg()}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calibration", type=count, default=128, help="GPTQ's calibration windows")
     p.add_argument("--qat-steps", type=count, default=200, help="steps of each QAT fine-tune")
-    p.add_argument("--qat-bits", type=at_least(2), nargs="+", default=[3, 4], help="QAT's bit widths (group of 32)")
+    p.add_argument("--qat-bits", type=at_least(2), nargs="+", default=[3, 4],
+                   help="QAT's bit widths (group of 32)")
     p.add_argument("--embeddings", nargs="+", default=["int8", "same"], choices=list(EMBEDDINGS),
                    help="post-training: how the embedding tables are stored, each setting measured")
     p.add_argument("--qat-embeddings", default="int8", choices=list(EMBEDDINGS),
@@ -95,11 +99,15 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=["qat", "control"], choices=["qat", "control"],
                    help="QAT, and its control: the same fine-tune without fake quantization")
     p.add_argument("--granularities", nargs="+", default=["row", "group"], choices=["row", "group"])
-    p.add_argument("--val-windows", type=count, default=None, help="the first N windows (default all)")
+    p.add_argument("--val-windows", type=count, default=None,
+                   help="the first N windows (default all)")
     p.add_argument("--speed-repeats", type=count, default=30)
-    p.add_argument("--threads", type=count, default=None, help="torch threads (default: the reference's 2); "
-                   "QAT trains about ten times faster in CPU time with 1 on the shared 2-core machine")
-    p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"], choices=["ptq", "qat", "speed"])
+    p.add_argument("--threads", type=count, default=None,
+                   help="torch threads (default: the reference's 2); "
+                   "QAT trains about ten times faster in CPU time with 1 on the shared 2-core "
+                   "machine")
+    p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"],
+                   choices=["ptq", "qat", "speed"])
     add_record_options(p, SHIPPED, "--json")
     args = p.parse_args(argv)
     apply_reference_environment()  # before torch is imported
@@ -118,14 +126,19 @@ def main(argv=None) -> int:
     model, tokenizer = load_pretrained()
     train, val = train_val_split(torch.tensor(tokenizer.encode(load_text())))
     x, y = windows(val, model.config.block_size, args.val_windows)
-    starts = torch.randint(0, len(train) - 65, (args.calibration,), generator=torch.Generator().manual_seed(0))
+    starts = torch.randint(0, len(train) - 65, (args.calibration,),
+                           generator=torch.Generator().manual_seed(0))
     calibration = torch.stack([train[s:s + model.config.block_size] for s in starts])
-    record = {"command": "python benchmarks/quantize.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "val_windows": len(x), "val_chars": x.numel(), "calibration_windows": args.calibration,
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "loadavg_start": os.getloadavg()}
+    record = {"command": "python benchmarks/quantize.py "
+              + " ".join(argv if argv is not None else sys.argv[1:]),
+              "val_windows": len(x), "val_chars": x.numel(),
+              "calibration_windows": args.calibration,
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "loadavg_start": os.getloadavg()}
     fp, base = score(model, x, y)
     record["float"] = {**fp, "bytes_fp16": stored_bytes(model)}
-    print(f"float: {fp['bpc']:.4f} bpc, {record['float']['bytes_fp16']:,} bytes in float16", flush=True)
+    print(f"float: {fp['bpc']:.4f} bpc, {record['float']['bytes_fp16']:,} bytes in float16",
+          flush=True)
     record["ptq"], record["qat"] = [], []
     if "ptq" in args.parts:
         for embeddings in args.embeddings:
@@ -138,11 +151,13 @@ def main(argv=None) -> int:
                         t = time.perf_counter()
                         qmodel, stored = build()
                         s, _ = score(qmodel, x, y, base)
-                        row = {"method": method, "bits": bits, "granularity": granularity, "group_size": group,
-                               "embeddings": embeddings, "bytes": stored_bytes(model, stored), **s,
+                        row = {"method": method, "bits": bits, "granularity": granularity,
+                               "group_size": group, "embeddings": embeddings,
+                               "bytes": stored_bytes(model, stored), **s,
                                "seconds": time.perf_counter() - t}
                         record["ptq"].append(row)
-                        print(f"{method:4} {config.name:22} embeddings {embeddings:4} {s['bpc']:.4f} bpc "
+                        print(f"{method:4} {config.name:22} embeddings {embeddings:4} "
+                              f"{s['bpc']:.4f} bpc "
                               f"(+{s['delta_bpc']:.4f}) {row['bytes']:,} bytes", flush=True)
                         record_out.progress(record)
     if "qat" in args.parts:
@@ -150,7 +165,8 @@ def main(argv=None) -> int:
         record["rtn_reference"] = []
         for bits in args.qat_bits:
             config = QuantConfig(bits=bits, granularity="group", group_size=32)
-            s, _ = score(quantize_rtn(model, config, emb)[0], x, y, base)  # the gap to recover, same windows
+            # the gap to recover, same windows
+            s, _ = score(quantize_rtn(model, config, emb)[0], x, y, base)
             record["rtn_reference"].append({"bits": bits, "granularity": "group", "group_size": 32,
                                             "embeddings": emb, **s})
         for bits in args.qat_bits:
@@ -158,19 +174,22 @@ def main(argv=None) -> int:
             for seed in args.seeds:
                 for fake in [v == "qat" for v in args.variants]:
                     t = time.perf_counter()
-                    trainer = qat_trainer(model, train, config, args.qat_steps, seed, fake=fake, embeddings=emb)
+                    trainer = qat_trainer(model, train, config, args.qat_steps,
+                                          seed, fake=fake, embeddings=emb)
                     trainer.train()
                     trained = remove_fake_quantize(trainer.model)
                     qmodel, stored = quantize_rtn(trained, config, emb)
                     s, _ = score(qmodel, x, y, base)
                     f, _ = score(trained, x, y, base)
                     row = {"method": "qat" if fake else "fine-tune then rtn", "bits": bits,
-                           "granularity": "group", "group_size": 32, "embeddings": emb, "seed": seed,
-                           "steps": args.qat_steps, "bytes": stored_bytes(trained, stored), **s,
-                           "float_bpc": f["bpc"], "float_delta_bpc": f["delta_bpc"], "float_delta_ci": f["delta_ci"],
+                           "granularity": "group", "group_size": 32, "embeddings": emb,
+                           "seed": seed, "steps": args.qat_steps,
+                           "bytes": stored_bytes(trained, stored), **s, "float_bpc": f["bpc"],
+                           "float_delta_bpc": f["delta_bpc"], "float_delta_ci": f["delta_ci"],
                            "seconds": time.perf_counter() - t}
                     record["qat"].append(row)
-                    print(f"{row['method']:18} int{bits} seed {seed}: {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}); "
+                    print(f"{row['method']:18} int{bits} seed {seed}: {s['bpc']:.4f} bpc "
+                          f"(+{s['delta_bpc']:.4f}); "
                           f"its float weights {f['bpc']:.4f} (+{f['delta_bpc']:.4f})", flush=True)
                     record_out.progress(record)
     if "speed" in args.parts:

@@ -1,7 +1,7 @@
-"""course_lib.chat.robustness (issue 54): the frozen sets of requests (version 2, the test set, held out
-from every user message of the conversations under phrasing.abstracted, review R17-B1; version 1, the
-validation set), their rules (exact spellings and dates, R17-B2; an empty reply is wrong), the best
-constant answer, and the scoring."""
+"""course_lib.chat.robustness (issue 54): the frozen sets of requests (version 2, the test set, held
+out from every user message of the conversations under phrasing.abstracted, review R17-B1; version
+1, the validation set), their rules (exact spellings and dates, R17-B2; an empty reply is wrong),
+the best constant answer, and the scoring."""
 import datetime
 import json
 import functools
@@ -41,9 +41,11 @@ def test_the_frozen_file_is_what_the_builder_makes_and_its_sha256_is_checked(tmp
 
 
 def test_every_request_is_held_out_from_the_conversations_and_in_another_form():
-    """Version 1, the generator's weak guarantee: no request is a user message of any split, and none has
-    the form, digits aside, of one (data.build_conversations draws again; the strict check is version 2's)."""
-    asked = [m["content"] for split in load_conversations().values() for c in split for m in c["messages"]
+    """Version 1, the generator's weak guarantee: no request is a user message of any split, and
+    none has the form, digits aside, of one (data.build_conversations draws again; the strict check
+    is version 2's)."""
+    asked = [m["content"] for split in load_conversations().values() for c in split
+             for m in c["messages"]
              if m["role"] == "user"]
     form = lambda text: re.sub(r"\d+", "N", text)
     forms = {form(a) for a in asked}
@@ -52,8 +54,8 @@ def test_every_request_is_held_out_from_the_conversations_and_in_another_form():
 
 
 def test_every_request_is_written_in_characters_the_chat_tokenizer_knows_and_fits_the_shipped_context():
-    """Every version 2 request fits alone in the context of the first chat model (64 tokens), so that
-    every shipped model, the first included, can be asked it."""
+    """Every version 2 request fits alone in the context of the first chat model (64 tokens), so
+    that every shipped model, the first included, can be asked it."""
     from course_lib.chat.engine import CHAT_V1_MODEL_PATH
     for path in (None, CHAT_V1_MODEL_PATH):
         model, tokenizer = load_chat_model(path) if path else load_chat_model()
@@ -82,7 +84,8 @@ def test_every_request_is_written_in_characters_the_chat_tokenizer_knows_and_fit
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "m-o-t-h-e-r-e", False),
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "m-o-t-h-e-r-t", False),
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "e-m-o-t-h-e-r", False),
-    ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "m-o-t-h-e-r m-o-t-h-e-r-s", False),  # nothing more
+    # nothing more
+    ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "m-o-t-h-e-r m-o-t-h-e-r-s", False),
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "mother", False),
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "m-o-t-h-e-r", True),
     ({"rule": "spelled", "answer": "m-o-t-h-e-r"}, "Mother: M-o-t-h-e-r.", True),
@@ -96,9 +99,10 @@ def test_every_request_is_written_in_characters_the_chat_tokenizer_knows_and_fit
     ({"rule": "iso-date", "answer": "1976-07-04"}, "1976-06-04", False),
     ({"rule": "iso-date", "answer": "1999-03-03"}, "It is 1999-03-03.", True),
     # identity (version 2): the group's own fixed answer only
-    ({"rule": "exact", "answer": "I am a small GPT that read Shakespeare."}, "I have no name. I am a small GPT.", False),
-    ({"rule": "exact", "answer": "I am a small GPT that read Shakespeare."}, " I am a small GPT that read Shakespeare. ",
-     True),
+    ({"rule": "exact", "answer": "I am a small GPT that read Shakespeare."},
+     "I have no name. I am a small GPT.", False),
+    ({"rule": "exact", "answer": "I am a small GPT that read Shakespeare."},
+     " I am a small GPT that read Shakespeare. ", True),
     ({"rule": "contains", "answer": "gpt|language model"}, "A small language model.", True),
     ({"rule": "contains", "answer": "gpt|language model"}, "I read Shakespeare.", False),
     ({"rule": "contains", "answer": "no name"}, "   ", False),  # an empty reply is wrong
@@ -112,7 +116,7 @@ def test_an_unknown_rule_is_refused():
         rb.is_right({"rule": "nearly", "answer": "1"}, "1")
 
 
-# --- version 2 ------------------------------------------------------------------------------------------
+# --- version 2 ------------------------------------------------------------------------------------
 
 
 def test_version_2_is_what_the_builder_makes_its_sha256_is_checked_and_it_is_no_smaller_than_version_1(tmp_path):
@@ -129,7 +133,8 @@ def test_version_2_is_what_the_builder_makes_its_sha256_is_checked_and_it_is_no_
 
 
 def test_abstracted_is_the_strict_normalisation():
-    assert abstracted("What is 7 + 5?") == abstracted("what is 12") == abstracted("WHAT IS SEVEN+FIVE") == "whatis#"
+    assert abstracted("What is 7 + 5?") == abstracted("what is 12") == abstracted("WHAT IS "
+                                                                                  "SEVEN+FIVE") == "whatis#"
     assert abstracted("what is forty-two plus one") == abstracted("What is 3 plus 9?") == "whatis#plus#"
     assert abstracted("Spell the word upon.", word="upon") == abstracted("spell the word KING", word="king")
     assert abstracted("How many e's in sweet?", word="sweet", letter="e") == "howmanyCsinW"
@@ -162,7 +167,8 @@ def test_every_version_2_request_is_held_out_from_every_user_message_of_the_conv
     """R17-B1: 0 collisions against every user message of chat.json and chat_v1.json, every split,
     under phrasing.abstracted (the slots of each training exchange read from its answer)."""
     forms = all_forms()
-    assert len(forms) > 500 and "spelltheW" not in forms and "spellW" in forms  # slots were abstracted
+    # slots were abstracted
+    assert len(forms) > 500 and "spelltheW" not in forms and "spellW" in forms
     assert [i["request"] for i, seen in zip(V2, rb.template_seen(V2, forms)) if seen] == []
 
 
@@ -193,7 +199,8 @@ def test_version_1_splits_into_seen_and_new_templates():
 
 
 def test_best_constant_answer():
-    assert rb.best_constant(ITEMS, "letters") == {"answer": "1", "score": 7 / 9, "n": 9}  # review R17-M1
+    assert rb.best_constant(ITEMS, "letters") == {"answer": "1", "score": 7 / 9,
+                                                  "n": 9}  # review R17-M1
     assert rb.best_constant(V2, "letters")["score"] == 0.25  # three requests for each count 0 to 3
     with pytest.raises(ValueError, match="no speak-as request"):
         rb.best_constant(V2, "speak-as")
@@ -208,13 +215,17 @@ def test_rows_keep_numbers_in_words_apart():
 
 def test_scoring_asks_each_request_in_a_new_conversation_and_summarises_per_task():
     torch.manual_seed(0)
-    tokenizer = chat_tokenizer(CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,?'"),
+    tokenizer = chat_tokenizer(CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz "
+                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ.,?'"),
                                EXTRA_CHARS)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16)).eval()
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=64,
+                          n_layer=1, n_head=2, n_embd=16)).eval()
     few = [V2[0]] + [i for i in V2 if i["task"] in ("identity", "letters")][:3]
     scores = rb.score_robustness(model, tokenizer, few)
     assert len(scores["rows"]) == 4 and scores["all"]["n"] == 4
-    assert scores["arithmetic"]["n"] == 1 and ("arithmetic, digits" in scores) != ("arithmetic, numbers in words" in scores)
+    assert scores["arithmetic"]["n"] == 1 and ("arithmetic, digits" in scores) != ("arithmetic, "
+                                                                                   "numbers in "
+                                                                                   "words" in scores)
     assert all(set(row) >= {"request", "reply", "right"} for row in scores["rows"])
     assert scores["all"]["score"] == sum(r["right"] for r in scores["rows"]) / 4
 

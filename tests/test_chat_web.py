@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the web chat's packages are not installed (pip install fastapi uvicorn "
+pytest.importorskip("fastapi",
+                    reason="the web chat's packages are not installed (pip install fastapi uvicorn "
                     "sse-starlette)")
 import anyio  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
@@ -40,7 +41,8 @@ def events(response_text: str) -> list[tuple[str, str]]:
     """(event, data) pairs of a server-sent events stream."""
     out = []
     for block in response_text.replace("\r\n", "\n").split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line
+                      and not line.startswith(":"))
         if "event" in fields:
             out.append((fields["event"], json.loads(fields["data"])))
     return out
@@ -57,7 +59,8 @@ def test_the_page_and_a_streamed_reply_with_its_calculator_call():
     answer = client.get("/api/history").json()
     history = answer["messages"]
     assert history == engine.messages and history[0] == {"role": "user", "content": "What is 2+3?"}
-    assert answer["about"] == engine.about() and "start each new topic with a reset" in answer["about"]  # 17-M3
+    # 17-M3
+    assert answer["about"] == engine.about() and "start each new topic with a reset" in answer["about"]
     assert client.post("/api/reset", headers=JSON).json() == {"messages": []} and engine.messages == []
 
 
@@ -118,7 +121,8 @@ def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
 
 @pytest.mark.parametrize("body", [b"[" * 8000, b'{"message": ' + b"[" * 3000 + b"]" * 3000 + b"}"])
 def test_json_nested_too_deeply_is_a_400_and_one_log_line(body, caplog):
-    """Review 2026-11-28 W1 (rows 3-4): the parser's RecursionError is a bad request, not a 500 with a traceback."""
+    """Review 2026-11-28 W1 (rows 3-4): the parser's RecursionError
+    is a bad request, not a 500 with a traceback."""
     client, _, engine = client_for()
     with caplog.at_level("WARNING", logger="course_lib.chat.web"):
         response = client.post("/api/chat", content=body, headers=JSON)
@@ -132,25 +136,34 @@ EVIL = "https://evil.example"
 
 
 @pytest.mark.parametrize("method, path, headers, status, phrase", [
-    # review 2026-11-28 W3, rows 5-7: another site's page, and a DNS-rebinding page (its own host name)
-    ("POST", "/api/chat", {"origin": EVIL, "content-type": "text/plain"}, 403, "https://evil.example is refused"),
+    # review 2026-11-28 W3, rows 5-7: another site's
+    # page, and a DNS-rebinding page (its own host name)
+    ("POST", "/api/chat", {"origin": EVIL, "content-type": "text/plain"}, 403,
+     "https://evil.example is refused"),
     ("POST", "/api/chat", {"origin": EVIL, **JSON}, 403, "only this server's own page"),
     ("POST", "/api/reset", {"origin": EVIL}, 403, "is refused"),
-    ("POST", "/api/reset", {"origin": "null"}, 403, "is refused"),  # a sandboxed frame, a file:// page
-    ("GET", "/api/history", {"host": "evil.example:8000"}, 403, "'evil.example:8000' is not this server's address"),
+    # a sandboxed frame, a file:// page
+    ("POST", "/api/reset", {"origin": "null"}, 403, "is refused"),
+    ("GET", "/api/history", {"host": "evil.example:8000"}, 403,
+     "'evil.example:8000' is not this server's address"),
     ("GET", "/", {"host": "127.0.0.1:9999"}, 403, "not this server's address"),
     ("GET", "/api/history", {"origin": "http://127.0.0.1:9999"}, 403, "is refused"),
-    # rows 78-82: a POST whose body is not declared JSON (what another site can send without asking first)
-    ("POST", "/api/chat", {"content-type": "text/plain"}, 415, "Content-Type: application/json (this request's type: text/plain)"),
-    ("POST", "/api/chat", {"content-type": "application/x-www-form-urlencoded"}, 415, "application/json"),
-    ("POST", "/api/chat", {"content-type": "multipart/form-data; boundary=x"}, 415, "type: multipart/form-data)"),
+    # rows 78-82: a POST whose body is not declared JSON
+    # (what another site can send without asking first)
+    ("POST", "/api/chat", {"content-type": "text/plain"}, 415,
+     "Content-Type: application/json (this request's type: text/plain)"),
+    ("POST", "/api/chat", {"content-type": "application/x-www-form-urlencoded"},
+     415, "application/json"),
+    ("POST", "/api/chat", {"content-type": "multipart/form-data; boundary=x"}, 415,
+     "type: multipart/form-data)"),
     ("POST", "/api/chat", {"content-type": ""}, 415, "type: none)"),
     ("POST", "/api/chat", {"content-type": "application/xml"}, 415, "application/json"),
     ("POST", "/api/reset", {}, 415, "application/json"),
 ])
 def test_requests_another_site_could_make_are_refused(method, path, headers, status, phrase):
     client, _, engine = client_for()
-    with client.stream("POST", "/api/chat", json={"message": "2+3?"}) as response:  # a conversation to protect
+    # a conversation to protect
+    with client.stream("POST", "/api/chat", json={"message": "2+3?"}) as response:
         response.read()
     before = list(engine.messages)
     body = json.dumps({"message": "What is 5+5?"}).encode() if method == "POST" else None
@@ -160,12 +173,13 @@ def test_requests_another_site_could_make_are_refused(method, path, headers, sta
 
 
 def test_the_page_s_own_requests_pass_and_it_may_not_be_framed():
-    """The page's own origin (127.0.0.1 or localhost at the server's port) is accepted; the page sends
-    X-Frame-Options and a CSP that allows its own script and style only (review row 83)."""
+    """The page's own origin (127.0.0.1 or localhost at the server's port) is accepted; the page
+    sends X-Frame-Options and a CSP that allows its own script and style only (review row 83)."""
     client, _, engine = client_for()
     for name in ("127.0.0.1:8000", "localhost:8000"):
         own = {"host": name, "origin": f"http://{name}", **JSON}
-        with client.stream("POST", "/api/chat", content=json.dumps({"message": "2+3?"}), headers=own) as response:
+        with client.stream("POST", "/api/chat", content=json.dumps({"message": "2+3?"}),
+                           headers=own) as response:
             assert response.status_code == 200 and events(response.read().decode())[-1] == ("done", "")
         assert client.get("/api/history", headers={"host": name}).status_code == 200
     page = client.get("/")
@@ -173,13 +187,15 @@ def test_the_page_s_own_requests_pass_and_it_may_not_be_framed():
     assert page.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in csp
     assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and "script-src 'sha256-" in csp
     assert client.post("/api/reset", headers=JSON).status_code == 200 and engine.messages == []
-    on_port_80 = TestClient(create_app(engine, port=80), base_url="http://localhost")  # no port in Host
+    # no port in Host
+    on_port_80 = TestClient(create_app(engine, port=80), base_url="http://localhost")
     assert on_port_80.get("/api/history").status_code == 200
 
 
 def test_a_server_on_every_interface_cannot_check_the_host_but_still_the_origin():
     engine = ChatEngine(Cycling(REPLY), TOK)
-    client = TestClient(create_app(engine, host="0.0.0.0", port=8000), base_url="http://192.168.1.7:8000")
+    client = TestClient(create_app(engine, host="0.0.0.0", port=8000),
+                        base_url="http://192.168.1.7:8000")
     assert client.get("/api/history").status_code == 200
     assert client.post("/api/reset", headers={"origin": EVIL, **JSON}).status_code == 403
     assert client.post("/api/reset", headers={"origin": "http://192.168.1.7:8000", **JSON}).status_code == 200
@@ -196,10 +212,13 @@ def test_a_port_in_use_or_out_of_range_is_refused():
 
 def test_a_host_that_is_not_this_machine_s_is_named_as_the_problem():
     """Review 2026-11-28 W4 (rows 84-85): a bad --host said "choose another --port"."""
-    fix = r": give an address of this machine: 127.0.0.1 \(the default: this machine only\), or 0.0.0.0"
-    with pytest.raises(OSError, match=r"^--host no.such.host.invalid is not a host name this machine knows \(.*\)" + fix):
+    fix = (r": give an address of this machine: 127.0.0.1 \(the default: this machine only\), or "
+           r"0.0.0.0")
+    with pytest.raises(OSError, match=r"^--host no.such.host.invalid is not a host name this "
+                                      r"machine knows \(.*\)" + fix):
         check_port("no.such.host.invalid", 18450)
-    with pytest.raises(OSError, match=r"^--host 10.255.255.1 is not an address of this machine \(.*\)" + fix):
+    with pytest.raises(OSError, match=r"^--host 10.255.255.1 is not an address of this machine "
+                                      r"\(.*\)" + fix):
         check_port("10.255.255.1", 18451)
 
 
@@ -217,7 +236,8 @@ def test_ctrl_c_stops_the_server_in_one_line_and_status_130():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "chat", "--web", "--port", str(port), "--device", "cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "chat", "--web", "--port",
+                             str(port), "--device", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
                             env=dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1"),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -237,7 +257,7 @@ def test_ctrl_c_stops_the_server_in_one_line_and_status_130():
     assert proc.returncode == 130 and err == "interrupted (Ctrl-C): the server stopped\n", (proc.returncode, err)
 
 
-# --- the page in a real browser ------------------------------------------------------------------------
+# --- the page in a real browser -------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -245,7 +265,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture
 def served(request):
     """The app on a free port of 127.0.0.1, served by uvicorn in a thread; a model that writes
-    slowly enough (40 ms a token) that the reply arrives in pieces (or, parametrized, another reply)."""
+    slowly enough (40 ms a token) that the reply arrives
+    in pieces (or, parametrized, another reply)."""
     import uvicorn
 
     reply = getattr(request, "param", ids_of(CALC, "2+3", CALC_END, "The sum is 5.", END))
@@ -253,8 +274,8 @@ def served(request):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, port=port), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, port=port), host="127.0.0.1",
+                                           port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
@@ -274,10 +295,13 @@ COUNT_UPDATES = """() => {
 
 @contextlib.contextmanager
 def chat_page(url):
-    """(playwright's sync_api, a page of Chromium at ``url``), or the test skipped with the reason."""
+    """(playwright's sync_api, a page of Chromium at
+    ``url``), or the test skipped with the reason."""
     if CHROMIUM is None:
-        pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make browser`)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+        pytest.skip("Chromium is not installed (Debian: `apt-get install -y chromium`, or `make "
+                    "browser`)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="the playwright package is not installed")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
                                                                      "--disable-dev-shm-usage", "--no-first-run"])
@@ -291,7 +315,8 @@ def chat_page(url):
 def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
     url, engine = served
     with chat_page(url) as (sync_api, page):
-        sync_api.expect(page.locator("#about")).to_have_text(engine.about())  # what the context holds and drops
+        # what the context holds and drops
+        sync_api.expect(page.locator("#about")).to_have_text(engine.about())
         page.evaluate(COUNT_UPDATES)
         page.fill("#message", "What is 2+3?")
         page.click("#send")
@@ -308,7 +333,8 @@ def test_the_page_in_a_real_browser_type_see_the_streamed_reply_reset(served):
 
 
 @pytest.mark.slow  # a real browser
-@pytest.mark.parametrize("served", [ids_of(END)], indirect=True)  # a model that ends its turn at once
+@pytest.mark.parametrize("served", [ids_of(END)],
+                         indirect=True)  # a model that ends its turn at once
 def test_the_page_shows_an_empty_reply_a_refused_message_and_a_long_one_as_such(served):
     """An empty reply is said in words (not an empty box the reader takes for a broken page), a
     message the server refuses is marked as not sent, and a 5,000-character word does not widen

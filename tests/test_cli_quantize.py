@@ -44,19 +44,24 @@ def test_quantize_writes_a_checkpoint_that_computes_what_the_library_computes(ba
     x = torch.randint(0, gpt.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref, got = reference(x)[0], model.eval()(x)[0]
-    assert (got - ref).abs().max() <= 1e-5 * ref.abs().max()  # the kernel's float32 sums in another order
+    # the kernel's float32 sums in another order
+    assert (got - ref).abs().max() <= 1e-5 * ref.abs().max()
 
 
 def test_sample_and_eval_read_the_quantized_checkpoint(base, capsys):
     ckpt, tmp = base
     out = tmp / "for-sample.pt"
-    assert main(["quantize", "--checkpoint", str(ckpt), "--asymmetric", "--embeddings", "fp16", "--out", str(out)]) == 0
-    assert "embeddings fp16" in capsys.readouterr().out  # the checkpoint also given as an option (as sample takes it)
+    assert main(["quantize", "--checkpoint", str(ckpt), "--asymmetric",
+                 "--embeddings", "fp16", "--out", str(out)]) == 0
+    # the checkpoint also given as an option (as sample takes it)
+    assert "embeddings fp16" in capsys.readouterr().out
     model, _ = load_model(out)
     assert model.config.embeddings == "fp16" and model.wte.codes.dtype == torch.float16
-    assert main(["sample", "--checkpoint", str(out), "--prompt", "ROMEO:", "--tokens", "12", "--device", "cpu"]) == 0
+    assert main(["sample", "--checkpoint", str(out), "--prompt",
+                 "ROMEO:", "--tokens", "12", "--device", "cpu"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
-    assert main(["eval", "--checkpoint", str(out), "--tasks", "next-line", "--limit", "2", "--device", "cpu"]) == 0
+    assert main(["eval", "--checkpoint", str(out), "--tasks",
+                 "next-line", "--limit", "2", "--device", "cpu"]) == 0
     assert "next-line" in capsys.readouterr().out
 
 
@@ -64,9 +69,9 @@ def test_sample_and_eval_read_the_quantized_checkpoint(base, capsys):
 def test_a_qat_run_then_its_four_bit_checkpoint(base, capsys):
     ckpt, tmp = base
     run = tmp / "qat"
-    assert main(["qat", "--checkpoint", str(ckpt), "--text", str(tmp / "text.txt"), "--bits", "4", "--group-size",
-                 "32", "--max-iters", "2", "--set", "batch_size=4", "--set", "eval_iters=1", "--out", str(run),
-                 "--device", "cpu"]) == 0
+    assert main(["qat", "--checkpoint", str(ckpt), "--text", str(tmp / "text.txt"), "--bits", "4",
+                 "--group-size", "32", "--max-iters", "2", "--set", "batch_size=4", "--set",
+                 "eval_iters=1", "--out", str(run), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "quantization-aware training, int4 per group of 32" in printed and "python -m course_lib quantize" in printed
     model, saved = load_model(run / "ckpt.pt")

@@ -7,9 +7,11 @@ import torch
 import torch.nn as nn
 
 from course_lib import GPT, GPTConfig
-from course_lib.quantize.apply import (bits_per_char, bootstrap_interval, layer_errors, quantize_gptq,
-                                       quantize_rtn, stored_bytes, window_losses, windows)
-from course_lib.quantize.qat import FakeQuantize, add_fake_quantize, qat_trainer, remove_fake_quantize
+from course_lib.quantize.apply import (bits_per_char, bootstrap_interval,
+                                       layer_errors, quantize_gptq, quantize_rtn,
+                                       stored_bytes, window_losses, windows)
+from course_lib.quantize.qat import (FakeQuantize, add_fake_quantize,
+                                     qat_trainer, remove_fake_quantize)
 from course_lib.quantize.rtn import QuantConfig, fake_quantize
 
 CONFIG = QuantConfig(bits=4, granularity="group", group_size=16)
@@ -18,7 +20,8 @@ CONFIG = QuantConfig(bits=4, granularity="group", group_size=16)
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()  # tied: wte = lm_head
+    # tied: wte = lm_head
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
     data = torch.randint(0, 20, (2000,), generator=torch.Generator().manual_seed(1))
     return model, data
 
@@ -29,9 +32,11 @@ def test_every_matrix_is_quantized_and_the_bytes_add_up(tiny):
     matrices = {n for n, p in model.named_parameters() if p.dim() == 2}
     assert {f"{name}.weight" for name in stored} == matrices
     for name, q in stored.items():
-        torch.testing.assert_close(qmodel.get_submodule(name).weight, q.dequantize(), rtol=0, atol=0)
+        torch.testing.assert_close(qmodel.get_submodule(name).weight,
+                                   q.dequantize(), rtol=0, atol=0)
     others = sum(p.numel() * 2 for n, p in model.named_parameters() if p.dim() < 2)
-    expected = others + sum(p.numel() // 2 + p.numel() // 16 * 2 for n, p in model.named_parameters()
+    expected = others + sum(p.numel() // 2 + p.numel() // 16 * 2
+                            for n, p in model.named_parameters()
                             if p.dim() == 2)  # 4 bits per weight, one float16 scale per 16
     assert stored_bytes(model, stored) == expected
     assert stored_bytes(model) == sum(p.numel() * 2 for p in model.parameters())
@@ -44,11 +49,13 @@ def test_the_embeddings_are_stored_wider_and_counted(tiny, embeddings):
     V, C = model.wte.weight.shape
     P = model.wpe.weight.shape[0]
     same = stored_bytes(model, quantize_rtn(model, CONFIG, embeddings="same")[1])
-    four_bit = (V + P) * C // 2 + (V + P) * C // 16 * 2  # the two tables at 4 bits per group of 16 (tied: wte once)
+    # the two tables at 4 bits per group of 16 (tied: wte once)
+    four_bit = (V + P) * C // 2 + (V + P) * C // 16 * 2
     calibration = data[:16 * 8].view(8, 16)
     for qmodel, stored in (quantize_rtn(model, CONFIG, embeddings), quantize_gptq(model, CONFIG, calibration,
                                                                                    embeddings=embeddings)):
-        if embeddings == "int8":  # one byte a weight and one float16 scale a row (a token's, a position's)
+        # one byte a weight and one float16 scale a row (a token's, a position's)
+        if embeddings == "int8":
             assert stored["wte"].config == QuantConfig(bits=8, granularity="row") and stored["wpe"].shape == (P, C)
             assert stored_bytes(model, stored) == same - four_bit + (V + P) * C + (V + P) * 2
             for name in ("wte", "wpe"):
@@ -57,7 +64,8 @@ def test_the_embeddings_are_stored_wider_and_counted(tiny, embeddings):
             assert "wte" not in stored and "wpe" not in stored
             assert stored_bytes(model, stored) == same - four_bit + (V + P) * C * 2
             assert torch.equal(qmodel.wte.weight, model.wte.weight.half().float())
-        assert qmodel.lm_head.weight is qmodel.wte.weight  # tied: the head is the table, stored once
+        # tied: the head is the table, stored once
+        assert qmodel.lm_head.weight is qmodel.wte.weight
         assert {"blocks.0.attn.c_attn", "blocks.1.mlp.c_proj"} <= set(stored)
 
 
@@ -66,7 +74,8 @@ def test_a_bad_embeddings_setting_is_refused_in_one_line_before_any_work(tiny):
     for call in (lambda: quantize_rtn(model, CONFIG, "int4"),
                  lambda: quantize_gptq(model, CONFIG, data[:32].view(2, 16), embeddings="int4"),
                  lambda: qat_trainer(model, data, CONFIG, 1, 0, embeddings="int4")):
-        with pytest.raises(ValueError, match=r"embeddings must be one of int8, fp16, same .*got 'int4'"):
+        with pytest.raises(ValueError,
+                           match=r"embeddings must be one of int8, fp16, same .*got 'int4'"):
             call()
 
 
@@ -81,7 +90,8 @@ def test_gptq_quantizes_the_same_grid_and_loses_less(tiny):
     rtn_kl = (window_losses(rtn_model, x, y) - base).mean()
     gptq_kl = (window_losses(gptq_model, x, y) - base).mean()
     assert gptq_kl < rtn_kl
-    assert torch.equal(model.lm_head.weight, tiny[0].lm_head.weight)  # the model itself is untouched
+    # the model itself is untouched
+    assert torch.equal(model.lm_head.weight, tiny[0].lm_head.weight)
 
 
 def test_windows_scores_and_intervals():

@@ -30,7 +30,8 @@ def test_the_hessian_is_2_x_xt_over_n_whatever_the_batches():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("bits, granularity, symmetric",
-                         [(3, "row", True), (4, "row", False), (2, "tensor", True), (3, "tensor", False)])
+                         [(3, "row", True), (4, "row", False),
+                          (2, "tensor", True), (3, "tensor", False)])
 @pytest.mark.parametrize("block_size", [1, 5, 128])
 def test_gptq_equals_the_exact_obq_update(seed, bits, granularity, symmetric, block_size):
     """The Cholesky rows and the lazy blocks compute exactly the column-by-column optimum: the
@@ -51,7 +52,8 @@ def test_with_groups_the_result_does_not_depend_on_the_block_size(block_size):
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("config", [QuantConfig(bits=3), QuantConfig(bits=4, granularity="group", group_size=8)])
+@pytest.mark.parametrize("config", [QuantConfig(bits=3),
+                                    QuantConfig(bits=4, granularity="group", group_size=8)])
 def test_gptq_beats_round_to_nearest_on_the_output_error(seed, config):
     w, H, _ = problem(seed)
     gptq = gptq_quantize(w, H, config, block_size=8).dequantize()
@@ -70,10 +72,12 @@ def test_dead_inputs_are_zeroed_and_damping_keeps_h_invertible():
 
 @pytest.mark.parametrize("call, phrase", [
     (lambda w, H: gptq_quantize(w, H[:3, :3], QuantConfig()), "H must be"),
-    (lambda w, H: gptq_quantize(w, H, QuantConfig(granularity="group", group_size=8), block_size=12),
+    (lambda w, H: gptq_quantize(w, H, QuantConfig(granularity="group", group_size=8),
+                                block_size=12),
      "multiple of group_size"),
     (lambda w, H: gptq_quantize(w, H, QuantConfig(), damp=-1), "damp must be"),
-    (lambda w, H: obq_reference(w, H, QuantConfig(granularity="group", group_size=8)), "granularity"),
+    (lambda w, H: obq_reference(w, H, QuantConfig(granularity="group", group_size=8)),
+     "granularity"),
     (lambda w, H: Hessian(4).matrix, "no calibration inputs"),
 ])
 def test_bad_input_is_refused_in_one_line(call, phrase):

@@ -12,7 +12,8 @@ import torch
 from course_lib import GPT, GPTConfig
 from course_lib.checkpoint import load_model, save_checkpoint
 from course_lib.quantize.apply import quantize_rtn
-from course_lib.quantize.int4 import (KERNEL_GROUP_SIZES, KERNEL_MAX_ROWS, Int4Embedding, Int4Linear, _Int4MatMul,
+from course_lib.quantize.int4 import (KERNEL_GROUP_SIZES, KERNEL_MAX_ROWS,
+                                      Int4Embedding, Int4Linear, _Int4MatMul,
                                       dequantize_int4, kernel_available, unpack_nibbles)
 from course_lib.quantize.embeddings import WideEmbedding
 from course_lib.quantize.models import QATGPT, QuantizedGPT, QuantizedGPTConfig, QATGPTConfig
@@ -20,7 +21,8 @@ from course_lib.quantize.rtn import QuantConfig, quantize
 
 TOL = 1e-5  # relative to the largest |output|: the order of float32 sums, nothing else
 
-needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no 4-bit CPU kernel")
+needs_kernel = pytest.mark.skipif(not kernel_available(),
+                                  reason="this torch build has no 4-bit CPU kernel")
 
 
 def group4(g=32, symmetric=True):
@@ -68,14 +70,16 @@ def test_backward_is_the_dequantized_products_and_other_dtypes_dequantize():
     x2 = x.detach().clone().requires_grad_(True)
     (x2 @ qt.dequantize().T).square().sum().backward()
     assert close(x.grad, x2.grad)
-    assert lin(x.detach().double()).dtype == torch.float64  # not the kernel's: dequantized, then multiplied
+    # not the kernel's: dequantized, then multiplied
+    assert lin(x.detach().double()).dtype == torch.float64
 
 
 def test_bad_settings_are_one_line():
     with pytest.raises(ValueError, match="group_size 32 must divide the 48 inputs"):
         Int4Linear(48, 16, 32)
     with pytest.raises(ValueError, match="Int4Linear holds 4-bit weights per group, not int3"):
-        Int4Linear.from_quantized(quantize(torch.randn(4, 32), QuantConfig(bits=3, granularity="group", group_size=32)))
+        Int4Linear.from_quantized(quantize(torch.randn(4, 32),
+                                           QuantConfig(bits=3, granularity="group", group_size=32)))
     with pytest.raises(ValueError, match=r"group_size must be one of \(32, 64, 128, 256\)"):
         QuantizedGPTConfig(n_embd=128, group_size=16)
     with pytest.raises(ValueError, match="group_size 64 must divide every matrix's row"):
@@ -93,14 +97,15 @@ def test_bad_settings_are_one_line():
 @pytest.fixture(scope="module")
 def gpts():
     torch.manual_seed(0)
-    untied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=64, tie_weights=False)).eval()
+    untied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2,
+                           n_head=2, n_embd=64, tie_weights=False)).eval()
     tied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=32, bias=True)).eval()
     return untied, tied
 
 
 @pytest.mark.parametrize("which", [0, 1])
-@pytest.mark.parametrize("symmetric,embeddings", [(True, "int8"), (False, "int8"), (True, "fp16"), (False, "same"),
-                                                  (True, "same")])
+@pytest.mark.parametrize("symmetric,embeddings", [(True, "int8"), (False, "int8"), (True, "fp16"),
+                                                  (False, "same"), (True, "same")])
 def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which, symmetric, embeddings, tmp_path):
     model = gpts[which]
     reference, stored = quantize_rtn(model, group4(symmetric=symmetric), embeddings)
@@ -120,7 +125,8 @@ def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which
     floats = sum(p.numel() * 4 for p in qmodel.parameters())  # the norms' gains and biases, float32
     assert qmodel.stored_bytes() == sum(matrices.values()) + floats  # a tied matrix once
     if embeddings != "same":  # the tables' bytes as the library counts them are the ones the checkpoint writes
-        tables = {name: stored[name].nbytes() if name in stored else model.get_submodule(name).weight.numel() * 2
+        tables = {name: stored[name].nbytes() if name in stored
+                  else model.get_submodule(name).weight.numel() * 2
                   for name in ("wte", "wpe")}
         assert all(qmodel.get_submodule(name).nbytes() == n for name, n in tables.items())
 
@@ -129,12 +135,15 @@ def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which
 def test_the_qat_model_computes_the_rounded_model_and_gives_its_float_weights_back(gpts, embeddings):
     for model in gpts:
         qat = QATGPT.from_gpt(model, bits=3, group_size=16, embeddings=embeddings)
-        rounded, _ = quantize_rtn(model, QuantConfig(bits=3, granularity="group", group_size=16), embeddings)
+        rounded, _ = quantize_rtn(model, QuantConfig(bits=3, granularity="group", group_size=16),
+                                  embeddings)
         x = torch.randint(0, 20, (2, 16))
         with torch.no_grad():
-            assert torch.equal(qat.eval()(x)[0], rounded(x)[0])  # the tied head too reads rounded weights
+            # the tied head too reads rounded weights
+            assert torch.equal(qat.eval()(x)[0], rounded(x)[0])
         back = qat.float_gpt()
-        assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+        assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
+                                                     model.state_dict().values()))
 
 
 def test_the_embedding_dequantizes_only_the_rows_it_reads():

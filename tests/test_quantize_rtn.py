@@ -98,7 +98,8 @@ def test_per_row_scales_follow_each_row_not_each_column():
     w = torch.ones(3, 8) * torch.tensor([[1.0], [10.0], [100.0]])
     qt = quantize(w, QuantConfig(bits=4, granularity="row"))
     assert qt.scales.shape == (3, 1)
-    torch.testing.assert_close(qt.scales.float().flatten(), torch.tensor([1.0, 10.0, 100.0]) / 7, rtol=1e-3, atol=0)
+    torch.testing.assert_close(qt.scales.float().flatten(),
+                               torch.tensor([1.0, 10.0, 100.0]) / 7, rtol=1e-3, atol=0)
     torch.testing.assert_close(qt.dequantize(), w, rtol=1e-3, atol=0)
 
 
@@ -106,7 +107,8 @@ def test_smaller_groups_and_more_bits_make_smaller_errors():
     w = torch.randn(64, 128, generator=torch.Generator().manual_seed(1))
     w[3, 5] = 12.0  # one outlier spoils its tensor, its row, its group
     err = lambda c: (quantize(w, c).dequantize() - w).pow(2).mean().item()
-    tensor, row, group = (err(QuantConfig(bits=4, granularity=g, group_size=16)) for g in ("tensor", "row", "group"))
+    tensor, row, group = (err(QuantConfig(bits=4, granularity=g, group_size=16))
+                          for g in ("tensor", "row", "group"))
     assert tensor > row > group
     assert err(QuantConfig(bits=3)) > err(QuantConfig(bits=4)) > err(QuantConfig(bits=8))
 

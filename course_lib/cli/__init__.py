@@ -1,7 +1,8 @@
-"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune / eval
-/ chat-sft / chat / dpo / grpo / induction / quantize / qat`` (chapter 17's two in :mod:`course_lib.cli.chat`,
-chapter 18's in :mod:`course_lib.cli.align`, chapter 23's in :mod:`course_lib.cli.quantize`; what they all share, the one body of every training command included,
-in :mod:`course_lib.cli.common`).
+"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune
+/ eval / chat-sft / chat / dpo / grpo / induction / quantize / qat`` (chapter 17's two in
+:mod:`course_lib.cli.chat`, chapter 18's in :mod:`course_lib.cli.align`, chapter 23's in
+:mod:`course_lib.cli.quantize`; what they all share, the one body of every training command
+included, in :mod:`course_lib.cli.common`).
 
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
@@ -38,7 +39,8 @@ import threading
 from dataclasses import fields
 
 from .. import distributed
-from .._signals import INTERRUPTED, TrainingInterrupted, exit_quietly_on_ctrl_c_while_exiting, pause_point
+from .._signals import (INTERRUPTED, TrainingInterrupted,
+                        exit_quietly_on_ctrl_c_while_exiting, pause_point)
 from ..checkpoint import load_model, load_tokenizer
 from ..dates import dates_train_config
 from ..finetune import FINETUNE_TASKS
@@ -69,7 +71,8 @@ from .common import (DEVICES, add_run_options, add_sampling_options, check_sampl
 def cmd_params(args) -> int:
     config = get_preset(args.preset).model
     print(f"{args.preset}: {config}")
-    if not isinstance(config, GPTConfig):  # chapter 24's hybrid: its own count of parameters and FLOPs
+    # chapter 24's hybrid: its own count of parameters and FLOPs
+    if not isinstance(config, GPTConfig):
         model = class_for_config(config)(config)
         print(f"  total {sum(p.numel() for p in model.parameters()):,} parameters")
         print(f"training FLOPs per token (every operation, chapter 24): {model.flops_per_token():,}")
@@ -84,90 +87,109 @@ def cmd_params(args) -> int:
     return 0
 
 
-# --- train-dates and translate: chapter 11's encoder-decoder --------------------------------------------
+# --- train-dates and translate: chapter 11's encoder-decoder --------------------------------------
 
 
 def cmd_translate(args) -> int:
     model, ckpt = load_model(args.checkpoint, check_device(args.device))
     if not isinstance(model, Seq2Seq):
-        raise ValueError(f"{args.checkpoint} holds a {ckpt['model_kind']!r} model, not an encoder-decoder: "
-                         "use `sample` to generate text from it")
+        raise ValueError(f"{args.checkpoint} holds a {ckpt['model_kind']!r} model, not an "
+                         "encoder-decoder: use `sample` to generate text from it")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
-    for source, target in zip(args.texts, translate(model, tokenizer, args.texts, beam_size=args.beam)):
+    for source, target in zip(args.texts,
+                              translate(model, tokenizer, args.texts, beam_size=args.beam)):
         print(f"{source}  ->  {target}")
     return 0
 
 
-# --- sample: any decoder checkpoint (bigram, gpt, gpt-lora) --------------------------------------------
+# --- sample: any decoder checkpoint (bigram, gpt, gpt-lora) ---------------------------------------
 
 
 def cmd_sample(args) -> int:
     check_sampling_options(args, args.tokens, "--tokens")
     model, ckpt = load_model(args.checkpoint, check_device(args.device))
     if isinstance(model, Seq2Seq):
-        raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather than continues "
-                         f"a text: use `python -m course_lib translate --checkpoint {args.checkpoint} TEXT`")
+        raise ValueError(f"{args.checkpoint} holds an encoder-decoder, which translates rather "
+                         "than continues a text: use `python -m course_lib translate --checkpoint "
+                         f"{args.checkpoint} TEXT`")
     tokenizer = load_tokenizer(ckpt, args.checkpoint)
-    prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"  # let a shell user type \n for a newline
+    # let a shell user type \n for a newline
+    prompt = args.prompt.replace("\\n", "\n") if args.prompt else "\n"
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    if args.draft:  # chapter 22: speculative decoding, the same text (greedy) or distribution (sampled)
+    # chapter 22: speculative decoding, the same text (greedy) or distribution (sampled)
+    if args.draft:
         drafter = drafter_from_checkpoint(args.draft, model, ckpt, check_device(args.device))
         pause_point("sample")
-        text, stats = speculative_text(model, drafter, tokenizer, prompt, args.tokens, args.draft_k, args.seed,
-                                       **sampling)
+        text, stats = speculative_text(model, drafter, tokenizer, prompt, args.tokens,
+                                       args.draft_k, args.seed, **sampling)
         print(text)
-        print(f"[draft: {stats.tokens_per_call:.2f} tokens per target call, {stats.acceptance:.0%} of the "
-              f"drafted tokens kept]", file=sys.stderr)
+        print(f"[draft: {stats.tokens_per_call:.2f} tokens per target call, {stats.acceptance:.0%} "
+              f"of the drafted tokens kept]", file=sys.stderr)
         return 0
     pause_point("sample")
-    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed, use_cache=isinstance(model, GPT),
-                        **sampling))  # a bigram has no cache
+    print(generate_text(model, tokenizer, prompt, args.tokens, seed=args.seed,
+                        use_cache=isinstance(model, GPT), **sampling))  # a bigram has no cache
     return 0
 
 
-# --- the parsers ---------------------------------------------------------------------------------------
+# --- the parsers ----------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser, add_params_parser,
-                add_eval_parser, add_chat_parsers, add_align_parsers, add_induction_parser, add_quantize_parsers):
+    for add in (add_train_parser, add_sample_parser, add_dates_parsers, add_finetune_parser,
+                add_params_parser, add_eval_parser, add_chat_parsers, add_align_parsers,
+                add_induction_parser, add_quantize_parsers):
         add(sub)
     return parser
 
 
 def add_train_parser(sub) -> None:
-    p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing DIR/ckpt.pt",
+    p = sub.add_parser("train", help="train a GPT on a preset's corpus or your own text, writing "
+                                     "DIR/ckpt.pt",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
-    p.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET}; with --resume, the run's)")
-    p.add_argument("--text", metavar="FILE", dest="text_file", help="train on this UTF-8 text file instead of the "
-                   "preset's corpus (its tokenizer is built from it; 90%% train, 10%% validation); - reads standard input")
-    add_run_options(p, None, "override one model or training setting of the preset; repeat for more (see below)")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (the same as --set dtype=...; "
+    p.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default {DEFAULT_PRESET}; with "
+                                    "--resume, the run's)")
+    p.add_argument("--text", metavar="FILE", dest="text_file",
+                   help="train on this UTF-8 text file instead of the "
+                   "preset's corpus (its tokenizer is built from it; 90%% train, 10%% validation); "
+                   "- reads standard input")
+    add_run_options(p, None, "override one model or training setting of the preset; repeat for "
+                             "more (see below)")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision (the same as --set dtype=...; "
                    "fp16 needs a CUDA GPU)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (the same as --set compile=true)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (the same as --set compile=true)")
 
 
 def add_sample_parser(sub) -> None:
-    p = sub.add_parser("sample", help="generate text from a checkpoint (a bigram, a GPT or a LoRA fine-tune)")
-    p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train`, `finetune` or the Trainer")
+    p = sub.add_parser("sample",
+                       help="generate text from a checkpoint (a bigram, a GPT or a LoRA fine-tune)")
+    p.add_argument("--checkpoint", required=True,
+                   help="a ckpt.pt written by `train`, `finetune` or the Trainer")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    p.add_argument("--tokens", type=int, default=500, help="how many tokens to generate (at least 1)")
+    p.add_argument("--tokens", type=int, default=500,
+                   help="how many tokens to generate (at least 1)")
     add_sampling_options(p, temperature=1.0)
-    p.add_argument("--draft", help="a smaller GPT checkpoint with the same tokenizer: speculative decoding (chapter 22)")
-    p.add_argument("--draft-k", type=int, default=4, help="with --draft: tokens drafted per target call (default 4)")
+    p.add_argument("--draft", help="a smaller GPT checkpoint with the same tokenizer: speculative "
+                                   "decoding (chapter 22)")
+    p.add_argument("--draft-k", type=int, default=4,
+                   help="with --draft: tokens drafted per target call (default 4)")
     p.set_defaults(func=cmd_sample)
 
 
 def add_dates_parsers(sub) -> None:
     """``train-dates`` and ``translate``: chapter 11's encoder-decoder."""
-    p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, writing DIR/ckpt.pt")
+    p = sub.add_parser("train-dates", help="train chapter 11's encoder-decoder to normalise dates, "
+                                           "writing DIR/ckpt.pt")
     add_run_options(p, "runs/dates", f"override one training setting (default: the chapter's, "
                     f"{dates_train_config().max_iters} steps); repeat for more")
 
-    p = sub.add_parser("translate", help="translate texts with an encoder-decoder checkpoint (train-dates)")
+    p = sub.add_parser("translate",
+                       help="translate texts with an encoder-decoder checkpoint (train-dates)")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train-dates`")
     p.add_argument("texts", nargs="+", help="the texts to translate, e.g. '3 March 2021'")
     p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy decoding)")
@@ -181,29 +203,38 @@ def comma_list(text: str) -> tuple[str, ...]:
 
 
 def add_finetune_parser(sub) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a pretrained GPT checkpoint on a task (full or LoRA), "
+    p = sub.add_parser("finetune",
+                       help="fine-tune a pretrained GPT checkpoint on a task (full or LoRA), "
                        "writing DIR/ckpt.pt")
-    p.add_argument("--checkpoint", dest="base_checkpoint", help="the pretrained GPT (a ckpt.pt written by `train`); "
-                   "with --resume only needed for a LoRA run whose base has moved (the same file, checked by its "
-                   "SHA-256)")
-    p.add_argument("--task", default="dates", help=f"one of: {', '.join(FINETUNE_TASKS)} (default dates: chapter 11's "
+    p.add_argument("--checkpoint", dest="base_checkpoint",
+                   help="the pretrained GPT (a ckpt.pt written by `train`); "
+                   "with --resume only needed for a LoRA run whose base has moved (the same file, "
+                   "checked by its SHA-256)")
+    p.add_argument("--task", default="dates",
+                   help=f"one of: {', '.join(FINETUNE_TASKS)} (default dates: chapter 11's "
                    "date normalisation as prompt=answer)")
-    p.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (default: full fine-tuning)")
-    p.add_argument("--lora-alpha", type=float, help="LoRA's alpha (default: the rank, a scaling of 1)")
-    p.add_argument("--lora-targets", metavar="NAMES", type=comma_list, help="comma-separated linear layers to adapt "
-                   f"(default: the attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's are "
-                   "mlp.c_fc,mlp.c_proj)")
+    p.add_argument("--lora-rank", type=int,
+                   help="train LoRA adapters of this rank (default: full fine-tuning)")
+    p.add_argument("--lora-alpha", type=float,
+                   help="LoRA's alpha (default: the rank, a scaling of 1)")
+    p.add_argument("--lora-targets", metavar="NAMES", type=comma_list,
+                   help="comma-separated linear layers to adapt "
+                   f"(default: the attention projections, {','.join(DEFAULT_TARGETS)}; the MLP's "
+                   "are mlp.c_fc,mlp.c_proj)")
     add_run_options(p, "runs/ft")
-    p.add_argument("--eval-examples", type=int, default=500, help="held-out dates for the final exact "
+    p.add_argument("--eval-examples", type=int, default=500,
+                   help="held-out dates for the final exact "
                    f"match (1 to {MAX_EVAL_EXAMPLES:,})")
 
 
 def add_induction_parser(sub) -> None:
-    p = sub.add_parser("induction", help="chapter 21: train the 2-layer attention-only model on repeated segments, "
-                       "writing DIR/ckpt.pt")
-    # default None, not False: a resume tells "not given" (continue as started) from "given" (must match)
+    p = sub.add_parser("induction", help="chapter 21: train the 2-layer attention-only model on "
+                       "repeated segments, writing DIR/ckpt.pt")
+    # default None, not False: a resume tells "not given"
+    # (continue as started) from "given" (must match)
     p.add_argument("--fixed-offset", action="store_true", default=None,
-                   help="the control: every row repeats at distance 16 (default: the length drawn per row, 8-24)")
+                   help="the control: every row repeats at distance 16 (default: the length drawn "
+                        "per row, 8-24)")
     add_run_options(p, "runs/induction")
 
 
@@ -214,20 +245,25 @@ def add_params_parser(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    """``eval``: a checkpoint's report card (chapter 16); the work is course_lib.evaluation.report_card's."""
+    """``eval``: a checkpoint's report card (chapter 16); the work is
+    course_lib.evaluation.report_card's."""
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
                         shots=args.shots, device=check_device(args.device), progress=True)
     return 0
 
 
 def add_eval_parser(sub) -> None:
-    p = sub.add_parser("eval", help="a checkpoint's report card: bits per byte and every task with its interval")
+    p = sub.add_parser("eval", help="a checkpoint's report card: bits per byte and every task with "
+                                    "its interval")
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train` or `finetune`")
-    p.add_argument("--tasks", help=f"comma-separated task names, of {', '.join(TASK_NAMES)} (default: every "
+    p.add_argument("--tasks",
+                   help=f"comma-separated task names, of {', '.join(TASK_NAMES)} (default: every "
                    "task the tokenizer can encode; the card says what each asks)")
     p.add_argument("--limit", type=int, help="score only the first N items of each task")
-    p.add_argument("--shots", type=int, default=0, help="worked examples from each task's training items")
-    p.add_argument("--json", metavar="FILE", help="also write the report card as JSON to FILE (-: standard "
+    p.add_argument("--shots", type=int, default=0,
+                   help="worked examples from each task's training items")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the report card as JSON to FILE (-: standard "
                    "output); never over a checkpoint, a device or a folder")
     p.add_argument("--device", choices=DEVICES)
     p.set_defaults(func=cmd_eval)
@@ -237,11 +273,11 @@ def settings_help() -> str:
     def names(cls):
         return ", ".join(f.name for f in fields(cls))
 
-    return ("settings for --set KEY=VALUE (values are checked like the config classes check them):\n"
-            f"  model:    {names(GPTConfig)} (vocab_size comes from the tokenizer)\n"
+    return ("settings for --set KEY=VALUE (values are checked like the config classes check "
+            f"them):\n  model:    {names(GPTConfig)} (vocab_size comes from the tokenizer)\n"
             f"  training: {names(TrainConfig)}\n"
-            "  (--preset shakespeare-char-hybrid, chapter 24: the fields of HybridConfig instead, e.g. "
-            "--set layers=LLLA --set chunk_size=32)\n"
+            "  (--preset shakespeare-char-hybrid, chapter 24: the fields of HybridConfig instead, "
+            "e.g. --set layers=LLLA --set chunk_size=32)\n"
             "example: --set n_layer=6 --set n_embd=192 --set learning_rate=3e-4 --set dropout=0.1")
 
 
@@ -251,7 +287,8 @@ def main(argv=None, process: bool = False) -> int:
     is the whole process (``python -m course_lib``), so a Ctrl-C after the command, while Python
     exits, is one line too."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt from here on
+        # Ctrl-C raises KeyboardInterrupt from here on
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = argparse.Namespace(on_interrupt="nothing was written")
     try:
@@ -266,7 +303,8 @@ def main(argv=None, process: bool = False) -> int:
     except KeyboardInterrupt:
         print(f"interrupted (Ctrl-C): {args.on_interrupt}", file=sys.stderr)
         return INTERRUPTED
-    except (ValueError, OSError) as e:  # CheckpointError is a ValueError; FileNotFoundError an OSError
+    # CheckpointError is a ValueError; FileNotFoundError an OSError
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:

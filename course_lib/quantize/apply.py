@@ -32,7 +32,8 @@ def weight_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     a weight shared by two modules (tied embeddings) only under its first (it is stored once)."""
     seen, out = set(), []
     for name, m in model.named_modules():
-        if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.dim() == 2 and id(m.weight) not in seen:
+        if (isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.dim() == 2
+                and id(m.weight) not in seen):
             seen.add(id(m.weight))
             out.append((name, m))
     return out
@@ -74,8 +75,8 @@ class _Reached(Exception):
 
 
 @torch.no_grad()
-def layer_hessian(model: nn.Module, layer: nn.Linear, calibration: torch.Tensor, batch_size: int = 64
-                  ) -> torch.Tensor:
+def layer_hessian(model: nn.Module, layer: nn.Linear, calibration: torch.Tensor,
+                  batch_size: int = 64) -> torch.Tensor:
     """H = 2 X X^T / N of ``layer``'s inputs when ``model`` reads the calibration windows (n, T).
     The forward pass stops at the layer (nothing after it is needed)."""
     h = Hessian(layer.in_features)
@@ -96,9 +97,9 @@ def layer_hessian(model: nn.Module, layer: nn.Linear, calibration: torch.Tensor,
     return h.matrix
 
 
-def quantize_gptq(model: nn.Module, config: QuantConfig, calibration: torch.Tensor, damp: float = DAMP,
-                  block_size: int = BLOCK_SIZE, embeddings: str = "int8"
-                  ) -> tuple[nn.Module, dict[str, QuantizedTensor]]:
+def quantize_gptq(model: nn.Module, config: QuantConfig, calibration: torch.Tensor,
+                  damp: float = DAMP, block_size: int = BLOCK_SIZE,
+                  embeddings: str = "int8") -> tuple[nn.Module, dict[str, QuantizedTensor]]:
     """A copy of ``model`` with every linear layer quantized by GPTQ, one after the other in model
     order, each calibrated on the inputs it gets from the layers already quantized before it (the
     paper's sequential order); the embeddings, which have no input to calibrate on, as
@@ -127,7 +128,8 @@ def stored_bytes(model: nn.Module, stored: dict[str, QuantizedTensor] | None = N
     return rest + sum(q.nbytes() for q in stored.values())
 
 
-def windows(data: torch.Tensor, block_size: int, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def windows(data: torch.Tensor, block_size: int, limit: int
+            | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x, y)``, each (n, T): the consecutive full windows of ``data`` (the first ``limit``)."""
     n = (len(data) - 1) // block_size
     n = n if limit is None else min(n, limit)
@@ -137,14 +139,16 @@ def windows(data: torch.Tensor, block_size: int, limit: int | None = None) -> tu
 
 
 @torch.no_grad()
-def window_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
+def window_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                  batch_size: int = 128) -> torch.Tensor:
     """The mean cross-entropy (nats per character) of each window (n,), in eval mode."""
     was_training = model.training
     model.eval()
     out = []
     for i in range(0, len(x), batch_size):
         logits = model(x[i:i + batch_size])[0]  # (B, T, V)
-        loss = F.cross_entropy(logits.transpose(1, 2), y[i:i + batch_size], reduction="none")  # (B, T)
+        loss = F.cross_entropy(logits.transpose(1, 2), y[i:i + batch_size],
+                               reduction="none")  # (B, T)
         out.append(loss.mean(1))
     model.train(was_training)
     return torch.cat(out)
@@ -162,7 +166,8 @@ def bootstrap_interval(losses: torch.Tensor, reps: int = 1000, seed: int = 0, le
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, len(losses), (reps, len(losses)), generator=g)
     means = losses.double()[idx].mean(1) / math.log(2)  # (reps,)
-    lo, hi = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    lo, hi = torch.quantile(means,
+                            torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
     return lo.item(), hi.item()
 
 

@@ -5,10 +5,10 @@ optimal-brain-quantization (OBQ) update it computes, written independently as it
 A linear layer maps inputs x (in,) to W x. Round-to-nearest makes each weight as close as it can
 on its own; GPTQ asks for outputs instead: minimise the mean over calibration inputs of
 ||W x - Q x||^2 = tr((W - Q) H (W - Q)^T) / 2 with the Hessian ``H = 2 X X^T / N`` of the N
-calibration inputs X (in, N) (the sum is N times it), one quadratic per row. Columns are quantized one at a time, left to
-right; after column i is fixed at its code, the columns still free move to cancel its error as
-well as a quadratic allows (the optimal-brain-surgeon step): with H_F^-1 the inverse Hessian of
-the free columns, ``W_F -= (w_i - q_i) / [H_F^-1]_ii * [H_F^-1]_{i, F}``.
+calibration inputs X (in, N) (the sum is N times it), one quadratic per row. Columns are quantized
+one at a time, left to right; after column i is fixed at its code, the columns still free move to
+cancel its error as well as a quadratic allows (the optimal-brain-surgeon step): with H_F^-1 the
+inverse Hessian of the free columns, ``W_F -= (w_i - q_i) / [H_F^-1]_ii * [H_F^-1]_{i, F}``.
 
 Three tricks make this fast and stable: the rows [H_F^-1]_{i, F} / sqrt([H_F^-1]_ii) for every i
 are the rows of the *upper Cholesky factor* U of H^-1 (so no inverse is updated); a *damping*
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from .rtn import QuantConfig, QuantizedTensor, as_groups, dequantize_codes, find_params, pack, quantize_codes
+from .rtn import (QuantConfig, QuantizedTensor, as_groups,
+                  dequantize_codes, find_params, pack, quantize_codes)
 
 DAMP = 0.01  # the paper's damping: 1% of the mean diagonal of H
 BLOCK_SIZE = 128  # the paper's lazy-batch width
@@ -43,7 +44,8 @@ class Hessian:
     @property
     def matrix(self) -> torch.Tensor:
         if not self.count:
-            raise ValueError("no calibration inputs reached this layer: run the calibration set first")
+            raise ValueError("no calibration inputs reached this layer: run the calibration set "
+                             "first")
         return 2 * self.sum / self.count
 
 
@@ -72,10 +74,12 @@ def gptq_quantize(w: torch.Tensor, H: torch.Tensor, config: QuantConfig, damp: f
     library's rounding convention)."""
     out, n = w.shape
     if H.shape != (n, n):
-        raise ValueError(f"H must be ({n}, {n}) for a weight of shape {tuple(w.shape)}, got {tuple(H.shape)}")
+        raise ValueError(f"H must be ({n}, {n}) for a weight of shape {tuple(w.shape)}, got "
+                         f"{tuple(H.shape)}")
     grouped = config.granularity == "group"
     if grouped and block_size % config.group_size:
-        raise ValueError(f"block_size {block_size} must be a multiple of group_size {config.group_size}")
+        raise ValueError(f"block_size {block_size} must be a multiple of group_size "
+                         f"{config.group_size}")
     as_groups(w, config)  # refuses a group size that does not divide the columns
     H, W = damped(H.to(dtype), w.detach().to(dtype), damp)
     # H^-1 from H's Cholesky factor (cholesky_solve: 20 times faster than cholesky_inverse on a CPU)
@@ -84,7 +88,8 @@ def gptq_quantize(w: torch.Tensor, H: torch.Tensor, config: QuantConfig, damp: f
     if grid is not None:
         scale, zero = (t.reshape(-1, 1, 1).float() for t in grid)
     elif not grouped:
-        scale, zero = find_params(as_groups(W, config), config.bits, config.symmetric)  # (out|1, 1, 1)
+        # (out|1, 1, 1)
+        scale, zero = find_params(as_groups(W, config), config.bits, config.symmetric)
     if not grouped:
         scale, zero = scale.view(-1).to(dtype), zero.view(-1).to(dtype)  # (out,) or (1,)
     Q = torch.zeros(out, n, dtype=torch.int16)

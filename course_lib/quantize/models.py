@@ -27,25 +27,27 @@ import torch.nn.utils.parametrize as parametrize
 from ..config import Rule, check_fields
 from ..model import GPT, GPTConfig
 from ..registry import register_model
-from .embeddings import EMBEDDINGS, INT8_ROWS, TiedHead, WideEmbedding, embedding_config, embedding_weights
+from .embeddings import (EMBEDDINGS, INT8_ROWS, TiedHead, WideEmbedding,
+                         embedding_config, embedding_weights)
 from .int4 import KERNEL_GROUP_SIZES, Int4Embedding, Int4Linear
 from .rtn import QuantConfig, QuantizedTensor, fake_quantize, quantize
 
 
 def in_sizes(config: GPTConfig) -> list[int]:
-    """The input sizes of a GPT's matrices: the rows that groups cut (C, the attention's heads, the MLP)."""
+    """The input sizes of a GPT's matrices: the rows that
+    groups cut (C, the attention's heads, the MLP)."""
     return sorted({config.n_embd, config.n_head * config.head_size, config.ffn_size})
 
 
 def check_quantizable(config: GPTConfig, group_size: int | None, what: str) -> None:
     if config.moe_experts is not None:
-        raise ValueError(f"{what} quantizes dense GPTs: a mixture of experts keeps its experts outside "
-                         "nn.Linear layers; use moe_experts=None")
+        raise ValueError(f"{what} quantizes dense GPTs: a mixture of experts keeps its experts "
+                         "outside nn.Linear layers; use moe_experts=None")
     if group_size is not None:
         bad = [n for n in in_sizes(config) if n % group_size]
         if bad:
-            raise ValueError(f"group_size {group_size} must divide every matrix's row (sizes {in_sizes(config)}), "
-                             f"not {bad[0]}: pick a divisor of {bad[0]}")
+            raise ValueError(f"group_size {group_size} must divide every matrix's row (sizes "
+                             f"{in_sizes(config)}), not {bad[0]}: pick a divisor of {bad[0]}")
 
 
 QUANTIZED_RULES = {"group_size": Rule(int, choices=KERNEL_GROUP_SIZES), "symmetric": Rule(bool),
@@ -64,22 +66,26 @@ class QuantizedGPTConfig(GPTConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.group_size not in KERNEL_GROUP_SIZES:  # a clearer line than the rule's
-            raise ValueError(f"QuantizedGPTConfig.group_size must be one of {KERNEL_GROUP_SIZES} (the group sizes "
+            raise ValueError(f"QuantizedGPTConfig.group_size must be one of {KERNEL_GROUP_SIZES} "
+                             "(the group sizes "
                              f"PyTorch's 4-bit CPU kernel multiplies), got {self.group_size!r}")
         check_fields(self, QUANTIZED_RULES)
         check_quantizable(self, self.group_size, "the gpt-int4 kind")
 
     def __repr__(self) -> str:
-        return (f"QuantizedGPTConfig({GPTConfig.__repr__(self)[10:-1]}, group_size={self.group_size}, "
-                f"symmetric={self.symmetric}, embeddings={self.embeddings!r})")
+        return (f"QuantizedGPTConfig({GPTConfig.__repr__(self)[10:-1]}, "
+                f"group_size={self.group_size}, symmetric={self.symmetric}, "
+                f"embeddings={self.embeddings!r})")
 
     def quant_config(self) -> QuantConfig:
-        return QuantConfig(bits=4, granularity="group", group_size=self.group_size, symmetric=self.symmetric)
+        return QuantConfig(bits=4, granularity="group",
+                           group_size=self.group_size, symmetric=self.symmetric)
 
 
 def gpt_config(config: GPTConfig) -> GPTConfig:
     """The plain GPT config inside a quantized kind's config."""
-    return GPTConfig.from_dict({k: v for k, v in config.to_dict().items() if k in GPTConfig.__dataclass_fields__})
+    return GPTConfig.from_dict({k: v for k, v in config.to_dict().items()
+                                if k in GPTConfig.__dataclass_fields__})
 
 
 @register_model("gpt-int4", QuantizedGPTConfig)
@@ -99,19 +105,22 @@ class QuantizedGPT(GPT):
             for name, module in list(self.named_modules()):
                 if isinstance(module, nn.Linear) and not (tied_head and name == "lm_head"):
                     bias = module.bias.detach() if module.bias is not None else None
-                    self.set_submodule(name, Int4Linear.from_quantized(quantize(module.weight, qc), bias))
+                    self.set_submodule(name,
+                                       Int4Linear.from_quantized(quantize(module.weight, qc), bias))
             for name in ("wte", "wpe"):
                 emb = getattr(self, name)
                 if not isinstance(emb, nn.Embedding):
                     continue
                 if wide:
                     new = WideEmbedding(*emb.weight.shape, config.embeddings)
-                    new.load(emb.weight, quantize(emb.weight, INT8_ROWS) if config.embeddings == "int8" else None)
+                    new.load(emb.weight, quantize(emb.weight, INT8_ROWS)
+                             if config.embeddings == "int8" else None)
                     if name == "wte" and tied_head:
                         self.lm_head = TiedHead(new)
                 else:
                     tied = self.lm_head if name == "wte" and config.tie_weights else None
-                    new = Int4Embedding(*emb.weight.shape, config.group_size, config.symmetric, tied)
+                    new = Int4Embedding(*emb.weight.shape, config.group_size,
+                                        config.symmetric, tied)
                     if tied is None:
                         new.load_quantized(quantize(emb.weight, qc))
                 setattr(self, name, new)
@@ -124,12 +133,15 @@ class QuantizedGPT(GPT):
         ``quantize.apply.quantize_rtn``/``quantize_gptq`` return them with the same setting; a
         float16 table is not in ``stored`` and is read from ``model``); the norms and biases copied
         from ``model``."""
-        config = QuantizedGPTConfig(**model.config.to_dict(), group_size=group_size, symmetric=symmetric,
-                                    embeddings=embeddings)
+        config = QuantizedGPTConfig(**model.config.to_dict(), group_size=group_size,
+                                    symmetric=symmetric, embeddings=embeddings)
         new = cls(config)
         modules = dict(new.named_modules())
-        if config.tie_weights and embeddings == "same" and "lm_head" not in stored:  # one matrix, stored once
-            stored = {**stored, "lm_head": stored["wte"]}  # (under wte): the head loads it last, packed for the kernel
+        # one matrix, stored once
+        if config.tie_weights and embeddings == "same" and "lm_head" not in stored:
+            stored = {**stored,
+                      # (under wte): the head loads it last, packed for the kernel
+                      "lm_head": stored["wte"]}
         missing = [n for n, m in modules.items() if isinstance(m, Int4Linear) and n not in stored]
         if missing:
             raise ValueError(f"no quantized weight given for {missing[0]}")
@@ -141,7 +153,8 @@ class QuantizedGPT(GPT):
             for name, qt in stored.items():
                 if not isinstance(modules[name], WideEmbedding):
                     modules[name].load_quantized(qt)
-            floats = {n: p for n, p in model.named_parameters() if p.dim() == 1}  # norms' gains, biases
+            # norms' gains, biases
+            floats = {n: p for n, p in model.named_parameters() if p.dim() == 1}
             for name, p in new.named_parameters():
                 p.copy_(floats[name])
         return new
@@ -149,8 +162,10 @@ class QuantizedGPT(GPT):
     def num_parameters(self) -> int:
         """The weights the model stands for (codes count as weights, norms' gains as parameters)."""
         n = sum(p.numel() for p in self.parameters())
-        matrices = {id(m.codes): m.codes.numel() * 2 for m in self.modules() if isinstance(m, (Int4Linear, Int4Embedding))}
-        matrices |= {id(m.codes): m.codes.numel() for m in self.modules() if isinstance(m, (WideEmbedding, TiedHead))}
+        matrices = {id(m.codes): m.codes.numel() * 2 for m in self.modules()
+                    if isinstance(m, (Int4Linear, Int4Embedding))}
+        matrices |= {id(m.codes): m.codes.numel() for m in self.modules()
+                     if isinstance(m, (WideEmbedding, TiedHead))}
         return n + sum(matrices.values())
 
     def stored_bytes(self) -> int:
@@ -192,11 +207,13 @@ class QATGPTConfig(GPTConfig):
         check_quantizable(self, self.group_size, "quantization-aware training")
 
     def __repr__(self) -> str:
-        return (f"QATGPTConfig({GPTConfig.__repr__(self)[10:-1]}, bits={self.bits}, group_size={self.group_size}, "
-                f"symmetric={self.symmetric}, embeddings={self.embeddings!r})")
+        return (f"QATGPTConfig({GPTConfig.__repr__(self)[10:-1]}, bits={self.bits}, "
+                f"group_size={self.group_size}, symmetric={self.symmetric}, "
+                f"embeddings={self.embeddings!r})")
 
     def quant_config(self) -> QuantConfig:
-        return QuantConfig(bits=self.bits, granularity="row" if self.group_size is None else "group",
+        return QuantConfig(bits=self.bits,
+                           granularity="row" if self.group_size is None else "group",
                            group_size=self.group_size or 32, symmetric=self.symmetric)
 
 
@@ -216,8 +233,8 @@ def add_fake_quantizers(model: nn.Module, config: QuantConfig, embeddings: str) 
 @register_model("gpt-qat", QATGPTConfig)
 class QATGPT(GPT):
     """A GPT whose every matrix is read through a :class:`FakeQuantize`: the forward pass is the
-    quantized model's, the gradient reaches the float weights (``x.parametrizations.weight.original``
-    in the state dict)."""
+    quantized model's, the gradient reaches the float weights
+    (``x.parametrizations.weight.original`` in the state dict)."""
 
     def __init__(self, config: QATGPTConfig):
         super().__init__(config)
@@ -227,8 +244,8 @@ class QATGPT(GPT):
     def from_gpt(cls, model: GPT, bits: int, group_size: int | None, symmetric: bool = True,
                  embeddings: str = "int8") -> "QATGPT":
         """A QAT model starting from ``model``'s weights."""
-        new = cls(QATGPTConfig(**model.config.to_dict(), bits=bits, group_size=group_size, symmetric=symmetric,
-                               embeddings=embeddings))
+        new = cls(QATGPTConfig(**model.config.to_dict(), bits=bits, group_size=group_size,
+                               symmetric=symmetric, embeddings=embeddings))
         params = dict(model.named_parameters(remove_duplicate=False))
         with torch.no_grad():
             for name, p in new.named_parameters(remove_duplicate=False):
@@ -241,6 +258,7 @@ class QATGPT(GPT):
         params = dict(self.named_parameters(remove_duplicate=False))
         with torch.no_grad():
             for name, p in gpt.named_parameters(remove_duplicate=False):
-                original = name[:-len("weight")] + "parametrizations.weight.original" if name.endswith(".weight") else name
+                original = (name[:-len("weight")] + "parametrizations.weight.original"
+                            if name.endswith(".weight") else name)
                 p.copy_(params.get(original, params.get(name)))
         return gpt.to(next(self.parameters()).device)

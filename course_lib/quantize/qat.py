@@ -34,7 +34,8 @@ __all__ = ["FakeQuantize", "add_fake_quantize", "remove_fake_quantize", "qat_tra
 
 def add_fake_quantize(model: nn.Module, config: QuantConfig, embeddings: str = "int8") -> nn.Module:
     """Read every linear layer of ``model`` through a :class:`FakeQuantize` at ``config`` and its
-    embedding tables as ``embeddings`` says ("int8" per row, "fp16": not rounded, "same"), in place."""
+    embedding tables as ``embeddings`` says ("int8" per
+    row, "fp16": not rounded, "same"), in place."""
     return add_fake_quantizers(model, config, embeddings)
 
 
@@ -47,11 +48,13 @@ def remove_fake_quantize(model: nn.Module) -> nn.Module:
 
 
 QAT_TRAIN = dict(batch_size=32, learning_rate=3e-4, min_lr=3e-5, warmup_iters=20, weight_decay=0.0,
-                 eval_interval=10**9, eval_iters=1, checkpoint_interval=0)  # a short, gentle fine-tune
+                 # a short, gentle fine-tune
+                 eval_interval=10**9, eval_iters=1, checkpoint_interval=0)
 
 
-def qat_trainer(model: nn.Module, train_data: torch.Tensor, config: QuantConfig, steps: int, seed: int,
-                fake: bool = True, progress: bool = False, embeddings: str = "int8") -> Trainer:
+def qat_trainer(model: nn.Module, train_data: torch.Tensor, config: QuantConfig, steps: int,
+                seed: int, fake: bool = True, progress: bool = False,
+                embeddings: str = "int8") -> Trainer:
     """A Trainer that fine-tunes a copy of ``model`` for ``steps`` steps on random windows of
     ``train_data`` (N,), with fake quantization (QAT; the embeddings as ``embeddings`` says) or
     without it (``fake=False``: the control)."""

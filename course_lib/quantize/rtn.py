@@ -71,7 +71,8 @@ def as_groups(w: torch.Tensor, config: QuantConfig) -> torch.Tensor:
     if config.granularity == "row":
         return w.reshape(out, 1, n_in)
     if n_in % config.group_size:
-        raise ValueError(f"group_size {config.group_size} does not divide the {n_in} columns of the "
+        raise ValueError(f"group_size {config.group_size} does not divide the {n_in} columns of "
+                         "the "
                          f"matrix: pick a divisor of {n_in}, or granularity='row'")
     return w.reshape(out, n_in // config.group_size, config.group_size)
 
@@ -81,13 +82,16 @@ def round_up_to_stored(scale: torch.Tensor) -> torch.Tensor:
     and rounding up keeps the whole range on the grid (a tiny scale rounded down to a float16
     subnormal could lose 1% and push the largest weight past the last code)."""
     s16 = scale.to(SCALE_DTYPE)
-    s16 = torch.where(s16.float() < scale, torch.nextafter(s16, torch.full_like(s16, float("inf"))), s16)
+    s16 = torch.where(s16.float() < scale,
+                      torch.nextafter(s16, torch.full_like(s16, float("inf"))), s16)
     return s16.float()
 
 
-def find_params(groups: torch.Tensor, bits: int, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def find_params(groups: torch.Tensor, bits: int,
+                symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(scale, zero)``, each (..., 1), for the weights of each group along the last axis.
-    ``zero`` holds integers (0 for symmetric). A group of zeros gets scale 1 (any scale stores it)."""
+    ``zero`` holds integers (0 for symmetric). A group
+    of zeros gets scale 1 (any scale stores it)."""
     groups = groups.float()
     if symmetric:
         scale = groups.abs().amax(-1, keepdim=True) / code_range(bits, True)[1]
