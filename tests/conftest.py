@@ -48,6 +48,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny models on a shared machine: one thread is faster (no waiting on a busy second core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def tiny_config():
     from course_lib.model import GPTConfig
 

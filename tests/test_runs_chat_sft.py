@@ -62,16 +62,15 @@ def test_the_fine_tune_starts_from_the_pretrained_weights_and_the_control_from_s
         runs.start_chat_sft_run(base, {"n_layer": "2"}, **QUIET)
 
 
+def chat_sft_args(out, *options) -> list[str]:
+    """``chat-sft`` into ``out`` on the CPU with the tiny SETTINGS, and ``options`` before them."""
+    return ["chat-sft", "--out", str(out), "--device", "cpu", *options,
+            *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), [])]
+
+
 def test_the_command_line_fine_tunes_and_resumes(tmp_path, capsys):
     out = tmp_path / "chat"
-    args = [
-        "chat-sft",
-        "--out",
-        str(out),
-        "--device",
-        "cpu",
-        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
-    ]
+    args = chat_sft_args(out)
     assert main(args + ["--max-iters", "2"]) == 0
     assert "saved" in capsys.readouterr().out
     assert main(args + ["--max-iters", "3", "--resume"]) == 0
@@ -87,14 +86,7 @@ def test_a_resume_refuses_options_that_would_be_ignored_or_rewrite_the_run(tmp_p
     from course_lib.model import GPT, GPTConfig
 
     out = tmp_path / "chat"
-    args = [
-        "chat-sft",
-        "--out",
-        str(out),
-        "--device",
-        "cpu",
-        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
-    ]
+    args = chat_sft_args(out)
     assert main(args + ["--max-iters", "1"]) == 0
     before = (out / "ckpt.pt").read_bytes()
     other = save_checkpoint(tmp_path / "other.pt", GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16)))
@@ -152,15 +144,7 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     """``chat-sft --pack`` (issue 54): rows of block_size tokens; the checkpoint says so, a resume
     without --pack continues packed."""
     out = tmp_path / "chat"
-    args = [
-        "chat-sft",
-        "--out",
-        str(out),
-        "--device",
-        "cpu",
-        "--pack",
-        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
-    ]
+    args = chat_sft_args(out, "--pack")
     assert main(args + ["--max-iters", "2"]) == 0
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
     args.remove("--pack")
@@ -208,15 +192,7 @@ def test_a_chat_fine_tune_can_lengthen_its_base_context(tmp_path, capsys):
     checkpoint records where the context came from; a resume may repeat block_size=N but not change
     it; a shorter context than the base's, or a value that is not a count, is refused (exit 2)."""
     out = tmp_path / "chat"
-    args = [
-        "chat-sft",
-        "--out",
-        str(out),
-        "--device",
-        "cpu",
-        "--pack",
-        *sum((["--set", f"{k}={v}"] for k, v in SETTINGS.items()), []),
-    ]
+    args = chat_sft_args(out, "--pack")
     assert main(args + ["--set", "block_size=96", "--max-iters", "1"]) == 0
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["model_config"]["block_size"] == 96 and ckpt["model"]["wpe.weight"].shape[0] == 96

@@ -11,12 +11,7 @@ from course_lib.model import GPT, GPTConfig
 from course_lib.speculative.self_draft import SelfDrafter, self_speculative_generate
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def _mtp(vocab=5, block=16, heads=3, seed=0):

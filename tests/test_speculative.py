@@ -16,13 +16,7 @@ from course_lib.speculative import (ModelDrafter, NGramDrafter, acceptance_proba
                                     residual_distribution, speculative_generate, speculative_round)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared machine: one thread is faster (no waiting on a busy second core)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def _tiny(vocab=5, block=8, layers=1, seed=0, n_embd=16):
