@@ -2,9 +2,11 @@
 few lines on a GPU; and the ``gpu`` marker's tests are skipped with one reason where CUDA is
 absent."""
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,11 +60,11 @@ def _fake_lane(monkeypatch, unit_exit=0, chapter_error=None):
         "counts": {"passed": 978, "failed": unit_exit, "skipped": 5},
         "failures": ["FAILED tests/test_x.py::test_y - RuntimeError: boom"] if unit_exit else [],
     }
-    monkeypatch.setattr(gpu_lane, "run_unit_tests", lambda workers: unit)
+    monkeypatch.setattr(gpu_lane, "run_unit_tests", lambda workers, **limits: unit)
     chapters = [{"chapter": n, "name": f"ch{n:02d}", "seconds": 10.0 * n,
                  "error": chapter_error if n == 8 else None}
                 for n in range(1, 16)]
-    monkeypatch.setattr(gpu_lane, "run_chapters", lambda numbers, timeout: chapters)
+    monkeypatch.setattr(gpu_lane, "run_chapters", lambda numbers, timeout, **limits: chapters)
 
 
 def test_on_a_gpu_the_summary_is_a_few_lines_and_the_details_go_to_json(monkeypatch, capsys,
@@ -97,13 +99,11 @@ def test_chapters_run_in_the_hosts_environment_and_errors_are_one_line(monkeypat
     the host's environment, with this checkout on its import path."""
     seen = []
 
-    def fake_execute(path, timeout, env):
+    def fake_execute(path, timeout, env, time_left):
         seen.append((Path(path).name, env))
-        if "ch02" in Path(path).name:
-            raise RuntimeError("An error occurred while executing the following cell:\n------\nx = "
-                               "1\n------\nValueError: a bad cell")
+        return "ValueError: a bad cell" if "ch02" in Path(path).name else None
 
-    monkeypatch.setattr("course_lib.tools.chapters.execute_notebook", fake_execute)
+    monkeypatch.setattr(gpu_lane, "execute_chapter", fake_execute)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "host-value")
     results = gpu_lane.run_chapters([1, 2], timeout=5)
     assert ([r["chapter"] for r in results] == [1, 2]
@@ -140,3 +140,61 @@ def test_json_dash_writes_the_details_to_stdout_and_the_summary_to_stderr(monkey
     out, err = capsys.readouterr()
     assert (json.loads(out)["unit"]["counts"]["passed"] == 978
             and err.startswith("gpu-test on Fake GPU"))
+
+
+def test_progress_counts_read_a_run_stopped_before_its_summary():
+    out = "..F.s [ 40%]\n.E..x\nnot a progress line: F.\n"
+    assert gpu_lane._progress_counts(out) == {"passed": 6, "failed": 1, "error": 1, "skipped": 1,
+                                              "xfailed": 1}
+
+
+def _notebook(path, source):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow  # starts Jupyter kernels
+def test_a_chapter_runs_in_a_child_its_error_is_one_line_and_the_time_limit_stops_it(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    good = _notebook(tmp_path / "good.ipynb", "x = 1 + 1")
+    bad = _notebook(tmp_path / "bad.ipynb", "raise ValueError('a bad cell')")
+    slow = _notebook(tmp_path / "slow.ipynb", "import time\ntime.sleep(120)")
+    assert gpu_lane.execute_chapter(good, 60, env, None) is None
+    assert gpu_lane.execute_chapter(bad, 60, env, None) == "ValueError: a bad cell"
+    start = time.monotonic()
+    assert gpu_lane.execute_chapter(slow, 600, env, 8.0) == gpu_lane.STOPPED
+    assert time.monotonic() - start < 60  # stopped at its limit, kernel and all, not after 120 s
+
+
+def test_chapters_past_the_time_limit_are_listed_not_run_and_are_not_failures(monkeypatch,
+                                                                             capsys):
+    calls = []
+    monkeypatch.setattr(gpu_lane, "execute_chapter",
+                        lambda path, timeout, env, left: calls.append(left) or gpu_lane.STOPPED)
+    results = gpu_lane.run_chapters([1, 2], timeout=5, jobs=2, time_limit=30)
+    assert all(r["not_run"] == gpu_lane.STOPPED and r["error"] is None for r in results)
+    assert all(0 < left <= 30 for left in calls)
+    results = gpu_lane.run_chapters([1, 2], timeout=5, time_limit=-1)  # the limit already passed
+    assert [r["not_run"] for r in results] == ["the lane's time limit came first"] * 2
+    lines = gpu_lane.summary("GPU", None, results)
+    assert "0 of 2 ran to the end" in lines[1] and "2 not run or stopped" in lines[1]
+
+
+def test_a_unit_run_stopped_by_its_time_limit_is_not_a_failure(monkeypatch, capsys):
+    _fake_lane(monkeypatch)
+    stopped = {"exit": None, "seconds": 100.0, "counts": {"passed": 900}, "failures": [],
+               "timed_out": True}
+    monkeypatch.setattr(gpu_lane, "run_unit_tests", lambda workers, **limits: stopped)
+    assert tools_main(["gpu-lane", "--unit-time", "100", "--jobs", "4"]) == 0
+    assert "900 passed when its time limit stopped it" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--jobs", "--unit-time", "--chapters-time"])
+def test_limits_must_be_positive_whole_numbers(option, capsys):
+    with pytest.raises(SystemExit) as stop:
+        tools_main(["gpu-lane", option, "0"])
+    assert stop.value.code == 2
+    assert "must be a whole number of at least 1, got '0'" in capsys.readouterr().err

@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..utils import check_output_file, write_text_atomic
 from .chapters import ROOT, chapter_notebooks
@@ -49,44 +51,102 @@ def _pytest_counts(output: str) -> dict[str, int]:
     return counts
 
 
-def run_unit_tests(workers: int) -> dict:
-    """The unit tests with CUDA visible: the CLI's default device is the GPU."""
+def _progress_counts(output: str) -> dict[str, int]:
+    """What pytest's progress lines (".F.s.. [ 12%]") show so far: the counts of a run stopped
+    before its summary line."""
+    marks = "".join(line.split("[")[0].strip() for line in output.splitlines()
+                    if re.fullmatch(r"[.FEsxX]+\s*(\[\s*\d+%\])?", line.strip()))
+    names = {".": "passed", "F": "failed", "E": "error", "s": "skipped", "x": "xfailed",
+             "X": "xpassed"}
+    return {names[m]: marks.count(m) for m in names if marks.count(m)}
+
+
+def run_unit_tests(workers: int, time_limit: float | None = None) -> dict:
+    """The unit tests with CUDA visible: the CLI's default device is the GPU. With ``time_limit``
+    (seconds) a run still going then is stopped, and the counts are those its progress showed."""
     command = [sys.executable, "-m", "pytest", str(ROOT / "tests"), "-m", "not slow or gpu", "-q",
                "-p", "no:cacheprovider", "-rfE"]
     if workers > 1:
         command += ["-n", str(workers), "--dist", "loadfile"]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    failures = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    return {"exit": done.returncode, "seconds": round(time.perf_counter() - start, 1),
-            "counts": _pytest_counts(done.stdout), "failures": failures}
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                              timeout=time_limit)
+        exit_code, output, timed_out = done.returncode, done.stdout, False
+    except subprocess.TimeoutExpired as e:
+        output = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        exit_code, timed_out = None, True
+    failures = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    counts = _progress_counts(output) if timed_out else _pytest_counts(output)
+    return {"exit": exit_code, "seconds": round(time.perf_counter() - start, 1),
+            "counts": counts, "failures": failures, "timed_out": timed_out}
 
 
 def _first_error(error: Exception) -> str:
-    text = str(error).strip().splitlines()
+    # without the terminal colours of IPython's tracebacks
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
     named = [line for line in text if re.match(r"^\w*(Error|Exception|Interrupt)\b", line)]
     return (named[-1] if named else (text[-1] if text else type(error).__name__))[:200]
 
 
-def run_chapters(numbers: list[int] | None, timeout: int) -> list[dict]:
-    """Every chapter (or those of ``numbers``) executed on the GPU, outputs not compared."""
-    from .chapters import execute_notebook
+STOPPED = "stopped unfinished by the lane's time limit"
 
+# The child process that executes one chapter: its last line on stderr is the first error.
+_EXECUTE = ("import os, sys\n"
+            "from course_lib.tools.chapters import execute_notebook\n"
+            "from course_lib.tools.gpu_lane import _first_error\n"
+            "try:\n"
+            "    execute_notebook(sys.argv[1], timeout=int(sys.argv[2]), env=dict(os.environ))\n"
+            "except Exception as e:\n"
+            "    print('\\n' + _first_error(e), file=sys.stderr)\n"
+            "    sys.exit(1)\n")
+
+
+def execute_chapter(path, timeout: int, env: dict, time_left: float | None) -> str | None:
+    """Execute one chapter in a child process of its own session (its kernel goes with it when
+    the lane's time runs out); None when it ran to the end, else its first error, one line."""
+    process = subprocess.Popen([sys.executable, "-c", _EXECUTE, str(path), str(timeout)],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = process.communicate(timeout=time_left)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return STOPPED
+    if process.returncode == 0:
+        return None
+    lines = err.strip().splitlines()
+    return (lines[-1] if lines else f"exit status {process.returncode}")[:200]
+
+
+def run_chapters(numbers: list[int] | None, timeout: int, jobs: int = 1,
+                 time_limit: float | None = None) -> list[dict]:
+    """Every chapter (or those of ``numbers``) executed on the GPU, outputs not compared, ``jobs``
+    at a time (each kernel then gets ``cpu_count // jobs`` threads). With ``time_limit`` (seconds
+    from now) a chapter not started by then is not run, and one still running is stopped."""
     env = dict(os.environ)  # the host's own settings, not the reference CPU environment
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    results = []
-    for number, path in chapter_notebooks(ROOT / "book").items():
-        if numbers and number not in numbers:
-            continue
+    if jobs > 1:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    end = None if time_limit is None else time.monotonic() + time_limit
+    chosen = [(n, p) for n, p in chapter_notebooks(ROOT / "book").items()
+              if not numbers or n in numbers]
+
+    def run(number, path):
+        result = {"chapter": number, "name": path.stem, "seconds": 0.0}
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return {**result, "error": None, "not_run": "the lane's time limit came first"}
         start = time.perf_counter()
-        try:
-            execute_notebook(path, timeout=timeout, env=env)
-            error = None
-        except Exception as e:  # a failing cell: CellExecutionError, a timeout, a dead kernel
-            error = _first_error(e)
-        results.append({"chapter": number, "name": path.stem,
-                        "seconds": round(time.perf_counter() - start, 1), "error": error})
-    return results
+        error = execute_chapter(path, timeout, env, left)
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        if error == STOPPED:  # not a failure of the chapter: the lane ran out of time
+            return {**result, "error": None, "not_run": STOPPED}
+        return {**result, "error": error}
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda chapter: run(*chapter), chosen))
 
 
 def summary(device: str, unit: dict | None, chapters: list[dict] | None) -> list[str]:
@@ -95,14 +155,19 @@ def summary(device: str, unit: dict | None, chapters: list[dict] | None) -> list
     if unit is not None:
         counts = (", ".join(f"{n} {word}" for word, n in unit["counts"].items())
                   or f"pytest exit {unit['exit']}")
+        if unit.get("timed_out"):
+            counts += " when its time limit stopped it (counts from its progress)"
         lines.append(f"unit tests (default device cuda, tests marked gpu included): {counts} in "
                      f"{unit['seconds']:.0f} s")
         lines += [f"  {line}" for line in unit["failures"][:10]]
     if chapters is not None:
-        ran = [c for c in chapters if c["error"] is None]
-        times = ", ".join(f"ch{c['chapter']:02d} {c['seconds']:.0f} s" for c in chapters)
+        ran = [c for c in chapters if c["error"] is None and not c.get("not_run")]
+        skipped = [c for c in chapters if c.get("not_run")]
+        times = ", ".join(f"ch{c['chapter']:02d} {c['seconds']:.0f} s" for c in ran)
+        late = (f"; {len(skipped)} not run or stopped unfinished by the time limit"
+                if skipped else "")
         lines.append(f"chapters executed on the GPU: {len(ran)} of {len(chapters)} ran to the end "
-                     f"({times})")
+                     f"({times}){late}")
         lines += [f"  ch{c['chapter']:02d} stopped: {c['error']}" for c in chapters
                   if c["error"] is not None]
     return lines
@@ -119,6 +184,18 @@ def chapter_numbers(text: str) -> list[int] | None:
                          f"{text!r}") from None
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
 def _cmd_lane(args) -> int:
     numbers = chapter_numbers(args.chapters)  # bad input is refused on any machine, before any work
     if args.json:
@@ -131,8 +208,9 @@ def _cmd_lane(args) -> int:
 
     device = (f"{torch.cuda.get_device_name(0)} (torch {torch.__version__}, CUDA "
               f"{torch.version.cuda})")
-    unit = None if args.skip_unit else run_unit_tests(args.workers)
-    chapters = None if args.skip_chapters else run_chapters(numbers, args.timeout)
+    unit = None if args.skip_unit else run_unit_tests(args.workers, time_limit=args.unit_time)
+    chapters = (None if args.skip_chapters else
+                run_chapters(numbers, args.timeout, jobs=args.jobs, time_limit=args.chapters_time))
     lines = summary(device, unit, chapters)
     # stdout stays pure JSON
     print("\n".join(lines), file=sys.stderr if args.json == "-" else sys.stdout)
@@ -140,7 +218,8 @@ def _cmd_lane(args) -> int:
         write_text_atomic(args.json,
                           json.dumps({"device": device, "torch": torch.__version__, "unit": unit,
                                                  "chapters": chapters}, indent=1) + "\n")
-    failed = (unit is not None and unit["exit"] != 0) or any(c["error"] for c in chapters or [])
+    failed = ((unit is not None and unit["exit"] != 0 and not unit.get("timed_out"))
+              or any(c["error"] for c in chapters or []))
     return 1 if failed else 0
 
 
@@ -154,6 +233,13 @@ def add_parser(subparsers):
     p.add_argument("--skip-chapters", action="store_true", help="do not execute the chapters")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
                    help="pytest processes (default 4)")
+    p.add_argument("--jobs", type=_positive, default=1,
+                   help="chapters executed at a time (default 1)")
+    p.add_argument("--unit-time", type=_positive, default=None, metavar="SECONDS",
+                   help="stop the unit tests after this long (default: no limit)")
+    p.add_argument("--chapters-time", type=_positive, default=None, metavar="SECONDS",
+                   help="stop executing chapters after this long; those not started are listed "
+                        "as not run (default: no limit)")
     p.add_argument("--timeout", type=int, default=1200,
                    help="seconds per notebook cell (default 1200)")
     p.add_argument("--json", default="", metavar="FILE",
