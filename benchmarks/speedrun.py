@@ -106,7 +106,7 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str],
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    curve, done, log = [], None, []
+    curve, done, done_line, log = [], None, None, []
     for raw in process.stdout:  # binary lines, split at \n only (the progress bar's \r stay inside)
         now = time.perf_counter() - start
         for line in raw.decode("utf-8", "replace").split("\r"):
@@ -117,7 +117,7 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str],
                 curve.append({"wall_s": round(now, 2), "step": step,
                               "val_loss": float(line.rsplit(" ", 1)[1])})
             elif line.startswith("done in "):
-                done = now
+                done, done_line = now, line
             if line and not line.startswith("train:"):
                 log.append(line)
     code = process.wait()
@@ -126,7 +126,7 @@ def run_command(preset: str, seed: int, out: Path, extra: list[str],
         raise SystemExit(f"`{' '.join(command)}` failed (exit status {code}):\n"
                          + "\n".join(log[-15:]))
     return {"command": " ".join(command[1:]), "wall_s": round(done, 2),
-            "wall_exit_s": round(wall_exit, 2), "curve": curve}
+            "wall_exit_s": round(wall_exit, 2), "curve": curve, "done_line": done_line}
 
 
 def whole_split_loss(checkpoint: Path, text: str | None = None, split: str = "val",

@@ -57,6 +57,8 @@ TINY = {
                   "--embeddings", "int8", "--qat-bits", "3"], "--json"),
     "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"],
                       "--json"),
+    "gpu_speedrun": (["--device", "cpu", "--tiny", "--nanogpt-seconds", "60", "--search-time",
+                      "0"], "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
@@ -72,7 +74,8 @@ TINY = {
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
     "train_shakespeare_cpu": (["--max-iters", "1", "--precise-eval-iters", "1"], None),
 }
-GOAL_NOT_MET = {"speedrun"}  # exit status 1 when its goal does not hold, as after 2 steps
+# exit status 1 when its goal does not hold, as after 2 steps
+GOAL_NOT_MET = {"speedrun", "gpu_speedrun"}
 ORDER = sorted(SCRIPTS,
                key=lambda s: s == "chat_scores")  # chat_scores scores the models chat_sft trains
 
@@ -200,6 +203,13 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "induction_long_context", ["--passages", "0"], MUST_BE_1),
     (None, "induction_long_context",
      ["--examine-only", "--out", "none"], "none holds no checkpoint"),
+    (None, "gpu_speedrun", ["--device", "cpu"], "give --nanogpt PATH (a checkout of"),
+    (None, "gpu_speedrun", ["--nanogpt", "nowhere"], "no train.py, model.py, configurator.py"),
+    (None, "gpu_speedrun", ["--nanogpt-seconds", "0", "--device", "cpu"],
+     "--nanogpt-seconds must be above 0"),
+    # the default device is cuda: refused in one line on a machine without one
+    *([] if torch.cuda.is_available() else
+      [(None, "gpu_speedrun", ["--nanogpt-seconds", "60"], "--device cuda: no CUDA GPU here")]),
 ]
 
 
