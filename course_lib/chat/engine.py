@@ -127,9 +127,10 @@ class ChatEngine:
         if self.system is not None:
             self.messages.append({"role": "system", "content": self.system})
             self.turn_ids.append(render_message(self.tokenizer, self.messages[0])[0])
-        self._empty_cache()
+        self.empty_cache()
 
-    def _empty_cache(self) -> None:
+    def empty_cache(self) -> None:
+        """Empty the KV cache, keeping the conversation: the next reply reads it all again."""
         self.cache = KVCache(self.model.config.n_layer, self.model.config.block_size)
         self.fed: list[int] = []  # the ids the cache holds
 
@@ -230,7 +231,7 @@ class ChatEngine:
         if dropped:
             del self.messages[system:system + 2 * dropped], \
                 self.turn_ids[system:system + 2 * dropped]
-            self._empty_cache()
+            self.empty_cache()
         return texts
 
     def drop_oldest_exchange(self) -> list[str]:
@@ -255,7 +256,7 @@ class ChatEngine:
             return self.model(torch.tensor([ids], device=self.device))[0][0, -1]
         # the conversation changed under the cache: read it again
         if ids[:len(self.fed)] != self.fed:
-            self._empty_cache()
+            self.empty_cache()
         new = ids[len(self.fed):]
         logits, _ = self.model(torch.tensor([new], device=self.device), cache=self.cache)
         self.fed = list(ids)
