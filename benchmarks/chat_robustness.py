@@ -10,11 +10,11 @@ form a training message has and the rest.
     python benchmarks/chat_robustness.py [--checkpoint CKPT ...] [--update-record]
 
 Default: the two chat models course_lib ships (weights/chat-char-cpu.pt, the first, then
-weights/chat-char-cpu-2.pt). ``--checkpoint`` (repeat it) scores any chat models instead, in that
+weights/chat-char-cpu-4.pt). ``--checkpoint`` (repeat it) scores any chat models instead, in that
 order; to add a new model to the shipped record, list all of them:
 
     python benchmarks/chat_robustness.py --checkpoint course_lib/weights/chat-char-cpu.pt \\
-        --checkpoint course_lib/weights/chat-char-cpu-2.pt --checkpoint NEW.pt --update-record
+        --checkpoint course_lib/weights/chat-char-cpu-4.pt --checkpoint NEW.pt --update-record
 
 Writes, when asked (``--json FILE``, or ``--update-record`` for
 course_lib/records/chat_robustness_v2.json), the record; without either it prints the scores only.

@@ -26,6 +26,7 @@ measures requests held out as whole forms, not kinds of variety never seen.
 """
 from __future__ import annotations
 
+import calendar
 import datetime
 import functools
 import hashlib
@@ -33,8 +34,12 @@ import json
 import random
 import re
 
+from ..dates import FIRST_DAY
 from .calculator import calculate
+from .data import MAX_TOKENS, _pair_split, _pools, char_chat_tokenizer
 from .phrasing import IDENTITY_ASKS, abstracted, in_words, normalized
+from .robustness import load_robustness_set_v2, request_form
+from .template import render
 
 MORE_SIZE = 24000  # training conversations added
 MORE_SEED = 54
@@ -218,7 +223,8 @@ def dress(template: str, rng: random.Random, typos: bool = True) -> str:
 
 
 def case_and_space(text: str, rng: random.Random) -> str:
-    """Case noise (a capital first, all lower, rarely all upper) and spacing noise."""
+    """Case noise (a capital first, rarely all upper: the phrasings are lower case) and spacing
+    noise (a doubled space, a space before the last mark, one before the message)."""
     r = rng.random()
     text = (text[:1].upper() + text[1:] if r < 0.4 else text.upper() if r < 0.45 else text)
     r = rng.random()
@@ -237,7 +243,6 @@ def _ordinal(n: int) -> str:
 
 def date_text(day: datetime.date, rng: random.Random) -> str:
     """``day`` written in one of :data:`DATE_WAYS`, month names in any case."""
-    import calendar
     M, m = calendar.month_name[day.month], calendar.month_abbr[day.month]
     case = rng.randrange(3)
     M, m = (M, m) if case == 0 else (M.lower(), m.lower()) if case == 1 else (M.upper(), m.upper())
@@ -287,11 +292,12 @@ def word_of(pool, rng):
     return rng.choice(pool["words"])
 
 
-def _user(text):
+def _user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
 def _calc(expression: str) -> dict:
+    """The assistant's message for a calculation (as chat.data writes it)."""
     result = calculate(expression)
     return {"role": "assistant", "content": [{"type": "tool", "text": expression},
                                              {"type": "result", "text": result},
@@ -315,7 +321,6 @@ def _exchange(task: str, pool: dict, rng: random.Random, pair_split) -> tuple[li
         return ([_user(text), {"role": "assistant", "content": str(word.count(letter))}],
                 [abstracted(text, word=word, letter=letter)])
     if task == "dates":
-        from .data import FIRST_DAY  # noqa: F401  (one calendar for every split)
         day = FIRST_DAY + datetime.timedelta(days=rng.choice(pool["days"]))
         written = date_text(day, rng)
         text = case_and_space(dress(rng.choice(ASK_DATE), rng).format(d=written), rng)
@@ -330,6 +335,7 @@ def _exchange(task: str, pool: dict, rng: random.Random, pair_split) -> tuple[li
 
 
 def _follow_up(pool, rng, pair_split):
+    """A request and a follow-up that needs its answer, the follow-up in other words."""
     kind = rng.choice(("sum", "spell", "date"))
     if kind == "sum":
         first, forms = _exchange("arithmetic", pool, rng, pair_split)
@@ -344,7 +350,6 @@ def _follow_up(pool, rng, pair_split):
                 forms + [abstracted(text)])
     first, forms = _exchange("dates", pool, rng, pair_split)
     day = datetime.date.fromisoformat(first[1]["content"])
-    import calendar
     part = rng.choice(("year", "month", "day"))
     answer = {"year": day.year, "month": calendar.month_name[day.month], "day": day.day}[part]
     text = case_and_space(dress(rng.choice(FOLLOW_DATE[part]), rng, typos=False), rng)
@@ -358,7 +363,6 @@ MORE_TASKS = ("arithmetic", "arithmetic", "spelling", "letters", "dates", "ident
 
 def held_out_v2_forms() -> set[str]:
     """The abstracted forms of the held-out test set's requests (which no conversation may have)."""
-    from .robustness import load_robustness_set_v2, request_form
     return {request_form(item) for item in load_robustness_set_v2()}
 
 
@@ -369,9 +373,6 @@ def build_more_conversations(n: int = MORE_SIZE, seed: int = MORE_SEED) -> list[
     two exchanges of other tasks. A conversation with a user message in a held-out form (version 2
     of the robustness set, or a validation or test identity question) is drawn again; one longer
     than ``chat.data.MAX_TOKENS`` too."""
-    from .data import MAX_TOKENS, _pair_split, _pools, char_chat_tokenizer
-    from .template import render
-
     pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
     banned = held_out_v2_forms()
     held_questions = {normalized(q) for answer, questions in IDENTITY_ASKS
