@@ -2,9 +2,11 @@
 (the commands, its settings, its cost in CPU minutes as measured) and its scores on both sets, each
 with chapter 16's standard error and 95% bootstrap interval: version 1 of the frozen robustness set
 (``course_lib.chat.robustness``; the shipped model's validation set: it chose the checkpoint, and
-most of its requests have a training message's form, review R17-B1) and the test split's
-conversations (``course_lib.chat.scores``, the in-template scores). The held-out test set, version
-2, is scored by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
+most of its requests have a training message's form, review R17-B1), the held-out test set (version
+2, ``robustness_v2``: the runs tried for issue 54's second model on, so that a run is chosen on the
+paired difference with the shipped model's replies) and the test split's conversations
+(``course_lib.chat.scores``, the in-template scores). The models compared in chapter 17 are
+scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -33,7 +35,8 @@ from bench_args import add_record_options, count, record_file, threads  # noqa: 
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
 from course_lib.chat.robustness import (  # noqa: E402
-    ROBUSTNESS_SHA256, is_right, load_robustness_set, row_keys, score_robustness)
+    ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, is_right, load_robustness_set, load_robustness_set_v2,
+    row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model  # noqa: E402
 
@@ -117,11 +120,13 @@ def main(argv=None) -> int:
     ckpt = (torch.load(args.checkpoint, map_location="cpu", weights_only=False) if args.checkpoint
             else {})
     robust = score_robustness(model, tokenizer, load_robustness_set()[:args.limit])
+    robust_v2 = score_robustness(model, tokenizer, load_robustness_set_v2()[:args.limit])
     test = load_conversations("test")[:args.limit]
     tasks = sorted({c["task"] for c in test}, key=lambda t: [c["task"] for c in test].index(t))
     rows = score_model(model, tokenizer, test, tasks=tasks, without_calculator=(), progress=False)
     in_template = {row.get("key") or row["task"]: summary(row) for row in rows}
-    for name, table in (("robustness", {k: v for k, v in robust.items() if k != "rows"}),
+    for name, table in (("validation (v1)", {k: v for k, v in robust.items() if k != "rows"}),
+                        ("test (v2)", {k: v for k, v in robust_v2.items() if k != "rows"}),
                         ("in-template (test split)", in_template)):
         print(name)
         for key, row in table.items():
@@ -140,7 +145,14 @@ def main(argv=None) -> int:
            "robustness": {k: summary(v) for k, v in robust.items() if k != "rows"},
            "robustness_replies": [{k: r[k] for k in ("request", "reply", "right")}
                                   for r in robust["rows"]],
-           "in_template": in_template, "scoring_seconds": round(time.perf_counter() - began, 1),
+           "robustness_v2": {k: summary(v) for k, v in robust_v2.items() if k != "rows"},
+           "v2_replies": [{k: r[k] for k in ("request", "reply", "right")}
+                          for r in robust_v2["rows"]],
+           "in_template": in_template,
+           "in_template_rows": [{"task": row.get("key") or row["task"],
+                                 "per_item": [float(x) for x in row["per_item"]]}
+                                for row in rows if "per_item" in row],
+           "scoring_seconds": round(time.perf_counter() - began, 1),
            "load_average": os.getloadavg()[0],
            "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if run["trained_on"]:
@@ -156,7 +168,8 @@ def main(argv=None) -> int:
     record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME "
                          "--commands ... --cpu-minutes M --wall-minutes M --update-record (one run "
                          "at a time)",
-              "robustness_sha256": ROBUSTNESS_SHA256, "conversations_sha256": CHAT_SHA256,
+              "robustness_sha256": ROBUSTNESS_SHA256, "robustness_v2_sha256": ROBUSTNESS_V2_SHA256,
+              "conversations_sha256": CHAT_SHA256,
               "torch": torch.__version__, "threads": args.threads, "roles": roles, "runs": runs}
     out.finish(record, say=True)
     return 0

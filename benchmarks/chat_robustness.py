@@ -10,11 +10,11 @@ form a training message has and the rest.
     python benchmarks/chat_robustness.py [--checkpoint CKPT ...] [--update-record]
 
 Default: the two chat models course_lib ships (weights/chat-char-cpu.pt, the first, then
-weights/chat-char-cpu-2.pt). ``--checkpoint`` (repeat it) scores any chat models instead, in that
+weights/chat-char-cpu-4.pt). ``--checkpoint`` (repeat it) scores any chat models instead, in that
 order; to add a new model to the shipped record, list all of them:
 
     python benchmarks/chat_robustness.py --checkpoint course_lib/weights/chat-char-cpu.pt \\
-        --checkpoint course_lib/weights/chat-char-cpu-2.pt --checkpoint NEW.pt --update-record
+        --checkpoint course_lib/weights/chat-char-cpu-4.pt --checkpoint NEW.pt --update-record
 
 Writes, when asked (``--json FILE``, or ``--update-record`` for
 course_lib/records/chat_robustness_v2.json), the record; without either it prints the scores only.
@@ -38,6 +38,7 @@ from bench_args import add_record_options, code_commit, count, record_file, thre
 from course_lib.chat.engine import (  # noqa: E402
     CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH, load_chat_model)
 from course_lib.chat import robustness as rb  # noqa: E402
+from course_lib.chat.variety import build_more_conversations  # noqa: E402
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
     began = time.perf_counter()
     v2, v1 = rb.load_robustness_set_v2()[:args.limit], rb.load_robustness_set()[:args.limit]
     forms, trained = rb.training_forms(), rb.training_forms(("train",))
+    # and the conversations chat-sft --more-phrasings adds (their forms kept with them)
+    forms |= {f for c in build_more_conversations() for f in c["forms"]}
     collisions = [item["request"] for item, seen in zip(v2, rb.template_seen(v2, forms)) if seen]
     print(f"version 2: {len(v2)} requests, {len(collisions)} with the form of a user message of "
           "the conversations")
@@ -127,7 +130,8 @@ def main(argv=None) -> int:
                       "requests": len(v2),
                       "held_out_check": "course_lib.chat.phrasing.abstracted: lower case, letters "
                       "and digits only, numbers and slot values abstracted; against every user "
-                      "message of chat.json and chat_v1.json, all splits",
+                      "message of chat.json and chat_v1.json, all splits, and of the "
+                      "conversations chat-sft --more-phrasings adds (chat.variety)",
                       "collisions": collisions},
               "best_constant": constants,
               "v1": {"path": "course_lib/tasks/chat_robustness.json",

@@ -1,4 +1,5 @@
-"""Self-attention, from "average the past" to the fused multi-head layer (chapters 3-4).
+"""Self-attention, from "average the past" to the fused multi-head layer (chapters 3-4). Chapter
+8's KV cache is :mod:`course_lib.kv_cache`'s (its classes are importable from here too).
 
 Shapes: B batch, T time (context length), C channels (embedding size),
 nh number of heads, hs head size (C = nh * hs).
@@ -11,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .kv_cache import KVCache, LayerKVCache  # noqa: F401 (KVCache: chapters import it here)
 from .norms import RMSNorm
 from .rope import apply_rope
 
@@ -216,92 +218,6 @@ def _check_heads(n_embd: int, n_head: int) -> None:
         )
 
 
-class LayerKVCache:
-    """Keys and values of the positions seen so far, for one attention layer.
-
-    Preallocated to (B, n_kv, capacity, hs) so that appending one token is a copy, not a
-    reallocation. n_kv is the number of key/value heads: n_head, or fewer with grouped-query
-    attention, which is where its memory saving comes from.
-
-    Sliding-window attention (``keep`` in :meth:`append`) needs only the newest keep = window - 1
-    positions: the next query brings its own key, and nothing older is in its window. Such a
-    cache keeps those alone (``length`` still counts every position seen), so its memory stops
-    growing at the window. ``nbytes``: the memory its keys and values hold now.
-    """
-
-    def __init__(self, capacity: int):
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-            raise ValueError("KV cache capacity must be an integer >= 0 (positions it holds, e.g. "
-                             f"block_size), got {capacity!r}")
-        self.capacity = capacity
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.length = 0
-
-    def append(self, k: torch.Tensor, v: torch.Tensor,
-               keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add T new positions (B, n_kv, T, hs); return the keys and values the new queries may
-        read: every cached position and the new ones, or with ``keep`` (a sliding window's window -
-        1) the kept ones and the new ones, after which only the newest ``keep`` stay."""
-        B, nh, T, hs = k.shape
-        if (self.k is not None
-            and (B, nh, hs) != (self.k.shape[0], self.k.shape[1], self.k.shape[3])):
-            raise ValueError(
-                f"this KV cache holds batch {self.k.shape[0]}, {self.k.shape[1]} key/value heads "
-                f"of size {self.k.shape[3]}, and was given batch {B}, {nh} heads of size {hs}: a "
-                "cache serves one model and one batch; make a new KVCache for another")
-        if keep is not None:
-            return self._append_window(k, v, keep)
-        if self.k is None:
-            self.k = k.new_empty(B, nh, self.capacity, hs)
-            self.v = v.new_empty(B, nh, self.capacity, hs)
-        if self.length + T > self.capacity:
-            raise ValueError(
-                f"KV cache is full ({self.length} + {T} > capacity {self.capacity}); "
-                "reset it and re-feed the cropped context"
-            )
-        self.k[:, :, self.length : self.length + T] = k
-        self.v[:, :, self.length : self.length + T] = v
-        self.length += T
-        return self.k[:, :, : self.length], self.v[:, :, : self.length]
-
-    def _append_window(self, k: torch.Tensor, v: torch.Tensor,
-                       keep: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.length + k.shape[2] > self.capacity:
-            raise ValueError(f"KV cache is full ({self.length} + {k.shape[2]} > capacity "
-                             f"{self.capacity}); reset it and re-feed the cropped context")
-        keys = k if self.k is None else torch.cat([self.k, k], dim=2)  # (B, n_kv, kept + T, hs)
-        values = v if self.v is None else torch.cat([self.v, v], dim=2)
-        self.length += k.shape[2]
-        start = max(0, keys.shape[2] - keep)
-        # clone: a slice would keep the whole concatenated tensor alive
-        self.k, self.v = keys[:, :, start:].clone(), values[:, :, start:].clone()
-        return keys, values
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
-
-
-class KVCache:
-    """One :class:`LayerKVCache` per layer of a model."""
-
-    def __init__(self, n_layer: int, capacity: int):
-        if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
-            raise ValueError("KVCache n_layer must be an integer >= 1 (the model's "
-                             f"config.n_layer), got {n_layer!r}")
-        self.layers = [LayerKVCache(capacity) for _ in range(n_layer)]
-
-    @property
-    def length(self) -> int:
-        return self.layers[0].length
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the keys and values of every layer hold now."""
-        return sum(layer.nbytes for layer in self.layers)
-
-
 def repeat_kv(t: torch.Tensor, n_rep: int) -> torch.Tensor:
     """(B, n_kv, T, hs) -> (B, n_kv * n_rep, T, hs): each key/value head repeated for the n_rep
     query heads of its group (heads 0 .. n_rep - 1 share key/value head 0, and so on)."""
@@ -379,11 +295,15 @@ class CausalSelfAttention(nn.Module):
         of the new tokens' rotation angles, (T, hs/2) or (B, T, hs/2) (see
         :mod:`course_lib.rope`)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split([self.q_size, self.kv_size, self.kv_size], dim=2)  # (B, T, nh*hs), 2x (B, T, kv)
-        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, nh, T, hs), 2x (B, n_kv, T, hs)
-        if self.q_norm is not None:  # QK-norm: each head's q and k to unit RMS (times a gain), before rotating
+        # (B, T, nh*hs), 2x (B, T, kv)
+        q, k, v = self.c_attn(x).split([self.q_size, self.kv_size, self.kv_size], dim=2)
+        # (B, nh, T, hs), 2x (B, n_kv, T, hs)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        # QK-norm: each head's q and k to unit RMS (times a gain), before rotating
+        if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if rope is not None:  # positions enter by rotation, before caching: a cached key keeps its angle
+        # positions enter by rotation, before caching: a cached key keeps its angle
+        if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         past = 0
         if cache is not None:

@@ -1,202 +1,35 @@
-"""The GPT: config, feed-forward, Transformer block and the full model (chapters 5-6).
-How big it is (parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizing`.
+"""The GPT: feed-forward, Transformer block and the full model (chapters 5-6). Its config,
+:class:`GPTConfig`, is :mod:`course_lib.gpt_config`'s (importable from here too). How big it is
+(parameters, FLOPs, memory) is worked out in :mod:`course_lib.sizing`.
 
 Chapter 14's options turn the GPT-2 block into a Llama-style one, each on its own and each off by
 default: ``norm="rmsnorm"``, ``rope_theta`` (rotary positions instead of the learned table),
-``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention); the decoders of 2025-26 add ``qk_norm``
-and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1) and ``sliding_window`` (Mistral). Chapter 20's
-``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`); chapter 22's ``mtp_heads``
-adds multi-token prediction heads (:mod:`course_lib.mtp`).
+``mlp="swiglu"`` and ``n_kv_head`` (grouped-query attention); the decoders of 2025-26 add
+``qk_norm`` and ``head_dim`` (Qwen3), ``rope_scaling`` (Llama 3.1) and ``sliding_window`` (Mistral).
+Chapter 20's ``moe_experts`` replaces each MLP with a mixture of experts (:mod:`course_lib.moe`);
+chapter 22's ``mtp_heads`` adds multi-token prediction heads (:mod:`course_lib.mtp`).
 
 Shapes: B batch, T time, C = n_embd channels, V vocabulary size.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import CausalSelfAttention, KVCache, causal_padding_mask, check_attention_mask
+# GPTConfig and its tables live in gpt_config; importable from here as before
+from .gpt_config import (ACTIVATIONS, GPT_CONFIG_RULES, LATER_FIELDS, MLPS,  # noqa: F401
+                         NEEDS_ANOTHER, NORMS, SWIGLU_MULTIPLE, GPTConfig)
 from .norms import RMSNorm  # noqa: F401  (course_lib.model.RMSNorm, as chapter 14 imports it)
-from .moe import BALANCINGS, MoEFeedForward, balancing_loss, check_moe_options
+from .moe import MoEFeedForward, balancing_loss
 from .mtp import MTPHeads
 from .registry import PRETRAINED_LOADERS, register_model
-from .rope import ROPE_SCALINGS, rope_cos_sin
-from .config import Rule, check_fields, config_from_dict
+from .rope import rope_cos_sin
 from .sizing import check_gpt_fits
 from .utils import IGNORE_INDEX
-
-
-# GPT-2 computes GELU with a tanh approximation; its logits match ours only with the same one.
-ACTIVATIONS = {"gelu": lambda: nn.GELU(), "relu": lambda: nn.ReLU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
-NORMS = ("layernorm", "rmsnorm")
-MLPS = ("standard", "swiglu")  # C -> hidden -> activation -> C, or the gated SwiGLU of chapter 14
-# SwiGLU's default hidden size: 8/3 C (three matrices of C x 8C/3 hold as many weights as two of C x 4C),
-# rounded up to a multiple of 32 for kernel-friendly matmuls (Llama: 256 at C = 4096). C = 128 -> 352.
-SWIGLU_MULTIPLE = 32
-
-
-# Fields the repr shows only when set (the options of chapter 14's later sections; see GPTConfig.__repr__).
-LATER_FIELDS = ("head_dim", "qk_norm", "rope_scaling", "rope_factor", "rope_low_freq_factor",
-                "rope_high_freq_factor", "rope_original_context", "sliding_window",  # chapter 14
-                "moe_experts", "moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
-                "moe_bias_rate", "mtp_heads", "mtp_weight")  # chapters 20 and 22
-
-
-# What each GPTConfig field may hold (checked in __post_init__): a new field adds one row.
-GPT_CONFIG_RULES = {
-    "vocab_size": Rule(int, 1),
-    "block_size": Rule(int, 1),
-    "n_layer": Rule(int, 1),
-    "n_head": Rule(int, 1),
-    "n_embd": Rule(int, 1),
-    "dropout": Rule(float, 0.0, 1.0, "[)"),
-    "bias": Rule(bool),
-    "tie_weights": Rule(bool),
-    "norm_position": Rule(str, choices=("pre", "post")),
-    "activation": Rule(str, choices=tuple(ACTIVATIONS)),
-    "norm": Rule(str, choices=NORMS),
-    "norm_eps": Rule(float, 0.0, None, "(]"),
-    # or None: learned absolute positions. Below 1 the rotation frequencies theta^(-2i/hs) grow past 1
-    # and, for a tiny theta, overflow to inf (NaN losses): real models use 1e4 to 1e6.
-    "rope_theta": Rule(float, 1.0, None, "[]"),
-    "mlp": Rule(str, choices=MLPS),
-    "ffn_hidden": Rule(int, 1),  # or None: the default hidden size
-    "n_kv_head": Rule(int, 1),  # or None: n_head
-    # the decoders of 2025-26 (chapter 14): QK-norm, a head size of its own, long-context RoPE, a window
-    "head_dim": Rule(int, 1),  # or None: n_embd / n_head
-    "qk_norm": Rule(bool),
-    "rope_scaling": Rule(str, choices=ROPE_SCALINGS),  # or None: plain RoPE
-    "rope_factor": Rule(float, 1.0),
-    "rope_low_freq_factor": Rule(float, 0.0, None, "(]"),
-    "rope_high_freq_factor": Rule(float, 0.0, None, "(]"),
-    "rope_original_context": Rule(int, 1),  # or None: block_size
-    "sliding_window": Rule(int, 1),  # or None: every query sees the whole past
-    # chapter 20: a mixture of experts
-    "moe_experts": Rule(int, 1, 1024),  # or None: a dense MLP; real models have a few hundred at most
-    "moe_top_k": Rule(int, 1),
-    "moe_norm_topk": Rule(bool),
-    "moe_shared_expert": Rule(bool),
-    "moe_aux_coef": Rule(float, 0.0, 10.0),  # Switch: 0.01; far beyond, the loss overflows (review 2026-11-28 M2)
-    "moe_balancing": Rule(str, choices=BALANCINGS), "moe_bias_rate": Rule(float, 0.0, None, "(]"),
-    "mtp_heads": Rule(int, 1, 16), "mtp_weight": Rule(float, 0.0, 10.0),  # chapter 22: multi-token prediction
-}
-
-
-# Fields that act only with another one set (an example of it): without it they would be silently ignored.
-NEEDS_ANOTHER = {**dict.fromkeys(("moe_top_k", "moe_norm_topk", "moe_shared_expert", "moe_aux_coef", "moe_balancing",
-                                  "moe_bias_rate"), "moe_experts=8"),  # moe.check_moe_options: the rest
-                 **dict.fromkeys(("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                                  "rope_original_context"), "rope_scaling='llama3'"), "mtp_weight": "mtp_heads=3"}
-
-
-@dataclass
-class GPTConfig:
-    vocab_size: int = 65
-    block_size: int = 64  # the longest context the model sees
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = False  # biases in Linear layers and LayerNorms (GPT-2: True)
-    tie_weights: bool = True  # share the token embedding with the LM head
-    norm_position: str = "pre"  # "pre": LayerNorm before each sub-layer (GPT-2); "post": after the residual add (2017 paper)
-    activation: str = "gelu"  # "gelu", "relu" or "gelu_tanh" (GELU's tanh approximation, as GPT-2)
-    # Chapter 14 (Llama-style decoders); the defaults are GPT-2's block.
-    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (RMSNorm has a gain only, never a bias)
-    norm_eps: float = 1e-5  # added to the variance in every norm (Llama: 1e-5 or 1e-6)
-    rope_theta: float | None = None  # None: learned absolute positions (GPT-2); a base such as 10000: RoPE
-    mlp: str = "standard"  # "standard" (C -> 4C -> activation -> C) or "swiglu" (SiLU-gated, see SwiGLU)
-    ffn_hidden: int | None = None  # the MLP's hidden size; None: 4C, or 8/3 C rounded up to 32 for SwiGLU
-    n_kv_head: int | None = None  # key/value heads; None: n_head (multi-head), 1: multi-query attention
-    # The decoders of 2025-26 (chapter 14); the defaults change nothing.
-    head_dim: int | None = None  # channels per head; None: n_embd / n_head (Qwen3 sets its own)
-    qk_norm: bool = False  # an RMSNorm on each head's queries and keys before RoPE (Qwen3, OLMo 2, Gemma 3)
-    rope_scaling: str | None = None  # None: plain RoPE; "linear": position interpolation; "llama3" (Llama 3.1)
-    rope_factor: float = 1.0  # how many times the trained context the scaled RoPE stretches to
-    rope_low_freq_factor: float = 1.0  # llama3: pairs slower than rope_original_context / this are divided
-    rope_high_freq_factor: float = 4.0  # llama3: pairs faster than rope_original_context / this are kept
-    rope_original_context: int | None = None  # llama3: the context the model was trained at; None: block_size
-    sliding_window: int | None = None  # each query sees itself and the window - 1 keys before it (Mistral)
-    # Chapter 20 (mixture of experts, course_lib.moe); None: every block has one dense MLP.
-    moe_experts: int | None = None  # E experts per block, each the MLP above (mlp, ffn_hidden)
-    moe_top_k: int = 2  # experts per token (Mixtral 2, Qwen3-MoE 8, Switch 1)
-    moe_norm_topk: bool = True  # the k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
-    moe_shared_expert: bool = False  # one more expert that every token goes through (DeepSeek-MoE)
-    moe_aux_coef: float = 0.01  # the load-balancing loss's weight in the training loss (Switch: 0.01)
-    moe_balancing: str = "pooled"  # "pooled" (Hugging Face), "per-layer" (Switch) or "bias" (no aux loss)
-    moe_bias_rate: float = 1e-3  # "bias": the selection bias's step per training forward (DeepSeek-V3)
-    mtp_heads: int | None = None  # chapter 22: D heads, head j guessing the token j + 1 ahead (course_lib.mtp)
-    mtp_weight: float = 0.3  # the training loss adds mtp_weight x the heads' mean cross-entropy (DeepSeek-V3: 0.3)
-
-    def __post_init__(self):
-        check_fields(self, GPT_CONFIG_RULES)
-        if self.head_dim is None and self.n_embd % self.n_head != 0:
-            divisors = [h for h in range(1, self.n_embd + 1) if self.n_embd % h == 0]
-            raise ValueError(
-                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): each head gets "
-                f"n_embd / n_head channels. Change n_head to one of {divisors[:12]} or change n_embd."
-            )
-        if self.rope_theta is not None and self.head_size % 2:
-            raise ValueError(f"RoPE rotates pairs of channels: the head size {self.head_size} (head_dim, or "
-                             "n_embd / n_head) must be even; change head_dim, n_embd or n_head")
-        if self.rope_scaling is not None and self.rope_theta is None:
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} scales RoPE's frequencies: set rope_theta "
-                             "(e.g. 10000) too, or rope_scaling=None")
-        if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
-            raise ValueError(f"llama3 RoPE scaling needs rope_high_freq_factor ({self.rope_high_freq_factor}) > "
-                             f"rope_low_freq_factor ({self.rope_low_freq_factor})")
-        if self.n_kv_head is not None and self.n_head % self.n_kv_head:
-            divisors = [h for h in range(1, self.n_head + 1) if self.n_head % h == 0]
-            raise ValueError(f"n_kv_head ({self.n_kv_head!r}) must divide n_head ({self.n_head}): each key/value "
-                             f"head serves n_head / n_kv_head query heads. Choose one of {divisors}, or None.")
-        for name, example in NEEDS_ANOTHER.items():
-            needed, default = example.split("=")[0], GPTConfig.__dataclass_fields__[name].default
-            if getattr(self, needed) is None and getattr(self, name) != default:
-                raise ValueError(f"{name}={getattr(self, name)!r} takes effect only with {needed}: set it too (e.g. "
-                                 f"{example}), or leave {name} at its default {default!r}")
-        check_moe_options(self)
-
-    @property
-    def head_size(self) -> int:
-        """Channels per head: ``head_dim``, or n_embd / n_head when it is None."""
-        return self.n_embd // self.n_head if self.head_dim is None else self.head_dim
-
-    def rope_options(self) -> dict:
-        """The keyword arguments of :func:`course_lib.rope.rope_frequencies` this config asks for."""
-        return dict(scaling=self.rope_scaling, factor=self.rope_factor, low_freq_factor=self.rope_low_freq_factor,
-                    high_freq_factor=self.rope_high_freq_factor,
-                    original_context=self.rope_original_context or self.block_size)
-
-    @property
-    def kv_heads(self) -> int:
-        """Key/value heads actually used: ``n_kv_head``, or ``n_head`` when it is None."""
-        return self.n_head if self.n_kv_head is None else self.n_kv_head
-
-    @property
-    def ffn_size(self) -> int:
-        """The MLP's hidden size actually used (see ``ffn_hidden``)."""
-        if self.ffn_hidden is not None:
-            return self.ffn_hidden
-        if self.mlp == "swiglu":
-            return -(-8 * self.n_embd // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE  # ceil(8C/3) to a multiple
-        return 4 * self.n_embd
-
-    def __repr__(self) -> str:
-        """Every field, except those added after chapter 13 (``LATER_FIELDS``) while they hold their
-        defaults: a config printed by an earlier chapter reads the same as before they existed."""
-        shown = [f for f in fields(self) if f.name not in LATER_FIELDS or getattr(self, f.name) != f.default]
-        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
-        return config_from_dict(cls, d)
 
 
 class FeedForward(nn.Module):
@@ -205,7 +38,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        hidden = getattr(config, "ffn_size", 4 * config.n_embd)  # chapter 11's Seq2SeqConfig: always 4C
+        # chapter 11's Seq2SeqConfig: always 4C
+        hidden = getattr(config, "ffn_size", 4 * config.n_embd)
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]()
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
@@ -253,8 +87,11 @@ class Block(nn.Module):
         self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention.from_config(config)
         self.ln_2 = make_norm(config)
-        make_mlp = (lambda: SwiGLU(config)) if config.mlp == "swiglu" else (lambda: FeedForward(config))
-        self.mlp = MoEFeedForward(config, make_mlp) if getattr(config, "moe_experts", None) else make_mlp()  # ch. 11: none
+        make_mlp = ((lambda: SwiGLU(config)) if config.mlp == "swiglu"
+                    else (lambda: FeedForward(config)))
+        # getattr: chapter 11's Seq2SeqConfig has no moe_experts
+        self.mlp = (MoEFeedForward(config, make_mlp) if getattr(config, "moe_experts", None)
+                    else make_mlp())
 
     def forward(self, x: torch.Tensor, cache=None, mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -294,8 +131,8 @@ class GPT(nn.Module):
         if config.rope_theta is None:
             self.wpe = nn.Embedding(config.block_size, config.n_embd)  # learned position embedding
         else:  # RoPE: no table to learn; the angles of every position, kept out of the state_dict
-            cos, sin = rope_cos_sin(torch.arange(config.block_size), config.head_size, config.rope_theta,
-                                    **config.rope_options())
+            cos, sin = rope_cos_sin(torch.arange(config.block_size), config.head_size,
+                                    config.rope_theta, **config.rope_options())
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, hs/2)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(config.dropout)
@@ -311,11 +148,15 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        self.mtp = MTPHeads(config.n_embd, config.mtp_heads, config.bias) if config.mtp_heads else None  # ch. 22, last
+        # chapter 22's heads, made last
+        self.mtp = (MTPHeads(config.n_embd, config.mtp_heads, config.bias) if config.mtp_heads
+                    else None)
 
     @staticmethod
     def check_fits(config: GPTConfig, batch_size: int | None = None) -> None:
-        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of ``batch_size``) needs more than this machine's memory (:func:`course_lib.sizing.check_gpt_fits`); not called by GPT()."""
+        """A TooLargeError, before allocating, when a GPT of ``config`` (and a training step of
+        ``batch_size``) needs more than this machine's memory
+        (:func:`course_lib.sizing.check_gpt_fits`); not called by GPT()."""
         check_gpt_fits(config, batch_size)
 
     @staticmethod
@@ -332,11 +173,13 @@ class GPT(nn.Module):
         """Our GPT holding published weights. ``model_or_name`` is a Hugging Face model object or a
         name (downloaded with ``transformers``):
 
-        a ``GPT2LMHeadModel`` or ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl`` (chapter 13, :mod:`course_lib.gpt2`);
-        a ``LlamaForCausalLM`` or a Hub name with a slash such as ``"HuggingFaceTB/SmolLM2-135M"`` (chapter 14,
-        :mod:`course_lib.llama`). Each loader registers itself in ``PRETRAINED_LOADERS`` under its ``model_type``."""
+        a ``GPT2LMHeadModel`` or ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl`` (chapter 13,
+        :mod:`course_lib.gpt2`); a ``LlamaForCausalLM`` or a Hub name with a slash such as
+        ``"HuggingFaceTB/SmolLM2-135M"`` (chapter 14, :mod:`course_lib.llama`). Each loader
+        registers itself in ``PRETRAINED_LOADERS`` under its ``model_type``."""
         if isinstance(model_or_name, str):
-            model_type = "llama" if "/" in model_or_name else "gpt2"  # the GPT-2 loader knows its four names
+            # the GPT-2 loader knows its four names
+            model_type = "llama" if "/" in model_or_name else "gpt2"
         else:
             model_type = getattr(getattr(model_or_name, "config", None), "model_type", None)
         # anything else goes to the GPT-2 loader, whose error says what it expected
@@ -349,11 +192,12 @@ class GPT(nn.Module):
 
     def flops_per_token(self, training: bool = True) -> int:
         """Approximate floating-point operations per token at full context: 2N per token forward
-        for the N weights used in matmuls, plus 2 * 2 * T * nh * hs per layer for the attention scores
-        and the weighted sum of values (T: the window, when ``sliding_window`` is shorter); training (backward about twice forward) is 3x that, 6N +
-        12 L T C. N leaves out the lookups: the position table and, when the LM head is untied, the
-        token embedding. Counted from the parameters this model holds, so it equals
-        :func:`course_lib.sizing.flops_per_token` of its config (the trainer's MFU uses it)."""
+        for the N weights used in matmuls, plus 2 * 2 * T * nh * hs per layer for the attention
+        scores and the weighted sum of values (T: the window, when ``sliding_window`` is shorter);
+        training (backward about twice forward) is 3x that, 6N + 12 L T C. N leaves out the lookups:
+        the position table and, when the LM head is untied, the token embedding. Counted from the
+        parameters this model holds, so it equals :func:`course_lib.sizing.flops_per_token` of its
+        config (the trainer's MFU uses it)."""
         lookups = self.wpe.weight.numel() if self.wpe is not None else 0
         if not self.config.tie_weights:
             lookups += self.wte.weight.numel()
@@ -361,52 +205,72 @@ class GPT(nn.Module):
         if c.moe_experts:  # a token goes through k of the E experts: the others cost it nothing
             expert = sum(p.numel() for p in self.blocks[0].mlp.experts[0].parameters())
             lookups += c.n_layer * (c.moe_experts - c.moe_top_k) * expert
-        span = min(c.block_size, c.sliding_window or c.block_size)  # the keys each query scores at full context
-        forward = 2 * (self.num_parameters() - lookups) + 4 * c.n_layer * span * c.n_head * c.head_size
+        # the keys each query scores at full context
+        span = min(c.block_size, c.sliding_window or c.block_size)
+        forward = (2 * (self.num_parameters() - lookups)
+                   + 4 * c.n_layer * span * c.n_head * c.head_size)
         return 3 * forward if training else forward
 
     def check_inputs(self, idx, targets=None, cache=None, position_ids=None) -> int:
         """:meth:`forward`'s guards, each a ValueError that names the fix (shapes, the context
         length, token ids in the vocabulary, positions); returns the cache's length (0 without)."""
         if idx.dim() != 2:
-            raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}: add the batch dimension with idx[None] (or idx.unsqueeze(0)) for a single sequence")
+            raise ValueError("idx must be a (B, T) tensor of token ids, got shape "
+                             f"{tuple(idx.shape)}: add the batch dimension with idx[None] (or "
+                             "idx.unsqueeze(0)) for a single sequence")
         B, T = idx.shape
         if targets is not None and tuple(targets.shape) != (B, T):
-            raise ValueError(f"targets must have the shape of idx ({B}, {T}), got {tuple(targets.shape)}: targets[b, t] is the token that follows idx[b, :t+1]")
+            raise ValueError(f"targets must have the shape of idx ({B}, {T}), got "
+                             f"{tuple(targets.shape)}: targets[b, t] is the token that follows "
+                             "idx[b, :t+1]")
         if cache is not None and len(cache.layers) != self.config.n_layer:
-            raise ValueError(f"this KV cache has {len(cache.layers)} layer(s) and the model {self.config.n_layer}: make it with KVCache(model.config.n_layer, model.config.block_size)")
+            raise ValueError(f"this KV cache has {len(cache.layers)} layer(s) and the model "
+                             f"{self.config.n_layer}: make it with KVCache(model.config.n_layer, "
+                             "model.config.block_size)")
         past = cache.length if cache is not None else 0
         if past + T > self.config.block_size:
             what = "position embeddings" if self.wpe is not None else "RoPE angles"
-            raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}: the model has "
-                             f"{what} for {self.config.block_size} positions only. Crop the context to its last "
-                             f"{self.config.block_size} tokens (idx[:, -block_size:]) or train with a larger block_size.")
+            raise ValueError(f"sequence length {past + T} exceeds block_size "
+                             f"{self.config.block_size}: the model has {what} for "
+                             f"{self.config.block_size} positions only. Crop the context to its "
+                             f"last {self.config.block_size} tokens (idx[:, -block_size:]) or "
+                             "train with a larger block_size.")
         if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size {self.config.vocab_size}), got ids from {int(idx.min())} to {int(idx.max())}: was the "
-                             "text encoded with another tokenizer?")
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}] (vocab_size "
+                             f"{self.config.vocab_size}), got ids from {int(idx.min())} to "
+                             f"{int(idx.max())}: was the text encoded with another tokenizer?")
         pos = position_ids
         if pos is not None and tuple(pos.shape) not in ((T,), (B, T)):
-            raise ValueError(f"position_ids has shape {tuple(pos.shape)}, expected ({T},) or ({B}, {T})")
-        if pos is not None and pos.numel() and (pos.min() < 0 or pos.max() >= self.config.block_size):
-            raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] (block_size {self.config.block_size}), got {int(pos.min())} to {int(pos.max())}")
+            raise ValueError(f"position_ids has shape {tuple(pos.shape)}, expected "
+                             f"({T},) or ({B}, {T})")
+        if (pos is not None and pos.numel()
+                and (pos.min() < 0 or pos.max() >= self.config.block_size)):
+            raise ValueError(f"position_ids must lie in [0, {self.config.block_size - 1}] "
+                             f"(block_size {self.config.block_size}), got {int(pos.min())} to "
+                             f"{int(pos.max())}")
         return past
 
-    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, attention_mask=None, position_ids=None, targets=None):
-        """(B, T) ids -> (B, T, C): the trunk's last hidden state, after ln_f: what lm_head (and MTP heads) read."""
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, attention_mask=None,
+               position_ids=None, targets=None):
+        """(B, T) ids -> (B, T, C): the trunk's last hidden state, after ln_f: what lm_head (and
+        MTP heads) read."""
         past, (B, T) = self.check_inputs(idx, targets, cache, position_ids), idx.shape
         mask = None
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask, B, past + T, T)
-            mask = causal_padding_mask(attention_mask, T)  # (B, 1, T, past + T): causal AND real keys
+            # (B, 1, T, past + T): causal AND real keys
+            mask = causal_padding_mask(attention_mask, T)
         if position_ids is None:
             if attention_mask is not None and attention_mask.dim() == 2:
-                # the i-th real token of a row is at position i, however many pads come before it
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
+                # the i-th real token of a row is at position i, however many pads come before
+                # it: (B, T)
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
             else:
                 position_ids = torch.arange(past, past + T, device=idx.device)  # (T,)
         pos, rope = position_ids, None
         if self.wpe is not None:
-            x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
+            # (B, T, C) + (T, C) or (B, T, C) -> (B, T, C)
+            x = self.drop(self.wte(idx) + self.wpe(pos))
         else:  # RoPE: positions enter inside attention, as rotations of queries and keys
             x = self.drop(self.wte(idx))
             rope = (self.rope_cos[pos], self.rope_sin[pos])  # each (T, hs/2) or (B, T, hs/2)
@@ -414,18 +278,23 @@ class GPT(nn.Module):
             x = block(x, cache.layers[i] if cache is not None else None, mask, rope)
         return self.ln_f(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                ignore_index: int = IGNORE_INDEX, attention_mask: torch.Tensor | None = None,
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                cache: KVCache | None = None, ignore_index: int = IGNORE_INDEX,
+                attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None):
         x = self.hidden(idx, cache, attention_mask, position_ids, targets)  # (B, T, C)
         logits, loss = self.lm_head(x), None  # (B, T, V)
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                   ignore_index=ignore_index)
             if self.config.moe_experts and self.training and self.config.moe_aux_coef:
-                # only while training: a validation loss stays the cross-entropy a dense model reports
+                # only while training: a validation loss stays the cross-entropy a dense
+                # model reports
                 loss = loss + self.config.moe_aux_coef * self.balancing_loss()
-            if self.mtp is not None and self.training:  # chapter 22, the same way: the heads learn while training
-                loss = loss + self.config.mtp_weight * self.mtp.loss(x, self.lm_head, targets, ignore_index)
+            # chapter 22, the same way: the heads learn while training
+            if self.mtp is not None and self.training:
+                loss = loss + self.config.mtp_weight * self.mtp.loss(x, self.lm_head, targets,
+                                                                     ignore_index)
         return logits, loss
 
     def router_logits(self) -> list[torch.Tensor]:
@@ -433,8 +302,10 @@ class GPT(nn.Module):
         return [b.mlp.router_logits for b in self.blocks if isinstance(b.mlp, MoEFeedForward)]
 
     def balancing_loss(self) -> torch.Tensor:
-        """The last forward's balancing loss, as ``moe_balancing`` asks (:func:`course_lib.moe.balancing_loss`)."""
-        return balancing_loss(self.router_logits(), self.config.moe_top_k, self.config.moe_balancing)
+        """The last forward's balancing loss, as ``moe_balancing`` asks
+        (:func:`course_lib.moe.balancing_loss`)."""
+        return balancing_loss(self.router_logits(), self.config.moe_top_k,
+                              self.config.moe_balancing)
 
 
 def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:
@@ -443,7 +314,8 @@ def sinusoidal_position_encoding(max_len: int, n_embd: int) -> torch.Tensor:
     if n_embd % 2:
         raise ValueError(f"n_embd must be even for sin/cos pairs, got {n_embd}")
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, n_embd, 2, dtype=torch.float32) / n_embd)  # (C/2,)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, n_embd, 2, dtype=torch.float32)
+                     / n_embd)  # (C/2,)
     pe = torch.zeros(max_len, n_embd)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)

@@ -47,7 +47,7 @@ def check_moe_options(config) -> None:
     """Refuse, in one line naming the fix, the MoE settings that cannot work (GPTConfig calls
     it)."""
     if config.moe_experts is None:
-        return  # model.NEEDS_ANOTHER refuses any MoE option set without experts
+        return  # gpt_config.NEEDS_ANOTHER refuses any MoE option set without experts
     if config.moe_top_k > config.moe_experts:
         raise ValueError(f"moe_top_k ({config.moe_top_k}) cannot exceed moe_experts "
                          f"({config.moe_experts}): each token picks k different experts. Lower "

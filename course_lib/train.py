@@ -1,13 +1,14 @@
-"""The training engine: ``TrainConfig`` and the ``Trainer``, with a progress bar, loss history,
-and exactly resumable checkpoints (chapters 2, 7); gradient accumulation and data-parallel
-training under torchrun (chapter 12).
+"""The training engine: the ``Trainer``, with a progress bar, loss history, and exactly resumable
+checkpoints (chapters 2, 7); gradient accumulation and data-parallel training under torchrun
+(chapter 12). Its settings, ``TrainConfig``, are :mod:`course_lib.train_config`'s (importable
+from here too).
 
 What it uses lives apart: loss estimates in :mod:`course_lib.losses`, precision, compilation and
 speed in :mod:`course_lib.speed`, the optimizers and learning-rate schedules in
 :mod:`course_lib.optim`, the checkpoint format in :mod:`course_lib.checkpoint`, who
 draws which micro-batch in :mod:`course_lib.distributed`; a run is built from a preset or a
 checkpoint in :mod:`course_lib.runs` (every kind of run, each in its output folder,
-:mod:`course_lib.run_folder`); ``TrainConfig``'s rules follow :mod:`course_lib.config`.
+:mod:`course_lib.run_folder`).
 
 Shapes: B batch, T time, V vocabulary size.
 """
@@ -18,7 +19,7 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,105 +28,22 @@ from tqdm import tqdm
 
 from . import distributed
 from ._signals import StopAtStepBoundary, TrainingInterrupted, pause_point
-from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint, load_tokenizer, load_weights,
-                         restore_rng, save_checkpoint)
+from .checkpoint import (CHECKPOINT_NAME, CheckpointError, build_model, load_checkpoint,
+                         load_tokenizer, load_weights, restore_rng, save_checkpoint)
 from .data import get_batch
 from .losses import BatchFn, estimate_loss
-from .optim import OPTIMIZERS, SCHEDULES, configure_optimizer, lr_at, set_lr
-from .speed import DTYPES, SpeedMeter, autocast, compile_failed, compile_model, grad_scaler, tf32_matmuls
-from .config import Rule, check_fields, config_from_dict
-from .utils import DEFAULT_SEED
-
-
-# What each TrainConfig field may hold (checked in __post_init__): a new field adds one row.
-# The upper bounds refuse values no run can learn with (an AdamW step size above 1, betas of 1
-# or more), so that a typo fails at once instead of training on NaN.
-TRAIN_CONFIG_RULES = {
-    "max_iters": Rule(int, 1),
-    "batch_size": Rule(int, 1, 1_000_000),  # sequences a micro-batch; the memory check comes on top (GPT.check_fits)
-    "learning_rate": Rule(float, 0.0, 1.0, "(]"),
-    "min_lr": Rule(float, 0.0, 1.0),
-    "warmup_iters": Rule(int, 0),
-    "lr_decay_iters": Rule(int, 1),
-    "schedule": Rule(str, choices=SCHEDULES),
-    "cooldown_fraction": Rule(float, 0.0, 1.0),
-    "weight_decay": Rule(float, 0.0, 10.0),
-    "beta1": Rule(float, 0.0, 1.0, "[)"),
-    "beta2": Rule(float, 0.0, 1.0, "[)"),
-    "grad_clip": Rule(float, 0.0),  # 0: off
-    "eval_interval": Rule(int, 1),
-    "eval_iters": Rule(int, 1),
-    "checkpoint_interval": Rule(int, 0),
-    "seed": Rule(int, 0, 2**63 - 1),
-    "grad_accum_steps": Rule(int, 1),
-    "dtype": Rule(str, choices=tuple(DTYPES)),
-    "compile": Rule(bool),
-    "optimizer": Rule(str, choices=OPTIMIZERS),
-    "muon_lr": Rule(float, 0.0, 1.0, "(]"),
-    "muon_momentum": Rule(float, 0.0, 1.0, "[)"),
-}
-
-
-@dataclass
-class TrainConfig:
-    max_iters: int = 2000
-    batch_size: int = 12
-    learning_rate: float = 1e-3  # peak learning rate
-    min_lr: float = 1e-4  # where cosine decay ends
-    warmup_iters: int = 100
-    lr_decay_iters: int | None = None  # default: max_iters
-    schedule: str = "cosine"  # "constant", "cosine" (linear warmup + cosine decay), "transformer" (2017 paper)
-    # or "wsd" (warm-up, stable, linear decay over the last cooldown_fraction of the steps); see course_lib.optim
-    cooldown_fraction: float = 0.2
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
-    eval_interval: int = 250
-    eval_iters: int = 20  # batches per loss estimate
-    # With an out_dir, save every N steps (None: at every evaluation; 0: only at the end and on Ctrl-C).
-    checkpoint_interval: int | None = None
-    seed: int = DEFAULT_SEED
-    # Chapter 12. A step's global batch is grad_accum_steps micro-batches of batch_size sequences, in all
-    # (shared out among the processes under torchrun): the gradient of their mean loss, as one big batch.
-    grad_accum_steps: int = 1
-    dtype: str = "fp32"  # forward passes under autocast: "fp32" (off), "bf16", or "fp16" (CUDA only)
-    compile: bool = False  # torch.compile the model; falls back to eager, with a message, where it cannot
-    # The CPU speedrun (chapter 14, course_lib.optim): "adamw", or "muon" for the hidden weight matrices
-    # (at muon_lr, with momentum muon_momentum) and AdamW for embeddings, head, gains and biases.
-    optimizer: str = "adamw"
-    muon_lr: float = 0.02
-    muon_momentum: float = 0.95
-
-    def __post_init__(self):
-        check_fields(self, TRAIN_CONFIG_RULES)
-        if self.schedule in ("cosine", "wsd") and self.min_lr > self.learning_rate:
-            # The decay runs from learning_rate to min_lr: the other way round it would climb.
-            raise ValueError(f"TrainConfig.min_lr ({self.min_lr:g}) is above learning_rate ({self.learning_rate:g}): "
-                             f"the {self.schedule} schedule decays from learning_rate down to min_lr, so it would "
-                             f"climb instead; set min_lr <= learning_rate, e.g. min_lr={self.learning_rate / 10:g}")
-
-    @property
-    def save_every(self) -> int:
-        """Steps between periodic checkpoints (0: none)."""
-        return self.eval_interval if self.checkpoint_interval is None else self.checkpoint_interval
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        return config_from_dict(cls, d)
-
-
-
-
-# --- the trainer ---------------------------------------------------------------------------
+from .optim import configure_optimizer, lr_at, set_lr
+from .speed import SpeedMeter, autocast, compile_failed, compile_model, grad_scaler, tf32_matmuls
+# TrainConfig and its rules live in train_config; importable from here as before
+from .train_config import TRAIN_CONFIG_RULES, TrainConfig  # noqa: F401
 
 
 def progress_bar(total: int, initial: int = 0, desc: str = "train", disable: bool = False) -> tqdm:
     """A plain-text progress bar that reads the same in a terminal and in a notebook."""
     # A fixed-width bar: its length must not depend on how long the rate text is, so that a
     # stored notebook output reproduces once the timings are sanitized.
-    return tqdm(total=total, initial=initial, desc=desc, file=sys.stdout, ascii=" =", mininterval=0.5,
-                disable=disable, bar_format="{l_bar}{bar:30}{r_bar}")
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stdout, ascii=" =",
+                mininterval=0.5, disable=disable, bar_format="{l_bar}{bar:30}{r_bar}")
 
 
 class TrainingDiverged(ValueError):
@@ -152,16 +70,21 @@ class Trainer:
     evaluation (the losses are still kept in ``history``). Both off: a silent run.
     """
 
-    def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None, val_data: torch.Tensor | None = None,
-                 config: TrainConfig | None = None, *, batch_fn: BatchFn | None = None, device=None,
-                 out_dir: str | Path | None = None, tokenizer=None, progress: bool = True, verbose: bool = True,
+    def __init__(self, model: nn.Module, train_data: torch.Tensor | None = None,
+                 val_data: torch.Tensor | None = None, config: TrainConfig | None = None, *,
+                 batch_fn: BatchFn | None = None, device=None, out_dir: str | Path | None = None,
+                 tokenizer=None, progress: bool = True, verbose: bool = True,
                  trained_on: dict | None = None):
         self.config = config or TrainConfig()
-        if hasattr(model, "check_fits"):  # a GPT: a step's activations refused in one line, not by the allocator
+        # a GPT: a step's activations refused in one line, not by the allocator
+        if hasattr(model, "check_fits"):
             model.check_fits(model.config, self.config.batch_size)
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model = model.to(self.device)  # the model itself; training runs through self.train_model
-        self.scaler = grad_scaler(self.device, self.config.dtype)  # fp16's loss scaling (precision checked by runs)
+        self.device = (torch.device(device) if device is not None
+                       else next(model.parameters()).device)
+        # the model itself; training runs through self.train_model
+        self.model = model.to(self.device)
+        # fp16's loss scaling (precision checked by runs)
+        self.scaler = grad_scaler(self.device, self.config.dtype)
         # (N,) token ids per split when the run learns from a token stream (None: from its batch_fn)
         self.data = {"train": train_data, "val": val_data} if train_data is not None else None
         if batch_fn is None:
@@ -169,13 +92,15 @@ class Trainer:
                 raise ValueError("give train_data and val_data (1-D token tensors), or a batch_fn")
             block_size = model.config.block_size
             data = {"train": train_data, "val": val_data}
-            batch_fn = lambda split, gen: get_batch(data[split], block_size, self.config.batch_size, gen, self.device)
+            batch_fn = lambda split, gen: get_batch(data[split], block_size,
+                                                    self.config.batch_size, gen, self.device)
         self.batch_fn = batch_fn
         self.optimizer = configure_optimizer(self.model, self.config)
         # One random batch stream per micro-batch of a step; this process draws its share of them.
-        self.micro_batches, self.generators = distributed.batch_streams(self.config.seed, self.config.grad_accum_steps)
-        self.train_model = distributed.wrap(compile_model(self.model) if self.config.compile else self.model,
-                                            self.device)
+        self.micro_batches, self.generators = distributed.batch_streams(
+            self.config.seed, self.config.grad_accum_steps)
+        self.train_model = distributed.wrap(compile_model(self.model) if self.config.compile
+                                            else self.model, self.device)
         self._compile_unproven = self.config.compile  # until a compiled step has run
         self.speed = SpeedMeter(self.model, self.device)  # tokens/s and MFU
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -183,12 +108,14 @@ class Trainer:
         self.progress = progress
         self.verbose = verbose
         self.step = 0
-        self.history = {"step": [], "loss": [], "lr": [], "eval_step": [], "train_loss": [], "val_loss": []}
+        self.history = {"step": [], "loss": [], "lr": [], "eval_step": [],
+                        "train_loss": [], "val_loss": []}
         self.saved_step: int | None = None  # the step of the last checkpoint written
         # How to continue after an interrupt; the command line replaces it with its own command.
         self.resume_hint = "Trainer.resume({path!r}, ...)"
         # What the run learns from, stored in its checkpoints (course_lib.runs gives it: command,
-        # preset, text name and SHA-256, or base checkpoint) so that a resume with other data is refused.
+        # preset, text name and SHA-256, or base checkpoint) so that a resume with other data is
+        # refused.
         self.trained_on = trained_on
 
     @property
@@ -209,11 +136,13 @@ class Trainer:
         return self.out_dir / CHECKPOINT_NAME if self.out_dir is not None else None
 
     def lr(self, step: int) -> float:
-        return lr_at(step, self.config, getattr(getattr(self.model, "config", None), "n_embd", None))
+        return lr_at(step, self.config,
+                     getattr(getattr(self.model, "config", None), "n_embd", None))
 
     def evaluate(self) -> dict[str, float]:
         with autocast(self.device, self.config.dtype):
-            losses = estimate_loss(self.model, self.batch_fn, self.config.eval_iters, seed=self.config.seed + 1)
+            losses = estimate_loss(self.model, self.batch_fn, self.config.eval_iters,
+                                   seed=self.config.seed + 1)
         self.history["eval_step"].append(self.step)
         self.history["train_loss"].append(losses["train"])
         self.history["val_loss"].append(losses["val"])
@@ -232,7 +161,8 @@ class Trainer:
         total = 0.0
         for i, (x, y) in enumerate(batches):
             last = i == len(batches) - 1
-            with self.train_model.no_sync() if distributed.is_distributed() and not last else contextlib.nullcontext():
+            with (self.train_model.no_sync() if distributed.is_distributed() and not last
+                  else contextlib.nullcontext()):
                 with autocast(self.device, self.config.dtype):
                     _, loss = self.train_model(x, y)
                 loss = loss / len(batches)
@@ -261,7 +191,8 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.speed.record(sum(x.numel() for x, _ in batches), time.perf_counter() - start, distributed.world_size())
+        self.speed.record(sum(x.numel() for x, _ in batches),
+                          time.perf_counter() - start, distributed.world_size())
         self.step += 1
         self.history["step"].append(self.step)
         self.history["loss"].append(loss)
@@ -280,7 +211,8 @@ class Trainer:
 
     def _eval_due(self) -> bool:
         done = self.history["eval_step"] and self.history["eval_step"][-1] == self.step
-        return not done and (self.step % self.config.eval_interval == 0 or self.step == self.config.max_iters)
+        return not done and (self.step % self.config.eval_interval == 0
+                             or self.step == self.config.max_iters)
 
     def _save_due(self) -> bool:
         every = self.config.save_every
@@ -293,7 +225,8 @@ class Trainer:
         pause_point("evaluate")
         losses = self.evaluate()
         if self.verbose:
-            bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+            bar.write(f"step {self.step:5d}: train loss {losses['train']:.4f}, val loss "
+                      f"{losses['val']:.4f}")
 
     def train(self, until: int | None = None) -> dict[str, list]:
         """Train up to ``config.max_iters`` steps (or stop early at step ``until``).
@@ -305,7 +238,8 @@ class Trainer:
         end = self.config.max_iters if until is None else min(until, self.config.max_iters)
         self.train_model.train()
         self.speed.start()  # the first step compiles and warms up: not timed
-        bar = progress_bar(self.config.max_iters, self.step, disable=not self.progress or not distributed.is_main())
+        bar = progress_bar(self.config.max_iters, self.step,
+                           disable=not self.progress or not distributed.is_main())
         try:
             with StopAtStepBoundary() as stop:
                 # Under torchrun every process must stop at the same step: ask them all.
@@ -344,7 +278,8 @@ class Trainer:
     def _interrupted(self, signum: int) -> TrainingInterrupted:
         name = signal.Signals(signum).name
         if self.out_dir is None:
-            message = f"{name}: stopped at step {self.step}; nothing saved (give the Trainer an out_dir to save)"
+            message = (f"{name}: stopped at step {self.step}; nothing saved (give the Trainer an "
+                       "out_dir to save)")
             saved = None
         else:
             saved = self.checkpoint_path if self.saved_step == self.step else self.save()
@@ -356,11 +291,13 @@ class Trainer:
         return TrainingInterrupted(message, signum, saved)
 
     def _diverged(self, what: str) -> TrainingDiverged:
-        kept = (f"the last good checkpoint, {self.checkpoint_path} (step {self.saved_step}), is kept"
+        kept = (f"the last good checkpoint, {self.checkpoint_path} (step {self.saved_step}), "
+                "is kept"
                 if self.saved_step is not None else "nothing was saved")
-        return TrainingDiverged(f"training diverged at step {self.step + 1}: {what}; {kept}. Try a smaller "
-                                f"learning_rate (it is {self.config.learning_rate:g}) or gradient clipping "
-                                "(grad_clip=1.0), e.g. --set learning_rate=3e-4 --set grad_clip=1.0")
+        return TrainingDiverged(f"training diverged at step {self.step + 1}: {what}; {kept}. Try a "
+                                f"smaller learning_rate (it is {self.config.learning_rate:g}) or "
+                                "gradient clipping (grad_clip=1.0), e.g. --set learning_rate=3e-4 "
+                                "--set grad_clip=1.0")
 
     # --- checkpoints ---
 
@@ -369,10 +306,12 @@ class Trainer:
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: give Trainer(out_dir=...) or save(path)")
-        streams = distributed.stream_states(self.micro_batches, self.generators)  # from every process
+        # from every process
+        streams = distributed.stream_states(self.micro_batches, self.generators)
         pause_point("save")
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-            raise self._diverged("the weights are no longer finite numbers (NaN or inf), so they were not saved")
+            raise self._diverged("the weights are no longer finite numbers (NaN or inf), so they "
+                                 "were not saved")
         self.saved_step = self.step
         if not distributed.is_main():
             return path
@@ -385,31 +324,38 @@ class Trainer:
         load_weights(self.model, ckpt, path)
         step, rng = ckpt.get("step"), ckpt.get("rng")
         if type(step) is not int or step < 0:
-            raise CheckpointError(f"{path} is damaged: its step is {step!r}, not a count of steps, so the run cannot "
-                                  "be resumed; use an earlier checkpoint, or start a new run in another --out")
+            raise CheckpointError(f"{path} is damaged: its step is {step!r}, not a count of steps, "
+                                  "so the run cannot be resumed; use an earlier checkpoint, or "
+                                  "start a new run in another --out")
         if not isinstance(rng, dict) or "torch" not in rng:
-            raise CheckpointError(f"{path} holds no random-number state (rng is {type(rng).__name__}), so the run cannot "
-                                  "continue as it would have: it was not saved by a Trainer, or is damaged; start a "
-                                  "new run in another --out")
+            raise CheckpointError(f"{path} holds no random-number state (rng is "
+                                  f"{type(rng).__name__}), so the run cannot continue as it would "
+                                  "have: it was not saved by a Trainer, or is damaged; start a new "
+                                  "run in another --out")
         try:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self.step = int(ckpt["step"])
             self.history = {k: list(v) for k, v in ckpt["history"].items()}
-            saved = restore_rng(ckpt["rng"])  # sets torch's global state; returns the saved batch streams
+            # sets torch's global state; returns the saved batch streams
+            saved = restore_rng(ckpt["rng"])
             fitted = distributed.restore_streams(self.micro_batches, self.generators, saved,
                                                  self.config.seed + self.step)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: {str(e)[:200]})") from e
+            raise CheckpointError(f"{path} cannot resume this run ({type(e).__name__}: "
+                                  f"{str(e)[:200]})") from e
         self.saved_step = self.step
-        if not fitted and distributed.is_main():  # the run continues, but not as the saved one would have
-            print(f"note: the checkpoint has {len(saved)} batch stream(s), this run {self.config.grad_accum_steps} "
-                  "micro-batches per step: batches are drawn from fresh streams from here on")
+        # the run continues, but not as the saved one would have
+        if not fitted and distributed.is_main():
+            print(f"note: the checkpoint has {len(saved)} batch stream(s), this run "
+                  f"{self.config.grad_accum_steps} micro-batches per step: batches are drawn from "
+                  "fresh streams from here on")
 
     @classmethod
-    def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None, val_data=None, *,
-               batch_fn: BatchFn | None = None, device=None, max_iters: int | None = None, out_dir=None,
-               tokenizer=None, progress: bool = True, verbose: bool = True,
-               config: TrainConfig | None = None, checkpoint: dict | None = None) -> "Trainer":
+    def resume(cls, path: str | Path, model: nn.Module | None = None, train_data=None,
+               val_data=None, *, batch_fn: BatchFn | None = None, device=None,
+               max_iters: int | None = None, out_dir=None, tokenizer=None, progress: bool = True,
+               verbose: bool = True, config: TrainConfig | None = None,
+               checkpoint: dict | None = None) -> "Trainer":
         """Rebuild a Trainer from a checkpoint so that ``train()`` continues where it stopped.
 
         ``model`` defaults to a fresh model of the checkpoint's kind and config, ``tokenizer``
@@ -431,17 +377,19 @@ class Trainer:
         if tokenizer is None and ckpt.get("tokenizer"):
             tokenizer = load_tokenizer(ckpt, path)
         trainer = cls(model, train_data, val_data, config, batch_fn=batch_fn, device=device,
-                      out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer, progress=progress,
-                      verbose=verbose, trained_on=ckpt.get("trained_on"))
+                      out_dir=out_dir if out_dir is not None else path.parent, tokenizer=tokenizer,
+                      progress=progress, verbose=verbose, trained_on=ckpt.get("trained_on"))
         trainer.restore(ckpt, path)
         return trainer
 
     def restore(self, ckpt: dict, path: str | Path = "checkpoint") -> None:
         """Continue the run checkpoint ``path`` (read as ``ckpt``) saved: weights, optimizer, step,
         history and random state (:meth:`load_state`); a run already past this Trainer's
-        ``max_iters`` is refused. Every kind of run resumes through here (course_lib.runs.resume)."""
+        ``max_iters`` is refused. Every kind of run resumes through here
+        (course_lib.runs.resume)."""
         self.load_state(ckpt, path)
         if self.step > self.config.max_iters:
-            raise ValueError(f"{path} is at step {self.step}, past max_iters {self.config.max_iters}: a resumed run "
-                             f"trains on up to max_iters, so give one of at least {self.step} (--set max_iters=N), "
-                             "or leave it out")
+            raise ValueError(f"{path} is at step {self.step}, past max_iters "
+                             f"{self.config.max_iters}: a resumed run trains on up to max_iters, "
+                             f"so give one of at least {self.step} (--set max_iters=N), or leave "
+                             "it out")

@@ -165,8 +165,10 @@ def test_bad_api_input_raises_a_clear_error(name, call, error, phrase, model, bp
 
 def test_integral_numpy_scalars_are_accepted_as_plain_ints():
     config = GPTConfig(vocab_size=np.int64(65), n_layer=np.int32(2), dropout=np.float32(0.25))
-    assert type(config.vocab_size) is int and config.vocab_size == 65 and type(config.n_layer) is int
-    assert type(config.dropout) is float and config.to_dict() == GPTConfig(vocab_size=65, n_layer=2, dropout=0.25).to_dict()
+    assert (type(config.vocab_size) is int and config.vocab_size == 65
+            and type(config.n_layer) is int)
+    assert (type(config.dropout) is float
+            and config.to_dict() == GPTConfig(vocab_size=65, n_layer=2, dropout=0.25).to_dict())
     assert TrainConfig(max_iters=np.int64(5)).max_iters == 5
     assert len(train_bpe(text="hello", vocab_size=np.int64(257))[0]) == 257
 
@@ -269,8 +271,10 @@ def test_lora_twice_other_add_lora_again_keeps_the_first_adapters_trainable():
     add_lora(model, 2)
     add_lora(model, 2, targets=("mlp.c_fc",))
     assert trainable_parameters(model) == attn + mlp
-    assert model.blocks[0].attn.c_attn.lora_A.requires_grad and model.blocks[0].mlp.c_fc.lora_A.requires_grad
-    assert not model.blocks[0].attn.c_attn.base.weight.requires_grad and not model.wte.weight.requires_grad
+    assert (model.blocks[0].attn.c_attn.lora_A.requires_grad
+            and model.blocks[0].mlp.c_fc.lora_A.requires_grad)
+    assert (not model.blocks[0].attn.c_attn.base.weight.requires_grad
+            and not model.wte.weight.requires_grad)
 
 
 def test_ok_minlr_min_lr_above_learning_rate_is_refused_where_a_schedule_decays():
@@ -328,8 +332,10 @@ def test_the_memory_check_counts_what_is_left_under_a_limit_not_the_machine_s_to
     limit = 6_000_000 * 1024
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-    assert done.stdout.splitlines()[0] == "left under its address-space limit (ulimit -v)", done.stdout + done.stderr
-    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith("course_lib.utils.TooLargeError: ")
+    assert done.stdout.splitlines()[0] == "left under its address-space limit (ulimit -v)", (
+        done.stdout + done.stderr)
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith(
+        "course_lib.utils.TooLargeError: ")
     assert re.search(r"batch_size 1,000,000 x block_size 16\), needs at least [\d,]+ numbers "
                      r"\(21.8 GiB in float32\), more than the [\d.]+ GiB of memory left under its "
                      r"address-space limit \(ulimit -v\): choose a "
@@ -391,7 +397,7 @@ def test_unclear_checkpoint_rows_get_messages_that_name_the_problem(tmp_path):
                    model=lambda m: {**m, "wte.weight": torch.zeros(12, 8)})
     with pytest.raises(CheckpointError,
                        match=r"does not hold usable weights: 1 of another shape \(wte.weight is "
-                                              r"\(12, 8\), its config builds \(11, 8\)\)") as raised:
+                             r"\(12, 8\), its config builds \(11, 8\)\)") as raised:
         load_model(shape)
     assert "\n" not in str(raised.value)
     missing = _saved(tmp_path, model, "missing.pt",
@@ -454,8 +460,8 @@ def _kv_model(**changes):
 
 
 KV_CASES = [
-    ("kv_batch", lambda m, c: (m(torch.zeros(1, 3, dtype=torch.long), cache=c), m(torch.zeros(2, 1, dtype=torch.long),
-                                                                                     cache=c)),
+    ("kv_batch", lambda m, c: (m(torch.zeros(1, 3, dtype=torch.long), cache=c),
+                               m(torch.zeros(2, 1, dtype=torch.long), cache=c)),
      r"this KV cache holds batch 1, 2 key/value heads of size 8, and was given batch 2, 2 heads of "
      r"size 8: a cache "
      "serves one model and one batch; make a new KVCache"),
@@ -464,7 +470,8 @@ KV_CASES = [
                                  .KVCache(1, 8)),
      r"this KV cache has 1 layer\(s\) and the model 2: make it with KVCache\(model.config.n_layer"),
     ("kv_other_model", lambda m, c: (m(torch.zeros(1, 3, dtype=torch.long), cache=c),
-                                     _kv_model(n_head=2, n_kv_head=1)(torch.zeros(1, 1, dtype=torch.long), cache=c)),
+                                     _kv_model(n_head=2, n_kv_head=1)(
+                                         torch.zeros(1, 1, dtype=torch.long), cache=c)),
      r"holds batch 1, 2 key/value heads of size 8, and was given batch 1, 1 heads of size 8"),
     ("kv_capneg", lambda m, c: __import__("course_lib.attention").attention.KVCache(2, -5),
      r"KV cache capacity must be an integer >= 0 .*got -5"),

@@ -52,7 +52,8 @@ def files(tmp_path_factory) -> Path:
     run = ["--set", "max_iters=2", *TINY]
     assert main(["train", "--text", str(tmp / "text.txt"), "--out", str(tmp / "done"), *run]) == 0
     assert main(["train", "--out", str(tmp / "preset-run"), *run]) == 0
-    assert main(["train-dates", "--out", str(tmp / "dates"), "--max-iters", "1", "--device", "cpu"]) == 0
+    assert main(["train-dates", "--out", str(tmp / "dates"), "--max-iters", "1",
+                 "--device", "cpu"]) == 0
     ckpt = torch.load(tmp / "done" / "ckpt.pt", weights_only=True)
     ckpt["model"]["wte.weight"][0, 0] = float("nan")
     write_atomic(tmp / "nan.pt", ckpt)
@@ -102,7 +103,8 @@ def _fine_tunes(tmp: Path) -> None:
     (lock_dir / LOCK_NAME).mkdir(parents=True)
     (tmp / "lock-being-written").mkdir()
     being_written = tmp / "lock-being-written" / LOCK_NAME
-    being_written.write_text("")  # no process id yet: a claim being written (for a minute after its mtime)
+    # no process id yet: a claim being written (for a minute after its mtime)
+    being_written.write_text("")
     os.utime(being_written, (time.time() + 3600, time.time()
                              + 3600))  # that minute lasts however slow the tests
 
@@ -495,7 +497,8 @@ def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
          2, "--lora-rank 2: .* was fine-tuned with full fine-tuning"),
         ("resume a LoRA run on another base", [*ft[:2], str(tmp / "done" / "ckpt.pt"),
                                                "--out", ftl, "--resume"], 2,
-         "--checkpoint .*: .* starts from .*base/ckpt.pt \\(SHA-256 .*\\), and that is another file"),
+         "--checkpoint .*: .* starts from .*base/ckpt.pt \\(SHA-256 .*\\), "
+         "and that is another file"),
         ("resume a full fine-tune with train",
          ["train", "--out", ftf, "--resume", "--max-iters", "5"], 2,
          r"made by `finetune`, not `train`: resume it with `python -m course_lib finetune --out"),
@@ -540,7 +543,8 @@ def fine_tune_cases(tmp: Path) -> list[tuple[str, list[str], int, str]]:
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} | {
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()} | {
         str(p.relative_to(folder)) + "/": b"" for p in folder.rglob("*") if p.is_dir()}
 
 
@@ -585,8 +589,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused(files, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]
 
 
-def test_a_run_that_diverges_stops_with_one_line_and_keeps_the_last_good_checkpoint(files, tmp_path, capsys,
-                                                                                   monkeypatch):
+def test_a_run_that_diverges_stops_with_one_line_and_keeps_the_last_good_checkpoint(
+        files, tmp_path, capsys, monkeypatch):
     from course_lib.train import Trainer
 
     forward_backward = Trainer.forward_backward
@@ -631,7 +635,8 @@ def test_text_from_a_pipe(files, tmp_path):
     if Path("/dev/stdin").exists():  # a pipe given by its path is read like a file
         piped = _cli("train", "--text", "/dev/stdin", "--out",
                      str(tmp_path / "nul"), input="\0" * 7)
-        assert piped.returncode == 2 and "/dev/stdin is not text: it holds 7 NUL bytes" in piped.stderr
+        assert (piped.returncode == 2
+                and "/dev/stdin is not text: it holds 7 NUL bytes" in piped.stderr)
     assert not (tmp_path / "nul").exists()
 
 
@@ -655,15 +660,18 @@ def test_as_nonempty_assignments_build_never_replaces_a_notebook_without_force(t
     (out / "notes.txt").write_text("mine")
     status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
     assert status == 2 and err.count("\n") == 1
-    assert "already holds ch03_self_attention_trick.ipynb, which this build would replace" in err and "--force" in err
-    assert edited.read_text() == '{"edited": "by the instructor"}' and sorted(p.name for p in tmp_path.rglob("*")) == [
-        "asg", "ch03_self_attention_trick.ipynb", "notes.txt"]
+    assert ("already holds ch03_self_attention_trick.ipynb, which this build would replace" in err
+            and "--force" in err)
+    assert (edited.read_text() == '{"edited": "by the instructor"}'
+            and sorted(p.name for p in tmp_path.rglob("*")) == [
+                "asg", "ch03_self_attention_trick.ipynb", "notes.txt"])
     status, _ = _tools(capsys, "assignments", "build", "--chapter", "4", "--out", str(out))
     # another chapter: nothing replaced
     assert status == 0 and (out / "ch04_attention_heads.ipynb").exists()
     status, _ = _tools(capsys, "assignments", "build", "--chapter",
                        "3", "--out", str(out), "--force")
-    assert status == 0 and "edited" not in edited.read_text() and (out / "notes.txt").read_text() == "mine"
+    assert (status == 0 and "edited" not in edited.read_text()
+            and (out / "notes.txt").read_text() == "mine")
 
 
 def test_as_outfile_as_ro_assignments_out_is_checked_before_building(tmp_path, capsys, monkeypatch):
@@ -687,7 +695,8 @@ def test_as_outfile_as_ro_assignments_out_is_checked_before_building(tmp_path, c
         (tmp_path / "ro").mkdir(exist_ok=True)
         status, err = _tools(capsys, "assignments", "build", "--chapter", "3", "--out", str(out))
         assert status == 2 and err.count("\n") == 1, err
-        assert f"cannot write to {out} (Permission denied in " in err and ".ro-" not in err and ".deeper-" not in err
+        assert (f"cannot write to {out} (Permission denied in " in err
+                and ".ro-" not in err and ".deeper-" not in err)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["ro", "small.txt"]
 
 
@@ -742,4 +751,5 @@ def test_tp_ctrlc_tools_pretrained_ctrl_c_is_one_line(tmp_path, capsys, monkeypa
     out = tmp_path / "pt.pt"
     status, err = _tools(capsys, "pretrained", "--out", str(out))
     assert status == 130 and err == f"interrupted (Ctrl-C): {out} was not written\n"
-    assert Child.waits[1] == signal.SIG_IGN and signal.getsignal(signal.SIGINT) == handler and not out.exists()
+    assert (Child.waits[1] == signal.SIG_IGN and signal.getsignal(signal.SIGINT) == handler
+            and not out.exists())

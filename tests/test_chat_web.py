@@ -53,15 +53,18 @@ def test_the_page_and_a_streamed_reply_with_its_calculator_call():
     page = client.get("/")
     assert page.status_code == 200 and '<form id="form">' in page.text and 'id="reset"' in page.text
     with client.stream("POST", "/api/chat", json={"message": "What is 2+3?"}) as response:
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        assert (response.status_code == 200
+                and response.headers["content-type"].startswith("text/event-stream"))
         got = events("".join(response.iter_text()))
     assert got == [("tool", "2+3"), ("result", "5"), ("text", "5"), ("done", "")]
     answer = client.get("/api/history").json()
     history = answer["messages"]
     assert history == engine.messages and history[0] == {"role": "user", "content": "What is 2+3?"}
     # 17-M3
-    assert answer["about"] == engine.about() and "start each new topic with a reset" in answer["about"]
-    assert client.post("/api/reset", headers=JSON).json() == {"messages": []} and engine.messages == []
+    assert (answer["about"] == engine.about()
+            and "start each new topic with a reset" in answer["about"])
+    assert (client.post("/api/reset", headers=JSON).json() == {"messages": []}
+            and engine.messages == [])
 
 
 @pytest.mark.parametrize("body, status, phrase", [
@@ -114,9 +117,11 @@ def test_a_client_that_goes_away_stops_the_generation_and_frees_the_server():
         return first, second
 
     first, second = anyio.run(go_away_after_two_pieces)
-    assert (first["event"], json.loads(first["data"])) == ("text", "a") and json.loads(second["data"]) == "b"
+    assert ((first["event"], json.loads(first["data"])) == ("text", "a")
+            and json.loads(second["data"]) == "b")
     assert model.calls == 2  # no token written after the client left
-    assert engine.messages[-1] == {"role": "assistant", "content": "ab"} and not server.lock.locked()
+    assert (engine.messages[-1] == {"role": "assistant", "content": "ab"}
+            and not server.lock.locked())
 
 
 @pytest.mark.parametrize("body", [b"[" * 8000, b'{"message": ' + b"[" * 3000 + b"]" * 3000 + b"}"])
@@ -180,12 +185,14 @@ def test_the_page_s_own_requests_pass_and_it_may_not_be_framed():
         own = {"host": name, "origin": f"http://{name}", **JSON}
         with client.stream("POST", "/api/chat", content=json.dumps({"message": "2+3?"}),
                            headers=own) as response:
-            assert response.status_code == 200 and events(response.read().decode())[-1] == ("done", "")
+            assert (response.status_code == 200
+                    and events(response.read().decode())[-1] == ("done", ""))
         assert client.get("/api/history", headers={"host": name}).status_code == 200
     page = client.get("/")
     csp = page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in csp
-    assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and "script-src 'sha256-" in csp
+    assert ("default-src 'none'" in csp and "'unsafe-inline'" not in csp
+            and "script-src 'sha256-" in csp)
     assert client.post("/api/reset", headers=JSON).status_code == 200 and engine.messages == []
     # no port in Host
     on_port_80 = TestClient(create_app(engine, port=80), base_url="http://localhost")
@@ -198,7 +205,8 @@ def test_a_server_on_every_interface_cannot_check_the_host_but_still_the_origin(
                         base_url="http://192.168.1.7:8000")
     assert client.get("/api/history").status_code == 200
     assert client.post("/api/reset", headers={"origin": EVIL, **JSON}).status_code == 403
-    assert client.post("/api/reset", headers={"origin": "http://192.168.1.7:8000", **JSON}).status_code == 200
+    assert client.post("/api/reset", headers={"origin": "http://192.168.1.7:8000",
+                                              **JSON}).status_code == 200
 
 
 def test_a_port_in_use_or_out_of_range_is_refused():
@@ -254,7 +262,8 @@ def test_ctrl_c_stops_the_server_in_one_line_and_status_130():
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err == "interrupted (Ctrl-C): the server stopped\n", (proc.returncode, err)
+    assert proc.returncode == 130 and err == "interrupted (Ctrl-C): the server stopped\n", (
+        proc.returncode, err)
 
 
 # --- the page in a real browser -------------------------------------------------------------------
@@ -288,8 +297,8 @@ def served(request):
 
 COUNT_UPDATES = """() => {
   window.updates = 0;
-  new MutationObserver(() => window.updates++).observe(document.getElementById('log'),
-                                                       {childList: true, subtree: true, characterData: true});
+  new MutationObserver(() => window.updates++).observe(
+    document.getElementById('log'), {childList: true, subtree: true, characterData: true});
 }"""
 
 
@@ -303,8 +312,9 @@ def chat_page(url):
     sync_api = pytest.importorskip("playwright.sync_api",
                                    reason="the playwright package is not installed")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
-                                                                     "--disable-dev-shm-usage", "--no-first-run"])
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu",
+                                          "--disable-dev-shm-usage", "--no-first-run"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(url + "/")
         yield sync_api, page

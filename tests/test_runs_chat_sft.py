@@ -152,6 +152,36 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
 
 
+def test_more_phrasings_adds_training_conversations_records_them_and_resumes_with_them(tmp_path,
+                                                                                    capsys):
+    """``chat-sft --more-phrasings`` (issue 54): chat.variety's conversations join the training
+    split only, the checkpoint records their number, seed and SHA-256, a resume without the option
+    continues with them, and the option given to a run started without it is refused."""
+    from course_lib.chat import variety
+    from course_lib.chat.data import load_conversations
+
+    out = tmp_path / "chat"
+    args = chat_sft_args(out, "--more-phrasings")
+    assert main(args + ["--max-iters", "1"]) == 0
+    more = load_checkpoint(out / "ckpt.pt")["trained_on"]["more_phrasings"]
+    assert more == {"n": variety.MORE_SIZE, "seed": variety.MORE_SEED,
+                    "sha256": variety.MORE_SHA256}
+    data = chat_sft._data(more)
+    shipped = load_conversations()
+    assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
+    assert len(data["train"]) == len(shipped["train"]) + variety.MORE_SIZE
+    args.remove("--more-phrasings")
+    assert main(args + ["--max-iters", "2", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["more_phrasings"] == more
+    plain = tmp_path / "plain"
+    assert main(chat_sft_args(plain) + ["--max-iters", "1"]) == 0
+    capsys.readouterr()
+    assert main(chat_sft_args(plain, "--more-phrasings") + ["--max-iters", "2", "--resume"]) == 2
+    assert "--more-phrasings:" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not the ones the run started on"):
+        chat_sft._data({**more, "sha256": "0" * 64})
+
+
 def test_extend_positions_copies_the_learned_rows_or_stretches_them():
     """``extend_positions`` (issue 54): "copy" repeats the T0 rows, so the outputs over the first
     T0 positions are the model's own; "interpolate" keeps the first and last rows at both ends;

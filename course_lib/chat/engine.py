@@ -56,11 +56,11 @@ from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
 # The chat model `chat` loads by default: the first chat model trained further on the conversations
-# of course_lib/tasks/chat.json, then its context lengthened to 256 tokens (chat-sft --set
-# block_size=256) and trained on whole conversations (records/chat_model_runs.json: its runs,
-# commands and scores)
-CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu-3.pt"
-CHAT_MODEL_SHA256 = "deb547fd6889c730e93e8eaf8e78f757e683c8a5418394001f3cc67db20e3bd3"
+# of course_lib/tasks/chat.json, its context lengthened to 256 tokens (chat-sft --set
+# block_size=256), then trained 6000 steps more with chat.variety's added conversations (chat-sft
+# --more-phrasings, on a GPU; records/chat_model_runs.json: its runs, commands and scores)
+CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu-4.pt"
+CHAT_MODEL_SHA256 = "e1f7c49f65de88c9051e8b5ffad66a6f09edf6c406b0f6440881ed5af6b4a12d"
 # The first chat model (64-token context, the first conversations: chat_v1.json), kept for the
 # records that measured it and the runs that start from it (chapter 18): benchmarks/chat_sft.py, the
 # 1000-step seed-0 run
@@ -127,9 +127,10 @@ class ChatEngine:
         if self.system is not None:
             self.messages.append({"role": "system", "content": self.system})
             self.turn_ids.append(render_message(self.tokenizer, self.messages[0])[0])
-        self._empty_cache()
+        self.empty_cache()
 
-    def _empty_cache(self) -> None:
+    def empty_cache(self) -> None:
+        """Empty the KV cache, keeping the conversation: the next reply reads it all again."""
         self.cache = KVCache(self.model.config.n_layer, self.model.config.block_size)
         self.fed: list[int] = []  # the ids the cache holds
 
@@ -230,7 +231,7 @@ class ChatEngine:
         if dropped:
             del self.messages[system:system + 2 * dropped], \
                 self.turn_ids[system:system + 2 * dropped]
-            self._empty_cache()
+            self.empty_cache()
         return texts
 
     def drop_oldest_exchange(self) -> list[str]:
@@ -255,7 +256,7 @@ class ChatEngine:
             return self.model(torch.tensor([ids], device=self.device))[0][0, -1]
         # the conversation changed under the cache: read it again
         if ids[:len(self.fed)] != self.fed:
-            self._empty_cache()
+            self.empty_cache()
         new = ids[len(self.fed):]
         logits, _ = self.model(torch.tensor([new], device=self.device), cache=self.cache)
         self.fed = list(ids)

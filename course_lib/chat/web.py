@@ -10,7 +10,7 @@ installed only by those who want the page (``pip install fastapi uvicorn sse-sta
 
 The routes:
 
-- ``GET /``: the page;
+- ``GET /``: the page (``web.html``, shipped beside this module);
 - ``POST /api/chat`` with ``{"message": "..."}``: the reply as server-sent events (``text``,
   ``tool``, ``result``, ``notice``, then ``done``; each event's data is a JSON string). A body
   over ``MAX_BODY_BYTES`` is answered 413, a body that is not such JSON 400, a message the
@@ -40,104 +40,15 @@ import logging
 import re
 import socket
 import threading
+from pathlib import Path
 
 from .engine import NO_REPLY, ChatEngine
 
 MAX_BODY_BYTES = 8192  # a request body larger than this is refused before it is read whole
-PAGE = r"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Chat with a small GPT</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-body { font-family: system-ui, sans-serif; max-width: 44rem; margin: 2rem auto; padding: 0 1rem; }
-#log { border: 1px solid #ccc; border-radius: 6px; padding: 0.5rem; min-height: 12rem; }
-.msg { margin: 0.4rem 0; white-space: pre-wrap; overflow-wrap: anywhere; }
-.refused { opacity: 0.6; }
-.refused::after { content: " (not sent)"; font-style: italic; }
-.user::before { content: "you: "; font-weight: bold; }
-.assistant::before { content: "assistant: "; font-weight: bold; }
-.tool { font-family: monospace; background: #eef; padding: 0 0.2rem; }
-.notice, .error { color: #a40; font-style: italic; }
-form { display: flex; gap: 0.5rem; margin-top: 0.5rem; }
-#message { flex: 1; }
-</style></head>
-<body><main>
-<h1>Chat with a small GPT</h1>
-<p id="about"></p>
-<div id="log" aria-live="polite"></div>
-<form id="form"><input id="message" autocomplete="off" placeholder="What is 12+7?" aria-label="message">
-<button id="send" type="submit">Send</button><button id="reset" type="button">Reset</button></form>
-</main>
-<script>
-const log = document.getElementById("log"), input = document.getElementById("message");
-const send = document.getElementById("send");
-function add(cls, text) {
-  const div = document.createElement("div");
-  div.className = "msg " + cls; div.textContent = text || ""; log.appendChild(div); return div;
-}
-function span(parent, cls, text) {
-  const s = document.createElement("span"); s.className = cls; s.textContent = text; parent.appendChild(s); return s;
-}
-function show(messages) {
-  log.textContent = "";
-  for (const m of messages) {
-    if (m.role === "system") continue;
-    const div = add(m.role, typeof m.content === "string" ? m.content : "");
-    if (typeof m.content !== "string") for (const p of m.content) {
-      if (p.type === "text") div.appendChild(document.createTextNode(p.text));
-      else span(div, "tool", p.type === "tool" ? "[calc " + p.text : " = " + p.text + "]");
-    }
-  }
-}
-function handle(block, reply) {
-  let event = "message", data = "";
-  for (const line of block.split("\n")) {
-    if (line.startsWith("event:")) event = line.slice(6).trim();
-    else if (line.startsWith("data:")) data += line.slice(5).trim();
-  }
-  if (!data) return;
-  const text = JSON.parse(data);
-  if (event === "text") reply.appendChild(document.createTextNode(text));
-  else if (event === "tool") span(reply, "tool", "[calc " + text);
-  else if (event === "result") span(reply, "tool", " = " + text + "]");
-  else if (event === "notice") {
-    const notice = add("notice", text);  // a notice before any of the reply stands above it
-    if (!reply.hasChildNodes()) log.insertBefore(notice, reply);
-  }
-  else if (event === "error") add("error", text);
-}
-async function chat(message) {
-  const sent = add("user", message);
-  const res = await fetch("/api/chat", {method: "POST", headers: {"Content-Type": "application/json"},
-                                        body: JSON.stringify({message})});
-  if (!res.ok) { sent.classList.add("refused"); add("error", (await res.json()).detail); return; }
-  const reply = add("assistant", ""), reader = res.body.getReader(), decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    buffer = (buffer + decoder.decode(value, {stream: true})).replace(/\r\n/g, "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) { handle(buffer.slice(0, end), reply); buffer = buffer.slice(end + 2); }
-  }
-  if (!reply.textContent.trim()) add("notice", NO_REPLY_TEXT);
-}
-document.getElementById("form").addEventListener("submit", async (e) => {
-  e.preventDefault();
-  const message = input.value.trim();
-  if (!message) return;
-  input.value = ""; send.disabled = true;
-  try { await chat(message); } catch (err) { add("error", String(err)); }
-  send.disabled = false; input.focus();
-});
-document.getElementById("reset").addEventListener("click", async () => {
-  const res = await fetch("/api/reset", {method: "POST", headers: {"Content-Type": "application/json"}});
-  if (res.ok) show((await res.json()).messages); else add("error", (await res.json()).detail);
-});
-fetch("/api/history").then(r => r.json()).then(h => {
-  document.getElementById("about").textContent = h.about; show(h.messages);
-});
-</script></body></html>
-""".replace("NO_REPLY_TEXT", json.dumps(NO_REPLY))
+# The page (its script and style inline, each allowed by its hash below); the words shown when the
+# model writes nothing come from the engine.
+PAGE = ((Path(__file__).parent / "web.html").read_text(encoding="utf-8")
+        .replace("NO_REPLY_TEXT", json.dumps(NO_REPLY)))
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -146,8 +57,8 @@ LOG = logging.getLogger(__name__)
 
 
 def _sha256_source(pattern: str) -> str:
-    """A CSP source for the page's one inline element ``pattern`` matches (the browser runs it only if
-    its hash is this one)."""
+    """A CSP source for the page's one inline element ``pattern`` matches (the browser runs it only
+    if its hash is this one)."""
     text = re.search(pattern, PAGE, re.S).group(1)
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
@@ -157,8 +68,10 @@ def _sha256_source(pattern: str) -> str:
 PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": f"default-src 'none'; script-src {_sha256_source(r'<script>(.*?)</script>')}; "
-                               f"style-src {_sha256_source(r'<style>(.*?)</style>')}; connect-src 'self'; "
+    "Content-Security-Policy": "default-src 'none'; "
+                               f"script-src {_sha256_source(r'<script>(.*?)</script>')}; "
+                               f"style-src {_sha256_source(r'<style>(.*?)</style>')}; "
+                               "connect-src 'self'; "
                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
 }
 
@@ -179,8 +92,8 @@ def _web_modules():
         import fastapi
         import sse_starlette
     except ImportError:
-        raise ValueError("the web chat needs three more packages: pip install fastapi uvicorn sse-starlette "
-                         "(or chat in the terminal: leave out --web)") from None
+        raise ValueError("the web chat needs three more packages: pip install fastapi uvicorn "
+                         "sse-starlette (or chat in the terminal: leave out --web)") from None
     return anyio, fastapi, sse_starlette
 
 
@@ -215,7 +128,8 @@ class ChatServer:
             self.lock.release()
 
 
-def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES, host: str = "127.0.0.1", port: int = 8000):
+def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES,
+               host: str = "127.0.0.1", port: int = 8000):
     """The FastAPI application of the page and its routes (see the module's docstring), for a
     server at ``host``:``port`` (the only address its requests may name)."""
     _, fastapi, sse_starlette = _web_modules()
@@ -224,19 +138,20 @@ def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES, host: s
     hosts = allowed_hosts(host, port)
 
     def same_site(request: fastapi.Request):
-        """Refuse what another site's page could send (see the module's docstring), before any route."""
+        """Refuse what another site's page could send (see the module's docstring), before any
+        route."""
         named = request.headers.get("host", "").lower()
         if hosts is not None and named not in hosts:
-            raise fastapi.HTTPException(403, f"Host {named!r} is not this server's address: open the page at "
-                                              f"http://{sorted(hosts)[0]}/")
+            raise fastapi.HTTPException(403, f"Host {named!r} is not this server's address: open "
+                                             f"the page at http://{sorted(hosts)[0]}/")
         origin = request.headers.get("origin")
         if origin is not None and origin.lower() != f"http://{named}":
-            raise fastapi.HTTPException(403, f"a request from the page of {origin} is refused: only this server's "
-                                              "own page may use it")
+            raise fastapi.HTTPException(403, f"a request from the page of {origin} is refused: "
+                                             "only this server's own page may use it")
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if request.method == "POST" and kind != "application/json":
-            raise fastapi.HTTPException(415, "send the body as Content-Type: application/json (this request's "
-                                              f"type: {kind or 'none'})")
+            raise fastapi.HTTPException(415, "send the body as Content-Type: application/json "
+                                             f"(this request's type: {kind or 'none'})")
 
     app = fastapi.FastAPI(title="course_lib chat", docs_url=None, redoc_url=None,
                           dependencies=[fastapi.Depends(same_site)])
@@ -264,12 +179,15 @@ def create_app(engine: ChatEngine, max_body_bytes: int = MAX_BODY_BYTES, host: s
     async def chat(request: fastapi.Request):
         body = await read_limited(request, max_body_bytes)
         if body is None:
-            return refuse(413, f"the request is larger than {max_body_bytes} bytes: send a shorter message")
+            return refuse(413, f"the request is larger than {max_body_bytes} bytes: "
+                               "send a shorter message")
         try:
             message = json.loads(body)["message"]
         except (ValueError, KeyError, TypeError, RecursionError) as e:
-            if isinstance(e, RecursionError):  # e.g. 8,000 nested "[": the parser's stack, not a server error
-                LOG.warning("chat page: refused a request body of JSON nested too deeply (%d bytes)", len(body))
+            # e.g. 8,000 nested "[": the parser's stack, not a server error
+            if isinstance(e, RecursionError):
+                LOG.warning("chat page: refused a request body of JSON nested too deeply "
+                            "(%d bytes)", len(body))
             return refuse(400, 'the body must be JSON of the form {"message": "..."}')
         if server.lock.locked():
             return refuse(429, "busy: another reply is being written; try again when it is done")
@@ -300,7 +218,7 @@ def check_port(host: str, port: int) -> None:
     address of this machine (before the server starts); each message names the option to change."""
     if not 1 <= port <= 65535:
         raise ValueError(f"--port must be in [1, 65535], got {port}")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:  # as uvicorn binds it
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:  # as uvicorn does
         try:
             s.bind((host, port))
         except OSError as e:
@@ -308,16 +226,18 @@ def check_port(host: str, port: int) -> None:
 
 
 def _cannot_bind(host: str, port: int, e: OSError) -> str:
-    own = "give an address of this machine: 127.0.0.1 (the default: this machine only), or 0.0.0.0 (every interface)"
+    own = ("give an address of this machine: 127.0.0.1 (the default: this machine only), "
+           "or 0.0.0.0 (every interface)")
     if isinstance(e, socket.gaierror):  # the name does not resolve
         return f"--host {host} is not a host name this machine knows ({e.strerror}): {own}"
     if e.errno == errno.EADDRNOTAVAIL:
         return f"--host {host} is not an address of this machine ({e.strerror}): {own}"
     if e.errno == errno.EACCES:
-        return (f"cannot serve on {host}:{port} ({e.strerror}): a port below 1024 needs administrator rights; "
-                "choose another --port, e.g. 8000")
+        return (f"cannot serve on {host}:{port} ({e.strerror}): a port below 1024 needs "
+                "administrator rights; choose another --port, e.g. 8000")
     if e.errno == errno.EADDRINUSE:
-        return f"cannot serve on {host}:{port} ({e.strerror}: another program listens there): choose another --port"
+        return (f"cannot serve on {host}:{port} ({e.strerror}: another program listens there): "
+                "choose another --port")
     return f"cannot serve on {host}:{port} ({e.strerror}): check --host and --port"
 
 
@@ -328,7 +248,8 @@ def serve(engine: ChatEngine, host: str = "127.0.0.1", port: int = 8000) -> int:
     import uvicorn
 
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: serving on {host}: anyone who can reach this machine can chat with the model"
+        print(f"warning: serving on {host}: anyone who can reach this machine can chat with "
+              "the model"
               + (" (and requests naming any host are answered)" if host in EVERY_INTERFACE else ""))
     print(f"chat page on http://{host}:{port}/ (Ctrl-C stops the server)", flush=True)
     # Not uvicorn.run, which swallows the KeyboardInterrupt: the Server, after it has shut down

@@ -1,5 +1,5 @@
-"""Command line: ``python -m course_lib train / sample / params / train-dates / translate / finetune
-/ eval / chat-sft / chat / dpo / grpo / induction / quantize / qat`` (chapter 17's two in
+r"""Command line: ``python -m course_lib train / sample / params / train-dates / translate
+/ finetune / eval / chat-sft / chat / dpo / grpo / induction / quantize / qat`` (chapter 17's two in
 :mod:`course_lib.cli.chat`, chapter 18's in :mod:`course_lib.cli.align`, chapter 23's in
 :mod:`course_lib.cli.quantize`; what they all share, the one body of every training command
 included, in :mod:`course_lib.cli.common`).
@@ -7,21 +7,32 @@ included, in :mod:`course_lib.cli.common`).
     python -m course_lib train --preset shakespeare-char-cpu --out runs/cpu
     python -m course_lib train --text my.txt --set n_layer=6 --set max_iters=3000 --out runs/mine
     python -m course_lib train --out runs/cpu --resume --set max_iters=4000   # continue a run
-    python -m course_lib train --set norm=rmsnorm --set rope_theta=10000 --set mlp=swiglu --set n_kv_head=2  # ch. 14
-    torchrun --nproc_per_node=2 -m course_lib train --set grad_accum_steps=2 --out runs/ddp   # data parallel
+    python -m course_lib train --set norm=rmsnorm --set rope_theta=10000 --set mlp=swiglu \
+        --set n_kv_head=2   # ch. 14
+    torchrun --nproc_per_node=2 -m course_lib train --set grad_accum_steps=2 \
+        --out runs/ddp   # data parallel
     python -m course_lib sample --checkpoint runs/cpu/ckpt.pt --prompt "ROMEO:" --tokens 300
     python -m course_lib params --preset gpt2-small
     python -m course_lib train-dates --out runs/dates             # chapter 11's encoder-decoder
-    python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" --beam 4
-    python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 --out runs/ft
-    python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word --limit 50 --json card.json
-    python -m course_lib dpo --checkpoint runs/sft/ckpt.pt --set beta=0.1 --out runs/dpo       # chapter 18
-    python -m course_lib grpo --checkpoint runs/sft/ckpt.pt --reward exact --set group_size=8 --out runs/grpo
-    python -m course_lib chat-sft --out runs/chat                 # chapter 17: the shipped model into a chat model
-    python -m course_lib chat --checkpoint runs/chat/ckpt.pt      # talk to it (--web: in the browser)
-    python -m course_lib induction --out runs/induction           # chapter 21: the phase change (--fixed-offset: the control)
-    python -m course_lib quantize runs/cpu/ckpt.pt --bits 4 --method gptq --group-size 32 --out runs/cpu/int4.pt  # ch. 23
-    python -m course_lib qat --checkpoint runs/cpu/ckpt.pt --bits 4 --out runs/qat   # quantization-aware training
+    python -m course_lib translate --checkpoint runs/dates/ckpt.pt "3 March 2021" "03/04/21" \
+        --beam 4
+    python -m course_lib finetune --checkpoint runs/cpu/ckpt.pt --task dates --lora-rank 8 \
+        --out runs/ft
+    python -m course_lib eval --checkpoint runs/cpu/ckpt.pt --tasks next-line,next-word \
+        --limit 50 --json card.json
+    python -m course_lib dpo --checkpoint runs/sft/ckpt.pt --set beta=0.1 \
+        --out runs/dpo   # chapter 18
+    python -m course_lib grpo --checkpoint runs/sft/ckpt.pt --reward exact --set group_size=8 \
+        --out runs/grpo
+    # chapter 17: the shipped model into a chat model
+    python -m course_lib chat-sft --out runs/chat
+    python -m course_lib chat --checkpoint runs/chat/ckpt.pt   # talk to it (--web: in the browser)
+    # chapter 21: the phase change (--fixed-offset: the control)
+    python -m course_lib induction --out runs/induction
+    python -m course_lib quantize runs/cpu/ckpt.pt --bits 4 --method gptq --group-size 32 \
+        --out runs/cpu/int4.pt   # ch. 23
+    python -m course_lib qat --checkpoint runs/cpu/ckpt.pt --bits 4 \
+        --out runs/qat   # quantization-aware training
 
 Every bad input is a one-line error and exit status 2, with nothing written. Ctrl-C stops
 training after the step under way, saves, says how to resume and exits with status 130; at any
@@ -62,8 +73,8 @@ from ..utils import check_device
 from .align import add_align_parsers
 from .chat import add_chat_parsers
 from .quantize import add_quantize_parsers
-from .common import (DEVICES, add_run_options, add_sampling_options, check_sampling_options,  # noqa: F401
-                     cmd_run)  # cmd_run: the parsers'
+from .common import (DEVICES, add_run_options, add_sampling_options, check_sampling_options,
+                     cmd_run)  # noqa: F401 (cmd_run: the parsers')
 
 
 
@@ -75,7 +86,8 @@ def cmd_params(args) -> int:
     if not isinstance(config, GPTConfig):
         model = class_for_config(config)(config)
         print(f"  total {sum(p.numel() for p in model.parameters()):,} parameters")
-        print(f"training FLOPs per token (every operation, chapter 24): {model.flops_per_token():,}")
+        print("training FLOPs per token (every operation, chapter 24): "
+              f"{model.flops_per_token():,}")
         return 0
     parts = parameter_breakdown(config)
     total = count_parameters(config)
@@ -286,7 +298,8 @@ def main(argv=None, process: bool = False) -> int:
     with 130 (during training the Trainer saves first and says how to resume). ``process``: this
     is the whole process (``python -m course_lib``), so a Ctrl-C after the command, while Python
     exits, is one line too."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+    if (signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+            and threading.current_thread() is threading.main_thread()):
         # Ctrl-C raises KeyboardInterrupt from here on
         signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -35,6 +35,9 @@ def add_chat_sft_parser(sub) -> None:
     p.add_argument("--pack", action="store_true", default=None,
                    help="rows of block_size tokens packed with conversations one after another (no "
                         "padding)")
+    p.add_argument("--more-phrasings", action="store_true", default=None,
+                   help="add chat.variety's 24,000 training conversations in wider phrasings, "
+                        "typos and operand sizes (issue 54)")
     add_run_options(p, "runs/chat")
 
 

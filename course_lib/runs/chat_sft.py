@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..chat.data import CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config
+from ..chat.data import (CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config,
+                         load_conversations)
 from ..chat.template import chat_tokenizer
+from ..chat.variety import MORE_SEED, MORE_SIZE, build_more_conversations, more_sha256
 from ..checkpoint import build_model, load_tokenizer
 from ..config import apply_overrides, parse_value
 from ..lora_gpt import extend_positions, extend_vocabulary
@@ -55,6 +57,12 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                              "another --out")
         _check_same_start(path, trained_on, options.get("base_checkpoint"),
                           options.get("from_scratch"))
+        more = options.get("more_phrasings")
+        if more is not None and bool(more) != bool(trained_on.get("more_phrasings")):
+            raise ValueError(f"--more-phrasings: {path} was "
+                             f"{'' if trained_on.get('more_phrasings') else 'not '}trained on the "
+                             "added conversations, and a resumed run keeps how it started; leave "
+                             "--more-phrasings out to continue it")
         if (options.get("pack") is not None
                 and bool(options["pack"]) != bool(trained_on.get("pack"))):
             raise ValueError(f"--pack: {path} was "
@@ -66,21 +74,38 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                 {"block_size": block_size})
 
 
+def _data(more: dict | None) -> dict | None:
+    """The conversations a run trains on: the shipped ones, and with ``more`` (a run's record of
+    ``--more-phrasings``) chat.variety's added to the training split, refused if they are not
+    the ones the run recorded."""
+    if not more:
+        return None
+    added = build_more_conversations(more["n"], more["seed"])
+    if more_sha256(added) != more["sha256"]:
+        raise ValueError("--more-phrasings: this course_lib's added conversations (SHA-256 "
+                         f"{more_sha256(added)[:12]}...) are not the ones the run started on "
+                         f"({more['sha256'][:12]}...): start a new run in another --out")
+    data = load_conversations()
+    return {**data, "train": data["train"] + added}
+
+
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
     batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device,
+                             data=_data(trained_on.get("more_phrasings")),
                              pack=bool(trained_on.get("pack")))
     return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
                    trained_on=trained_on, **options)
 
 
 def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None,
-           from_scratch=None, pack=None) -> Trainer:
+           from_scratch=None, pack=None, more_phrasings=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
     conversations (``chat_batch_fn``), no padding. ``plan.extra["block_size"]``: a longer context
     than the base's (``extend_positions``, the new
-    rows copies of the base's), refused if shorter."""
+    rows copies of the base's), refused if shorter. ``more_phrasings``: chat.variety's conversations
+    added to the training split (recorded by their number, seed and SHA-256)."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -100,6 +125,9 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     trained_on = {"command": "chat-sft", **base_record(path, sha),
                   "from_scratch": bool(from_scratch), "data_sha256": CHAT_SHA256,
                   **({"pack": True} if pack else {}),
+                  **({"more_phrasings": {"n": MORE_SIZE, "seed": MORE_SEED,
+                                         "sha256": more_sha256(build_more_conversations())}}
+                     if more_phrasings else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on,
                     out_dir=out_dir, progress=progress, verbose=verbose)
@@ -120,7 +148,7 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 
 
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
-             from_scratch=None, pack=None) -> Trainer:
+             from_scratch=None, pack=None, more_phrasings=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent,
                     progress=progress, verbose=verbose)
@@ -144,7 +172,8 @@ CHAT_SFT = register_kind(RunKind(
     report=_report,
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
-    options=("base_checkpoint", "from_scratch", "pack"), default_out=lambda options: "runs/chat"))
+    options=("base_checkpoint", "from_scratch", "pack", "more_phrasings"),
+    default_out=lambda options: "runs/chat"))
 
 
 def start_chat_sft_run(base_checkpoint: str | Path | None = None, settings: dict | None = None, *,
