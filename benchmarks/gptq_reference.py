@@ -32,8 +32,8 @@ at most 0.1% of a setting's codes differ (our float32 and float64 runs: as many)
 difference is such a boundary case (within 1e-3 step, its gap within the noise, or a scale one
 float16 step away), and every layer's output error within 1% of the other's.
 
-    git clone https://github.com/IST-DASLab/gptq /somewhere/gptq   # a checkout of your own
-    PYTHONPATH=$PWD python benchmarks/gptq_reference.py --reference /somewhere/gptq --update-record
+    git clone https://github.com/IST-DASLab/gptq CHECKOUT   # a checkout of your own
+    PYTHONPATH=$PWD python benchmarks/gptq_reference.py --reference CHECKOUT --update-record
 
 writes course_lib/records/gptq_reference.json, which chapter 23 prints. Without ``--reference``
 only the float32-against-float64 numbers are measured.
@@ -350,8 +350,13 @@ def main(argv=None) -> int:
     calibration = torch.stack([train[s:s + T] for s in starts])  # (n, T)
     layers, H, agree = hessians(model, calibration, gptq)
     layers = layers[:args.layers]
-    record = {"command": "python benchmarks/gptq_reference.py "
-              + " ".join(argv if argv is not None else sys.argv[1:]),
+    given = list(argv if argv is not None else sys.argv[1:])
+    for i, a in enumerate(given):  # the checkout's place is the reader's own: its commit says which
+        if a.startswith("--reference="):
+            given[i] = "--reference=CHECKOUT"
+        elif i and given[i - 1] == "--reference":
+            given[i] = "CHECKOUT"
+    record = {"command": "python benchmarks/gptq_reference.py " + " ".join(given),
               "reference": describe_reference(args.reference) if args.reference else None,
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "calibration_windows": args.calibration, "damp": 0.01, "act_order": False,

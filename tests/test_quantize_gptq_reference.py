@@ -22,6 +22,7 @@ def record():
 def test_the_record_compares_every_layer_and_setting_with_the_published_code(record):
     ref = record["reference"]
     assert ref["name"] == "IST-DASLab/gptq" and len(ref["commit"]) == 40
+    assert "--reference CHECKOUT" in record["command"]  # the reader's own place, not ours
     assert set(ref["sha256"]) == {"gptq.py", "quant.py"}
     assert len(record["layers"]) == 17  # 4 blocks x 4 linear layers, and the LM head
     assert [s["name"] for s in record["settings"]] == [s[0] for s in bench.SETTINGS]
