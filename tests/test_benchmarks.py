@@ -55,7 +55,7 @@ TINY = {
     "norm_speed": (["--repeats", "2", "--shape", "2", "4", "8"], "--json"),
     "quantize": (["--val-windows", "2", "--calibration", "2", "--granularities", "group",
                   "--qat-steps", "1", "--seeds", "0", "--speed-repeats", "1",
-                  "--embeddings", "int8", "--qat-bits", "3"], "--json"),
+                  "--embeddings", "int8", "--qat-bits", "3", "--control-gptq"], "--json"),
     "quantize_int4": (["--repeats", "1", "--rows", "1", "--large-rows", "1", "--large", "64,32"],
                       "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
