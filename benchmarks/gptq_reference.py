@@ -107,7 +107,10 @@ def load_reference(path: Path):
             spec.loader.exec_module(module)
             modules[name] = module
     for name, module in before.items():  # the names are generic: leave sys.modules as it was
-        sys.modules.pop(name) if module is None else sys.modules.__setitem__(name, module)
+        if module is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = module
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     return modules["quant"], modules["gptq"]
 
@@ -123,7 +126,10 @@ def describe_reference(path: Path) -> dict:
             "sha256": {f: hashlib.sha256((path / f).read_bytes()).hexdigest()
                        for f in ("gptq.py", "quant.py")},
             "used": "gptq.GPTQ.fasterquant, quant.Quantizer, quant.quantize",
-            "shim": "torch.cuda.synchronize() a no-op during fasterquant; its prints captured"}
+            "shim": "torch.cuda.synchronize() a no-op during fasterquant; its prints captured; "
+                    "gptq.quantize wrapped to log what it rounds (its result returned unchanged "
+                    "and checked against the layer's weight it writes); grid 'shared': "
+                    "Quantizer.find_params replaced by the course's"}
 
 
 class Log:
