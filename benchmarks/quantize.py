@@ -2,8 +2,9 @@
 GPTQ at 8, 6, 4 and 3 bits, per row and per group of 32, each with the embedding tables stored as
 each ``--embeddings`` setting says (int8 per row, as GPTQ leaves them wider; "same": at the working
 bit width, the control), and quantization-aware training (QAT) at 3 and 4 bits per group of 32 with
-its control (the same fine-tune without fake quantization, rounded afterwards), 3 seeds each, the
-embeddings as ``--qat-embeddings`` says; then int8 matrix products against float32 on this CPU.
+its control (the same fine-tune without fake quantization, rounded afterwards; with
+``--control-gptq`` also quantized by GPTQ), 3 seeds each, the embeddings as ``--qat-embeddings``
+says; then int8 matrix products against float32 on this CPU.
 
 Quality: bits per character over the whole validation split cut into consecutive windows of the
 model's block size (64), the same windows for every part, with 95% percentile-bootstrap intervals
@@ -98,6 +99,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="QAT seeds, e.g. 0,1,2")
     p.add_argument("--variants", nargs="+", default=["qat", "control"], choices=["qat", "control"],
                    help="QAT, and its control: the same fine-tune without fake quantization")
+    p.add_argument("--control-gptq", action="store_true",
+                   help="also quantize each control's float weights by GPTQ (the same calibration "
+                   "windows), beside RTN: a post-training method on the same fine-tune")
     p.add_argument("--granularities", nargs="+", default=["row", "group"], choices=["row", "group"])
     p.add_argument("--val-windows", type=count, default=None,
                    help="the first N windows (default all)")
@@ -191,6 +195,16 @@ def main(argv=None) -> int:
                     print(f"{row['method']:18} int{bits} seed {seed}: {s['bpc']:.4f} bpc "
                           f"(+{s['delta_bpc']:.4f}); "
                           f"its float weights {f['bpc']:.4f} (+{f['delta_bpc']:.4f})", flush=True)
+                    if args.control_gptq and not fake:
+                        t = time.perf_counter()
+                        qmodel, stored = quantize_gptq(trained, config, calibration,
+                                                       embeddings=emb)
+                        g, _ = score(qmodel, x, y, base)
+                        record["qat"].append({**row, "method": "fine-tune then gptq",
+                                              "bytes": stored_bytes(trained, stored), **g,
+                                              "seconds": time.perf_counter() - t})
+                        print(f"{'fine-tune then gptq':18} int{bits} seed {seed}: "
+                              f"{g['bpc']:.4f} bpc (+{g['delta_bpc']:.4f})", flush=True)
                     record_out.progress(record)
     if "speed" in args.parts:
         record["speed"] = speed(args.speed_repeats)

@@ -60,7 +60,8 @@ def shape(text: str) -> tuple[int, int]:
     try:
         k, n = (int(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"write a shape as K,N (e.g. 2048,2048), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"write a shape as K,N (e.g. 2048,2048), got {text!r}") from None
     if k < 32 or k % 32 or n < 1:
         raise argparse.ArgumentTypeError("K must be a multiple of 32 (the group size) and N at "
                                          f"least 1, got {text!r}")
@@ -102,7 +103,8 @@ def variants(K: int, N: int, seed: int):
         return torch._int_mm(torch.round(x / sx).to(torch.int8), w8t) * sx * s8
 
     def kernel(x):
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, 32, lin.scale_and_zero)[:, :N]
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, 32,
+                                                          lin.scale_and_zero)[:, :N]
 
     return {
         "fp32": (4 * w.numel(), lambda x: F.linear(x, w)),
@@ -151,7 +153,8 @@ def measure(K: int, N: int, M: int, repeats: int, seed: int) -> dict:
             runs[name][1](x)
             times[name].append(time.perf_counter() - t)
     fp32_out = runs["fp32"][1](x)
-    fbgemm_err = ((runs["int8 fbgemm dynamic"][1](x) - fp32_out).abs().max() / fp32_out.abs().max()).item()
+    fbgemm_diff = (runs["int8 fbgemm dynamic"][1](x) - fp32_out).abs().max()
+    fbgemm_err = (fbgemm_diff / fp32_out.abs().max()).item()
     return {"K": K, "N": N, "M": M, "kernel_max_abs_diff": err, "fbgemm_rel_diff": fbgemm_err,
             "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
             "held_bytes": {k: held for k, (held, _) in runs.items()}}

@@ -14,7 +14,8 @@ def problem(seed, out=12, n=24, samples=300, dtype=torch.float64):
     """A weight matrix and the Hessian of correlated inputs (real activations are correlated)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(out, n, generator=g, dtype=dtype)
-    X = torch.randn(samples, n, generator=g, dtype=dtype) @ torch.randn(n, n, generator=g, dtype=dtype)
+    X = torch.randn(samples, n, generator=g, dtype=dtype)
+    X = X @ torch.randn(n, n, generator=g, dtype=dtype)  # the draws in the same order
     h = Hessian(n)
     h.add(X)
     return w, h.matrix.to(dtype), X
@@ -92,7 +93,8 @@ def torchao_gptq():
     api = pytest.importorskip("torchao.prototype.gptq.api")
     source = inspect.getsource(api.gptq_quantize)
     guard = 'assert device.type == "cuda", "GPTQ only supports CUDA currently"'
-    assert guard in source and "torch.cuda.synchronize()" in source, "torchao's GPTQ changed: read it again"
+    assert guard in source and "torch.cuda.synchronize()" in source, (
+        "torchao's GPTQ changed: read it again")
     namespace = dict(vars(api))
     exec(source.replace(guard, "").replace("torch.cuda.synchronize()", ""), namespace)
     return api, namespace["gptq_quantize"]

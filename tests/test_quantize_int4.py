@@ -39,8 +39,10 @@ def test_nibbles_are_the_course_bit_stream_and_dequantize_to_its_values():
         qt = quantize(w, group4(symmetric=symmetric))
         lin = Int4Linear.from_quantized(qt)
         assert torch.equal(lin.weight, qt.dequantize())  # bit for bit
-        assert unpack_nibbles(torch.tensor([0x4F], dtype=torch.uint8)).tolist() == [15, 4]  # low bits first
-    assert lin.nbytes() == 24 * 32 + 24 * 2 * 2 + 24 * 2  # codes, float16 scales, zero points one a byte
+        low_first = unpack_nibbles(torch.tensor([0x4F], dtype=torch.uint8)).tolist()
+        assert low_first == [15, 4]  # low bits first
+    # codes, float16 scales, zero points one a byte
+    assert lin.nbytes() == 24 * 32 + 24 * 2 * 2 + 24 * 2
 
 
 @needs_kernel
@@ -99,14 +101,16 @@ def gpts():
     torch.manual_seed(0)
     untied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2,
                            n_head=2, n_embd=64, tie_weights=False)).eval()
-    tied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=32, bias=True)).eval()
+    tied = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=32,
+                         bias=True)).eval()
     return untied, tied
 
 
 @pytest.mark.parametrize("which", [0, 1])
 @pytest.mark.parametrize("symmetric,embeddings", [(True, "int8"), (False, "int8"), (True, "fp16"),
                                                   (False, "same"), (True, "same")])
-def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which, symmetric, embeddings, tmp_path):
+def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which, symmetric,
+                                                                     embeddings, tmp_path):
     model = gpts[which]
     reference, stored = quantize_rtn(model, group4(symmetric=symmetric), embeddings)
     qmodel = QuantizedGPT.from_quantized(model, stored, 32, symmetric, embeddings).eval()
@@ -124,7 +128,8 @@ def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which
                 if isinstance(m, (Int4Linear, Int4Embedding, WideEmbedding))}
     floats = sum(p.numel() * 4 for p in qmodel.parameters())  # the norms' gains and biases, float32
     assert qmodel.stored_bytes() == sum(matrices.values()) + floats  # a tied matrix once
-    if embeddings != "same":  # the tables' bytes as the library counts them are the ones the checkpoint writes
+    # the tables' bytes as the library counts them are the ones the checkpoint writes
+    if embeddings != "same":
         tables = {name: stored[name].nbytes() if name in stored
                   else model.get_submodule(name).weight.numel() * 2
                   for name in ("wte", "wpe")}
@@ -132,7 +137,8 @@ def test_the_int4_model_computes_what_the_dequantized_model_computes(gpts, which
 
 
 @pytest.mark.parametrize("embeddings", ["int8", "same"])
-def test_the_qat_model_computes_the_rounded_model_and_gives_its_float_weights_back(gpts, embeddings):
+def test_the_qat_model_computes_the_rounded_model_and_gives_its_float_weights_back(gpts,
+                                                                                   embeddings):
     for model in gpts:
         qat = QATGPT.from_gpt(model, bits=3, group_size=16, embeddings=embeddings)
         rounded, _ = quantize_rtn(model, QuantConfig(bits=3, granularity="group", group_size=16),
