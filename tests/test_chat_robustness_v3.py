@@ -50,6 +50,8 @@ def test_every_task_has_a_dozen_requests_and_each_answer_is_right_by_its_own_rul
     for task in TASKS:
         assert sum(i["task"] == task for i in V3) >= 12, task
     assert sum(rb.numbers_in_words(i) for i in V3 if i["task"] == "arithmetic") >= 6
+    # a number word that is not an operand does not make a request "in words"
+    assert not rb.numbers_in_words({"request": "quick one: 15-7", "numbers": "digits"})
     for item in V3:
         slots = item["slots"]
         assert all(v.lower() in item["request"].lower() for v in slots.values()), item
