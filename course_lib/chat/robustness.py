@@ -307,7 +307,8 @@ def template_seen(items: list[dict], forms: set[str]) -> list[bool]:
 
 def numbers_in_words(item: dict) -> bool:
     """Whether an arithmetic request writes its numbers in words: its ``numbers`` where it says
-    (version 3's "quick one: 15-7" is in digits), else whether it holds a number word (version 1)."""
+    (version 3's "quick one: 15-7" is in digits), else whether it holds a number word
+    (version 1)."""
     if "numbers" in item:
         return item["numbers"] == "words"
     return any(w in ALL_NUMBER_WORDS for w in re.findall(r"[a-z]+", item["request"].lower()))
