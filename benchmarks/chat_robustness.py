@@ -205,8 +205,11 @@ def score_v3(args, checkpoints, out) -> int:
                   f"{high:.1%})")
     for before, m in zip(models, models[1:]):
         m["v3_minus_previous"] = paired(m, before)
-        m["v3_minus_first"] = paired(m, models[0])
-        for c in (m["v3_minus_previous"], m["v3_minus_first"]):
+        if before is not models[0]:
+            m["v3_minus_first"] = paired(m, models[0])
+        for c in (m["v3_minus_previous"], m.get("v3_minus_first")):
+            if c is None:
+                continue
             print(f"{m['checkpoint']} minus {c['minus']} on version 3: {c['diff']:+.3f} "
                   f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/"
                   f"{c['b_wins']} discordant, McNemar p {c['mcnemar_p']:.3f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import re
 
 import pytest
@@ -78,3 +79,17 @@ def test_arithmetic_answers_written_with_an_operator_are_what_the_calculator_giv
                 assert calculate(expr.group()) == item["answer"], item
                 checked += 1
     assert checked >= 8
+
+
+def test_the_version_3_record_is_of_this_set_and_its_replies_are_scored_by_these_rules():
+    record = json.loads((rb.ROBUSTNESS_V3_PATH.parents[1] / "records" /
+                         "chat_robustness_v3.json").read_text())
+    assert record["set"]["sha256"] == rb.ROBUSTNESS_V3_SHA256 and record["set"]["collisions"] == []
+    assert record["set"]["requests"] == len(V3)
+    for model in record["models"]:
+        replies = model["v3_replies"]
+        assert [r["request"] for r in replies] == [i["request"] for i in V3]
+        assert [r["right"] for r in replies] == [rb.is_right(i, r["reply"])
+                                                 for i, r in zip(V3, replies)]
+        assert model["v3"]["all"]["score"] == pytest.approx(
+            sum(r["right"] for r in replies) / len(V3))
