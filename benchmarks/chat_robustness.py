@@ -19,6 +19,17 @@ order; to add a new model to the shipped record, list all of them:
 Writes, when asked (``--json FILE``, or ``--update-record`` for
 course_lib/records/chat_robustness_v2.json), the record; without either it prints the scores only.
 (course_lib/records/chat_robustness.json is this script's earlier record, on version 1.)
+
+``--set v3`` scores version 3 instead (85 requests written by hand, blind, after the shipped model;
+course_lib/tasks/chat_robustness_v3.json): per model and task as above, each model after the first
+paired with the one before it and with the first; its record is
+course_lib/records/chat_robustness_v3.json. The shipped record scores the first model, the one
+before the shipped one and the shipped one:
+
+    git show fb216c9:course_lib/weights/chat-char-cpu-3.pt > chat-char-cpu-3.pt
+    python benchmarks/chat_robustness.py --set v3 --checkpoint course_lib/weights/chat-char-cpu.pt \
+        --checkpoint chat-char-cpu-3.pt --checkpoint course_lib/weights/chat-char-cpu-4.pt \
+        --update-record
 """
 from __future__ import annotations
 
@@ -43,6 +54,8 @@ from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_robustness_v2.json"
+RECORD_V3 = RECORD.with_name("chat_robustness_v3.json")
+PREVIOUS = "git show fb216c9:course_lib/weights/chat-char-cpu-3.pt > chat-char-cpu-3.pt"
 TASKS = ("arithmetic", "spelling", "letters", "dates", "identity")
 
 
@@ -68,6 +81,9 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=count,
                    help="score only the first N requests of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
+    p.add_argument("--set", choices=("v2", "v3"), default="v2",
+                   help="the robustness set: v2 (default, with version 1 too) or v3 (written "
+                        "blind); --update-record writes that set's record")
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
     checkpoints = args.checkpoint or [CHAT_V1_MODEL_PATH, CHAT_MODEL_PATH]
@@ -75,8 +91,10 @@ def main(argv=None) -> int:
         if not path.is_file():
             p.error(f"--checkpoint {path} is not a file: give a chat-sft run's ckpt.pt or a "
                     "shipped chat model")
-    out = record_file(p, args, RECORD, inputs=checkpoints)
+    out = record_file(p, args, RECORD_V3 if args.set == "v3" else RECORD, inputs=checkpoints)
     torch.set_num_threads(args.threads)
+    if args.set == "v3":
+        return score_v3(args, checkpoints, out)
     began = time.perf_counter()
     v2, v1 = rb.load_robustness_set_v2()[:args.limit], rb.load_robustness_set()[:args.limit]
     forms, trained = rb.training_forms(), rb.training_forms(("train",))
@@ -143,6 +161,77 @@ def main(argv=None) -> int:
                                    "training split of chat.json or chat_v1.json"},
               "models": models, "torch": torch.__version__, "threads": args.threads,
               "commit": code_commit(),
+              "seconds": round(time.perf_counter() - began, 1), "load_average": os.getloadavg()[0],
+              "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    out.finish(record, say=True)
+    return 0
+
+
+def held_out_forms() -> set[str]:
+    """Every user message's abstracted form: chat.json and chat_v1.json (all splits) and the
+    conversations chat-sft --more-phrasings adds (their forms kept with them)."""
+    return rb.training_forms() | {f for c in build_more_conversations() for f in c["forms"]}
+
+
+def paired(new: dict, old: dict) -> dict:
+    """``new`` minus ``old`` on version 3, request by request (difference, interval, McNemar)."""
+    c = paired_comparison([float(r["right"]) for r in new["v3_replies"]],
+                          [float(r["right"]) for r in old["v3_replies"]])
+    return {"minus": old["checkpoint"],
+            **{k: c[k] for k in ("diff", "stderr", "interval", "a_wins", "b_wins", "mcnemar_p")}}
+
+
+def score_v3(args, checkpoints, out) -> int:
+    """Version 3 (written blind): each model per task, paired with the one before and the first."""
+    began = time.perf_counter()
+    v3 = rb.load_robustness_set_v3()[:args.limit]
+    collisions = [i["request"] for i, seen in zip(v3, rb.template_seen(v3, held_out_forms()))
+                  if seen]
+    print(f"version 3: {len(v3)} requests, {len(collisions)} with the form of a user message of "
+          "the conversations")
+    models = []
+    for path in checkpoints:
+        model, tokenizer = load_chat_model(path)
+        model = model.float()
+        s3 = rb.score_robustness(model, tokenizer, v3)
+        models.append({"checkpoint": shown_path(path), "block_size": model.config.block_size,
+                       "parameters": model.num_parameters(), "v3": table(s3),
+                       "v3_replies": [{k: r[k] for k in ("task", "request", "reply", "right")}
+                                      for r in s3["rows"]]})
+        print(f"\n{shown_path(path)} (context {model.config.block_size})")
+        for key, row in table(s3).items():
+            low, high = row["interval"]
+            print(f"  {key:30} {row['score']:6.1%} of {row['n']:>2}  (95% interval {low:.1%} to "
+                  f"{high:.1%})")
+    for before, m in zip(models, models[1:]):
+        m["v3_minus_previous"] = paired(m, before)
+        if before is not models[0]:
+            m["v3_minus_first"] = paired(m, models[0])
+        for c in (m["v3_minus_previous"], m.get("v3_minus_first")):
+            if c is None:
+                continue
+            print(f"{m['checkpoint']} minus {c['minus']} on version 3: {c['diff']:+.3f} "
+                  f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/"
+                  f"{c['b_wins']} discordant, McNemar p {c['mcnemar_p']:.3f}")
+    tasks = [t for t in TASKS if any(i["task"] == t for i in v3)]
+    constants = {t: rb.best_constant(v3, t) for t in tasks}
+    print("best constant answers on version 3:",
+          {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
+    listed = " ".join(f"--checkpoint {m['checkpoint']}" for m in models)
+    record = {"command": f"python benchmarks/chat_robustness.py --set v3 {listed} --update-record",
+              "previous_model": f"chat-char-cpu-3.pt, the model before the shipped one: {PREVIOUS}",
+              "set": {"path": "course_lib/tasks/chat_robustness_v3.json",
+                      "sha256": rb.ROBUSTNESS_V3_SHA256, "requests": len(v3),
+                      "per_task": {t: sum(i["task"] == t for i in v3) for t in tasks},
+                      "written": "by hand, after the shipped model, by someone who had read "
+                      "neither the conversations' generators (phrasing, variety, data) nor "
+                      "version 2; frozen (commit 626a874) before any model was scored on it",
+                      "held_out_check": "course_lib.chat.phrasing.abstracted against every user "
+                      "message of chat.json and chat_v1.json, all splits, and of the "
+                      "conversations chat-sft --more-phrasings adds (chat.variety)",
+                      "collisions": collisions},
+              "best_constant": constants, "models": models, "torch": torch.__version__,
+              "threads": args.threads, "commit": code_commit(),
               "seconds": round(time.perf_counter() - began, 1), "load_average": os.getloadavg()[0],
               "made_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     out.finish(record, say=True)
