@@ -53,7 +53,7 @@ def test_every_request_is_held_out_from_the_conversations_and_in_another_form():
     assert not {form(i["request"]) for i in ITEMS} & forms
 
 
-def test_every_request_is_written_in_characters_the_chat_tokenizer_knows_and_fits_the_shipped_context():
+def test_every_request_is_in_the_chat_tokenizers_characters_and_fits_the_shipped_context():
     """Every version 2 request fits alone in the context of the first chat model (64 tokens), so
     that every shipped model, the first included, can be asked it."""
     from course_lib.chat.engine import CHAT_V1_MODEL_PATH
@@ -119,7 +119,7 @@ def test_an_unknown_rule_is_refused():
 # --- version 2 ------------------------------------------------------------------------------------
 
 
-def test_version_2_is_what_the_builder_makes_its_sha256_is_checked_and_it_is_no_smaller_than_version_1(tmp_path):
+def test_version_2_is_the_builders_its_sha256_is_checked_and_it_is_no_smaller_than_v1(tmp_path):
     assert V2 == rb.build_robustness_set_v2()
     edited = tmp_path / "edited.json"
     edited.write_bytes(rb.ROBUSTNESS_V2_PATH.read_bytes().replace(b"castle", b"castel"))
@@ -133,10 +133,12 @@ def test_version_2_is_what_the_builder_makes_its_sha256_is_checked_and_it_is_no_
 
 
 def test_abstracted_is_the_strict_normalisation():
-    assert abstracted("What is 7 + 5?") == abstracted("what is 12") == abstracted("WHAT IS "
-                                                                                  "SEVEN+FIVE") == "whatis#"
-    assert abstracted("what is forty-two plus one") == abstracted("What is 3 plus 9?") == "whatis#plus#"
-    assert abstracted("Spell the word upon.", word="upon") == abstracted("spell the word KING", word="king")
+    assert (abstracted("What is 7 + 5?") == abstracted("what is 12")
+            == abstracted("WHAT IS SEVEN+FIVE") == "whatis#")
+    assert (abstracted("what is forty-two plus one") == abstracted("What is 3 plus 9?")
+            == "whatis#plus#")
+    assert (abstracted("Spell the word upon.", word="upon")
+            == abstracted("spell the word KING", word="king"))
     assert abstracted("How many e's in sweet?", word="sweet", letter="e") == "howmanyCsinW"
     assert abstracted("Convert 3 March 1999 to ISO.", date="3 March 1999") == "convertDtoiso"
     assert abstracted("someone often") == "someoneoften"  # number words only as whole words
@@ -147,7 +149,8 @@ def test_every_slot_of_version_2_is_in_its_request_and_every_answer_is_right():
     for item in V2:
         slots = item["slots"]
         filled = item["form"].format(w=other["word"], c=other["letter"], d=other["date"], a=1, b=2)
-        assert rb.request_form(item) == abstracted(filled, **{k: other[k] for k in slots}), item["request"]
+        assert rb.request_form(item) == abstracted(filled, **{k: other[k] for k in slots}), (
+            item["request"])
         assert all(v.lower() in item["request"].lower() for v in slots.values())
         if item["task"] == "spelling":
             assert item["answer"] == "-".join(slots["word"])
@@ -158,8 +161,8 @@ def test_every_slot_of_version_2_is_in_its_request_and_every_answer_is_right():
         elif item["task"] == "arithmetic":
             a, b = [int(x) for x in re.findall(r"\d+", item["request"])] or [None, None]
             if a is not None:
-                op = "*" if re.search(r"[*x]|times|multiplied", item["request"]) else "-" if re.search(
-                    r" - |minus", item["request"]) else "+"
+                op = ("*" if re.search(r"[*x]|times|multiplied", item["request"])
+                      else "-" if re.search(r" - |minus", item["request"]) else "+")
                 assert calculate(f"{a}{op}{b}") == item["answer"], item["request"]
 
 
@@ -189,7 +192,8 @@ def test_the_hold_out_check_catches_a_training_form(request_, slots):
 def test_training_slots_are_read_from_each_exchange_answer():
     assert exchange_slots("Spell out banana.", "b-a-n-a-n-a") == {"word": "banana"}
     assert exchange_slots("In sweet, how many e?", "2") == {"letter": "e", "word": "sweet"}
-    assert exchange_slots("march 3rd, 1999 to ISO", "1999-03-03")["date"].lower() == "march 3rd, 1999"
+    assert (exchange_slots("march 3rd, 1999 to ISO", "1999-03-03")["date"].lower()
+            == "march 3rd, 1999")
     assert exchange_slots("What is 3+4?", [{"type": "tool", "text": "3+4"}]) == {}
 
 
@@ -209,7 +213,8 @@ def test_best_constant_answer():
 def test_rows_keep_numbers_in_words_apart():
     assert rb.row_keys({"task": "arithmetic", "request": "What is one plus two?"}) == [
         "arithmetic", "arithmetic, numbers in words"]
-    assert rb.row_keys({"task": "arithmetic", "request": "what is 1 + 2"}) == ["arithmetic", "arithmetic, digits"]
+    assert rb.row_keys({"task": "arithmetic", "request": "what is 1 + 2"}) == [
+        "arithmetic", "arithmetic, digits"]
     assert rb.row_keys({"task": "letters", "request": "how many e in one"}) == ["letters"]
 
 
@@ -223,19 +228,20 @@ def test_scoring_asks_each_request_in_a_new_conversation_and_summarises_per_task
     few = [V2[0]] + [i for i in V2 if i["task"] in ("identity", "letters")][:3]
     scores = rb.score_robustness(model, tokenizer, few)
     assert len(scores["rows"]) == 4 and scores["all"]["n"] == 4
-    assert scores["arithmetic"]["n"] == 1 and ("arithmetic, digits" in scores) != ("arithmetic, "
-                                                                                   "numbers in "
-                                                                                   "words" in scores)
+    assert scores["arithmetic"]["n"] == 1
+    assert ("arithmetic, digits" in scores) != ("arithmetic, numbers in words" in scores)
     assert all(set(row) >= {"request", "reply", "right"} for row in scores["rows"])
     assert scores["all"]["score"] == sum(r["right"] for r in scores["rows"]) / 4
 
 
 def test_the_version_2_record_is_of_this_set_and_its_replies_are_scored_by_these_rules():
-    record = json.loads((Path(rb.__file__).parent.parent / "records" / "chat_robustness_v2.json").read_text())
+    records = Path(rb.__file__).parent.parent / "records"
+    record = json.loads((records / "chat_robustness_v2.json").read_text())
     assert record["set"]["sha256"] == rb.ROBUSTNESS_V2_SHA256 and record["set"]["collisions"] == []
     assert record["v1"]["template_seen_in_training"] == 42 and record["v1"]["new_template"] == 19
     for model in record["models"]:
         assert [r["request"] for r in model["v2_replies"]] == [i["request"] for i in V2]
         assert [r["right"] for r in model["v2_replies"]] == [rb.is_right(i, r["reply"]) for i, r in
                                                              zip(V2, model["v2_replies"])]
-        assert model["v2"]["all"]["n"] == 71 and model["v2"]["arithmetic, numbers in words"]["n"] == 8
+        assert model["v2"]["all"]["n"] == 71
+        assert model["v2"]["arithmetic, numbers in words"]["n"] == 8

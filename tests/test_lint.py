@@ -2,9 +2,8 @@
 no unused import or variable, no undefined name, no line over 100 columns. Fix a finding (or,
 where a name is used in a way the linter cannot see, say why in a ``# noqa`` comment).
 
-The 100-column rule is a ratchet (issue 45): the files that still have wider lines are listed in
-pyproject.toml's per-file-ignores with "E501". That list may only shrink: a listed file that fits
-fails here until its entry is deleted, and the list may not grow."""
+The 100-column rule holds for every file (issue 45 fitted the last ones): no file may be excused
+from it in pyproject.toml's per-file-ignores."""
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MOST_EXCUSED = 1  # files excused from the 100-column rule at most: lower it as the list shrinks
 
 
 def ruff_path() -> str:
@@ -59,20 +57,7 @@ def test_ruff_would_see_a_line_over_100_columns(tmp_path):
     assert found.returncode == 1 and "E501" in found.stdout, found.stdout + found.stderr
 
 
-def test_the_files_excused_from_100_columns_still_need_it_and_the_list_only_shrinks():
+def test_no_file_is_excused_from_100_columns():
     excused = excused_from_e501()
-    assert excused, "pyproject.toml excuses no file from E501: delete this test's ratchet instead"
-    missing = [path for path in excused if not (ROOT / path).is_file()]
-    assert not missing, (f"pyproject.toml excuses files that do not exist from E501: {missing}: "
-                         "delete their entries")
-    # the same rule without the configuration's excuses: which listed files still need theirs
-    wide = subprocess.run([ruff_path(), "check", "--no-cache", "--isolated", "--select", "E501",
-                           "--line-length", "100", "--output-format", "concise", *excused],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    needed = {line.split(":", 1)[0] for line in wide.stdout.splitlines() if ": E501 " in line}
-    fit = sorted(set(excused) - needed)
-    assert not fit, (f"these files now fit in 100 columns: delete their E501 entries from "
-                     f"pyproject.toml's per-file-ignores (the list only shrinks): {fit}")
-    assert len(excused) <= MOST_EXCUSED, (
-        f"{len(excused)} files are excused from the 100-column rule, more than {MOST_EXCUSED}: "
-        "fit the new file's lines into 100 columns instead of excusing it")
+    assert not excused, (f"pyproject.toml excuses {excused} from the 100-column rule (E501): fit "
+                         "their lines into 100 columns and delete the entries instead")
