@@ -73,6 +73,15 @@ def table(scores: dict) -> dict:
             if k != "rows"}
 
 
+def best_constants(items: list[dict], name: str) -> dict:
+    """Each task's best constant answer on ``items`` (the floor a model must beat), printed."""
+    tasks = [t for t in TASKS if any(i["task"] == t for i in items)]
+    constants = {t: rb.best_constant(items, t) for t in tasks}
+    print(f"best constant answers on {name}:",
+          {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
+    return constants
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,10 +143,7 @@ def main(argv=None) -> int:
         print(f"{m['checkpoint']} minus {models[0]['checkpoint']} on version 2: {c['diff']:+.3f} "
               f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/{c['b_wins']} "
               "discordant")
-    tasks = [t for t in TASKS if any(i["task"] == t for i in v2)]
-    constants = {t: rb.best_constant(v2, t) for t in tasks}
-    print("best constant answers on version 2:",
-          {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
+    constants = best_constants(v2, "version 2")
     listed = " ".join(f"--checkpoint {m['checkpoint']}" for m in models)
     record = {"command": f"python benchmarks/chat_robustness.py {listed} --update-record",
               "add_a_model": "list every model to keep, the new one last: python "
@@ -213,16 +219,13 @@ def score_v3(args, checkpoints, out) -> int:
             print(f"{m['checkpoint']} minus {c['minus']} on version 3: {c['diff']:+.3f} "
                   f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/"
                   f"{c['b_wins']} discordant, McNemar p {c['mcnemar_p']:.3f}")
-    tasks = [t for t in TASKS if any(i["task"] == t for i in v3)]
-    constants = {t: rb.best_constant(v3, t) for t in tasks}
-    print("best constant answers on version 3:",
-          {t: (c["answer"], round(c["score"], 3)) for t, c in constants.items()})
+    constants = best_constants(v3, "version 3")
     listed = " ".join(f"--checkpoint {m['checkpoint']}" for m in models)
     record = {"command": f"python benchmarks/chat_robustness.py --set v3 {listed} --update-record",
               "previous_model": f"chat-char-cpu-3.pt, the model before the shipped one: {PREVIOUS}",
               "set": {"path": "course_lib/tasks/chat_robustness_v3.json",
                       "sha256": rb.ROBUSTNESS_V3_SHA256, "requests": len(v3),
-                      "per_task": {t: sum(i["task"] == t for i in v3) for t in tasks},
+                      "per_task": {t: sum(i["task"] == t for i in v3) for t in constants},
                       "written": "by hand, after the shipped model, by someone who had read "
                       "neither the conversations' generators (phrasing, variety, data) nor "
                       "version 2; frozen (commit 626a874) before any model was scored on it",

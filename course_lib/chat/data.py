@@ -184,12 +184,13 @@ def _arithmetic(pool, rng, split):
     return [_user(arithmetic_request(a, op, b, rng)), _assistant(_calc(f"{a}{op}{b}"))]
 
 
-def _word(pool, rng):
-    """A word of the split; in training, sometimes a string of letters (the skill, not a list)."""
-    if "pseudo" in pool and rng.random() < PSEUDO_SHARE:
+def _word(pool, rng, share: float = PSEUDO_SHARE, longest: int = 9):
+    """A word of the split; in training (a pool with "pseudo"), a ``share`` of the time a string of
+    3 to ``longest`` letters that is no word (the skill, not a list)."""
+    if "pseudo" in pool and rng.random() < share:
         while True:
             word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
-                           for _ in range(rng.randint(3, 9)))
+                           for _ in range(rng.randint(3, longest)))
             if word not in pool["pseudo"]:
                 return word
     return rng.choice(pool["words"])

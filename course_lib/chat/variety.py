@@ -36,7 +36,7 @@ import re
 
 from ..dates import FIRST_DAY
 from .calculator import calculate
-from .data import MAX_TOKENS, _pair_split, _pools, char_chat_tokenizer
+from .data import MAX_TOKENS, _pair_split, _pools, _word, char_chat_tokenizer
 from .phrasing import IDENTITY_ASKS, abstracted, in_words, normalized
 from .robustness import load_robustness_set_v2, request_form
 from .template import render
@@ -282,14 +282,9 @@ def arithmetic(rng, pair_split):
 
 
 def word_of(pool, rng):
-    """A word of the training list, or a string of 3 to 12 letters that is no word."""
-    if rng.random() < 0.45:
-        while True:
-            word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
-                           for _ in range(rng.randint(3, 12)))
-            if word not in pool["pseudo"]:
-                return word
-    return rng.choice(pool["words"])
+    """A word of the training list, or (45% of the time) a string of 3 to 12 letters that is no
+    word: chat.data's rule, with a larger share and longer strings."""
+    return _word(pool, rng, share=0.45, longest=12)
 
 
 def _user(text: str) -> dict:
