@@ -36,7 +36,12 @@ float16 step away), and every layer's output error within 1% of the other's.
     PYTHONPATH=$PWD python benchmarks/gptq_reference.py --reference CHECKOUT --update-record
 
 writes course_lib/records/gptq_reference.json, which chapter 23 prints. Without ``--reference``
-only the float32-against-float64 numbers are measured.
+only the float32-against-float64 numbers are measured. ``--whole-model`` (with ``--reference``) also
+runs the reference's ``fasterquant`` through the whole model at chapter 23's settings (WHOLE_MODEL:
+int3 and int4 symmetric groups of 32; blocks of 32 and 128 with our grid, 128 with its own), each
+layer calibrated on what the layers already quantized leave it, the embeddings in int8 per row, and
+scores it on the validation split in bits per character, beside ours (quantize_gptq): the chapter's
+GPTQ result against what the published code gives at its defaults.
 """
 from __future__ import annotations
 
