@@ -4,7 +4,9 @@ each ``--embeddings`` setting says (int8 per row, as GPTQ leaves them wider; "sa
 bit width, the control), and quantization-aware training (QAT) at 3 and 4 bits per group of 32 with
 its control (the same fine-tune without fake quantization, rounded afterwards; with
 ``--control-gptq`` also quantized by GPTQ), 3 seeds each, the embeddings as ``--qat-embeddings``
-says; then int8 matrix products against float32 on this CPU.
+says; then int8 matrix products against float32 on this CPU. ``--parts calibration``: GPTQ at int3
+per row and int3/int4 per group of 32 (embeddings int8) with its calibration windows drawn by each
+of ``--calibration-seeds``, to show what the draw alone moves.
 
 Quality: bits per character over the whole validation split cut into consecutive windows of the
 model's block size (64), the same windows for every part, with 95% percentile-bootstrap intervals
@@ -110,8 +112,10 @@ def main(argv=None) -> int:
                    help="torch threads (default: the reference's 2); "
                    "QAT trains about ten times faster in CPU time with 1 on the shared 2-core "
                    "machine")
+    p.add_argument("--calibration-seeds", type=seed_list, default=[0, 1, 2, 3],
+                   help="--parts calibration: the seeds drawing GPTQ's calibration windows")
     p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"],
-                   choices=["ptq", "qat", "speed"])
+                   choices=["ptq", "qat", "speed", "calibration"])
     add_record_options(p, SHIPPED, "--json")
     args = p.parse_args(argv)
     apply_reference_environment()  # before torch is imported
@@ -130,9 +134,12 @@ def main(argv=None) -> int:
     model, tokenizer = load_pretrained()
     train, val = train_val_split(torch.tensor(tokenizer.encode(load_text())))
     x, y = windows(val, model.config.block_size, args.val_windows)
-    starts = torch.randint(0, len(train) - 65, (args.calibration,),
-                           generator=torch.Generator().manual_seed(0))
-    calibration = torch.stack([train[s:s + model.config.block_size] for s in starts])
+    def draw(seed):  # (n, T): GPTQ's calibration windows, random windows of the training split
+        starts = torch.randint(0, len(train) - 65, (args.calibration,),
+                               generator=torch.Generator().manual_seed(seed))
+        return torch.stack([train[s:s + model.config.block_size] for s in starts])
+
+    calibration = draw(0)
     record = {"command": "python benchmarks/quantize.py "
               + " ".join(argv if argv is not None else sys.argv[1:]),
               "val_windows": len(x), "val_chars": x.numel(),
@@ -206,6 +213,20 @@ def main(argv=None) -> int:
                         print(f"{'fine-tune then gptq':18} int{bits} seed {seed}: "
                               f"{g['bpc']:.4f} bpc (+{g['delta_bpc']:.4f})", flush=True)
                     record_out.progress(record)
+    if "calibration" in args.parts:
+        record["calibration_draws"] = []
+        for seed in args.calibration_seeds:
+            for bits, granularity in ((3, "row"), (3, "group"), (4, "group")):
+                config = QuantConfig(bits=bits, granularity=granularity, group_size=32)
+                qmodel, stored = quantize_gptq(model, config, draw(seed))
+                s, _ = score(qmodel, x, y, base)
+                record["calibration_draws"].append(
+                    {"method": "gptq", "bits": bits, "granularity": granularity,
+                     "group_size": 32 if granularity == "group" else None, "embeddings": "int8",
+                     "calibration_seed": seed, "bytes": stored_bytes(model, stored), **s})
+                print(f"gptq {config.name:22} calibration seed {seed}: {s['bpc']:.4f} bpc "
+                      f"(+{s['delta_bpc']:.4f})", flush=True)
+                record_out.progress(record)
     if "speed" in args.parts:
         record["speed"] = speed(args.speed_repeats)
         print(record["speed"], flush=True)

@@ -129,7 +129,7 @@ def test_quantize_with_grid_correct(capsys):
     (lambda w, scale, bits: torch.round(w / scale), "not clamped"),
     (lambda w, scale,
      bits: torch.round(w / scale).clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1), "the code -"),
-    (lambda w, scale, bits: torch.round(w / scale).clamp(0, 2 ** bits - 1), "not clamp"),
+    (lambda w, scale, bits: torch.round(w / scale).clamp(0, 2 ** bits - 1), "asymmetric range"),
     (lambda w, scale, bits: torch.trunc(w / scale).clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1),
      "not clamp"),
 ])

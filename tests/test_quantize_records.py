@@ -30,3 +30,37 @@ def test_qat_at_int4_has_three_seeds_of_each_arm_on_the_same_windows():
     for method in ("qat", "fine-tune then rtn", "fine-tune then gptq"):
         assert {s for m, s in by if m == method} == {0, 1, 2}
         assert {r["bits"] for (m, _), r in by.items() if m == method} == {4}
+
+
+def ptq_point(method: str, bits: int, granularity: str) -> dict:
+    record = json.loads((RECORDS / "quantize.json").read_text())
+    key = (method, bits, granularity, "int8")
+    return next(r for r in record["ptq"]
+                if (r["method"], r["bits"], r["granularity"], r["embeddings"]) == key)
+
+
+def test_the_calibration_draws_start_with_the_records_draw():
+    """quantize_calibration.json (chapter 23's spread over GPTQ's calibration draws): seed 0 is
+    the draw of quantize.json, so its points are that record's, bitwise; 4 draws each."""
+    record = json.loads((RECORDS / "quantize_calibration.json").read_text())
+    assert record["val_windows"] == 1742 and record["calibration_windows"] == 128
+    for bits, granularity in ((3, "row"), (3, "group"), (4, "group")):
+        draws = {r["calibration_seed"]: r for r in record["calibration_draws"]
+                 if (r["bits"], r["granularity"]) == (bits, granularity)}
+        assert set(draws) == {0, 1, 2, 3}
+        assert draws[0]["delta_bpc"] == ptq_point("gptq", bits, granularity)["delta_bpc"]
+
+
+def test_the_whole_model_comparison_scores_our_gptq_as_the_chapter_does():
+    """gptq_reference.json's whole-model rows: ours is quantize.json's GPTQ point, bitwise; the
+    reference is run at blocks of 32 and 128 with our grid and at 128 with its own."""
+    record = json.loads((RECORDS / "gptq_reference.json").read_text())
+    rows = record["whole_model"]
+    assert record["val_windows"] == 1742
+    for bits in (3, 4):
+        ours = [r for r in rows if (r["bits"], r["program"]) == (bits, "ours")]
+        assert len(ours) == 1
+        assert ours[0]["delta_bpc"] == ptq_point("gptq", bits, "group")["delta_bpc"]
+        assert {(r["block_size"], r["grid"]) for r in rows
+                if (r["bits"], r["program"]) == (bits, "reference")} == {
+                    (32, "shared"), (128, "shared"), (128, "theirs")}

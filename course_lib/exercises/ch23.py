@@ -115,6 +115,11 @@ def check_quantize_with_grid(fn) -> None:
                       "one code per weight: torch.round(w / scale).clamp(lo, hi), a tensor "
                       "shaped like w")
         q = torch.as_tensor(q).detach()
+        if q.min() >= 0 and torch.equal(q.long(), torch.round(w / scale).clamp(
+                0, 2 ** bits - 1).long()):
+            fail(f"you clamp to [0, {2 ** bits - 1}], the asymmetric range: the negative weights "
+                 "lose their sign. A symmetric code is signed.",
+                 "torch.round(w / scale).clamp(-2**(bits-1), 2**(bits-1) - 1)")
         if q.min() < lo or q.max() > hi:
             fail(f"your codes run from {q.min():g} to {q.max():g}: weights past the grid were not "
                  f"clamped to [{lo}, {hi}], so they do not fit in {bits} bits.",
