@@ -2,11 +2,13 @@
 (the commands, its settings, its cost in CPU minutes as measured) and its scores on both sets, each
 with chapter 16's standard error and 95% bootstrap interval: version 1 of the frozen robustness set
 (``course_lib.chat.robustness``; the shipped model's validation set: it chose the checkpoint, and
-most of its requests have a training message's form, review R17-B1), the held-out test set (version
-2, ``robustness_v2``: the runs tried for issue 54's second model on, so that a run is chosen on the
-paired difference with the shipped model's replies) and the test split's conversations
+most of its requests have a training message's form, review R17-B1), the development set (version
+2, ``robustness_v2``: held out request by request, but its failures steered the added conversations)
+and the test split's conversations
 (``course_lib.chat.scores``, the in-template scores). The models compared in chapter 17 are
 scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
+``--score-v3 NAME=CKPT ...`` adds version 3, the blind test set (``robustness_v3``), and the
+validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -35,8 +37,8 @@ from bench_args import add_record_options, count, record_file, threads  # noqa: 
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
 from course_lib.chat.robustness import (  # noqa: E402
-    ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, is_right, load_robustness_set, load_robustness_set_v2,
-    row_keys, score_robustness)
+    ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, ROBUSTNESS_V3_SHA256, is_right, load_robustness_set,
+    load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model  # noqa: E402
 
@@ -81,6 +83,41 @@ def rejudge(record: dict) -> dict:
     return record
 
 
+def named_checkpoint(text: str) -> tuple[str, Path]:
+    """An argparse type: NAME=CKPT, a run already in the record and its checkpoint file."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"expected NAME=CKPT with CKPT a file, got {text!r}: give "
+                                         "a run's name in the record and its chat-sft checkpoint")
+    return name, Path(path)
+
+
+def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
+    """Each named run scored on version 3, the blind test set (``robustness_v3``, its replies in
+    ``v3_replies``), and its validation-loss history (``val_loss_history``: the steps evaluated
+    and the loss at each, step 0 being the model it started from) read from its checkpoint."""
+    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
+    for name, path in pairs:
+        if name not in runs:
+            raise ValueError(f"--score-v3 {name}: no such run in the record; give one of "
+                             f"{', '.join(runs)}")
+    for name, path in pairs:
+        model, tokenizer = load_chat_model(path)
+        scores = score_robustness(model.float(), tokenizer, load_robustness_set_v3()[:limit])
+        run = runs[name]
+        run["robustness_v3"] = {k: summary(v) for k, v in scores.items() if k != "rows"}
+        run["v3_replies"] = [{k: r[k] for k in ("request", "reply", "right")}
+                             for r in scores["rows"]]
+        history = torch.load(path, map_location="cpu", weights_only=False).get("history") or {}
+        run["val_loss_history"] = {"step": history.get("eval_step"),
+                                   "val_loss": history.get("val_loss")}
+        print(f"{name}: v3 {scores['all']['score']:.3f}", flush=True)
+    record["robustness_v3_sha256"] = ROBUSTNESS_V3_SHA256
+    record["v3_command"] = ("python benchmarks/chat_model_runs.py --score-v3 NAME=CKPT ... "
+                            "--update-record (the nine GPU runs' checkpoints)")
+    return record
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
@@ -90,6 +127,9 @@ def main(argv=None) -> int:
                         help="no model: judge every run's stored replies again "
                         "by today's rules and recompute their robustness scores (after a rule "
                         "changed)")
+    source.add_argument("--score-v3", type=named_checkpoint, nargs="+", metavar="NAME=CKPT",
+                        help="score these runs of the record on version 3 (the blind test set) "
+                        "and store their validation-loss history from the checkpoint")
     p.add_argument("--name",
                    help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
@@ -107,6 +147,15 @@ def main(argv=None) -> int:
     if args.rejudge:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
+        return 0
+    if args.score_v3:
+        out = record_file(p, args, RECORD, inputs=[c for _, c in args.score_v3])
+        torch.set_num_threads(args.threads)
+        try:
+            record = score_v3(json.loads(RECORD.read_text()), args.score_v3, args.limit)
+        except ValueError as e:
+            p.error(str(e))
+        out.finish(record, say=True)
         return 0
     if args.name is None:
         p.error("--name is needed: the run's name in the record")

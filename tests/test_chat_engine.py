@@ -236,6 +236,9 @@ def test_about_says_the_longest_message_and_the_drop_rule():
     assert (engine.longest_message == 53 and "at most 53 characters" in about
             and "follow-up with its question" in about)
     assert "start each new topic with a reset" in about
+    assert "Quotation marks are outside its vocabulary" in about  # a reader types them
+    with pytest.raises(ValueError):
+        engine.check_message('Spell "rhythm".')
     engine.check_message("x" * 53)
     with pytest.raises(ConversationTooLong):
         engine.check_message("x" * 54)

@@ -158,7 +158,9 @@ class ChatEngine:
         return (f"The {self.block_size}-token context holds a message of at most "
                 f"{self.longest_message} {unit}; when it is full, the oldest exchanges are dropped "
                 "(a follow-up with its question), each drop said. The model was trained on short "
-                "conversations of a few exchanges at most: start each new topic with a reset.")
+                "conversations of a few exchanges at most: start each new topic with a reset."
+                + (" Quotation marks are outside its vocabulary: type a word without them."
+                   if unit == "characters" else ""))
 
     # --- one reply --------------------------------------------------------------------------------
 

@@ -4,14 +4,15 @@ reply must contain. Chapter 16's standard error and bootstrap interval per task 
 
 **Version 2** (:func:`build_robustness_set_v2`, frozen in
 ``course_lib/tasks/chat_robustness_v2.json`` with its SHA-256, :data:`ROBUSTNESS_V2_SHA256`; review
-R17-B1) is the test set: 71 requests written as a reader might type them (other verbs and phrasings,
-word orders, politeness, typos, numbers in words, operands of one to three digits, words in and out
-of the training list, new date forms), and **every** one is held out from every user message of both
-files of conversations (``chat.json`` and ``chat_v1.json``, all splits) under
-:func:`course_lib.chat.phrasing.abstracted`: lower case, letters and digits only, numbers and the
-slot values (word, letter, date) abstracted (tests/test_chat_robustness.py checks it, and that the
-check catches a training form). Each item keeps its form and its slots, and where its word is in the
-conversations' word lists (``word_pool``).
+R17-B1) was written as the test set and is now the **development** set (its failures steered the
+``--more-phrasings`` conversations, re-review 4's 17-B1): 71 requests written as a reader might type
+them (other verbs and phrasings, word orders, politeness, typos, numbers in words, operands of one
+to three digits, words in and out of the training list, new date forms), and **every** one is held
+out from every user message of both files of conversations (``chat.json`` and ``chat_v1.json``, all
+splits) under :func:`course_lib.chat.phrasing.abstracted`: lower case, letters and digits only,
+numbers and the slot values (word, letter, date) abstracted (tests/test_chat_robustness.py checks
+it, and that the check catches a training form). Each item keeps its form and its slots, and where
+its word is in the conversations' word lists (``word_pool``).
 
 **Version 1** (:func:`build_robustness_set`, ``tasks/chat_robustness.json``, 61 requests) was
 frozen before the training phrasings were rewritten, which then used most of its forms: it is no
@@ -27,8 +28,9 @@ shipped model, by someone who had read neither the conversations' generators (``
 failures). Each is held out like version 2's, from the ``--more-phrasings`` conversations too: 44 of
 the first draft's 85 natural phrasings had a training form and were rewritten, blind, until none had
 (11, then 1, then 0; two more for a character the tokenizer lacks and the first model's 64-token
-context), so version 3 measures the phrasings a new user types that training does not cover. Its
-identity requests are scored against the eight fixed answers, read without their questions. No
+context). So version 3 is 85 requests a new user would type, those that had a training form
+rewritten until none had: it measures the phrasings a new user types that training does not cover.
+Its identity requests are scored against the eight fixed answers, read without their questions. No
 builder makes it: the frozen file is the set.
 
 Rules (on the text the assistant writes, not its calculator calls), :func:`is_right`:

@@ -12,7 +12,7 @@ and so the in-template scores, stay those of ``chat.json``):
 - operands of one to three digits, numbers in words up to 999, "x" for times, short word problems;
 - words to spell or count in from the training word list and random strings of 3 to 12 letters;
 - dates in more ways of writing them (ordinals without a comma, "Sept", day.month.year);
-- ten to twelve more questions for each identity answer, and follow-ups in other words.
+- eleven more questions for each identity answer, and follow-ups in other words.
 
 Values come from the training pools of :func:`course_lib.chat.data._pools` only (days, words,
 number pairs by the same rule), so nothing of the validation or test splits enters. Every user
