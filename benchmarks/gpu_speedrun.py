@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_args, speedrun, when a test loads this file
 from bench_args import at_least, code_commit, record_file  # noqa: E402  (imports no torch)
-from speedrun import run_command  # noqa: E402
+from speedrun import run_command, timed_output  # noqa: E402
 
 GOAL_RATIO, GOAL_LOSS = 0.33, 1.47
 BASE = "shakespeare-char-gpu"  # nanoGPT's shape: 6 layers, 6 heads, C=384, T=256, dropout 0.2
@@ -141,23 +141,19 @@ def prepare_nanogpt_data(folder: Path) -> dict:
 
 
 def timed_lines(command: list[str], cwd: Path, env: dict) -> tuple[list[dict], float, list[str]]:
-    """Run a command; each "step N: train loss A, val loss B" line it prints, with the second it
-    arrived (from the start), and the whole run's seconds."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
-    curve, log = [], []
-    for raw in process.stdout:
-        now = time.perf_counter() - start
-        line = raw.decode("utf-8", "replace").strip()
+    """Run a command (speedrun.py's timed_output); each "step N: train loss A, val loss B" line it
+    prints, with the second it arrived, and the whole run's seconds."""
+    lines, code, wall = timed_output(command, cwd, env)
+    curve = []
+    for now, line in lines:
         found = re.match(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", line)
         if found:
             curve.append({"wall_s": round(now, 2), "step": int(found[1]),
                           "train_loss": float(found[2]), "val_loss": float(found[3])})
-        log.append(line)
-    if process.wait() != 0:
+    log = [line for _, line in lines]
+    if code != 0:
         raise SystemExit(f"`{' '.join(command)}` failed:\n" + "\n".join(log[-15:]))
-    return curve, round(time.perf_counter() - start, 2), log
+    return curve, round(wall, 2), log
 
 
 def whole_split(model, device: str) -> float:

@@ -97,32 +97,39 @@ def check_after_environment(args):
     return record_file(args.parser, args, None, "--json")
 
 
+def timed_output(command: list[str], cwd, env: dict) -> tuple[list[tuple[float, str]], int, float]:
+    """Run a command; each line it prints (progress-bar carriage returns split too) with the
+    second it arrived, counted from the start; its exit status and its whole run's seconds."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for raw in process.stdout:  # binary lines, split at \n only (the progress bar's \r stay inside)
+        now = time.perf_counter() - start
+        lines += [(now, line.strip()) for line in raw.decode("utf-8", "replace").split("\r")
+                  if line.strip()]
+    code = process.wait()
+    return lines, code, time.perf_counter() - start
+
+
 def run_command(preset: str, seed: int, out: Path, extra: list[str],
                 env: dict, device: str = "cpu") -> dict:
     """Run one training command; its wall time to the "done in" line and to its exit, and the
     evaluation lines it printed, each with the second it arrived."""
     command = [sys.executable, "-m", "course_lib", "train", "--preset", preset,
                "--set", f"seed={seed}", "--out", str(out), "--device", device, *extra]
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    curve, done, done_line, log = [], None, None, []
-    for raw in process.stdout:  # binary lines, split at \n only (the progress bar's \r stay inside)
-        now = time.perf_counter() - start
-        for line in raw.decode("utf-8", "replace").split("\r"):
-            line = line.strip()
-            # "step   250: train loss 2.0, val loss 2.1"
-            if line.startswith("step ") and "val loss" in line:
-                step = int(line.split(":")[0].split()[1])
-                curve.append({"wall_s": round(now, 2), "step": step,
-                              "val_loss": float(line.rsplit(" ", 1)[1])})
-            elif line.startswith("done in "):
-                done, done_line = now, line
-            if line and not line.startswith("train:"):
-                log.append(line)
-    code = process.wait()
-    wall_exit = time.perf_counter() - start
+    lines, code, wall_exit = timed_output(command, ROOT, env)
+    curve, done, done_line = [], None, None
+    for now, line in lines:
+        # "step   250: train loss 2.0, val loss 2.1"
+        if line.startswith("step ") and "val loss" in line:
+            step = int(line.split(":")[0].split()[1])
+            curve.append({"wall_s": round(now, 2), "step": step,
+                          "val_loss": float(line.rsplit(" ", 1)[1])})
+        elif line.startswith("done in "):
+            done, done_line = now, line
     if code != 0 or done is None:
+        log = [line for _, line in lines if not line.startswith("train:")]
         raise SystemExit(f"`{' '.join(command)}` failed (exit status {code}):\n"
                          + "\n".join(log[-15:]))
     return {"command": " ".join(command[1:]), "wall_s": round(done, 2),
