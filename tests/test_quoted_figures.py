@@ -210,3 +210,31 @@ def test_the_finetune_record_holds_the_benchmarks_runs_and_the_measured_page_quo
         sd = ((f" ± {statistics.stdev(em):.1f}" if len(em) > 1
                else "") + (f" (n={len(em)})" if len(em) != 3 else ""))
         assert f"`{name}` {statistics.mean(em):.1f}%{sd}, {old:.2f}" in row, (name, row)
+
+
+def test_the_measured_page_quotes_the_align_budget_sweep_as_recorded():
+    """book/measured.md's align_sampling.py row quotes, for each method at 1x, 4x and 16x, the three
+    seeds' mean greedy test accuracy of the records chapter 18 prints (align_sampling.json for 1x,
+    align_budget.json for 4x and 16x), the start's, and the fairer DPO arm's at its chosen rate."""
+    import statistics
+    samp = json.loads((RECORDS / "align_sampling.json").read_text())
+    sweep = json.loads((RECORDS / "align_budget.json").read_text())
+    fair = json.loads((RECORDS / "align_budget_dpo.json").read_text())
+    row = _measured_row("align_sampling.py")
+    assert sweep["budgets"] == [4, 16] and sweep["start"] == samp["start"]
+
+    def mean_greedy(runs):
+        assert sorted(r["seed"] for r in runs) == [0, 1, 2]
+        return f"{statistics.mean(statistics.mean(r['test']['greedy']) for r in runs):.3f}"
+
+    assert f"greedy {mean_greedy([samp['start'] | {'seed': s} for s in (0, 1, 2)])}" in row
+    for method, label in (("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO"),
+                          ("ei", "expert iteration")):
+        means = [mean_greedy([r for r in rec["runs"].values()
+                              if r["method"] == method and r["budget"] == budget])
+                 for budget, rec in ((1, samp), (4, sweep), (16, sweep))]
+        assert f"{label} {' / '.join(means)}" in row, (method, means)
+    for budget in (4, 16):
+        arm = [r for r in fair["runs"].values()
+               if r["budget"] == budget and r["learning_rate"] == 1e-4]
+        assert f"{budget}x {mean_greedy(arm)}" in row
