@@ -19,9 +19,10 @@ Per layer: the fraction of integer codes that differ, the rows where one does, t
 difference of the dequantized weights, each one's output error ``tr((W - Q) H (W - Q)^T) / 2``, and
 for each row whose codes differ, its first difference (:func:`compare`): a code whose value (in
 steps of the grid) lay within float32 noise of a rounding boundary ``k + 1/2``, or a group's grid
-one float16 step away. After it the rest of the row legitimately differs: GPTQ moves the columns
-still free to absorb each error. The same numbers for our float32 run against our float64 run
-measure what float32 alone does.
+one float16 step away whose two scales, logged before the float16 round-up, lay one each side of a
+float16 value and within float32 noise of each other (:func:`grid_flip`). After it the rest of the
+row legitimately differs: GPTQ moves the columns still free to absorb each error. The same numbers
+for our float32 run against our float64 run measure what float32 alone does.
 
 The tolerance (TOLERANCE), where both run the same algorithm: the two compute the inverse
 Hessian's Cholesky factor differently (``cholesky_solve`` here, ``cholesky_inverse`` there) and sum
@@ -30,7 +31,8 @@ step at most, the damped Hessians' condition numbers being 1e3-2e4); a value tha
 ``k + 1/2``, or a group maximum that close to a float16 rounding point, rounds the other way. So:
 at most 0.01% of a setting's codes differ (our float32 and float64 runs: as many), every row's first
 difference is such a boundary case (within 1e-3 step, its gap within the noise, or a scale one
-float16 step away), and every layer's output error within 1% of the other's.
+float16 step away whose unrounded values straddle that float16 point within the noise), and every
+layer's output error within 1% of the other's.
 
     git clone https://github.com/IST-DASLab/gptq CHECKOUT   # a checkout of your own
     PYTHONPATH=$PWD python benchmarks/gptq_reference.py --reference CHECKOUT --update-record
@@ -146,18 +148,52 @@ def describe_reference(path: Path) -> dict:
 
 class Log:
     """What each program rounds, column by column, each (out,): ``u = w / scale``, the code, the
-    dequantized weight, and the grid (scale, zero point on our scale) it was rounded on."""
+    dequantized weight, the grid (scale, zero point on our scale) it was rounded on, and that
+    grid unrounded (:class:`RawGrid`; NaN where the grid was not found by the course's
+    ``find_params``: the reference's own grid, or one handed over)."""
 
-    def __init__(self):
-        self.columns = {k: [] for k in ("u", "codes", "deq", "scale", "zero")}
+    def __init__(self, raw=None):
+        self.raw = raw
+        self.columns = {k: [] for k in ("u", "codes", "deq", "scale", "zero", "raw_scale",
+                                        "raw_zero")}
 
     def add(self, u, codes, deq, scale, zero):
-        for k, v in zip(self.columns, (u, codes, deq, scale, zero)):
+        import torch
+        nan = torch.full_like(u, float("nan"))
+        raw = self.raw.last if self.raw is not None and self.raw.last is not None else (nan, nan)
+        raw = [v.reshape(-1, *[1] * (u.dim() - 1)) for v in raw]  # (rows,) -> u's shape
+        for k, v in zip(self.columns, (u, codes, deq, scale, zero, *raw)):
             self.columns[k].append(v.double().expand_as(u).flatten())
 
     def stacked(self) -> dict:
         import torch
         return {k: torch.stack(v, 1) for k, v in self.columns.items()}  # (out, in) each
+
+
+class RawGrid:
+    """The course's ``find_params``, remembering its grid before rounding: ``last`` is the pair
+    (scale before the float16 round-up, zero point before it is rounded), each (rows,), of the
+    latest call. A grid flip is only explained when these lay within noise of a rounding point."""
+
+    def __init__(self):
+        self.last = None
+
+    def find_params(self, groups, bits, symmetric):
+        import course_lib.quantize.rtn as rtn
+        seen = {}
+
+        def round_up(scale):
+            seen["scale"] = scale
+            return up(scale)
+
+        up = rtn.round_up_to_stored
+        with mock.patch.object(rtn, "round_up_to_stored", round_up):
+            scale, zero = rtn.find_params(groups, bits, symmetric)
+        # asymmetric: zero = round(-lo / scale) with lo = min(min w, 0) (rtn.find_params)
+        raw_zero = (zero if symmetric
+                    else -groups.float().amin(-1, keepdim=True).clamp(max=0) / scale)
+        self.last = (seen["scale"].flatten(), raw_zero.flatten())
+        return scale, zero
 
 
 def run_ours(w, H, setting, dtype, grid=None):
@@ -167,14 +203,15 @@ def run_ours(w, H, setting, dtype, grid=None):
     _, bits, granularity, group, symmetric, block = setting
     config = QuantConfig(bits=bits, granularity=granularity, group_size=group or 32,
                          symmetric=symmetric)
-    log = Log()
+    log = Log(RawGrid())
 
     def logged(x, scale, zero, bits, symmetric):
         q = quantize_codes(x, scale, zero, bits, symmetric)
         log.add(x.float() / scale, q, dequantize_codes(q, scale, zero), scale, zero)
         return q
 
-    with mock.patch.object(ours, "quantize_codes", logged):
+    with (mock.patch.object(ours, "quantize_codes", logged),
+          mock.patch.object(ours, "find_params", log.raw.find_params)):
         qt = ours.gptq_quantize(w, H, config, ours.DAMP, block, dtype=dtype, grid=grid)
     got = log.stacked()
     if grid is None and not (got["deq"].float() == qt.dequantize()).all():
@@ -187,13 +224,13 @@ def run_reference(quant, gptq, w, H, setting, grid):
     Quantizer finds the course's grid, "theirs": its own. Returns (u, codes, dequantized) with the
     codes on our scale (symmetric: minus 2**(bits-1)), and the per-row grid it used."""
     import torch
-    from course_lib.quantize.rtn import find_params
     _, bits, granularity, group, symmetric, block = setting
     offset = 2 ** (bits - 1) if symmetric else 0
+    raw = RawGrid() if grid == "shared" else None
 
     class SharedGrid(quant.Quantizer):
         def find_params(self, x, weight=False):
-            scale, zero = find_params(x, bits, symmetric)  # (rows, 1) each
+            scale, zero = raw.find_params(x, bits, symmetric)  # (rows, 1) each
             self.scale, self.zero = scale, zero + offset
 
     layer = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
@@ -202,7 +239,7 @@ def run_reference(quant, gptq, w, H, setting, grid):
     g.H = H.float().clone()
     g.quantizer = (SharedGrid if grid == "shared" else quant.Quantizer)()
     g.quantizer.configure(bits, perchannel=True, sym=symmetric, mse=False)
-    log, original = Log(), gptq.quantize
+    log, original = Log(raw), gptq.quantize
 
     def logged(x, scale, zero, maxq):
         q = torch.clamp(torch.round(x / scale) + zero, 0, maxq)
@@ -220,18 +257,20 @@ def run_reference(quant, gptq, w, H, setting, grid):
     return got, (g.quantizer.scale.clone(), g.quantizer.zero.clone() - offset)
 
 
-def compare(w, H, a, b) -> dict:
+def compare(w, H, a, b, levels: int) -> dict:
     """Two runs' logs: how far apart, and why. A *grid flip*: a weight rounded on a scale or zero
     point that differs (a group's grid is found from weights that float32 noise has moved; a
     scale rounded up to float16 can then land one float16 step away). *Noise*: the largest gap
     between the values the two round, in steps, before the first difference of any kind in the
     row (float32's own). Each row's first differing thing: a code, at a distance from a rounding
-    boundary ``k + 1/2`` with a gap within the noise (a boundary case), or a grid, one float16
-    step (and at most one zero point) away; what follows in the row differs legitimately: GPTQ
-    moves the columns still free to absorb each error."""
+    boundary ``k + 1/2`` with a gap within the noise (a boundary case), or a grid
+    (:func:`grid_flip`: the unrounded scales one each side of a float16 value, within the noise of
+    it; the zero points alike); what follows in the row differs legitimately: GPTQ moves the
+    columns still free to absorb each error. ``levels``: the steps the scale divides a group's
+    range into (2**(b-1) - 1 symmetric, 2**b - 1 asymmetric), to put a scale's distance in steps
+    of the grid."""
     import torch
     from course_lib.quantize.gptq import output_error
-    from course_lib.quantize.rtn import SCALE_DTYPE
     n = w.shape[1]
     differ = a["codes"] != b["codes"]  # (out, in)
     grid = (a["scale"] != b["scale"]) | (a["zero"] != b["zero"])
@@ -248,11 +287,8 @@ def compare(w, H, a, b) -> dict:
         c = first_code[r].item()
         if first_grid[r] <= c:  # the grid flipped first
             g = first_grid[r].item()
-            s2 = torch.stack([a["scale"][r, g], b["scale"][r, g]]).to(SCALE_DTYPE)
-            lo, hi = s2.min(), s2.max()
-            flips.append({"row": r, "column": c, "after_grid_flip": g, "explained": bool(
-                ((hi == lo) | (torch.nextafter(lo, hi) == hi))
-                and (a["zero"][r, g] - b["zero"][r, g]).abs() <= 1)})
+            flips.append({"row": r, "column": c, "after_grid_flip": g,
+                          **grid_flip(a, b, r, g, levels, noise)})
         else:
             dist = [abs(abs(x[r, c] - torch.floor(x[r, c])) - 0.5).item()
                     for x in (a["u"], b["u"])]
@@ -267,6 +303,42 @@ def compare(w, H, a, b) -> dict:
             "max_abs_weight_diff": (da - db).abs().max().item(),
             "output_error": [ea, eb], "output_error_rel": abs(ea - eb) / max(ea, eb, 1e-30),
             "noise_steps": noise, "first_flips": flips}
+
+
+def grid_flip(a, b, r, g, levels, noise) -> dict:
+    """Why two runs' grids differ at row ``r``, column ``g``. Each run's scale is its unrounded
+    scale (a group's range over ``levels``) rounded up to a float16. Explained only when the two
+    stored scales are equal or neighbouring float16 values ``lo < hi``, the two unrounded scales
+    lie one each side of ``lo`` (where rounding up jumps from ``lo`` to ``hi``), and their gap, in
+    steps of the grid (the range moved by it, ``gap * levels / scale``), is within the noise;
+    and when the zero points differ, by one code, their unrounded values lie one each side of a
+    half-way point, within the noise plus what the scale's own step moves them."""
+    import torch
+    from course_lib.quantize.rtn import SCALE_DTYPE
+    sa, sb = a["scale"][r, g], b["scale"][r, g]
+    lo, hi = torch.stack([sa, sb]).to(SCALE_DTYPE).double().sort().values
+    ra, rb = a["raw_scale"][r, g], b["raw_scale"][r, g]
+    per_step = levels / lo  # a scale's change -> the change of the range it covers, in steps
+    scale_gap = ((ra - rb).abs() * per_step).item()
+    out = {"scale_gap_steps": scale_gap,
+           "scale_boundary_steps": (torch.minimum((ra - lo).abs(), (rb - lo).abs())
+                                    * per_step).item()}
+    if hi == lo:
+        scale_ok = True
+    else:
+        straddle = (min(ra, rb) <= lo) & (max(ra, rb) > lo)
+        scale_ok = bool(torch.nextafter(lo.half(), hi.half()).double() == hi and straddle
+                        and scale_gap <= noise)
+    za, zb = a["raw_zero"][r, g], b["raw_zero"][r, g]
+    zero_ok = True
+    if a["zero"][r, g] != b["zero"][r, g]:
+        moved = torch.maximum(za.abs(), zb.abs()) * (hi / lo - 1)  # by the scale's own step
+        zero_gap = (za - zb).abs().item()
+        out["zero_gap_steps"] = zero_gap
+        zero_ok = bool((a["zero"][r, g] - b["zero"][r, g]).abs() == 1
+                       and zero_gap <= noise + moved)
+    out["explained"] = bool(scale_ok and zero_ok and not torch.isnan(ra + rb))
+    return out
 
 
 def hessians(model, calibration, gptq=None, batch_size: int = 64):
@@ -355,7 +427,7 @@ def check(record: dict) -> list[str]:
                 if not all(f["explained"] and f.get("boundary_steps", 0) <= tol["boundary_steps"]
                            for f in r["first_flips"]):
                     problems.append(f"{where}, {name}: a first flip off a boundary, or a grid "
-                                    "more than one float16 step away")
+                                    "flip that float32 noise at a float16 point does not explain")
                 if r["output_error_rel"] > tol["output_error_rel"]:
                     problems.append(f"{where}, {name}: output errors {r['output_error']}")
     return problems
@@ -377,6 +449,9 @@ def summary(layers: dict) -> dict:
             "first_flips": len(flips),
             "first_flips_explained": sum(f["explained"] for f in flips),
             "first_flips_after_grid_flip": sum("after_grid_flip" in f for f in flips),
+            "grid_flips_explained": sum(f["explained"] for f in flips if "after_grid_flip" in f),
+            "max_grid_flip_scale_gap_steps": max((f["scale_gap_steps"] for f in flips
+                                                  if "scale_gap_steps" in f), default=0.0),
             "max_first_flip_boundary_steps": max((f["boundary_steps"] for f in flips
                                                   if "boundary_steps" in f), default=0.0),
             "max_noise_steps": max(r["noise_steps"] for r in layers.values())}
@@ -442,23 +517,24 @@ def main(argv=None) -> int:
         row = {"name": name, "bits": bits, "granularity": granularity, "group_size": setting[3],
                "symmetric": setting[4], "block_size": setting[5], "float64": {}, "reference": {}}
         grids = ["shared", "theirs"] if granularity == "row" else ["shared"]
+        levels = 2 ** (bits - 1) - 1 if setting[4] else 2 ** bits - 1  # steps in a grid's range
         for n, m in layers:
             w = m.weight.detach()
             ours32 = run_ours(w, H[n], setting, torch.float32)
             row["float64"][n] = compare(w, H[n], ours32, run_ours(w, H[n], setting,
-                                                                  torch.float64))
+                                                                  torch.float64), levels)
             for grid in grids if gptq else []:
                 theirs, (scale, zero) = run_reference(quant, gptq, w, H[n], setting, grid)
                 mine = ours32 if grid == "shared" else run_ours(w, H[n], setting, torch.float32,
                                                                 grid=(scale, zero))
-                row["reference"].setdefault(grid, {})[n] = compare(w, H[n], mine, theirs)
+                row["reference"].setdefault(grid, {})[n] = compare(w, H[n], mine, theirs, levels)
                 if grid == "shared":
                     theirs_runs[name, n] = theirs
                 if (twin := DIFFERS_BY_DESIGN.get(name)) and grid == "shared":
                     # the reference against itself at blocks of 32: its result depends on the
                     # block size (ours does not: tests/test_quantize_gptq.py)
                     row.setdefault("reference_vs_its_twin", {})[n] = compare(
-                        w, H[n], theirs, theirs_runs[twin, n])
+                        w, H[n], theirs, theirs_runs[twin, n], levels)
         row["summary"] = {g: summary(v) for g, v in row["reference"].items()}
         row["summary"]["float64"] = summary(row["float64"])
         if "reference_vs_its_twin" in row:

@@ -6,7 +6,10 @@ its control (the same fine-tune without fake quantization, rounded afterwards; w
 ``--control-gptq`` also quantized by GPTQ), 3 seeds each, the embeddings as ``--qat-embeddings``
 says; then int8 matrix products against float32 on this CPU. ``--parts calibration``: GPTQ at int3
 per row and int3/int4 per group of 32 (embeddings int8) with its calibration windows drawn by each
-of ``--calibration-seeds``, to show what the draw alone moves.
+of ``--calibration-seeds``, to show what the draw alone moves. ``--parts asym``: round-to-nearest
+symmetric against asymmetric (a zero point per row or group), per row and per group of 32, at int4
+and int3, the embeddings int8: bits per character, the paired asymmetric-minus-symmetric difference,
+the bytes (zero points included), and how each grid uses its codes.
 
 Quality: bits per character over the whole validation split cut into consecutive windows of the
 model's block size (64), the same windows for every part, with 95% percentile-bootstrap intervals
@@ -52,6 +55,22 @@ def score(model, x, y, base=None):
         out["delta_bpc"] = bits_per_char(losses - base)
         out["delta_ci"] = bootstrap_interval(losses - base)
     return out, losses
+
+
+def grid_use(stored: dict, bits: int) -> dict:
+    """How a rounding's linear layers use their grid: the mean share of the 2**bits codes that a
+    group's (or row's) weights land on, and the bytes of the zero points (0 when symmetric)."""
+    import torch
+    from course_lib.quantize.rtn import unpack_bits
+    used, n, zero_bytes = 0.0, 0, 0
+    for qt in stored.values():
+        if qt.config.bits != bits:  # the int8 embedding tables
+            continue
+        codes = unpack_bits(qt.codes, bits, qt.shape[0] * qt.shape[1]).view(qt.scales.numel(), -1)
+        hit = torch.zeros(len(codes), 2 ** bits).scatter_(1, codes, 1.0)  # (groups, 2**bits)
+        used, n = used + hit.sum().item(), n + len(codes)
+        zero_bytes += 0 if qt.zeros is None else qt.zeros.numel() * qt.zeros.element_size()
+    return {"codes_used": used / n / 2 ** bits, "zero_point_bytes": zero_bytes}
 
 
 def speed(repeats: int) -> dict:
@@ -115,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--calibration-seeds", type=seed_list, default=[0, 1, 2, 3],
                    help="--parts calibration: the seeds drawing GPTQ's calibration windows")
     p.add_argument("--parts", nargs="+", default=["ptq", "qat", "speed"],
-                   choices=["ptq", "qat", "speed", "calibration"])
+                   choices=["ptq", "qat", "speed", "calibration", "asym"])
     add_record_options(p, SHIPPED, "--json")
     args = p.parse_args(argv)
     apply_reference_environment()  # before torch is imported
@@ -127,7 +146,8 @@ def main(argv=None) -> int:
 
     from course_lib.data import load_text, train_val_split
     from course_lib.pretrained import load_pretrained
-    from course_lib.quantize.apply import quantize_gptq, quantize_rtn, stored_bytes, windows
+    from course_lib.quantize.apply import (bits_per_char, bootstrap_interval, quantize_gptq,
+                                           quantize_rtn, stored_bytes, windows)
     from course_lib.quantize.qat import qat_trainer, remove_fake_quantize
     from course_lib.quantize.rtn import QuantConfig
 
@@ -227,6 +247,32 @@ def main(argv=None) -> int:
                 print(f"gptq {config.name:22} calibration seed {seed}: {s['bpc']:.4f} bpc "
                       f"(+{s['delta_bpc']:.4f})", flush=True)
                 record_out.progress(record)
+    if "asym" in args.parts:
+        record["asym"] = []
+        for granularity, group in [g for g in GRANULARITIES if g[0] in args.granularities]:
+            for bits in (4, 3):
+                for symmetric in (True, False):
+                    config = QuantConfig(bits=bits, granularity=granularity,
+                                         group_size=group or 32, symmetric=symmetric)
+                    qmodel, stored = quantize_rtn(model, config)  # embeddings int8
+                    s, losses = score(qmodel, x, y, base)
+                    row = {"method": "rtn", "bits": bits, "granularity": granularity,
+                           "group_size": group, "symmetric": symmetric, "embeddings": "int8",
+                           "bytes": stored_bytes(model, stored), **grid_use(stored, bits), **s}
+                    if symmetric:
+                        sym, sym_scales = losses, {n: q.scales.float() for n, q in stored.items()
+                                                   if q.config.bits == bits}
+                    else:  # paired by window with the symmetric rounding just made
+                        row["minus_sym_bpc"] = bits_per_char(losses - sym)
+                        row["minus_sym_ci"] = bootstrap_interval(losses - sym)
+                        ratio = torch.cat([(stored[n].scales.float() / v).flatten()
+                                           for n, v in sym_scales.items()])
+                        row["median_step_vs_sym"] = ratio.median().item()
+                    record["asym"].append(row)
+                    print(f"rtn  {config.name:23} {s['bpc']:.4f} bpc (+{s['delta_bpc']:.4f}) "
+                          f"{row['bytes']:,} bytes, codes used {row['codes_used']:.0%}",
+                          flush=True)
+                    record_out.progress(record)
     if "speed" in args.parts:
         record["speed"] = speed(args.speed_repeats)
         print(record["speed"], flush=True)

@@ -50,6 +50,33 @@ def test_the_check_fails_on_a_flip_away_from_a_boundary_or_too_many_codes(record
     assert len(bench.check(broken)) == 2
 
 
+def test_a_grid_flip_is_explained_only_when_the_unrounded_scales_sit_at_a_float16_point():
+    """Rounded up to float16, two scales land one float16 step apart whenever their unrounded
+    values lie one each side of a float16 value ``lo``; float32 noise explains that only when both
+    are within the noise of ``lo`` (a gap in steps of the grid: gap * levels / scale)."""
+    import torch
+    lo16 = torch.tensor(0.01, dtype=torch.float16)
+    lo, hi = lo16.double().item(), torch.nextafter(lo16, lo16 + 1).double().item()
+
+    def log(stored, raw, zero=0.0, raw_zero=0.0):  # one row, one column
+        return {k: torch.tensor([[float(v)]], dtype=torch.float64) for k, v in
+                (("scale", stored), ("raw_scale", raw), ("zero", zero), ("raw_zero", raw_zero))}
+
+    def explained(a, b, noise=1e-4):
+        return bench.grid_flip(a, b, 0, 0, 7, noise)["explained"]
+
+    assert explained(log(lo, lo - 1e-10), log(hi, lo + 1e-10))  # a hair each side of lo
+    assert not explained(log(lo, lo - 1e-10), log(hi, hi))  # the top of hi's range: far away
+    assert not explained(log(lo, lo), log(hi, lo + 1e-10), noise=0.0)  # no noise to explain it
+    assert not explained(log(lo, lo - 1e-10), log(hi, lo - 1e-10))  # not one each side
+    two = torch.nextafter(torch.tensor(hi, dtype=torch.float16), lo16 + 1).double().item()
+    assert not explained(log(lo, lo - 1e-10), log(two, lo + 1e-10))  # two float16 steps
+    # the zero point: one code apart only from a value at a half-way point
+    assert explained(log(lo, lo, 3, 3.49999), log(lo, lo, 4, 3.50001))
+    assert not explained(log(lo, lo, 3, 3.2), log(lo, lo, 4, 3.8))
+    assert not explained(log(lo, lo, 3, 3.49999), log(lo, lo, 5, 4.50001))
+
+
 def test_the_setting_that_differs_by_design_does_differ(record):
     """With groups of 32 in blocks of 128 the reference finds a group's grid from weights that
     lack the current block's updates (ours: from the weights as every earlier column left them);
@@ -58,6 +85,11 @@ def test_the_setting_that_differs_by_design_does_differ(record):
     by_name = {s["name"]: s for s in record["settings"]}
     assert by_name[name]["summary"]["shared"]["codes_fraction"] > 0.05
     assert by_name[twin]["summary"]["shared"]["codes_fraction"] <= 1e-3
+    # and float32 noise at a float16 point (grid_flip) does not explain its grids: the check
+    # that explains the same-algorithm grid flips is not one that any differing scale passes
+    design = by_name[name]["summary"]["shared"]
+    assert design["first_flips_after_grid_flip"] > 1000
+    assert design["grid_flips_explained"] <= 0.01 * design["first_flips_after_grid_flip"]
 
 
 REFERENCE = os.environ.get("GPTQ_REFERENCE")

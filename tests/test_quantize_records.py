@@ -64,3 +64,22 @@ def test_the_whole_model_comparison_scores_our_gptq_as_the_chapter_does():
         assert {(r["block_size"], r["grid"]) for r in rows
                 if (r["bits"], r["program"]) == (bits, "reference")} == {
                     (32, "shared"), (128, "shared"), (128, "theirs")}
+
+
+def test_the_asymmetric_record_pairs_each_zero_point_grid_with_the_charts_symmetric_point():
+    """quantize_asym.json (chapter 23's symmetric against asymmetric RTN at model scale): its
+    symmetric rows are quantize.json's RTN points, bitwise; each asymmetric one stores more bytes
+    by exactly its zero points and carries its paired difference with the symmetric one."""
+    record = json.loads((RECORDS / "quantize_asym.json").read_text())
+    assert record["val_windows"] == 1742
+    rows = {(r["bits"], r["granularity"], r["symmetric"]): r for r in record["asym"]}
+    assert set(rows) == {(b, g, s) for b in (3, 4) for g in ("row", "group")
+                         for s in (True, False)}
+    for bits in (3, 4):
+        for granularity in ("row", "group"):
+            sym, asym = rows[bits, granularity, True], rows[bits, granularity, False]
+            assert sym["delta_bpc"] == ptq_point("rtn", bits, granularity)["delta_bpc"]
+            assert sym["zero_point_bytes"] == 0 < asym["zero_point_bytes"]
+            assert asym["bytes"] - sym["bytes"] == asym["zero_point_bytes"]
+            lo, hi = asym["minus_sym_ci"]
+            assert lo <= asym["minus_sym_bpc"] <= hi
