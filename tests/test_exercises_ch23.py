@@ -130,6 +130,8 @@ def test_quantize_with_grid_correct(capsys):
     (lambda w, scale,
      bits: torch.round(w / scale).clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1), "the code -"),
     (lambda w, scale, bits: torch.round(w / scale).clamp(0, 2 ** bits - 1), "asymmetric range"),
+    (lambda w, scale, bits: (torch.round(w / scale) + 2 ** (bits - 1)).clamp(0, 2 ** bits - 1),
+     "stored codes"),
     (lambda w, scale, bits: torch.trunc(w / scale).clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1),
      "not clamp"),
 ])

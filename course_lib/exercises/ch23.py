@@ -120,6 +120,12 @@ def check_quantize_with_grid(fn) -> None:
             fail(f"you clamp to [0, {2 ** bits - 1}], the asymmetric range: the negative weights "
                  "lose their sign. A symmetric code is signed.",
                  "torch.round(w / scale).clamp(-2**(bits-1), 2**(bits-1) - 1)")
+        if q.min() >= 0 and torch.equal(q.long(), (torch.round(w / scale) - lo).clamp(
+                0, 2 ** bits - 1).long()):
+            fail(f"these are stored codes, offset by {-lo} into [0, {2 ** bits - 1}]: the "
+                 "exercise asks for the signed code.",
+                 "leave out the offset: torch.round(w / scale).clamp(-2**(bits-1), "
+                 "2**(bits-1) - 1)")
         if q.min() < lo or q.max() > hi:
             fail(f"your codes run from {q.min():g} to {q.max():g}: weights past the grid were not "
                  f"clamped to [{lo}, {hi}], so they do not fit in {bits} bits.",
