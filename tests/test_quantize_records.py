@@ -83,3 +83,20 @@ def test_the_asymmetric_record_pairs_each_zero_point_grid_with_the_charts_symmet
             assert asym["bytes"] - sym["bytes"] == asym["zero_point_bytes"]
             lo, hi = asym["minus_sym_ci"]
             assert lo <= asym["minus_sym_bpc"] <= hi
+
+
+def test_qat_at_int6_and_int8_trains_the_int3_records_controls():
+    """quantize_qat_int6_int8.json: 3 seeds of QAT and its control at 6 and 8 bits; the controls'
+    float weights are bitwise those of quantize_qat.json (the same fine-tunes), so chapter 23 can
+    read the rounding cost at every width against one float model per seed."""
+    record, _ = rows("quantize_qat_int6_int8.json")
+    _, int3 = rows("quantize_qat.json")
+    assert record["val_windows"] == 1742
+    assert [r["bits"] for r in record["rtn_reference"]] == [6, 8]
+    for bits in (6, 8):
+        by = {(r["method"], r["seed"]): r for r in record["qat"] if r["bits"] == bits}
+        assert set(by) == {(m, s) for m in ("qat", "fine-tune then rtn") for s in (0, 1, 2)}
+        for seed in (0, 1, 2):
+            control = by["fine-tune then rtn", seed]
+            assert control["float_bpc"] == int3["fine-tune then rtn", seed]["float_bpc"]
+            assert control["steps"] == by["qat", seed]["steps"] == 200
