@@ -11,7 +11,8 @@ scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustnes
 validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
 ``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
 (a pair per seed), item by item on version 2 and in-template, pooled over the pairs, with chapter
-16's paired bootstrap interval.
+16's paired bootstrap interval. Both read the runs of ``--from FILE ...`` (default the shipped
+record).
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -193,15 +194,23 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=count,
                    help="score only the first N items of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
+    p.add_argument("--from", dest="source", type=Path, nargs="+", default=[RECORD],
+                   metavar="FILE", help="the records --paired and --score-v3 read, their runs "
+                   "together (default: the shipped one)")
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
+    for path in args.source:
+        if not path.is_file():
+            p.error(f"--from {path} is not a file: give a record this benchmark wrote")
+    source = json.loads(args.source[0].read_text())
+    source["runs"] += [r for path in args.source[1:] for r in json.loads(path.read_text())["runs"]]
     if args.rejudge:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
         return 0
     if args.paired:
         try:
-            compare_pairs(json.loads(RECORD.read_text()), args.paired)
+            compare_pairs(source, args.paired)
         except ValueError as e:
             p.error(str(e))
         return 0
@@ -209,7 +218,7 @@ def main(argv=None) -> int:
         out = record_file(p, args, RECORD, inputs=[c for _, c in args.score_v3])
         torch.set_num_threads(args.threads)
         try:
-            record = score_v3(json.loads(RECORD.read_text()), args.score_v3, args.limit)
+            record = score_v3(source, args.score_v3, args.limit)
         except ValueError as e:
             p.error(str(e))
         out.finish(record, say=True)

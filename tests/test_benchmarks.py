@@ -199,6 +199,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "chat_model_runs", ["--score-v3", "x"], "expected NAME=CKPT with CKPT a file"),
     (None, "chat_model_runs", ["--paired", "x"], "expected B=A, two run names"),
     (None, "chat_model_runs", ["--paired", "x=chat-char-cpu"], "--paired x: no such run"),
+    (None, "chat_model_runs", ["--paired", "x=y", "--from", "none.json"],
+     "--from none.json is not a file"),
     (None, "chat_robustness", ["--checkpoint", "none.pt"],
      "is not a file: give a chat-sft run's ckpt.pt"),
     (None, "gptq_reference", ["--reference", "none"], "none: no gptq.py and quant.py there"),
