@@ -21,6 +21,16 @@ def test_the_conversations_are_what_the_builder_makes_with_its_seed_and_sha256()
     assert counting.count_sha256(other) != counting.count_sha256(COUNT[:50])
 
 
+def test_the_worked_replies_spell_the_word_count_each_hit_and_end_with_the_count():
+    assert counting.worked_reply("strawberry", "r") == "s-t-r1-a-w-b-e-r2-r3-y: 3"
+    assert counting.worked_reply("sweet", "z") == "s-w-e-e-t: 0"
+    worked = counting.build_count_conversations(worked=True)
+    assert counting.count_sha256(worked) == counting.COUNT_WORKED_SHA256
+    assert [c["messages"][0] for c in worked] == [c["messages"][0] for c in COUNT]
+    assert all(w["messages"][1]["content"].endswith(": " + b["messages"][1]["content"])
+               for w, b in zip(worked, COUNT))
+
+
 def test_the_answers_are_drawn_first_each_count_a_fifth():
     """The label distribution: 0..MAX_COUNT, each exactly a fifth (the shipped data's letters
     answers are nearly all 0 to 2), and the reply is the bare number."""

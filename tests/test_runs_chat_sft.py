@@ -196,7 +196,7 @@ def test_count_first_adds_letters_conversations_records_them_and_resumes_with_th
     assert main(args + ["--max-iters", "1"]) == 0
     count = load_checkpoint(out / "ckpt.pt")["trained_on"]["count_first"]
     assert count == {"n": counting.COUNT_SIZE, "seed": counting.COUNT_SEED,
-                     "sha256": counting.COUNT_SHA256}
+                     "sha256": counting.COUNT_SHA256, "reply": "bare"}
     shipped = load_conversations()
     data = chat_sft._data(None, count)
     assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
@@ -210,6 +210,12 @@ def test_count_first_adds_letters_conversations_records_them_and_resumes_with_th
     capsys.readouterr()
     assert main(chat_sft_args(plain, "--count-first") + ["--max-iters", "2", "--resume"]) == 2
     assert "--count-first:" in capsys.readouterr().err
+    assert main(args + ["--count-first", "worked", "--max-iters", "3", "--resume"]) == 2
+    assert "--count-first worked: " in capsys.readouterr().err
+    worked = chat_sft._data(None, {**count, "reply": "worked",
+                                   "sha256": counting.COUNT_WORKED_SHA256})
+    assert worked["train"][-1]["messages"][1]["content"].endswith(
+        ": " + data["train"][-1]["messages"][1]["content"])
     with pytest.raises(ValueError, match="--count-first: .*not the ones the run started on"):
         chat_sft._data(None, {**count, "sha256": "0" * 64})
 

@@ -17,11 +17,13 @@ in-template) without counting. Here the **answer is drawn first**: the count k t
 more than 4 times (8 words do 4 times: "senseless", "possessed"...), and the words a reader asks
 about ("banana", "strawberry", "tomorrow") hold theirs 3 times.
 
-The reply is the bare number, as in the shipped conversations: a worked reply ("b-a-n-a-n-a: a at
-2, 4, 6, so 3"), which nanochat's spelling-bee task uses, would be judged right by the robustness
-rule (the last number in the reply) but wrong by the in-template rule (the reply's text equal to
-the count, ``chat.scores``), so under the unchanged rules only the bare number is judged fairly on
-both.
+The reply is the bare number, as in the shipped conversations: a worked reply, as nanochat's
+spelling-bee task writes (the word spelled out, each hit marked with the count so far, then the
+count), would be judged right by the robustness rule (the last number in the reply) but wrong by
+the in-template rule (the reply's text equal to the count, ``chat.scores``), so under the unchanged
+rules only the bare number is judged fairly on both. ``worked=True`` writes the worked reply
+(:func:`worked_reply`, ``s-t-r1-a-w-b-e-r2-r3-y: 3``) instead, an experiment: a model trained on it
+can only be compared on the robustness sets.
 
 The phrasings are the shipped ones (``phrasing.ASK_LETTERS``) and ``chat.variety``'s (with its
 greetings, courtesies, typos, case and spacing noise). A conversation whose request has the
@@ -49,6 +51,8 @@ LONGEST = 12  # letters in a string that is no word
 # the SHA-256 of build_count_conversations() (variety.more_sha256): a change to the generator
 # changes it, and with it what a --count-first run trained on
 COUNT_SHA256 = "fa95bd174e6c8b03537206e46f66bbcc2a924167a5aef4bdb8d66aab73e714e9"
+# the same with worked=True
+COUNT_WORKED_SHA256 = "c360f0352771ac22ec8ff863df020744eb1552e1258146845193310c47df250d"
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -96,6 +100,16 @@ def request(word: str, letter: str, rng: random.Random) -> str:
     return case_and_space(template.format(c=letter, w=word), rng)
 
 
+def worked_reply(word: str, letter: str) -> str:
+    """The word spelled with "-", each ``letter`` followed by the count so far, then ": " and the
+    count: ``worked_reply("strawberry", "r") == "s-t-r1-a-w-b-e-r2-r3-y: 3"``."""
+    seen, out = 0, []
+    for char in word.lower():
+        seen += char == letter.lower()
+        out.append(f"{char}{seen}" if char == letter.lower() else char)
+    return "-".join(out) + f": {seen}"
+
+
 def held_out_requests() -> tuple[set[str], set[str]]:
     """(the abstracted forms of robustness versions 2 and 3, the normalized validation and test
     user messages of chat.json): what no added request may be."""
@@ -107,10 +121,11 @@ def held_out_requests() -> tuple[set[str], set[str]]:
 
 
 @functools.lru_cache(maxsize=2)  # a run's start builds them twice (its record, its batches)
-def build_count_conversations(n: int = COUNT_SIZE, seed: int = COUNT_SEED) -> list[dict]:
+def build_count_conversations(n: int = COUNT_SIZE, seed: int = COUNT_SEED,
+                              worked: bool = False) -> list[dict]:
     """``n`` one-exchange letters conversations (``{"task", "messages", "forms"}``) drawn count
     first from ``random.Random(seed)`` over chat.data's training pool: the i-th answers
-    ``i % (MAX_COUNT + 1)``."""
+    ``i % (MAX_COUNT + 1)``, as the bare number or (``worked``) as :func:`worked_reply`."""
     pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
     pairs = pairs_by_count(pool["words"])
     forms, texts = held_out_requests()
@@ -123,7 +138,8 @@ def build_count_conversations(n: int = COUNT_SIZE, seed: int = COUNT_SEED) -> li
         if form in forms or normalized(text) in texts:
             continue
         messages = [{"role": "user", "content": text},
-                    {"role": "assistant", "content": str(word.count(letter))}]
+                    {"role": "assistant", "content": (worked_reply(word, letter) if worked
+                                                      else str(word.count(letter)))}]
         if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
             out.append({"task": "letters", "messages": messages, "forms": [form]})
     return out

@@ -67,6 +67,11 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                                  f"{'' if trained_on.get(key) else 'not '}trained on the "
                                  f"added conversations, and a resumed run keeps how it started; "
                                  f"leave {option} out to continue it")
+        counted, given = trained_on.get("count_first"), options.get("count_first")
+        if counted and isinstance(given, str) and given != counted.get("reply", "bare"):
+            raise ValueError(f"--count-first {given}: {path} was trained on "
+                             f"{counted.get('reply', 'bare')} replies, and a resumed run keeps how "
+                             "it started; leave --count-first out to continue it")
         if (options.get("pack") is not None
                 and bool(options["pack"]) != bool(trained_on.get("pack"))):
             raise ValueError(f"--pack: {path} was "
@@ -98,7 +103,8 @@ def _data(more: dict | None, count: dict | None = None) -> dict | None:
         built = build_more_conversations(more["n"], more["seed"])
         added += _added("--more-phrasings", more, built, more_sha256(built))
     if count:
-        built = build_count_conversations(count["n"], count["seed"])
+        built = build_count_conversations(count["n"], count["seed"],
+                                          worked=count.get("reply") == "worked")
         added += _added("--count-first", count, built, count_sha256(built))
     data = load_conversations()
     return {**data, "train": data["train"] + added}
@@ -122,7 +128,8 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     than the base's (``extend_positions``, the new
     rows copies of the base's), refused if shorter. ``more_phrasings``: chat.variety's conversations
     added to the training split (recorded by their number, seed and SHA-256); ``count_first``:
-    chat.counting's letters conversations drawn count first, added and recorded the same way."""
+    chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
+    added and recorded the same way."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -145,12 +152,17 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
                   **({"more_phrasings": {"n": MORE_SIZE, "seed": MORE_SEED,
                                          "sha256": more_sha256(build_more_conversations())}}
                      if more_phrasings else {}),
-                  **({"count_first": {"n": COUNT_SIZE, "seed": COUNT_SEED,
-                                      "sha256": count_sha256(build_count_conversations())}}
-                     if count_first else {}),
+                  **({"count_first": _count_record(count_first)} if count_first else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on,
                     out_dir=out_dir, progress=progress, verbose=verbose)
+
+
+def _count_record(reply) -> dict:
+    """What ``--count-first [bare|worked]`` adds, as a run records it."""
+    reply = reply if isinstance(reply, str) else "bare"
+    built = build_count_conversations(worked=reply == "worked")
+    return {"n": COUNT_SIZE, "seed": COUNT_SEED, "sha256": count_sha256(built), "reply": reply}
 
 
 def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratch) -> None:
