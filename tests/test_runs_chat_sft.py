@@ -182,6 +182,7 @@ def test_more_phrasings_adds_training_conversations_records_them_and_resumes_wit
         chat_sft._data({**more, "sha256": "0" * 64})
 
 
+@pytest.mark.slow  # about 30 s on 2 loaded cores: three short runs and 6,000 conversations
 def test_count_first_adds_letters_conversations_records_them_and_resumes_with_them(tmp_path,
                                                                                    capsys):
     """``chat-sft --count-first`` (issue 54): chat.counting's conversations join the training split
