@@ -3,7 +3,9 @@ drawn count first (``course_lib.chat.counting``) from the VALIDATION words of ``
 out from training) and letter strings (``--seed``, other draws than training's), asked in the
 shipped phrasings (``phrasing.ASK_LETTERS``: no phrasing noise, so it measures counting), greedy.
 Per model and k, the share right by the in-template rule (the reply is the count) and by the
-robustness rule (the last number in the reply is the count), and its most frequent replies.
+robustness rule (the last number in the reply is the count), and its most frequent replies; and the
+letters conversations of the in-template test split (``chat.json``) judged by both rules
+(``in_template``), which tells a worked reply's counting from its format.
 
     python benchmarks/chat_count_probe.py --model NAME=CKPT ... [--shipped] [--per-count 50]
         [--json FILE]
@@ -26,10 +28,10 @@ import torch  # noqa: E402
 
 from bench_args import add_record_options, count, record_file, seed_number  # noqa: E402
 from course_lib.chat import counting  # noqa: E402
-from course_lib.chat.data import _pools  # noqa: E402
+from course_lib.chat.data import _pools, load_conversations  # noqa: E402
 from course_lib.chat.engine import ChatEngine, load_chat_model  # noqa: E402
 from course_lib.chat.phrasing import ASK_LETTERS  # noqa: E402
-from course_lib.chat.scores import play, reply_text  # noqa: E402
+from course_lib.chat.scores import play, reference, reply_text  # noqa: E402
 
 
 def named_checkpoint(text: str) -> tuple[str, Path]:
@@ -54,6 +56,20 @@ def probe_items(per_count: int, seed: int) -> list[tuple[int, str]]:
     return items
 
 
+def judged(reply: str, answer: str) -> tuple[bool, bool]:
+    """(the reply is the answer, the reply's last number is the answer)."""
+    numbers = re.findall(r"-?\d+", reply)
+    return reply.strip() == answer, bool(numbers) and numbers[-1] == answer
+
+
+def in_template(engine) -> dict:
+    """The in-template test split's letters conversations, judged by both rules."""
+    items = [c for c in load_conversations("test") if c["task"] == "letters"]
+    rows = [judged(reply_text(play(engine, c)[-1]), reference(c)) for c in items]
+    return {"exact": sum(e for e, _ in rows) / len(rows),
+            "last_number": sum(n for _, n in rows) / len(rows), "n": len(rows)}
+
+
 def probe(model, tokenizer, items: list[tuple[int, str]]) -> dict:
     engine = ChatEngine(model, tokenizer, temperature=0.0, max_reply_tokens=40)
     exact, last, said = Counter(), Counter(), Counter()
@@ -68,7 +84,7 @@ def probe(model, tokenizer, items: list[tuple[int, str]]) -> dict:
     return {"exact": {k: exact[k] / n for k in ks}, "last_number": {k: last[k] / n for k in ks},
             "all_exact": sum(exact.values()) / len(items),
             "all_last_number": sum(last.values()) / len(items),
-            "answers": dict(said.most_common(6))}
+            "answers": dict(said.most_common(6)), "in_template": in_template(engine)}
 
 
 def main(argv=None) -> int:
@@ -93,7 +109,9 @@ def main(argv=None) -> int:
         print(f"{name:16} exact " + " ".join(f"{v:.2f}" for v in row["exact"].values())
               + f" all {row['all_exact']:.3f} | last number "
               + " ".join(f"{v:.2f}" for v in row["last_number"].values())
-              + f" all {row['all_last_number']:.3f} | {row['answers']}", flush=True)
+              + f" all {row['all_last_number']:.3f} | in-template letters exact "
+              + f"{row['in_template']['exact']:.3f} last number "
+              + f"{row['in_template']['last_number']:.3f} | {row['answers']}", flush=True)
     out.finish(record, say=True)
     return 0
 
