@@ -9,6 +9,10 @@ and the test split's conversations
 scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 ``--score-v3 NAME=CKPT ...`` adds version 3, the blind test set (``robustness_v3``), and the
 validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
+``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
+(a pair per seed), item by item on version 2 and in-template, pooled over the pairs, with chapter
+16's paired bootstrap interval. Both read the runs of ``--from FILE ...`` (default the shipped
+record).
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -41,6 +45,7 @@ from course_lib.chat.robustness import (  # noqa: E402
     load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model  # noqa: E402
+from course_lib.evaluation import paired_comparison  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
 
@@ -118,6 +123,50 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     return record
 
 
+def run_pair(text: str) -> tuple[str, str]:
+    """An argparse type: B=A, two run names of the record (a treatment and its control)."""
+    b, sep, a = text.partition("=")
+    if not sep or not a or not b:
+        raise argparse.ArgumentTypeError(f"expected B=A, two run names of the record, got {text!r}")
+    return b, a
+
+
+def per_item(run: dict) -> dict[str, list[float]]:
+    """A recorded run's per-item scores: version 2 (``v2 all``, ``v2 TASK``) and in-template."""
+    items = load_robustness_set_v2()
+    right = [float(r["right"]) for r in run["v2_replies"]]
+    if [r["request"] for r in run["v2_replies"]] != [i["request"] for i in items]:
+        raise ValueError(f"{run['name']}: its stored replies are not version 2's requests in order")
+    out = {"v2 all": right}
+    for key in dict.fromkeys(k for i in items for k in row_keys(i)):
+        out[f"v2 {key}"] = [x for x, i in zip(right, items) if key in row_keys(i)]
+    for row in run["in_template_rows"]:
+        out[f"in-template {row['task']}"] = row["per_item"]
+    return out
+
+
+def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
+    """Each pair's scores, and per score the paired comparison B - A over the items of every pair
+    (an item of seed 0 and the same item of seed 1 are two pairs)."""
+    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
+    for name in (n for pair in pairs for n in pair):
+        if name not in runs:
+            raise ValueError(f"--paired {name}: no such run in the record; give one of "
+                             f"{', '.join(runs)}")
+    scores = [(per_item(runs[b]), per_item(runs[a])) for b, a in pairs]
+    out = {}
+    for key in scores[0][0]:
+        b = [x for sb, _ in scores for x in sb[key]]
+        a = [x for _, sa in scores for x in sa[key]]
+        each = [(sum(sb[key]) / len(sb[key]), sum(sa[key]) / len(sa[key])) for sb, sa in scores]
+        out[key] = {"pairs": each, **paired_comparison(b, a)}
+        low, high = out[key]["interval"]
+        print(f"{key:<36} " + "  ".join(f"{x:.2f} vs {y:.2f}" for x, y in each)
+              + f"  | B-A {out[key]['diff']:+.3f} [{low:+.3f}, {high:+.3f}]"
+              + f" wins B:A {out[key]['a_wins']}:{out[key]['b_wins']}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
@@ -130,6 +179,9 @@ def main(argv=None) -> int:
     source.add_argument("--score-v3", type=named_checkpoint, nargs="+", metavar="NAME=CKPT",
                         help="score these runs of the record on version 3 (the blind test set) "
                         "and store their validation-loss history from the checkpoint")
+    source.add_argument("--paired", type=run_pair, nargs="+", metavar="B=A",
+                        help="no model: compare recorded runs B against their controls A, item "
+                        "by item (version 2, in-template), pooled over the pairs")
     p.add_argument("--name",
                    help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
@@ -142,17 +194,31 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=count,
                    help="score only the first N items of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
+    p.add_argument("--from", dest="source", type=Path, nargs="+", default=[RECORD],
+                   metavar="FILE", help="the records --paired and --score-v3 read, their runs "
+                   "together (default: the shipped one)")
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
+    for path in args.source:
+        if not path.is_file():
+            p.error(f"--from {path} is not a file: give a record this benchmark wrote")
+    source = json.loads(args.source[0].read_text())
+    source["runs"] += [r for path in args.source[1:] for r in json.loads(path.read_text())["runs"]]
     if args.rejudge:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
+        return 0
+    if args.paired:
+        try:
+            compare_pairs(source, args.paired)
+        except ValueError as e:
+            p.error(str(e))
         return 0
     if args.score_v3:
         out = record_file(p, args, RECORD, inputs=[c for _, c in args.score_v3])
         torch.set_num_threads(args.threads)
         try:
-            record = score_v3(json.loads(RECORD.read_text()), args.score_v3, args.limit)
+            record = score_v3(source, args.score_v3, args.limit)
         except ValueError as e:
             p.error(str(e))
         out.finish(record, say=True)

@@ -182,6 +182,45 @@ def test_more_phrasings_adds_training_conversations_records_them_and_resumes_wit
         chat_sft._data({**more, "sha256": "0" * 64})
 
 
+@pytest.mark.slow  # about 30 s on 2 loaded cores: three short runs and 6,000 conversations
+def test_count_first_adds_letters_conversations_records_them_and_resumes_with_them(tmp_path,
+                                                                                   capsys):
+    """``chat-sft --count-first`` (issue 54): chat.counting's conversations join the training split
+    only, the checkpoint records their number, seed
+    and SHA-256, a resume keeps them, and the option given to a run started without it is
+    refused."""
+    from course_lib.chat import counting
+    from course_lib.chat.data import load_conversations
+
+    out = tmp_path / "chat"
+    args = chat_sft_args(out, "--count-first")
+    assert main(args + ["--max-iters", "1"]) == 0
+    count = load_checkpoint(out / "ckpt.pt")["trained_on"]["count_first"]
+    assert count == {"n": counting.COUNT_SIZE, "seed": counting.COUNT_SEED,
+                     "sha256": counting.COUNT_SHA256, "reply": "bare"}
+    shipped = load_conversations()
+    data = chat_sft._data(None, count)
+    assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
+    assert len(data["train"]) == len(shipped["train"]) + counting.COUNT_SIZE
+    args.remove("--count-first")
+    assert main(args + ["--max-iters", "2", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["count_first"] == count
+    capsys.readouterr()
+    plain = tmp_path / "plain"
+    assert main(chat_sft_args(plain) + ["--max-iters", "1"]) == 0
+    capsys.readouterr()
+    assert main(chat_sft_args(plain, "--count-first") + ["--max-iters", "2", "--resume"]) == 2
+    assert "--count-first:" in capsys.readouterr().err
+    assert main(args + ["--count-first", "worked", "--max-iters", "3", "--resume"]) == 2
+    assert "--count-first worked: " in capsys.readouterr().err
+    worked = chat_sft._data(None, {**count, "reply": "worked",
+                                   "sha256": counting.COUNT_WORKED_SHA256})
+    assert worked["train"][-1]["messages"][1]["content"].endswith(
+        ": " + data["train"][-1]["messages"][1]["content"])
+    with pytest.raises(ValueError, match="--count-first: .*not the ones the run started on"):
+        chat_sft._data(None, {**count, "sha256": "0" * 64})
+
+
 def test_extend_positions_copies_the_learned_rows_or_stretches_them():
     """``extend_positions`` (issue 54): "copy" repeats the T0 rows, so the outputs over the first
     T0 positions are the model's own; "interpolate" keeps the first and last rows at both ends;

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..chat.counting import (COUNT_SEED, COUNT_SIZE, build_count_conversations,
+                             count_sha256)
 from ..chat.data import (CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config,
                          load_conversations)
 from ..chat.template import chat_tokenizer
@@ -57,12 +59,19 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                              "another --out")
         _check_same_start(path, trained_on, options.get("base_checkpoint"),
                           options.get("from_scratch"))
-        more = options.get("more_phrasings")
-        if more is not None and bool(more) != bool(trained_on.get("more_phrasings")):
-            raise ValueError(f"--more-phrasings: {path} was "
-                             f"{'' if trained_on.get('more_phrasings') else 'not '}trained on the "
-                             "added conversations, and a resumed run keeps how it started; leave "
-                             "--more-phrasings out to continue it")
+        for option, key in (("--more-phrasings", "more_phrasings"),
+                            ("--count-first", "count_first")):
+            given = options.get(key)
+            if given is not None and bool(given) != bool(trained_on.get(key)):
+                raise ValueError(f"{option}: {path} was "
+                                 f"{'' if trained_on.get(key) else 'not '}trained on the "
+                                 f"added conversations, and a resumed run keeps how it started; "
+                                 f"leave {option} out to continue it")
+        counted, given = trained_on.get("count_first"), options.get("count_first")
+        if counted and isinstance(given, str) and given != counted.get("reply", "bare"):
+            raise ValueError(f"--count-first {given}: {path} was trained on "
+                             f"{counted.get('reply', 'bare')} replies, and a resumed run keeps how "
+                             "it started; leave --count-first out to continue it")
         if (options.get("pack") is not None
                 and bool(options["pack"]) != bool(trained_on.get("pack"))):
             raise ValueError(f"--pack: {path} was "
@@ -74,38 +83,53 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                 {"block_size": block_size})
 
 
-def _data(more: dict | None) -> dict | None:
+def _added(option: str, record: dict, built: list[dict], sha256: str) -> list[dict]:
+    """Added conversations, refused if they are not the ones the run recorded."""
+    if sha256 != record["sha256"]:
+        raise ValueError(f"{option}: this course_lib's added conversations (SHA-256 "
+                         f"{sha256[:12]}...) are not the ones the run started on "
+                         f"({record['sha256'][:12]}...): start a new run in another --out")
+    return built
+
+
+def _data(more: dict | None, count: dict | None = None) -> dict | None:
     """The conversations a run trains on: the shipped ones, and with ``more`` (a run's record of
-    ``--more-phrasings``) chat.variety's added to the training split, refused if they are not
-    the ones the run recorded."""
-    if not more:
+    ``--more-phrasings``) chat.variety's, with ``count`` (of ``--count-first``) chat.counting's
+    added to the training split, refused if they are not the ones the run recorded."""
+    if not more and not count:
         return None
-    added = build_more_conversations(more["n"], more["seed"])
-    if more_sha256(added) != more["sha256"]:
-        raise ValueError("--more-phrasings: this course_lib's added conversations (SHA-256 "
-                         f"{more_sha256(added)[:12]}...) are not the ones the run started on "
-                         f"({more['sha256'][:12]}...): start a new run in another --out")
+    added = []
+    if more:
+        built = build_more_conversations(more["n"], more["seed"])
+        added += _added("--more-phrasings", more, built, more_sha256(built))
+    if count:
+        built = build_count_conversations(count["n"], count["seed"],
+                                          worked=count.get("reply") == "worked")
+        added += _added("--count-first", count, built, count_sha256(built))
     data = load_conversations()
     return {**data, "train": data["train"] + added}
 
 
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
     batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device,
-                             data=_data(trained_on.get("more_phrasings")),
+                             data=_data(trained_on.get("more_phrasings"),
+                                       trained_on.get("count_first")),
                              pack=bool(trained_on.get("pack")))
     return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
                    trained_on=trained_on, **options)
 
 
 def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None,
-           from_scratch=None, pack=None, more_phrasings=None) -> Trainer:
+           from_scratch=None, pack=None, more_phrasings=None, count_first=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
     conversations (``chat_batch_fn``), no padding. ``plan.extra["block_size"]``: a longer context
     than the base's (``extend_positions``, the new
     rows copies of the base's), refused if shorter. ``more_phrasings``: chat.variety's conversations
-    added to the training split (recorded by their number, seed and SHA-256)."""
+    added to the training split (recorded by their number, seed and SHA-256); ``count_first``:
+    chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
+    added and recorded the same way."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -128,9 +152,17 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
                   **({"more_phrasings": {"n": MORE_SIZE, "seed": MORE_SEED,
                                          "sha256": more_sha256(build_more_conversations())}}
                      if more_phrasings else {}),
+                  **({"count_first": _count_record(count_first)} if count_first else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on,
                     out_dir=out_dir, progress=progress, verbose=verbose)
+
+
+def _count_record(reply) -> dict:
+    """What ``--count-first [bare|worked]`` adds, as a run records it."""
+    reply = reply if isinstance(reply, str) else "bare"
+    built = build_count_conversations(worked=reply == "worked")
+    return {"n": COUNT_SIZE, "seed": COUNT_SEED, "sha256": count_sha256(built), "reply": reply}
 
 
 def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratch) -> None:
@@ -148,7 +180,7 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 
 
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
-             from_scratch=None, pack=None, more_phrasings=None) -> Trainer:
+             from_scratch=None, pack=None, more_phrasings=None, count_first=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent,
                     progress=progress, verbose=verbose)
@@ -172,7 +204,7 @@ CHAT_SFT = register_kind(RunKind(
     report=_report,
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
-    options=("base_checkpoint", "from_scratch", "pack", "more_phrasings"),
+    options=("base_checkpoint", "from_scratch", "pack", "more_phrasings", "count_first"),
     default_out=lambda options: "runs/chat"))
 
 

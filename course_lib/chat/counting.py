@@ -1,0 +1,150 @@
+"""Letter-counting conversations drawn count first (issue 54, chapter 17): ``chat-sft
+--count-first``.
+
+The shipped conversations (and ``--more-phrasings``') draw a letters request word first: a word,
+then a letter of it (or "e", "a", "z"), and the answer is whatever the count comes to. Words of 4 to
+9 letters rarely hold a letter three times, so the answers are nearly all 0, 1 or 2 (42 of 5,143
+training answers above 2) and a model can score well by the prior ("1" is right 60% of the time
+in-template) without counting. Here the **answer is drawn first**: the count k takes each value of
+0..:data:`MAX_COUNT` in turn (a fifth each), then a letter and a word with exactly k of it:
+
+- half the time a word of the training list (``chat.data``'s training pool) that holds the letter
+  exactly k times (for k = 0, a letter the word lacks);
+- otherwise a string of letters that is no word of any split (``chat.data``'s rule for the skill,
+  not a list), 3 to 12 letters long, with the letter at k random places and other letters elsewhere.
+
+``MAX_COUNT`` is 4: no word of the course's list (4 to 9 letters, tiny Shakespeare) holds a letter
+more than 4 times (8 words do 4 times: "senseless", "possessed"...), and the words a reader asks
+about ("banana", "strawberry", "tomorrow") hold theirs 3 times.
+
+The reply is the bare number, as in the shipped conversations: a worked reply, as nanochat's
+spelling-bee task writes (the word spelled out, each hit marked with the count so far, then the
+count), would be judged right by the robustness rule (the last number in the reply) but wrong by
+the in-template rule (the reply's text equal to the count, ``chat.scores``), so under the unchanged
+rules only the bare number is judged fairly on both. ``worked=True`` writes the worked reply
+(:func:`worked_reply`, ``s-t-r1-a-w-b-e-r2-r3-y: 3``) instead, an experiment: a model trained on it
+can only be compared on the robustness sets.
+
+The phrasings are the shipped ones (``phrasing.ASK_LETTERS``) and ``chat.variety``'s (with its
+greetings, courtesies, typos, case and spacing noise). A conversation whose request has the
+abstracted form of a request of robustness version 2 or 3 (the development and the blind test
+set, compared by form only: nothing is read from them) or is a validation or test request of
+``chat.json`` is drawn again.
+"""
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter
+
+from .data import MAX_TOKENS, _pools, char_chat_tokenizer, load_conversations
+from .phrasing import ASK_LETTERS, abstracted, normalized
+from .robustness import load_robustness_set_v3, request_form
+from .template import render
+from .variety import ASK_COUNT, case_and_space, dress, held_out_v2_forms, more_sha256
+
+COUNT_SIZE = 6000  # training conversations added
+COUNT_SEED = 5454
+MAX_COUNT = 4  # the answers are 0..MAX_COUNT, each a fifth
+WORD_SHARE = 0.5  # of the conversations about a real word (else a string of letters)
+LONGEST = 12  # letters in a string that is no word
+# the SHA-256 of build_count_conversations() (variety.more_sha256): a change to the generator
+# changes it, and with it what a --count-first run trained on
+COUNT_SHA256 = "fa95bd174e6c8b03537206e46f66bbcc2a924167a5aef4bdb8d66aab73e714e9"
+# the same with worked=True
+COUNT_WORKED_SHA256 = "c360f0352771ac22ec8ff863df020744eb1552e1258146845193310c47df250d"
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+def pairs_by_count(words: list[str]) -> dict[int, list[tuple[str, str]]]:
+    """For each k in 1..MAX_COUNT, the (word, letter) pairs of ``words`` whose letter the word holds
+    exactly k times."""
+    out: dict[int, list[tuple[str, str]]] = {k: [] for k in range(1, MAX_COUNT + 1)}
+    for word in words:
+        for letter, k in sorted(Counter(word).items()):
+            if k <= MAX_COUNT:
+                out[k].append((word, letter))
+    return out
+
+
+def letter_string(k: int, letter: str, rng: random.Random, words: set[str]) -> str:
+    """A string of 3 to LONGEST letters (at least k + 1) that is no word of ``words``, holding
+    ``letter`` at exactly k random places."""
+    while True:
+        n = rng.randint(max(3, k + 1), LONGEST)
+        others = ALPHABET.replace(letter, "")
+        chars = [rng.choice(others) for _ in range(n)]
+        for i in rng.sample(range(n), k):
+            chars[i] = letter
+        text = "".join(chars)
+        if text not in words:
+            return text
+
+
+def draw_item(k: int, pool: dict, pairs: dict, rng: random.Random) -> tuple[str, str]:
+    """(word, letter) with ``word.count(letter) == k``: a training word or a string of letters."""
+    if rng.random() < WORD_SHARE:
+        if k == 0:
+            word = rng.choice(pool["words"])
+            return word, rng.choice(sorted(set(ALPHABET) - set(word)))
+        return rng.choice(pairs[k])
+    letter = rng.choice(ALPHABET)
+    return letter_string(k, letter, rng, pool["pseudo"]), letter
+
+
+def request(word: str, letter: str, rng: random.Random) -> str:
+    """A letters request as a user types it: a shipped phrasing (a third of the time) or one of
+    chat.variety's, dressed with its noise."""
+    template = (rng.choice(ASK_LETTERS) if rng.random() < 1 / 3
+                else dress(rng.choice(ASK_COUNT), rng))
+    return case_and_space(template.format(c=letter, w=word), rng)
+
+
+def worked_reply(word: str, letter: str) -> str:
+    """The word spelled with "-", each ``letter`` followed by the count so far, then ": " and the
+    count: ``worked_reply("strawberry", "r") == "s-t-r1-a-w-b-e-r2-r3-y: 3"``."""
+    seen, out = 0, []
+    for char in word.lower():
+        seen += char == letter.lower()
+        out.append(f"{char}{seen}" if char == letter.lower() else char)
+    return "-".join(out) + f": {seen}"
+
+
+def held_out_requests() -> tuple[set[str], set[str]]:
+    """(the abstracted forms of robustness versions 2 and 3, the normalized validation and test
+    user messages of chat.json): what no added request may be."""
+    forms = held_out_v2_forms() | {request_form(item) for item in load_robustness_set_v3()}
+    data = load_conversations()
+    texts = {normalized(m["content"]) for split in ("val", "test") for c in data[split]
+             for m in c["messages"] if m["role"] == "user" and isinstance(m["content"], str)}
+    return forms, texts
+
+
+@functools.lru_cache(maxsize=2)  # a run's start builds them twice (its record, its batches)
+def build_count_conversations(n: int = COUNT_SIZE, seed: int = COUNT_SEED,
+                              worked: bool = False) -> list[dict]:
+    """``n`` one-exchange letters conversations (``{"task", "messages", "forms"}``) drawn count
+    first from ``random.Random(seed)`` over chat.data's training pool: the i-th answers
+    ``i % (MAX_COUNT + 1)``, as the bare number or (``worked``) as :func:`worked_reply`."""
+    pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
+    pairs = pairs_by_count(pool["words"])
+    forms, texts = held_out_requests()
+    out = []
+    while len(out) < n:
+        k = len(out) % (MAX_COUNT + 1)
+        word, letter = draw_item(k, pool, pairs, rng)
+        text = request(word, letter, rng)
+        form = abstracted(text, word=word, letter=letter)
+        if form in forms or normalized(text) in texts:
+            continue
+        messages = [{"role": "user", "content": text},
+                    {"role": "assistant", "content": (worked_reply(word, letter) if worked
+                                                      else str(word.count(letter)))}]
+        if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
+            out.append({"task": "letters", "messages": messages, "forms": [form]})
+    return out
+
+
+def count_sha256(conversations: list[dict]) -> str:
+    """The SHA-256 of the conversations (variety's :func:`more_sha256`)."""
+    return more_sha256(conversations)
