@@ -85,6 +85,18 @@ def seed_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: write seeds as 0,1,2 ({e})") from None
 
 
+def named_checkpoint(what: str):
+    """An argparse type: NAME=CKPT, a name and an existing checkpoint file; ``what`` says what
+    NAME must be, in the one-line error."""
+    def parse(text: str) -> tuple[str, Path]:
+        name, sep, path = text.partition("=")
+        if not sep or not name or not Path(path).is_file():
+            raise argparse.ArgumentTypeError(f"expected NAME=CKPT with CKPT a file, got {text!r}: "
+                                             f"give {what} and its chat-sft checkpoint")
+        return name, Path(path)
+    return parse
+
+
 # --- records: written only when asked, checked before the work, never partial over whole ----------
 
 

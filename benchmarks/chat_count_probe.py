@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+import bench_args  # noqa: E402
 from bench_args import add_record_options, count, record_file, seed_number  # noqa: E402
 from course_lib.chat import counting  # noqa: E402
 from course_lib.chat.data import _pools, load_conversations  # noqa: E402
@@ -34,13 +35,7 @@ from course_lib.chat.phrasing import ASK_LETTERS  # noqa: E402
 from course_lib.chat.scores import play, reference, reply_text  # noqa: E402
 
 
-def named_checkpoint(text: str) -> tuple[str, Path]:
-    """An argparse type: NAME=CKPT, a name for the table and a chat model's checkpoint file."""
-    name, sep, path = text.partition("=")
-    if not sep or not name or not Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"expected NAME=CKPT with CKPT a file, got {text!r}: give "
-                                         "a name and a chat-sft checkpoint")
-    return name, Path(path)
+named_checkpoint = bench_args.named_checkpoint("a name")
 
 
 def probe_items(per_count: int, seed: int) -> list[tuple[int, str]]:

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+import bench_args  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
@@ -88,13 +89,7 @@ def rejudge(record: dict) -> dict:
     return record
 
 
-def named_checkpoint(text: str) -> tuple[str, Path]:
-    """An argparse type: NAME=CKPT, a run already in the record and its checkpoint file."""
-    name, sep, path = text.partition("=")
-    if not sep or not name or not Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"expected NAME=CKPT with CKPT a file, got {text!r}: give "
-                                         "a run's name in the record and its chat-sft checkpoint")
-    return name, Path(path)
+named_checkpoint = bench_args.named_checkpoint("a run's name in the record")
 
 
 def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
