@@ -265,3 +265,40 @@ def test_eval_json_is_strict_json_when_bits_per_byte_are_infinite(checkpoints, t
     strict = course_lib.evaluation.report_card._strict_json({"a": [float("nan"), -float("inf"),
                                                                    1.5], "b": (2, "x")})
     assert strict == {"a": ["NaN", "-Infinity", 1.5], "b": [2, "x"]}
+
+
+def test_a_chat_models_card_adds_the_robustness_sets_scored_by_their_rules():
+    """course_lib.chat.robustness.card_rows: each set's first requests asked greedily, the share
+    right by each request's rule, and as baseline the best single constant reply; nothing for a
+    model whose tokenizer is not a chat tokenizer."""
+    from chat_helpers import TOK, Cycling, ids_of
+    from course_lib.chat.robustness import CARD_SETS, card_rows, is_right
+    from course_lib.chat.template import END
+    model = Cycling(ids_of("3", END))  # answers "3" to everything
+    rows = card_rows(model, TOK, limit=8)
+    assert [r["task"] for r in rows] == list(CARD_SETS) == ["chat-v2", "chat-v3"]
+    for row, (load, _) in zip(rows, CARD_SETS.values()):
+        items = load()[:8]
+        assert row["n"] == 8 and row["replies"] == ["3"] * 8
+        assert row["per_item"] == [float(is_right(i, "3")) for i in items]
+        assert row["score"] == sum(row["per_item"]) / 8 <= row["chance"]  # "3" is one constant
+        assert row["baseline"] == "constant" and row["interval"][0] <= row["score"]
+    assert "chat-v3" in format_card({"model": "m", "bits_per_byte": None, "heldout_chars": 0,
+                                     "bits_per_byte_skipped": "-", "tasks": rows})
+    assert card_rows(tiny(), CHARS, limit=2) == []
+
+
+def test_eval_on_the_shipped_chat_model_prints_the_robustness_sets_unless_tasks_are_named(
+        tmp_path, capsys, monkeypatch):
+    import course_lib.evaluation.report_card
+    monkeypatch.setattr(course_lib.evaluation.report_card, "HELDOUT_CHARS", 1500)
+    from course_lib.chat.engine import CHAT_MODEL_PATH as CHAT_CPU_PATH
+    out = tmp_path / "card.json"
+    assert main(["eval", "--checkpoint", str(CHAT_CPU_PATH), "--limit", "2", "--json",
+                 str(out)]) == 0
+    tasks = [r["task"] for r in json.loads(out.read_text())["tasks"]]
+    assert tasks[-2:] == ["chat-v2", "chat-v3"] and "blind test set" in capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(CHAT_CPU_PATH), "--tasks", "arithmetic",
+                 "--limit", "2", "--json", str(tmp_path / "named.json")]) == 0
+    named = json.loads((tmp_path / "named.json").read_text())["tasks"]
+    assert [r["task"] for r in named] == ["arithmetic"]

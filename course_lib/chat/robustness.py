@@ -370,14 +370,16 @@ def best_constant(items: list[dict], task: str) -> dict:
     return {"answer": best, "score": scores[best], "n": len(mine)}
 
 
-def score_robustness(model, tokenizer, items: list[dict] | None = None, seed: int = 0) -> dict:
+def score_robustness(model, tokenizer, items: list[dict] | None = None, seed: int = 0,
+                     progress: bool = False) -> dict:
     """Each request asked greedily in a new conversation (the calculator on); overall, per task, and
     arithmetic in digits and in words apart (:func:`row_keys`): the share right with its standard
     error and bootstrap interval, and every reply. ``items``: version 2 by default."""
+    from tqdm.auto import tqdm
     items = items if items is not None else load_robustness_set_v2()
     engine = ChatEngine(model, tokenizer, temperature=0.0, max_reply_tokens=48)
     rows = []
-    for item in items:
+    for item in tqdm(items, desc="requests", disable=not progress, leave=False):
         engine.reset()
         reply = reply_text(list(engine.stream(item["request"])))
         rows.append({**item, "reply": reply, "right": is_right(item, reply)})
@@ -386,3 +388,34 @@ def score_robustness(model, tokenizer, items: list[dict] | None = None, seed: in
         out[key] = summarize([float(r["right"]) for r in rows if key in row_keys(r)], seed)
     out["rows"] = rows
     return out
+
+
+CARD_SETS = {  # report-card name -> (loader, what it asks)
+    "chat-v2": (load_robustness_set_v2, "chapter 17's development set: requests as readers type "
+                "them, in no training form"),
+    "chat-v3": (load_robustness_set_v3, "chapter 17's blind test set: requests written blind to "
+                "the training phrasings"),
+}
+
+
+def card_rows(model, tokenizer, limit: int | None = None, progress: bool = False) -> list[dict]:
+    """The robustness sets as rows of chapter 16's report card (``python -m course_lib eval`` on a
+    chat checkpoint): each set's first ``limit`` requests, the share answered right with its
+    standard error and 95% bootstrap interval, and as its baseline the best single constant reply
+    (one answer given to every request, judged by each request's rule). No rows for a model whose
+    tokenizer is not a chat tokenizer."""
+    from .template import ChatTokenizer
+    if not isinstance(tokenizer, ChatTokenizer):
+        return []
+    rows = []
+    for name, (load, description) in CARD_SETS.items():
+        items = load()[:limit] if limit else load()
+        scored = score_robustness(model, tokenizer, items, progress=progress)
+        right = [float(r["right"]) for r in scored["rows"]]
+        constant = max(sum(is_right(i, a) for i in items) / len(items)
+                       for a in {i["answer"] for i in items})
+        rows.append({"task": name, "kind": "generate", "metric": "right", "n": len(items),
+                     "chance": constant, "baseline": "constant", "description": description,
+                     **{k: scored["all"][k] for k in ("score", "stderr", "interval")},
+                     "per_item": right, "replies": [r["reply"] for r in scored["rows"]]})
+    return rows

@@ -52,6 +52,7 @@ from dataclasses import fields
 from .. import distributed
 from .._signals import (INTERRUPTED, TrainingInterrupted,
                         exit_quietly_on_ctrl_c_while_exiting, pause_point)
+from ..chat.robustness import card_rows
 from ..checkpoint import load_model, load_tokenizer
 from ..dates import dates_train_config
 from ..finetune import FINETUNE_TASKS
@@ -260,7 +261,8 @@ def cmd_eval(args) -> int:
     """``eval``: a checkpoint's report card (chapter 16); the work is
     course_lib.evaluation.report_card's."""
     evaluate_checkpoint(args.checkpoint, tasks=args.tasks, limit=args.limit, json_path=args.json,
-                        shots=args.shots, device=check_device(args.device), progress=True)
+                        shots=args.shots, device=check_device(args.device), progress=True,
+                        more_rows=card_rows)  # a chat model: chapter 17's robustness sets too
     return 0
 
 
@@ -270,7 +272,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="a ckpt.pt written by `train` or `finetune`")
     p.add_argument("--tasks",
                    help=f"comma-separated task names, of {', '.join(TASK_NAMES)} (default: every "
-                   "task the tokenizer can encode; the card says what each asks)")
+                   "task the tokenizer can encode, and for a chat model chapter 17's robustness "
+                   "sets chat-v2 and chat-v3; the card says what each asks)")
     p.add_argument("--limit", type=int, help="score only the first N items of each task")
     p.add_argument("--shots", type=int, default=0,
                    help="worked examples from each task's training items")

@@ -135,7 +135,7 @@ def report_card(model, tokenizer, tasks=None, limit: int | None = None, shots: i
 def baseline_name(row: dict) -> str:
     """What a row's ``chance`` is: a multiple-choice task's chance (1 / choices), or a generative
     task's majority baseline (always giving the test set's most frequent answer), not chance."""
-    return "chance" if row["kind"] == "choice" else "majority"
+    return row.get("baseline") or ("chance" if row["kind"] == "choice" else "majority")
 
 
 def format_card(card: dict) -> str:
@@ -164,18 +164,21 @@ def format_card(card: dict) -> str:
                          f"{r['acc_norm_stderr']:6.3f} "
                          f"{interval:>15} {baseline:>16} {r['n']:4d}")
     lines.append("what each task asks:")
-    lines += [f"  {r['task']:<13} {load_task(r['task']).description}" for r in card["tasks"]]
+    lines += [f"  {r['task']:<13} {r.get('description') or load_task(r['task']).description}"
+              for r in card["tasks"]]
     return "\n".join(lines)
 
 
 def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None,
                         json_path: str | Path | None = None, shots: int = 0, device: str = "cpu",
-                        progress: bool = True) -> dict:
+                        progress: bool = True, more_rows=None) -> dict:
     """``python -m course_lib eval``: load a checkpoint of any decoder kind, print its report card,
     and write it as JSON to ``json_path`` when given (``-``: standard output, the table then goes to
     standard error). Bad arguments fail before any work (the model is not even loaded), ``shots``
     beyond a task's training items and a ``json_path`` that is the checkpoint, a device or a folder
-    included (:func:`course_lib.utils.check_output_file`)."""
+    included (:func:`course_lib.utils.check_output_file`). ``more_rows(model, tokenizer, limit,
+    progress)``: rows a later chapter adds to the card when no ``tasks`` are named (the CLI gives
+    chapter 17's robustness sets, :func:`course_lib.chat.robustness.card_rows`)."""
     if tasks is not None:
         tasks = check_task_names(tasks)
     if limit is not None and limit < 1:
@@ -196,8 +199,11 @@ def evaluate_checkpoint(path: str | Path, tasks=None, limit: int | None = None,
         raise CheckpointError(f"{path} holds an encoder-decoder ({ckpt.get('model_kind')}), and "
                               "eval scores decoder-only language models: give a checkpoint written "
                               "by `train` or `finetune`")
-    card = report_card(model, load_tokenizer(ckpt, path), tasks, limit,
+    card_tokenizer = load_tokenizer(ckpt, path)
+    card = report_card(model, card_tokenizer, tasks, limit,
                        shots, name=str(path), progress=progress)
+    if more_rows is not None and tasks is None:
+        card["tasks"] += more_rows(model, card_tokenizer, limit, progress)
     to_stdout = json_path is not None and str(json_path) == "-"
     print(format_card(card), file=sys.stderr if to_stdout else sys.stdout)  # stdout stays pure JSON
     if json_path is not None:
