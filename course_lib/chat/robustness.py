@@ -357,10 +357,11 @@ def is_right(item: dict, reply: str) -> bool:
                      "use last-number, spelled, iso-date, exact or contains")
 
 
-def best_constant(items: list[dict], task: str) -> dict:
-    """The best constant reply for ``task`` on ``items``: each of the task's answers tried as the
-    reply to every request (by the items' own rules); the one right most often, its score and n."""
-    mine = [i for i in items if i["task"] == task]
+def best_constant(items: list[dict], task: str | None = None) -> dict:
+    """The best constant reply for ``task`` on ``items`` (every task when None): each of the
+    answers tried as the reply to every request (by the items' own rules); the one right most
+    often, its score and n."""
+    mine = [i for i in items if task is None or i["task"] == task]
     if not mine:
         raise ValueError(f"no {task} request in the set: choose from "
                          f"{', '.join(dict.fromkeys(i['task'] for i in items))}")
@@ -412,10 +413,9 @@ def card_rows(model, tokenizer, limit: int | None = None, progress: bool = False
         items = load()[:limit] if limit else load()
         scored = score_robustness(model, tokenizer, items, progress=progress)
         right = [float(r["right"]) for r in scored["rows"]]
-        constant = max(sum(is_right(i, a) for i in items) / len(items)
-                       for a in {i["answer"] for i in items})
         rows.append({"task": name, "kind": "generate", "metric": "right", "n": len(items),
-                     "chance": constant, "baseline": "constant", "description": description,
+                     "chance": best_constant(items)["score"], "baseline": "constant",
+                     "description": description,
                      **{k: scored["all"][k] for k in ("score", "stderr", "interval")},
                      "per_item": right, "replies": [r["reply"] for r in scored["rows"]]})
     return rows
