@@ -45,7 +45,7 @@ from course_lib.chat.robustness import (  # noqa: E402
     ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, ROBUSTNESS_V3_SHA256, is_right, load_robustness_set,
     load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
-from course_lib.chat.scores import score_model  # noqa: E402
+from course_lib.chat.scores import score_model, score_task  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
@@ -118,6 +118,35 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     return record
 
 
+def rescore_letters(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
+    """Each named run's in-template letters row scored again by today's rule (``chat.scores``: the
+    last integer in the reply; exact match of the reply until issue 54 judged worked replies), its
+    replies kept (``in_template_rows``' ``outputs``) so the next rule change needs no model."""
+    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
+    for name, path in pairs:
+        if name not in runs:
+            raise ValueError(f"--rescore-letters {name}: no such run in the record; give one of "
+                             f"{', '.join(runs)}")
+    test = load_conversations("test")[:limit]
+    for name, path in pairs:
+        model, tokenizer = load_chat_model(path)
+        row = score_task(model.float(), tokenizer, test, "letters")
+        run, was = runs[name], runs[name]["in_template"]["letters"]["score"]
+        run["in_template"]["letters"] = summary(row)
+        rows = run.setdefault("in_template_rows", [])  # the first runs kept no per-item rows
+        stored = next((r for r in rows if r["task"] == "letters"), None)
+        if stored is None:
+            rows.append(stored := {"task": "letters"})
+        stored.update(per_item=[float(x) for x in row["per_item"]], outputs=row["outputs"])
+        print(f"{name}: in-template letters {was:.3f} (exact match) -> {row['score']:.3f} "
+              "(last number)", flush=True)
+    record["letters_rule"] = ("in-template letters judged by the last integer in the reply "
+                              "(chat.scores.judge) for every run whose model was at hand: python "
+                              "benchmarks/chat_model_runs.py --rescore-letters NAME=CKPT ... "
+                              "--json FILE; the others' replies were bare counts (exact match)")
+    return record
+
+
 def run_pair(text: str) -> tuple[str, str]:
     """An argparse type: B=A, two run names of the record (a treatment and its control)."""
     b, sep, a = text.partition("=")
@@ -174,6 +203,10 @@ def main(argv=None) -> int:
     source.add_argument("--score-v3", type=named_checkpoint, nargs="+", metavar="NAME=CKPT",
                         help="score these runs of the record on version 3 (the blind test set) "
                         "and store their validation-loss history from the checkpoint")
+    source.add_argument("--rescore-letters", type=named_checkpoint, nargs="+",
+                        metavar="NAME=CKPT", help="score these runs of the record again on the "
+                        "in-template letters conversations, by today's rule (the last number in "
+                        "the reply), keeping the replies")
     source.add_argument("--paired", type=run_pair, nargs="+", metavar="B=A",
                         help="no model: compare recorded runs B against their controls A, item "
                         "by item (version 2, in-template), pooled over the pairs")
@@ -202,6 +235,15 @@ def main(argv=None) -> int:
     if args.rejudge:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
+        return 0
+    if args.rescore_letters:
+        out = record_file(p, args, RECORD, inputs=[c for _, c in args.rescore_letters])
+        torch.set_num_threads(args.threads)
+        try:
+            record = rescore_letters(source, args.rescore_letters, args.limit)
+        except ValueError as e:
+            p.error(str(e))
+        out.finish(record, say=True)
         return 0
     if args.paired:
         try:
@@ -260,7 +302,8 @@ def main(argv=None) -> int:
                           for r in robust_v2["rows"]],
            "in_template": in_template,
            "in_template_rows": [{"task": row.get("key") or row["task"],
-                                 "per_item": [float(x) for x in row["per_item"]]}
+                                 "per_item": [float(x) for x in row["per_item"]],
+                                 **({"outputs": row["outputs"]} if "outputs" in row else {})}
                                 for row in rows if "per_item" in row],
            "scoring_seconds": round(time.perf_counter() - began, 1),
            "load_average": os.getloadavg()[0],

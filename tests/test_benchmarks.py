@@ -199,6 +199,10 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
      "is not a file: give a chat-sft run's"),
     (None, "chat_model_runs", ["--shipped"], "--name is needed"),
     (None, "chat_model_runs", ["--score-v3", "x"], "expected NAME=CKPT with CKPT a file"),
+    (None, "chat_model_runs", ["--rescore-letters", "x"], "expected NAME=CKPT with CKPT a file"),
+    (None, "chat_model_runs",
+     ["--rescore-letters", f"x={ROOT / 'course_lib' / 'weights' / 'chat-char-cpu.pt'}"],
+     "--rescore-letters x: no such run in the record"),
     (None, "chat_count_probe", ["--per-count", "0"], MUST_BE_1),
     (None, "chat_count_probe", ["--per-count", "2"], "no model: give --model NAME=CKPT"),
     (None, "chat_count_probe", ["--model", "x=none.pt"], "expected NAME=CKPT with CKPT a file"),
@@ -366,3 +370,52 @@ def test_chat_model_runs_rejudges_the_stored_replies_by_todays_rules():
         assert [x["right"] for x in r["robustness_replies"]] == [
             is_right(i, x["reply"]) for i, x in zip(items, r["robustness_replies"])], r["name"]
 
+
+
+def test_the_chat_records_judge_letters_in_template_by_the_last_number():
+    """Issue 54: every run whose in-template letters replies are stored is judged by today's rule
+    (``chat.scores.judge``, the last number in the reply) and its letters score follows from them;
+    the worked-reply runs, marked wrong by exact match before, are among them."""
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.scores import judge, reference
+
+    refs = [reference(c) for c in load_conversations("test") if c["task"] == "letters"]
+    judged = 0
+    for name in ("chat_model_runs", "chat_count_first_runs"):
+        for run in json.loads((RECORDS / f"{name}.json").read_text())["runs"]:
+            row = next((r for r in run.get("in_template_rows", []) if r["task"] == "letters"
+                        and "outputs" in r), None)
+            if row is None:
+                continue
+            assert judge("letters", row["outputs"], refs) == row["per_item"], run["name"]
+            assert run["in_template"]["letters"]["score"] == sum(row["per_item"]) / len(refs)
+            judged += 1
+    assert judged >= 21  # 12 of chat_model_runs (the models at hand), the 9 count-first runs
+
+
+def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_path):
+    """--rescore-letters NAME=CKPT: the run's in-template letters row is the shipped model's score
+    by today's rule, its replies stored (a run that kept no per-item rows gets one); other runs and
+    rows are untouched."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.engine import load_chat_model
+    from course_lib.chat.scores import score_task
+
+    other = {"name": "y", "in_template": {"letters": {"score": 0.5}}}
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps({"runs": [{"name": "x: a run", "in_template": {
+        "letters": {"score": 0.0}, "dates": {"score": 1.0}}}, other]}))
+    shipped = ROOT / "course_lib" / "weights" / "chat-char-cpu-4.pt"
+    out = tmp_path / "out.json"
+    assert runs.main(["--rescore-letters", f"x={shipped}", "--limit", "30", "--from", str(source),
+                      "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    x = record["runs"][0]
+    model, tokenizer = load_chat_model(shipped)
+    expected = score_task(model.float(), tokenizer, load_conversations("test")[:30], "letters")
+    assert x["in_template"]["letters"]["score"] == expected["score"]
+    assert x["in_template"]["dates"] == {"score": 1.0} and record["runs"][1] == other
+    assert x["in_template_rows"] == [{"task": "letters", "per_item": expected["per_item"],
+                                      "outputs": expected["outputs"]}]
+    assert "last integer" in record["letters_rule"]

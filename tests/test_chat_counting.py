@@ -84,3 +84,44 @@ def test_the_check_catches_a_held_out_request_put_in_training(monkeypatch):
     finally:
         counting.build_count_conversations.cache_clear()
     assert len(made) == 40 and not any(form in c["forms"] for c in made)
+
+
+def test_a_letters_request_is_read_back_to_its_letter_and_word_or_left_unread():
+    """``letters_slots``: the letter and word of a stored request, given its count; the phrasings'
+    own words (even with a typo) are not the word; a request that reads two ways is not read."""
+    assert counting.letters_slots("How many times is z in tafford?", 0) == {("z", "tafford")}
+    assert counting.letters_slots("coutn e's in ghdzcssofh", 0) == {("e", "ghdzcssofh")}
+    assert counting.letters_slots("Count the E in ONDON.", 0) == {("e", "ondon")}
+    assert counting.letters_slots("how many es are in gave", 1) == {("e", "gave")}
+    assert len(counting.letters_slots("how many e can u find in virtues.", 1)) == 2
+    assert counting.letters_slots("Count the q in cat.", 1) == set()
+    assert counting.one_typo_apart("teh", "the") and counting.one_typo_apart("nuumber", "number")
+    assert counting.one_typo_apart("hw", "how") and counting.one_typo_apart("tel", "tell")
+    assert not counting.one_typo_apart("morn", "many") and not counting.one_typo_apart("ab", "ba c")
+
+
+def test_worked_everywhere_rewrites_every_training_count_and_keeps_its_answer():
+    """``--count-first worked-all``'s training split: every letters reply a worked reply whose last
+    number is the stored count and whose letters spell a word of the request; every other message
+    and conversation as it was; fewer than 1% of the letters conversations left out."""
+    from course_lib.chat.data import load_conversations
+    from course_lib.chat.scores import last_number
+
+    train = load_conversations("train")
+    out, left_out = counting.worked_everywhere(train)
+    letters = [c for c in train if c["task"] == "letters"]
+    assert len(out) == len(train) - left_out and left_out < 0.01 * len(letters)
+    assert [c for c in out if c["task"] != "letters"] == [c for c in train
+                                                          if c["task"] != "letters"]
+    read = [c for c in letters if len(counting.letters_slots(
+        c["messages"][-2]["content"], int(c["messages"][-1]["content"]))) == 1]
+    assert len(read) == len(letters) - left_out
+    for before, after in zip(read, [c for c in out if c["task"] == "letters"], strict=True):
+        assert after["messages"][:-1] == before["messages"][:-1]
+        reply, count = after["messages"][-1]["content"], before["messages"][-1]["content"]
+        spelled, _, end = reply.partition(": ")
+        word = "".join(ch for ch in spelled if ch.isalpha())
+        letter = next(ch for ch in word if ch + "1" in spelled) if count != "0" else None
+        assert last_number(reply) == count == end
+        assert word in before["messages"][-2]["content"].lower()
+        assert letter is None or word.count(letter) == int(count)

@@ -48,9 +48,33 @@ def test_exact_match_tasks_score_the_final_reply_against_the_last_assistant_mess
              conversation("letters", "How many z in cat?", "0")]
     row = chat_eval.score_task(Cycling(ids_of("1", END)), TOK, items, "letters")
     assert row["per_item"] == [1.0, 1.0, 0.0] and row["outputs"] == ["1", "1", "1"]
-    assert row["score"] == pytest.approx(2 / 3) and row["n"] == 3 and row["metric"] == "exact_match"
+    assert row["score"] == pytest.approx(2 / 3) and row["n"] == 3 and row["metric"] == "last_number"
     assert (row["interval"] == list(bootstrap_interval([1.0, 1.0, 0.0]))
             and row["stderr"] == mean_stderr([1.0, 1.0, 0.0]))
+    spelled = chat_eval.score_task(Cycling(ids_of("c-a-t", END)), TOK,
+                                   [conversation("spelling", "Spell cat.", "c-a-t"),
+                                    conversation("spelling", "Spell cab.", "c-a-b")], "spelling")
+    assert spelled["per_item"] == [1.0, 0.0] and spelled["metric"] == "exact_match"
+
+
+def test_a_count_is_judged_by_the_last_number_in_the_reply_so_a_worked_reply_counts():
+    """Issue 54: letters in template are judged as the robustness sets judge a count, by the last
+    integer in the reply: a worked reply ending on the right count is right, one ending on another
+    count wrong (whatever numbers it holds before), an empty one or one with no number wrong; a
+    bare count is judged as by exact match."""
+    assert chat_eval.last_number("s-t-r1-a-w-b-e-r2-r3-y: 3") == "3"
+    assert chat_eval.last_number("none here") is None
+    judged = chat_eval.judge("letters", ["s-t-r1-a-w-b-e-r2-r3-y: 3", "s-t-r1-a-w: 1", "3 or 2",
+                                         "", "three", " 2 "], ["3", "3", "3", "3", "3", "2"])
+    assert judged == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    bare = ["0", "1", "12", "1 ", "x"]
+    assert chat_eval.judge("letters", bare, ["0", "2", "12", "1", "1"]) == [1.0, 0.0, 1.0, 1.0, 0.0]
+    items = [conversation("letters", "How many r in strawberry?", "3")]
+    row = chat_eval.score_task(Cycling(ids_of("s-t-r1-a-w-b-e-r2-r3-y: 3", END)), TOK, items,
+                               "letters")
+    assert row["per_item"] == [1.0]
+    # the old rule, exact match, marks the same worked reply wrong: the rule is what changed
+    assert chat_eval.judge("dates", ["s-t-r1-a-w-b-e-r2-r3-y: 3"], ["3"]) == [0.0]
 
 
 def test_arithmetic_with_and_without_the_calculator():

@@ -221,6 +221,27 @@ def test_count_first_adds_letters_conversations_records_them_and_resumes_with_th
         chat_sft._data(None, {**count, "sha256": "0" * 64})
 
 
+def test_count_first_worked_all_rewrites_the_training_split_and_pins_it():
+    """``--count-first worked-all`` (issue 54): every letters reply of the training split worked
+    (chat.counting.worked_everywhere), validation and test untouched; the split's SHA-256 and the
+    requests left out are recorded at the start, and a rewrite that differs on resuming is
+    refused."""
+    from course_lib.chat import counting
+    from course_lib.chat.data import load_conversations
+
+    count = {"n": counting.COUNT_SIZE, "seed": counting.COUNT_SEED,
+             "sha256": counting.COUNT_WORKED_SHA256, "reply": "worked-all"}
+    data = chat_sft._data(None, count)
+    shipped = load_conversations()
+    assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
+    assert count["train_sha256"] == counting.count_sha256(data["train"]) and count["left_out"] > 0
+    assert not any(c["messages"][-1]["content"].isdigit() for c in data["train"]
+                   if c["task"] == "letters")
+    assert chat_sft._data(None, dict(count))["train"] == data["train"]
+    with pytest.raises(ValueError, match="worked-all: .*otherwise than when the run started"):
+        chat_sft._data(None, {**count, "train_sha256": "0" * 64})
+
+
 def test_extend_positions_copies_the_learned_rows_or_stretches_them():
     """``extend_positions`` (issue 54): "copy" repeats the T0 rows, so the outputs over the first
     T0 positions are the model's own; "interpolate" keeps the first and last rows at both ends;

@@ -23,7 +23,15 @@ count), would be judged right by the robustness rule (the last number in the rep
 the in-template rule (the reply's text equal to the count, ``chat.scores``), so under the unchanged
 rules only the bare number is judged fairly on both. ``worked=True`` writes the worked reply
 (:func:`worked_reply`, ``s-t-r1-a-w-b-e-r2-r3-y: 3``) instead, an experiment: a model trained on it
-can only be compared on the robustness sets.
+can only be compared on the robustness sets; since the in-template rule became the last number in
+the reply (as the robustness rule), on both.
+
+``worked="all"`` (``--count-first worked-all``) also rewrites every letters reply of the training
+split, the shipped conversations' and ``--more-phrasings``' (:func:`worked_everywhere`), so that no
+training reply to a letters request is a bare number: with ``worked=True`` alone, the shipped
+phrasings are answered bare (the shipped conversations) and worked (the added ones), and a model
+answers them bare, by the prior. The word and letter of a stored conversation are read back from
+its request (:func:`letters_slots`); the few requests that read two ways are left out.
 
 The phrasings are the shipped ones (``phrasing.ASK_LETTERS``) and ``chat.variety``'s (with its
 greetings, courtesies, typos, case and spacing noise). A conversation whose request has the
@@ -35,13 +43,15 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from collections import Counter
 
 from .data import MAX_TOKENS, _pools, char_chat_tokenizer, load_conversations
 from .phrasing import ASK_LETTERS, abstracted, normalized
 from .robustness import load_robustness_set_v3, request_form
 from .template import render
-from .variety import ASK_COUNT, case_and_space, dress, held_out_v2_forms, more_sha256
+from .variety import (ASK_COUNT, COURTESIES, GREETINGS, case_and_space, dress, held_out_v2_forms,
+                      more_sha256)
 
 COUNT_SIZE = 6000  # training conversations added
 COUNT_SEED = 5454
@@ -148,3 +158,63 @@ def build_count_conversations(n: int = COUNT_SIZE, seed: int = COUNT_SEED,
 def count_sha256(conversations: list[dict]) -> str:
     """The SHA-256 of the conversations (variety's :func:`more_sha256`)."""
     return more_sha256(conversations)
+
+
+# --- every letters reply worked (--count-first worked-all) ----------------------------------------
+
+# the words of the letters phrasings, greetings and courtesies: what a request's word is not
+PHRASING_WORDS = frozenset(w for t in ASK_LETTERS + ASK_COUNT + GREETINGS + COURTESIES
+                           for w in re.findall(r"[a-z]+", re.sub(r"{[cw]}", " ", t.lower())))
+
+
+def one_typo_apart(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` or ``b`` with one of chat.variety's typos: a letter dropped, doubled,
+    changed, or two neighbours swapped."""
+    if a == b:
+        return True
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = sorted((a, b), key=len)
+    return len(long) == len(short) + 1 and any(long[:i] + long[i + 1:] == short
+                                               for i in range(len(long)))
+
+
+def letters_slots(request: str, count: int) -> set[tuple[str, str]]:
+    """The (letter, word) pairs ``request`` can be asking about, given the answer ``count``: a
+    letter written alone (or as "e's", "es"), a word of 3 letters or more that holds it ``count``
+    times; words that are a phrasing's (even with a typo) are tried only if no other word fits.
+    One pair: the request is read; none or several: it is not."""
+    low = request.lower()
+    letters = {m.group(1) for m in re.finditer(r"(?<![a-z])([a-z])('s|s)?(?![a-z])", low)
+               if not (m.group(2) == "s" and m.group(0) in PHRASING_WORDS)}  # "is" is no "i"
+    tokens = [w for w in re.findall(r"[a-z]+", low) if len(w) >= 3]
+    for words in ([w for w in tokens if not any(one_typo_apart(w, p) for p in PHRASING_WORDS
+                                                if len(p) >= 3)],
+                  [w for w in tokens if w not in PHRASING_WORDS], tokens):
+        pairs = {(c, w) for c in letters for w in words if w.count(c) == count}
+        if pairs:
+            return pairs
+    return set()
+
+
+def worked_everywhere(conversations: list[dict]) -> tuple[list[dict], int]:
+    """``(conversations, left_out)``: each letters conversation whose last reply is a bare count
+    with that reply worked (:func:`worked_reply`), read from its last request
+    (:func:`letters_slots`); those whose request reads none or two ways are left out (counted);
+    the other tasks' conversations as they are."""
+    out, left_out = [], 0
+    for c in conversations:
+        reply = c["messages"][-1]["content"]
+        if c["task"] != "letters" or not isinstance(reply, str) or not reply.isdigit():
+            out.append(c)
+            continue
+        pairs = letters_slots(c["messages"][-2]["content"], int(reply))
+        if len(pairs) != 1:
+            left_out += 1
+            continue
+        (letter, word), = pairs
+        last = {"role": "assistant", "content": worked_reply(word, letter)}
+        out.append({**c, "messages": c["messages"][:-1] + [last]})
+    return out, left_out

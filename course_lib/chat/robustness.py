@@ -62,7 +62,7 @@ from .phrasing import (ASK_LETTERS, IDENTITY_ASKS as FIXED_ANSWERS,
                        abstracted, exchange_slots, in_words, load_robustness_set, user_forms)
 # version 1's, re-exported: its home is phrasing
 from .phrasing import ROBUSTNESS_SHA256  # noqa: F401
-from .scores import reply_text, summarize
+from .scores import last_number, reply_text, summarize
 
 # --- version 1 (the validation set; see the module docstring) -------------------------------------
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -343,8 +343,7 @@ def is_right(item: dict, reply: str) -> bool:
     if not reply:
         return False
     if rule == "last-number":
-        numbers = re.findall(r"-?\d+", reply)
-        return bool(numbers) and numbers[-1] == answer
+        return last_number(reply) == answer
     if rule == "spelled" or (rule == "contains" and item.get("task") == "spelling"):
         return spellings(reply) == [answer.lower()]
     if rule == "iso-date" or (rule == "contains" and item.get("task") == "dates"):

@@ -6,10 +6,15 @@ loop on, and the model's **own** earlier replies kept in the context (a follow-u
 first answer is asked about that wrong answer, as in a real chat). The final reply is scored
 against the conversation's last assistant message by one rule per task:
 
-- ``dates``, ``spelling``, ``letters``, ``identity``: exact match of the reply's text
+- ``dates``, ``spelling``, ``identity``: exact match of the reply's text
   (:func:`course_lib.evaluation.exact_match`, so stripped of spaces at either end). Each has
-  one right answer in the data's own form (an ISO date, letters joined by "-", a count, the
-  assistant's fixed sentence).
+  one right answer in the data's own form (an ISO date, letters joined by "-", the assistant's
+  fixed sentence).
+- ``letters``: the **last integer** in the reply is the count (:func:`last_number`), the rule the
+  robustness sets judge a count by (``chat.robustness``) and the way nanochat reads its
+  spelling-bee answers. A bare count is judged as by exact match; a worked reply that spells the
+  word and counts as it goes (``s-t-r1-a-w-b-e-r2-r3-y: 3``, ``chat-sft --count-first worked``)
+  is judged by the count it ends on, which exact match would mark wrong whatever the count.
 - ``arithmetic`` and ``follow-up``: exact match of the text the assistant writes after the
   calculator's result (the number it answers with, not the call). Scored twice: **with the
   calculator**, and **without** it, where the calculator answers nothing (an empty result):
@@ -73,6 +78,21 @@ def reply_text(pieces: list[Piece]) -> str:
     return "".join(p.text for p in pieces if p.kind == "text")
 
 
+def last_number(text: str) -> str | None:
+    """The last integer written in ``text`` (``"s-t-r1-a-w-b-e-r2-r3-y: 3"`` -> ``"3"``), or None."""
+    numbers = re.findall(r"-?\d+", text)
+    return numbers[-1] if numbers else None
+
+
+def judge(task: str, outputs: list[str], references: list[str]) -> list[float]:
+    """Each reply of ``task`` judged against its reference by the task's rule (module docstring):
+    1.0 right, 0.0 wrong; an empty reply is wrong."""
+    if task == "letters":
+        return [float(bool(o.strip()) and last_number(o) == r.strip())
+                for o, r in zip(outputs, references, strict=True)]
+    return exact_match(outputs, references)
+
+
 def reference(conversation: dict) -> str:
     """The right final answer: the text of the conversation's last assistant message."""
     content = conversation["messages"][-1]["content"]
@@ -130,7 +150,7 @@ def best_constant(conversations: list[dict], task: str, choose_on: list[dict]
     if not items or not pool:
         raise ValueError(f"no {task} conversation to find a constant answer on")
     answer = Counter(pool).most_common(1)[0][0]
-    per_item = exact_match([answer] * len(items), items)
+    per_item = judge(task, [answer] * len(items), items)
     return {"answer": answer, **summarize(per_item)}
 
 
@@ -163,8 +183,8 @@ def score_task(model, tokenizer, conversations: list[dict], task: str,
                    verbatim=sum(o.strip() in lines.get(speaker_of(c), ())
                                 for o, c in zip(outputs, items)))
     else:
-        per_item = exact_match(outputs, [reference(c) for c in items])
-        row["metric"] = "exact_match"
+        per_item = judge(task, outputs, [reference(c) for c in items])
+        row["metric"] = "last_number" if task == "letters" else "exact_match"
     return {**row, **summarize(per_item), "per_item": per_item, "outputs": outputs}
 
 

@@ -38,11 +38,12 @@ def add_chat_sft_parser(sub) -> None:
     p.add_argument("--more-phrasings", action="store_true", default=None,
                    help="add chat.variety's 24,000 training conversations in wider phrasings, "
                         "typos and operand sizes (issue 54)")
-    p.add_argument("--count-first", nargs="?", const="bare", choices=("bare", "worked"),
-                   default=None,
+    p.add_argument("--count-first", nargs="?", const="bare",
+                   choices=("bare", "worked", "worked-all"), default=None,
                    help="add chat.counting's 6,000 letters conversations drawn count first "
                         "(answers 0 to 4, a fifth each; issue 54), replied with the bare number "
-                        "(the default) or worked (the word spelled, each hit counted)")
+                        "(the default) or worked (the word spelled, each hit counted); worked-all: "
+                        "every letters reply of the training split worked too")
     add_run_options(p, "runs/chat")
 
 

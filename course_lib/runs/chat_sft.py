@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..chat.counting import (COUNT_SEED, COUNT_SIZE, build_count_conversations,
-                             count_sha256)
+from ..chat.counting import (COUNT_SEED, COUNT_SIZE, build_count_conversations, count_sha256,
+                             worked_everywhere)
 from ..chat.data import (CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config,
                          load_conversations)
 from ..chat.template import chat_tokenizer
@@ -104,10 +104,21 @@ def _data(more: dict | None, count: dict | None = None) -> dict | None:
         added += _added("--more-phrasings", more, built, more_sha256(built))
     if count:
         built = build_count_conversations(count["n"], count["seed"],
-                                          worked=count.get("reply") == "worked")
+                                          worked=count.get("reply", "bare") != "bare")
         added += _added("--count-first", count, built, count_sha256(built))
     data = load_conversations()
-    return {**data, "train": data["train"] + added}
+    train = data["train"] + added
+    if count and count.get("reply") == "worked-all":
+        # every letters reply of the training split worked; the split's SHA-256 recorded at the
+        # start (count is the run's record) and checked on resuming, like the added ones'
+        train, left_out = worked_everywhere(train)
+        sha256 = count_sha256(train)
+        if count.setdefault("train_sha256", sha256) != sha256:
+            raise ValueError("--count-first worked-all: this course_lib rewrites the training "
+                             "replies otherwise than when the run started: start a new run in "
+                             "another --out")
+        count.setdefault("left_out", left_out)
+    return {**data, "train": train}
 
 
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
@@ -129,7 +140,8 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     rows copies of the base's), refused if shorter. ``more_phrasings``: chat.variety's conversations
     added to the training split (recorded by their number, seed and SHA-256); ``count_first``:
     chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
-    added and recorded the same way."""
+    added and recorded the same way ("worked-all": and every letters reply of the training split
+    worked, chat.counting's ``worked_everywhere``)."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -161,7 +173,7 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
 def _count_record(reply) -> dict:
     """What ``--count-first [bare|worked]`` adds, as a run records it."""
     reply = reply if isinstance(reply, str) else "bare"
-    built = build_count_conversations(worked=reply == "worked")
+    built = build_count_conversations(worked=reply != "bare")
     return {"n": COUNT_SIZE, "seed": COUNT_SEED, "sha256": count_sha256(built), "reply": reply}
 
 
