@@ -2,8 +2,9 @@
 drawn count first (``course_lib.chat.counting``) from the VALIDATION words of ``chat.data`` (held
 out from training) and letter strings (``--seed``, other draws than training's), asked in the
 shipped phrasings (``phrasing.ASK_LETTERS``: no phrasing noise, so it measures counting), greedy.
-Per model and k, the share right by the in-template rule (the reply is the count) and by the
-robustness rule (the last number in the reply is the count), and its most frequent replies; and the
+Per model and k, the share right by exact match (the reply is the count: the in-template rule
+until issue 54) and by the last number in the reply (``chat.scores.last_number``: the rule of the
+robustness sets, and of the in-template scores since), and its most frequent replies; and the
 letters conversations of the in-template test split (``chat.json``) judged by both rules
 (``in_template``), which tells a worked reply's counting from its format.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -32,7 +32,7 @@ from course_lib.chat import counting  # noqa: E402
 from course_lib.chat.data import _pools, load_conversations  # noqa: E402
 from course_lib.chat.engine import ChatEngine, load_chat_model  # noqa: E402
 from course_lib.chat.phrasing import ASK_LETTERS  # noqa: E402
-from course_lib.chat.scores import play, reference, reply_text  # noqa: E402
+from course_lib.chat.scores import last_number, play, reference, reply_text  # noqa: E402
 
 
 named_checkpoint = bench_args.named_checkpoint("a name")
@@ -53,8 +53,7 @@ def probe_items(per_count: int, seed: int) -> list[tuple[int, str]]:
 
 def judged(reply: str, answer: str) -> tuple[bool, bool]:
     """(the reply is the answer, the reply's last number is the answer)."""
-    numbers = re.findall(r"-?\d+", reply)
-    return reply.strip() == answer, bool(numbers) and numbers[-1] == answer
+    return reply.strip() == answer, last_number(reply) == answer
 
 
 def in_template(engine) -> dict:
@@ -70,10 +69,10 @@ def probe(model, tokenizer, items: list[tuple[int, str]]) -> dict:
     exact, last, said = Counter(), Counter(), Counter()
     for k, text in items:
         reply = reply_text(play(engine, {"messages": [{"role": "user", "content": text}]})[-1])
-        numbers = re.findall(r"-?\d+", reply)
-        exact[k] += reply.strip() == str(k)
-        last[k] += bool(numbers) and numbers[-1] == str(k)
-        said[numbers[-1] if numbers else reply.strip()] += 1
+        is_exact, is_last = judged(reply, str(k))
+        exact[k] += is_exact
+        last[k] += is_last
+        said[last_number(reply) or reply.strip()] += 1
     n = len(items) // (counting.MAX_COUNT + 1)
     ks = range(counting.MAX_COUNT + 1)
     return {"exact": {k: exact[k] / n for k in ks}, "last_number": {k: last[k] / n for k in ks},
