@@ -31,9 +31,11 @@ browser:
 book: install
 	$(PYTHON) -m course_lib.tools book build
 
-# The strict book build is a test (tests/test_website.py), so it runs beside the chapters.
+# The strict book build is a test (tests/test_website.py), so it runs beside the chapters. The 30
+# slowest tests and chapter cells are listed at the end: the suite must stay under 20 minutes on 2
+# cores, and this is where to look when it grows.
 test: install browser
-	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL)
+	$(PYTHON) -m pytest tests book $(NBVAL) $(PARALLEL) --durations=30
 
 # Quicker loops while writing: the unit tests without the slow ones (strict book build, fresh venv,
 # torchrun, browser, benchmark scripts), listing the 15 slowest (a test of ten seconds or more is
