@@ -78,13 +78,16 @@ def main(argv=None) -> int:
     p.add_argument("--no-base", action="store_true",
                    help="leave out the pretrained model before fine-tuning")
     p.add_argument("--threads", type=threads, default=1)
+    p.add_argument("--limit", type=count,
+                   help="score only the first N test conversations (a quick try; the record says "
+                   "how many)")
     add_record_options(p, RECORD, "--record", type=Path)
     args = p.parse_args(argv)
     out = record_file(p, args, RECORD, "--record")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
     # what the record measured
-    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)
+    test = load_conversations("test", path=CHAT_V1_PATH, sha256=CHAT_V1_SHA256)[:args.limit]
     names = [f"{start}-it{args.iters}-lr{args.lr:g}-s{seed}" for start in ("pretrained", "scratch")
              for seed in args.seeds]
     missing = [n for n in names if not (args.models_dir / n / "model.pt").exists()]
