@@ -17,21 +17,18 @@ in-template) without counting. Here the **answer is drawn first**: the count k t
 more than 4 times (8 words do 4 times: "senseless", "possessed"...), and the words a reader asks
 about ("banana", "strawberry", "tomorrow") hold theirs 3 times.
 
-The reply is the bare number, as in the shipped conversations: a worked reply, as nanochat's
-spelling-bee task writes (the word spelled out, each hit marked with the count so far, then the
-count), would be judged right by the robustness rule (the last number in the reply) but wrong by
-the in-template rule (the reply's text equal to the count, ``chat.scores``), so under the unchanged
-rules only the bare number is judged fairly on both. ``worked=True`` writes the worked reply
-(:func:`worked_reply`, ``s-t-r1-a-w-b-e-r2-r3-y: 3``) instead, an experiment: a model trained on it
-can only be compared on the robustness sets; since the in-template rule became the last number in
-the reply (as the robustness rule), on both.
+The reply is the bare number, as in the shipped conversations, or (``worked=True``) a worked
+reply (:func:`worked_reply`, ``s-t-r1-a-w-b-e-r2-r3-y: 3``): the word spelled out, each hit marked
+with the count so far, then the count, as nanochat's spelling-bee task writes its answers. Both
+are judged by the last number in the reply, in the robustness sets and (since issue 54's counting
+runs) in template (``chat.scores``).
 
-``worked="all"`` (``--count-first worked-all``) also rewrites every letters reply of the training
-split, the shipped conversations' and ``--more-phrasings``' (:func:`worked_everywhere`), so that no
-training reply to a letters request is a bare number: with ``worked=True`` alone, the shipped
-phrasings are answered bare (the shipped conversations) and worked (the added ones), and a model
-answers them bare, by the prior. The word and letter of a stored conversation are read back from
-its request (:func:`letters_slots`); the few requests that read two ways are left out.
+``--count-first worked-all`` also rewrites every letters reply of the training split, the shipped
+conversations' and ``--more-phrasings``' (:func:`worked_everywhere`), so that no training reply to
+a letters request is a bare number: with ``--count-first worked`` alone, the shipped phrasings are
+answered bare (the shipped conversations) and worked (the added ones), and a model mostly answers
+them bare, by the prior. The word and letter of a stored conversation are read back from its
+request (:func:`letters_slots`); the few requests that read two ways are left out.
 
 The phrasings are the shipped ones (``phrasing.ASK_LETTERS``) and ``chat.variety``'s (with its
 greetings, courtesies, typos, case and spacing noise). A conversation whose request has the

@@ -11,8 +11,9 @@ against the conversation's last assistant message by one rule per task:
   one right answer in the data's own form (an ISO date, letters joined by "-", the assistant's
   fixed sentence).
 - ``letters``: the **last integer** in the reply is the count (:func:`last_number`), the rule the
-  robustness sets judge a count by (``chat.robustness``) and the way nanochat reads its
-  spelling-bee answers. A bare count is judged as by exact match; a worked reply that spells the
+  robustness sets judge a count by (``chat.robustness``); nanochat's spelling-bee task reads its
+  worked answers the same way, by the number after a final marker (``#### 3``). A bare count is
+  judged as by exact match; a worked reply that spells the
   word and counts as it goes (``s-t-r1-a-w-b-e-r2-r3-y: 3``, ``chat-sft --count-first worked``)
   is judged by the count it ends on, which exact match would mark wrong whatever the count.
 - ``arithmetic`` and ``follow-up``: exact match of the text the assistant writes after the
