@@ -80,7 +80,8 @@ def reply_text(pieces: list[Piece]) -> str:
 
 
 def last_number(text: str) -> str | None:
-    """The last integer written in ``text`` (``"s-t-r1-a-w-b-e-r2-r3-y: 3"`` -> ``"3"``), or None."""
+    """The last integer written in ``text`` (``"s-t-r1-a-w-b-e-r2-r3-y: 3"`` gives ``"3"``), or
+    None."""
     numbers = re.findall(r"-?\d+", text)
     return numbers[-1] if numbers else None
 
