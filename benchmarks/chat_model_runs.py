@@ -236,29 +236,21 @@ def main(argv=None) -> int:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
         return 0
-    if args.rescore_letters:
-        out = record_file(p, args, RECORD, inputs=[c for _, c in args.rescore_letters])
-        torch.set_num_threads(args.threads)
-        try:
-            record = rescore_letters(source, args.rescore_letters, args.limit)
-        except ValueError as e:
-            p.error(str(e))
-        out.finish(record, say=True)
-        return 0
+    for named, update in ((args.rescore_letters, rescore_letters), (args.score_v3, score_v3)):
+        if named:  # recorded runs scored again from their checkpoints
+            out = record_file(p, args, RECORD, inputs=[c for _, c in named])
+            torch.set_num_threads(args.threads)
+            try:
+                record = update(source, named, args.limit)
+            except ValueError as e:
+                p.error(str(e))
+            out.finish(record, say=True)
+            return 0
     if args.paired:
         try:
             compare_pairs(source, args.paired)
         except ValueError as e:
             p.error(str(e))
-        return 0
-    if args.score_v3:
-        out = record_file(p, args, RECORD, inputs=[c for _, c in args.score_v3])
-        torch.set_num_threads(args.threads)
-        try:
-            record = score_v3(source, args.score_v3, args.limit)
-        except ValueError as e:
-            p.error(str(e))
-        out.finish(record, say=True)
         return 0
     if args.name is None:
         p.error("--name is needed: the run's name in the record")
