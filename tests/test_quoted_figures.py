@@ -238,3 +238,32 @@ def test_the_measured_page_quotes_the_align_budget_sweep_as_recorded():
         arm = [r for r in fair["runs"].values()
                if r["budget"] == budget and r["learning_rate"] == 1e-4]
         assert f"{budget}x {mean_greedy(arm)}" in row
+
+
+def test_the_measured_page_quotes_the_counting_runs_as_recorded():
+    """book/measured.md's chat_count_probe.py row (issue 54): each arm's range over its seeds of the
+    probe's share right and of the development set's letters, the CPU minutes, and the test set's
+    score of the two runs scored on it, as the records chapter 17 prints hold them."""
+    probe = json.loads((RECORDS / "chat_count_probe_1500.json").read_text())["models"]
+    runs = {r["name"].split(":")[0].removeprefix("cpu4-"): r for r in json.loads(
+        (RECORDS / "chat_count_first_runs.json").read_text())["runs"]}
+    row = _measured_row("chat_count_probe.py")
+
+    def span(values):
+        return f"{min(values):.3f}-{max(values):.3f}"
+
+    for label, names in (("control", ["ctlL-s0", "ctlL-s1", "ctlL-s2"]),
+                         ("worked", ["wrkL-s0", "wrkL-s1"]),
+                         ("worked-all", ["wallL-s0", "wallL-s1", "wallL-s2"])):
+        assert f"{label} {span([probe[n]['all_last_number'] for n in names])}" in row, label
+    assert f"the shipped model {probe['shipped']['all_last_number']:.3f}" in row
+    assert "control 0.500 in every seed" in row and {
+        runs[f"ctlL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)} == {0.5}
+    letters = [runs[f"wallL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)]
+    assert f"worked-all {span(letters)}" in row
+    minutes = [r["cpu_minutes"] for n, r in runs.items() if "L-s" in n]
+    assert f"{min(minutes):.1f}-{max(minutes):.1f} CPU minutes" in row
+    for name, seed in (("wallL-s1", "worked-all seed 1"), ("ctlL-s2", "control seed 2")):
+        v3 = runs[name]["robustness_v3"]["all"]
+        lo, hi = v3["interval"]
+        assert f"{seed} " in row and f"{v3['score']:.3f} [{lo:.3f}, {hi:.3f}]" in row, name
