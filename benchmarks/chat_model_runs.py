@@ -10,9 +10,9 @@ scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustnes
 ``--score-v3 NAME=CKPT ...`` adds version 3, the blind test set (``robustness_v3``), and the
 validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
 ``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
-(a pair per seed), item by item on version 2 and in-template, pooled over the pairs, with chapter
-16's paired bootstrap interval. Both read the runs of ``--from FILE ...`` (default the shipped
-record).
+(a pair per seed), item by item on version 2 and in-template: each item's difference averaged over
+the pairs, with a bootstrap interval that resamples items (an item's seeds together). Both read
+the runs of ``--from FILE ...`` (default the shipped record).
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
         [--cpu-minutes M] [--wall-minutes M] [--role shipped|first] [--update-record]
@@ -46,7 +46,7 @@ from course_lib.chat.robustness import (  # noqa: E402
     load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model, score_task  # noqa: E402
-from course_lib.evaluation import paired_comparison  # noqa: E402
+from course_lib.evaluation import bootstrap_interval  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
 
@@ -170,8 +170,10 @@ def per_item(run: dict) -> dict[str, list[float]]:
 
 
 def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
-    """Each pair's scores, and per score the paired comparison B - A over the items of every pair
-    (an item of seed 0 and the same item of seed 1 are two pairs)."""
+    """Each pair's scores, and per score B - A with the items as the unit: each item's difference
+    averaged over the pairs (seed 0 with seed 0...), its percentile bootstrap interval resampling
+    items (an item's seeds stay together: the seeds of one arm fail on the same items, so pooling
+    them as independent pairs would narrow the interval), and the items better and worse."""
     runs = {r["name"].split(":")[0]: r for r in record["runs"]}
     for name in (n for pair in pairs for n in pair):
         if name not in runs:
@@ -180,14 +182,17 @@ def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
     scores = [(per_item(runs[b]), per_item(runs[a])) for b, a in pairs]
     out = {}
     for key in scores[0][0]:
-        b = [x for sb, _ in scores for x in sb[key]]
-        a = [x for _, sa in scores for x in sa[key]]
         each = [(sum(sb[key]) / len(sb[key]), sum(sa[key]) / len(sa[key])) for sb, sa in scores]
-        out[key] = {"pairs": each, **paired_comparison(b, a)}
-        low, high = out[key]["interval"]
+        diffs = [sum(sb[key][i] - sa[key][i] for sb, sa in scores) / len(scores)
+                 for i in range(len(scores[0][0][key]))]
+        low, high = bootstrap_interval(diffs)
+        out[key] = {"pairs": each, "diff": sum(diffs) / len(diffs), "interval": [low, high],
+                    "items_better": sum(d > 0 for d in diffs),
+                    "items_worse": sum(d < 0 for d in diffs)}
         print(f"{key:<36} " + "  ".join(f"{x:.2f} vs {y:.2f}" for x, y in each)
               + f"  | B-A {out[key]['diff']:+.3f} [{low:+.3f}, {high:+.3f}]"
-              + f" wins B:A {out[key]['a_wins']}:{out[key]['b_wins']}", flush=True)
+              + f" items better:worse {out[key]['items_better']}:{out[key]['items_worse']}",
+              flush=True)
     return out
 
 
@@ -209,7 +214,7 @@ def main(argv=None) -> int:
                         "the reply), keeping the replies")
     source.add_argument("--paired", type=run_pair, nargs="+", metavar="B=A",
                         help="no model: compare recorded runs B against their controls A, item "
-                        "by item (version 2, in-template), pooled over the pairs")
+                        "by item (version 2, in-template), the items resampled with their seeds")
     p.add_argument("--name",
                    help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")
@@ -310,7 +315,9 @@ def main(argv=None) -> int:
         # the model that shipped before this one, kept in the record's roles
         roles["previous"] = roles["shipped"]
     roles.update({args.role: args.name} if args.role else {})
-    record = {"command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME "
+    # what other modes added to the record (the v3 command, the letters rule...) is kept
+    record = {**old,
+              "command": "python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME "
                          "--commands ... --cpu-minutes M --wall-minutes M --update-record (one run "
                          "at a time)",
               "robustness_sha256": ROBUSTNESS_SHA256, "robustness_v2_sha256": ROBUSTNESS_V2_SHA256,

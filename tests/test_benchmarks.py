@@ -419,3 +419,29 @@ def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_p
     assert x["in_template_rows"] == [{"task": "letters", "per_item": expected["per_item"],
                                       "outputs": expected["outputs"]}]
     assert "last integer" in record["letters_rule"]
+
+
+def test_paired_runs_resample_items_with_their_seeds():
+    """--paired B=A ...: each item's difference is averaged over the seeds' pairs and the interval
+    resamples items, so one item better in three seeds counts once (not as three pairs)."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.robustness import load_robustness_set_v2
+    from course_lib.evaluation import bootstrap_interval
+
+    items = load_robustness_set_v2()
+
+    def run(name, first_right):
+        replies = [{"request": i["request"], "reply": "", "right": k == 0 and first_right}
+                   for k, i in enumerate(items)]
+        return {"name": name, "v2_replies": replies,
+                "in_template_rows": [{"task": "letters", "per_item": [1.0, 0.0]}]}
+
+    record = {"runs": [run(f"b{s}", True) for s in range(3)] + [run(f"a{s}", False)
+                                                               for s in range(3)]}
+    out = runs.compare_pairs(record, [(f"b{s}", f"a{s}") for s in range(3)])
+    one = [1.0] + [0.0] * (len(items) - 1)
+    assert out["v2 all"]["diff"] == pytest.approx(1 / len(items))
+    assert out["v2 all"]["interval"] == list(bootstrap_interval(one))
+    assert (out["v2 all"]["items_better"], out["v2 all"]["items_worse"]) == (1, 0)
+    letters = out["in-template letters"]
+    assert letters["diff"] == 0 and letters["items_better"] == letters["items_worse"] == 0

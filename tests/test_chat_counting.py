@@ -101,9 +101,11 @@ def test_a_letters_request_is_read_back_to_its_letter_and_word_or_left_unread():
 
 
 def test_worked_everywhere_rewrites_every_training_count_and_keeps_its_answer():
-    """``--count-first worked-all``'s training split: every letters reply a worked reply whose last
-    number is the stored count and whose letters spell a word of the request; every other message
-    and conversation as it was; fewer than 1% of the letters conversations left out."""
+    """``--count-first worked-all``'s training split: each letters conversation's last reply a
+    worked reply whose last number is the stored count and whose letters spell a word of the
+    request; every other message and conversation as it was; fewer than 1% of the letters
+    conversations left out; a count asked in an earlier turn keeps its bare answer
+    (``letters_answers`` counts them)."""
     from course_lib.chat.data import load_conversations
     from course_lib.chat.scores import last_number
 
@@ -125,3 +127,10 @@ def test_worked_everywhere_rewrites_every_training_count_and_keeps_its_answer():
         assert last_number(reply) == count == end
         assert word in before["messages"][-2]["content"].lower()
         assert letter is None or word.count(letter) == int(count)
+    kinds = counting.letters_answers(out)
+    assert kinds["worked"] == len(read) and 0 < kinds["bare"] < kinds["worked"]
+    assert counting.letters_answers([{"messages": [
+        {"role": "user", "content": "Count the e in tree."}, {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "How many letters?"}, {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "Number of r in tree?"},
+        {"role": "assistant", "content": "t-r1-e-e: 1"}]}]) == {"bare": 1, "worked": 1}

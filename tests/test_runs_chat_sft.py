@@ -222,7 +222,7 @@ def test_count_first_adds_letters_conversations_records_them_and_resumes_with_th
 
 
 def test_count_first_worked_all_rewrites_the_training_split_and_pins_it():
-    """``--count-first worked-all`` (issue 54): every letters reply of the training split worked
+    """``--count-first worked-all`` (issue 54): each letters conversation's last reply worked
     (chat.counting.worked_everywhere), validation and test untouched; the split's SHA-256 and the
     requests left out are recorded at the start, and a rewrite that differs on resuming is
     refused."""

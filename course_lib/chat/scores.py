@@ -11,8 +11,10 @@ against the conversation's last assistant message by one rule per task:
   one right answer in the data's own form (an ISO date, letters joined by "-", the assistant's
   fixed sentence).
 - ``letters``: the **last integer** in the reply is the count (:func:`last_number`), the rule the
-  robustness sets judge a count by (``chat.robustness``); nanochat's spelling-bee task reads its
-  worked answers the same way, by the number after a final marker (``#### 3``). A bare count is
+  robustness sets judge a count by (``chat.robustness``). nanochat's spelling-bee task is stricter:
+  it reads the number after a marker (``#### 3``), and a reply without one is wrong. Here a hedge
+  that ends on the right count ("2 or 3" for 3) and a worked reply about the wrong word whose count
+  happens to match are judged right: the rule judges the count, not the work. A bare count is
   judged as by exact match; a worked reply that spells the
   word and counts as it goes (``s-t-r1-a-w-b-e-r2-r3-y: 3``, ``chat-sft --count-first worked``)
   is judged by the count it ends on, which exact match would mark wrong whatever the count.

@@ -43,7 +43,7 @@ def add_chat_sft_parser(sub) -> None:
                    help="add chat.counting's 6,000 letters conversations drawn count first "
                         "(answers 0 to 4, a fifth each; issue 54), replied with the bare number "
                         "(the default) or worked (the word spelled, each hit counted); worked-all: "
-                        "every letters reply of the training split worked too")
+                        "the last reply of every letters conversation of training worked too")
     add_run_options(p, "runs/chat")
 
 

@@ -109,7 +109,7 @@ def _data(more: dict | None, count: dict | None = None) -> dict | None:
     data = load_conversations()
     train = data["train"] + added
     if count and count.get("reply") == "worked-all":
-        # every letters reply of the training split worked; the split's SHA-256 recorded at the
+        # each letters conversation's last reply worked; the split's SHA-256 recorded at the
         # start (count is the run's record) and checked on resuming, like the added ones'
         train, left_out = worked_everywhere(train)
         sha256 = count_sha256(train)
@@ -140,8 +140,8 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     rows copies of the base's), refused if shorter. ``more_phrasings``: chat.variety's conversations
     added to the training split (recorded by their number, seed and SHA-256); ``count_first``:
     chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
-    added and recorded the same way ("worked-all": and every letters reply of the training split
-    worked, chat.counting's ``worked_everywhere``)."""
+    added and recorded the same way ("worked-all": and the last reply of every letters
+    conversation of the training split worked, chat.counting's ``worked_everywhere``)."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
