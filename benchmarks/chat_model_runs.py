@@ -180,6 +180,12 @@ def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
             raise ValueError(f"--paired {name}: no such run in the record; give one of "
                              f"{', '.join(runs)}")
     scores = [(per_item(runs[b]), per_item(runs[a])) for b, a in pairs]
+    for key in scores[0][0]:
+        sizes = {len(s[key]) for pair in scores for s in pair}
+        if len(sizes) > 1:
+            raise ValueError(f"--paired: the runs hold {key} scores of different lengths "
+                             f"({', '.join(map(str, sorted(sizes)))}): pair runs scored on the "
+                             "same sets")
     out = {}
     for key in scores[0][0]:
         each = [(sum(sb[key]) / len(sb[key]), sum(sa[key]) / len(sa[key])) for sb, sa in scores]

@@ -423,7 +423,8 @@ def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_p
 
 def test_paired_runs_resample_items_with_their_seeds():
     """--paired B=A ...: each item's difference is averaged over the seeds' pairs and the interval
-    resamples items, so one item better in three seeds counts once (not as three pairs)."""
+    resamples items, so an item better in one seed of three counts as a third of an item (not as
+    one independent pair among three); runs scored on sets of other lengths are refused."""
     runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
     from course_lib.chat.robustness import load_robustness_set_v2
     from course_lib.evaluation import bootstrap_interval
@@ -436,12 +437,29 @@ def test_paired_runs_resample_items_with_their_seeds():
         return {"name": name, "v2_replies": replies,
                 "in_template_rows": [{"task": "letters", "per_item": [1.0, 0.0]}]}
 
-    record = {"runs": [run(f"b{s}", True) for s in range(3)] + [run(f"a{s}", False)
-                                                               for s in range(3)]}
+    record = {"runs": [run(f"b{s}", s == 0) for s in range(3)] + [run(f"a{s}", False)
+                                                                 for s in range(3)]}
     out = runs.compare_pairs(record, [(f"b{s}", f"a{s}") for s in range(3)])
-    one = [1.0] + [0.0] * (len(items) - 1)
-    assert out["v2 all"]["diff"] == pytest.approx(1 / len(items))
-    assert out["v2 all"]["interval"] == list(bootstrap_interval(one))
+    third = [1 / 3] + [0.0] * (len(items) - 1)  # right in seed 0 only: a third of the item
+    assert out["v2 all"]["diff"] == pytest.approx(1 / 3 / len(items))
+    assert out["v2 all"]["interval"] == list(bootstrap_interval(third))
     assert (out["v2 all"]["items_better"], out["v2 all"]["items_worse"]) == (1, 0)
+    record["runs"][0]["in_template_rows"][0]["per_item"] = [1.0]  # scored on another set
+    with pytest.raises(ValueError, match="different lengths"):
+        runs.compare_pairs(record, [(f"b{s}", f"a{s}") for s in range(3)])
     letters = out["in-template letters"]
     assert letters["diff"] == 0 and letters["items_better"] == letters["items_worse"] == 0
+
+
+def test_a_scored_run_joins_the_record_and_keeps_what_other_modes_wrote(tmp_path):
+    """--shipped/--checkpoint --json FILE adds the run to FILE's runs and keeps the record's other
+    keys (the pre-registration, the letters rule, the v3 command) rather than dropping them."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    out = tmp_path / "record.json"
+    out.write_text(json.dumps({"runs": [{"name": "old"}], "preregistration": {"text": "p"},
+                               "letters_rule": "last number"}))
+    assert runs.main(["--shipped", "--name", "new: the shipped model", "--limit", "1",
+                      "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert [r["name"] for r in record["runs"]] == ["old", "new: the shipped model"]
+    assert record["preregistration"] == {"text": "p"} and record["letters_rule"] == "last number"

@@ -261,6 +261,15 @@ def test_the_measured_page_quotes_the_counting_runs_as_recorded():
         runs[f"ctlL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)} == {0.5}
     letters = [runs[f"wallL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)]
     assert f"worked-all {span(letters)}" in row
+    pairs = [(runs[f"wallL-s{s}"], runs[f"ctlL-s{s}"]) for s in range(3)]
+    # the development letters' gain by item, each item's three seeds resampled together
+    from course_lib.chat.robustness import load_robustness_set_v2
+    from course_lib.evaluation import bootstrap_interval
+    letter_items = [k for k, i in enumerate(load_robustness_set_v2()) if i["task"] == "letters"]
+    d = [sum(w["v2_replies"][k]["right"] - c["v2_replies"][k]["right"] for w, c in pairs) / 3
+         for k in letter_items]
+    lo, hi = bootstrap_interval(d)
+    assert f"+{sum(d) / len(d):.3f} [{lo:+.3f}, {hi:+.3f}]" in row
     minutes = [r["cpu_minutes"] for n, r in runs.items() if "L-s" in n]
     assert f"{min(minutes):.1f}-{max(minutes):.1f} CPU minutes" in row
     for name, seed in (("wallL-s1", "worked-all seed 1"), ("ctlL-s2", "control seed 2")):
