@@ -15,9 +15,9 @@ against the conversation's last assistant message by one rule per task:
   it reads the number after a marker (``#### 3``), and a reply without one is wrong. Here a hedge
   that ends on the right count ("2 or 3" for 3) and a worked reply about the wrong word whose count
   happens to match are judged right: the rule judges the count, not the work. A bare count is
-  judged as by exact match; a worked reply that spells the
-  word and counts as it goes (``s-t-r1-a-w-b-e-r2-r3-y: 3``, ``chat-sft --count-first worked``)
-  is judged by the count it ends on, which exact match would mark wrong whatever the count.
+  judged as by exact match; a worked reply that spells the word and counts as it goes
+  (``s-t-r1-a-w-b-e-r2-r3-y: 3``, ``chat-sft --count-first worked``) is judged by the count it
+  ends on, which exact match would mark wrong whatever the count.
 - ``arithmetic`` and ``follow-up``: exact match of the text the assistant writes after the
   calculator's result (the number it answers with, not the call). Scored twice: **with the
   calculator**, and **without** it, where the calculator answers nothing (an empty result):
