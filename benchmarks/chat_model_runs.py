@@ -46,7 +46,7 @@ from course_lib.chat.robustness import (  # noqa: E402
     load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model, score_task  # noqa: E402
-from course_lib.evaluation import bootstrap_interval  # noqa: E402
+from course_lib.evaluation import paired_comparison  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"
 
@@ -92,15 +92,22 @@ def rejudge(record: dict) -> dict:
 named_checkpoint = bench_args.named_checkpoint("a run's name in the record")
 
 
+def recorded(record: dict, names, option: str) -> dict:
+    """The record's runs by name (the part before ":"), every one of ``names`` checked to be
+    there (a ValueError naming ``option`` and the runs there are)."""
+    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
+    for name in names:
+        if name not in runs:
+            raise ValueError(f"{option} {name}: no such run in the record; give one of "
+                             f"{', '.join(runs)}")
+    return runs
+
+
 def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     """Each named run scored on version 3, the blind test set (``robustness_v3``, its replies in
     ``v3_replies``), and its validation-loss history (``val_loss_history``: the steps evaluated
     and the loss at each, step 0 being the model it started from) read from its checkpoint."""
-    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
-    for name, path in pairs:
-        if name not in runs:
-            raise ValueError(f"--score-v3 {name}: no such run in the record; give one of "
-                             f"{', '.join(runs)}")
+    runs = recorded(record, [name for name, _ in pairs], "--score-v3")
     for name, path in pairs:
         model, tokenizer = load_chat_model(path)
         scores = score_robustness(model.float(), tokenizer, load_robustness_set_v3()[:limit])
@@ -122,11 +129,7 @@ def rescore_letters(record: dict, pairs: list[tuple[str, Path]], limit=None) -> 
     """Each named run's in-template letters row scored again by today's rule (``chat.scores``: the
     last integer in the reply; exact match of the reply until issue 54 judged worked replies), its
     replies kept (``in_template_rows``' ``outputs``) so the next rule change needs no model."""
-    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
-    for name, path in pairs:
-        if name not in runs:
-            raise ValueError(f"--rescore-letters {name}: no such run in the record; give one of "
-                             f"{', '.join(runs)}")
+    runs = recorded(record, [name for name, _ in pairs], "--rescore-letters")
     test = load_conversations("test")[:limit]
     for name, path in pairs:
         model, tokenizer = load_chat_model(path)
@@ -170,35 +173,29 @@ def per_item(run: dict) -> dict[str, list[float]]:
 
 
 def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
-    """Each pair's scores, and per score B - A with the items as the unit: each item's difference
-    averaged over the pairs (seed 0 with seed 0...), its percentile bootstrap interval resampling
-    items (an item's seeds stay together: the seeds of one arm fail on the same items, so pooling
-    them as independent pairs would narrow the interval), and the items better and worse."""
-    runs = {r["name"].split(":")[0]: r for r in record["runs"]}
-    for name in (n for pair in pairs for n in pair):
-        if name not in runs:
-            raise ValueError(f"--paired {name}: no such run in the record; give one of "
-                             f"{', '.join(runs)}")
+    """Each pair's scores, and per score B - A with the items as the unit: chapter 16's paired
+    comparison of each item's score averaged over the seeds of B and of A (its interval resamples
+    items, an item's seeds together: the seeds of one arm fail on the same items, so pooling them
+    as independent pairs would narrow it), and the items better and worse."""
+    runs = recorded(record, [n for pair in pairs for n in pair], "--paired")
     scores = [(per_item(runs[b]), per_item(runs[a])) for b, a in pairs]
+    out = {}
     for key in scores[0][0]:
         sizes = {len(s[key]) for pair in scores for s in pair}
         if len(sizes) > 1:
             raise ValueError(f"--paired: the runs hold {key} scores of different lengths "
                              f"({', '.join(map(str, sorted(sizes)))}): pair runs scored on the "
                              "same sets")
-    out = {}
-    for key in scores[0][0]:
         each = [(sum(sb[key]) / len(sb[key]), sum(sa[key]) / len(sa[key])) for sb, sa in scores]
-        diffs = [sum(sb[key][i] - sa[key][i] for sb, sa in scores) / len(scores)
-                 for i in range(len(scores[0][0][key]))]
-        low, high = bootstrap_interval(diffs)
-        out[key] = {"pairs": each, "diff": sum(diffs) / len(diffs), "interval": [low, high],
-                    "items_better": sum(d > 0 for d in diffs),
-                    "items_worse": sum(d < 0 for d in diffs)}
+        b, a = ([sum(items) / len(scores) for items in zip(*(pair[k][key] for pair in scores))]
+                for k in (0, 1))
+        c = paired_comparison(b, a)
+        out[key] = {"pairs": each, "diff": c["diff"], "interval": list(c["interval"]),
+                    "items_better": c["a_wins"], "items_worse": c["b_wins"]}
+        low, high = c["interval"]
         print(f"{key:<36} " + "  ".join(f"{x:.2f} vs {y:.2f}" for x, y in each)
-              + f"  | B-A {out[key]['diff']:+.3f} [{low:+.3f}, {high:+.3f}]"
-              + f" items better:worse {out[key]['items_better']}:{out[key]['items_worse']}",
-              flush=True)
+              + f"  | B-A {c['diff']:+.3f} [{low:+.3f}, {high:+.3f}]"
+              + f" items better:worse {c['a_wins']}:{c['b_wins']}", flush=True)
     return out
 
 

@@ -92,8 +92,8 @@ def judge(task: str, outputs: list[str], references: list[str]) -> list[float]:
     """Each reply of ``task`` judged against its reference by the task's rule (module docstring):
     1.0 right, 0.0 wrong; an empty reply is wrong."""
     if task == "letters":
-        return [float(bool(o.strip()) and last_number(o) == r.strip())
-                for o, r in zip(outputs, references, strict=True)]
+        return [float(last_number(o) == r.strip()) for o, r in zip(outputs, references,
+                                                                    strict=True)]
     return exact_match(outputs, references)
 
 
