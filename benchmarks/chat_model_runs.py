@@ -9,6 +9,8 @@ and the test split's conversations
 scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 ``--score-v3 NAME=CKPT ...`` adds version 3, the blind test set (``robustness_v3``), and the
 validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
+``--score-blind-identity NAME=CKPT ...`` adds the blind identity set (``chat.identity``: 64
+questions of the phrasing bank's held-out half, exact answers) to runs already recorded.
 ``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
 (a pair per seed), item by item on version 2 and in-template: each item's difference averaged over
 the pairs, with a bootstrap interval that resamples items (an item's seeds together). Both read
@@ -41,6 +43,7 @@ import bench_args  # noqa: E402
 from bench_args import add_record_options, count, record_file, threads  # noqa: E402
 from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
+from course_lib.chat.identity import BLIND_SHA256, blind_identity_set  # noqa: E402
 from course_lib.chat.robustness import (  # noqa: E402
     ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, ROBUSTNESS_V3_SHA256, is_right, load_robustness_set,
     load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
@@ -125,6 +128,21 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     return record
 
 
+def score_blind_identity(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
+    """Each named run scored on chat.identity's blind set (``identity_blind``, its replies in
+    ``identity_blind_replies``): each question asked once in a new conversation, greedy."""
+    runs = recorded(record, [name for name, _ in pairs], "--score-blind-identity")
+    for name, path in pairs:
+        model, tokenizer = load_chat_model(path)
+        scores = score_robustness(model.float(), tokenizer, blind_identity_set()[:limit])
+        runs[name]["identity_blind"] = summary(scores["all"])
+        runs[name]["identity_blind_replies"] = [{k: r[k] for k in ("request", "reply", "right")}
+                                                for r in scores["rows"]]
+        print(f"{name}: blind identity {scores['all']['score']:.3f}", flush=True)
+    record["identity_blind_sha256"] = BLIND_SHA256
+    return record
+
+
 def rescore_letters(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     """Each named run's in-template letters row scored again by today's rule (``chat.scores``: the
     last integer in the reply; exact match of the reply until issue 54 judged worked replies), its
@@ -169,6 +187,8 @@ def per_item(run: dict) -> dict[str, list[float]]:
         out[f"v2 {key}"] = [x for x, i in zip(right, items) if key in row_keys(i)]
     for row in run["in_template_rows"]:
         out[f"in-template {row['task']}"] = row["per_item"]
+    if "identity_blind_replies" in run:
+        out["blind identity"] = [float(r["right"]) for r in run["identity_blind_replies"]]
     return out
 
 
@@ -180,7 +200,7 @@ def compare_pairs(record: dict, pairs: list[tuple[str, str]]) -> dict:
     runs = recorded(record, [n for pair in pairs for n in pair], "--paired")
     scores = [(per_item(runs[b]), per_item(runs[a])) for b, a in pairs]
     out = {}
-    for key in scores[0][0]:
+    for key in [k for k in scores[0][0] if all(k in s for pair in scores for s in pair)]:
         sizes = {len(s[key]) for pair in scores for s in pair}
         if len(sizes) > 1:
             raise ValueError(f"--paired: the runs hold {key} scores of different lengths "
@@ -215,6 +235,9 @@ def main(argv=None) -> int:
                         metavar="NAME=CKPT", help="score these runs of the record again on the "
                         "in-template letters conversations, by today's rule (the last number in "
                         "the reply), keeping the replies")
+    source.add_argument("--score-blind-identity", type=named_checkpoint, nargs="+",
+                        metavar="NAME=CKPT", help="score these runs of the record on the blind "
+                        "identity set (chat.identity: the phrasing bank's held-out half)")
     source.add_argument("--paired", type=run_pair, nargs="+", metavar="B=A",
                         help="no model: compare recorded runs B against their controls A, item "
                         "by item (version 2, in-template), the items resampled with their seeds")
@@ -244,7 +267,8 @@ def main(argv=None) -> int:
         out = record_file(p, args, RECORD)
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
         return 0
-    for named, update in ((args.rescore_letters, rescore_letters), (args.score_v3, score_v3)):
+    for named, update in ((args.rescore_letters, rescore_letters), (args.score_v3, score_v3),
+                          (args.score_blind_identity, score_blind_identity)):
         if named:  # recorded runs scored again from their checkpoints
             out = record_file(p, args, RECORD, inputs=[c for _, c in named])
             torch.set_num_threads(args.threads)

@@ -44,6 +44,9 @@ def add_chat_sft_parser(sub) -> None:
                         "(answers 0 to 4, a fifth each; issue 54), replied with the bare number "
                         "(the default) or worked (the word spelled, each hit counted); worked-all: "
                         "the last reply of every letters conversation of training worked too")
+    p.add_argument("--wide-identity", action="store_true", default=None,
+                   help="add chat.identity's 4,000 identity conversations in 128 more phrasings "
+                        "(the bank's training half; issue 54)")
     add_run_options(p, "runs/chat")
 
 

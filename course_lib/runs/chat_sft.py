@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..chat.counting import (COUNT_SEED, COUNT_SIZE, build_count_conversations, count_sha256,
                              worked_everywhere)
+from ..chat.identity import WIDE_SEED, WIDE_SIZE, build_identity_conversations
 from ..chat.data import (CHAT_SHA256, EXTRA_CHARS, chat_batch_fn, chat_sft_config,
                          load_conversations)
 from ..chat.template import chat_tokenizer
@@ -60,7 +61,8 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
         _check_same_start(path, trained_on, options.get("base_checkpoint"),
                           options.get("from_scratch"))
         for option, key in (("--more-phrasings", "more_phrasings"),
-                            ("--count-first", "count_first")):
+                            ("--count-first", "count_first"),
+                            ("--wide-identity", "wide_identity")):
             given = options.get(key)
             if given is not None and bool(given) != bool(trained_on.get(key)):
                 raise ValueError(f"{option}: {path} was "
@@ -92,11 +94,12 @@ def _added(option: str, record: dict, built: list[dict], sha256: str) -> list[di
     return built
 
 
-def _data(more: dict | None, count: dict | None = None) -> dict | None:
+def _data(more: dict | None, count: dict | None = None, wide: dict | None = None) -> dict | None:
     """The conversations a run trains on: the shipped ones, and with ``more`` (a run's record of
-    ``--more-phrasings``) chat.variety's, with ``count`` (of ``--count-first``) chat.counting's
-    added to the training split, refused if they are not the ones the run recorded."""
-    if not more and not count:
+    ``--more-phrasings``) chat.variety's, with ``count`` (of ``--count-first``) chat.counting's,
+    with ``wide`` (of ``--wide-identity``) chat.identity's added to the training split, refused if
+    they are not the ones the run recorded."""
+    if not more and not count and not wide:
         return None
     added = []
     if more:
@@ -106,6 +109,9 @@ def _data(more: dict | None, count: dict | None = None) -> dict | None:
         built = build_count_conversations(count["n"], count["seed"],
                                           worked=count.get("reply", "bare") != "bare")
         added += _added("--count-first", count, built, count_sha256(built))
+    if wide:
+        built = build_identity_conversations(wide["n"], wide["seed"])
+        added += _added("--wide-identity", wide, built, more_sha256(built))
     data = load_conversations()
     train = data["train"] + added
     if count and count.get("reply") == "worked-all":
@@ -124,14 +130,16 @@ def _data(more: dict | None, count: dict | None = None) -> dict | None:
 def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) -> Trainer:
     batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device,
                              data=_data(trained_on.get("more_phrasings"),
-                                       trained_on.get("count_first")),
+                                       trained_on.get("count_first"),
+                                       trained_on.get("wide_identity")),
                              pack=bool(trained_on.get("pack")))
     return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
                    trained_on=trained_on, **options)
 
 
 def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None,
-           from_scratch=None, pack=None, more_phrasings=None, count_first=None) -> Trainer:
+           from_scratch=None, pack=None, more_phrasings=None, count_first=None,
+           wide_identity=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
@@ -141,7 +149,8 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     added to the training split (recorded by their number, seed and SHA-256); ``count_first``:
     chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
     added and recorded the same way ("worked-all": and the last reply of every letters
-    conversation of the training split worked, chat.counting's ``worked_everywhere``)."""
+    conversation of the training split worked, chat.counting's ``worked_everywhere``);
+    ``wide_identity``: chat.identity's identity conversations, added and recorded the same way."""
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -165,6 +174,9 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
                                          "sha256": more_sha256(build_more_conversations())}}
                      if more_phrasings else {}),
                   **({"count_first": _count_record(count_first)} if count_first else {}),
+                  **({"wide_identity": {"n": WIDE_SIZE, "seed": WIDE_SEED,
+                                        "sha256": more_sha256(build_identity_conversations())}}
+                     if wide_identity else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on,
                     out_dir=out_dir, progress=progress, verbose=verbose)
@@ -192,7 +204,8 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 
 
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
-             from_scratch=None, pack=None, more_phrasings=None, count_first=None) -> Trainer:
+             from_scratch=None, pack=None, more_phrasings=None, count_first=None,
+             wide_identity=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent,
                     progress=progress, verbose=verbose)
@@ -216,7 +229,8 @@ CHAT_SFT = register_kind(RunKind(
     report=_report,
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
-    options=("base_checkpoint", "from_scratch", "pack", "more_phrasings", "count_first"),
+    options=("base_checkpoint", "from_scratch", "pack", "more_phrasings", "count_first",
+             "wide_identity"),
     default_out=lambda options: "runs/chat"))
 
 
