@@ -200,6 +200,8 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "chat_model_runs", ["--shipped"], "--name is needed"),
     (None, "chat_model_runs", ["--score-v3", "x"], "expected NAME=CKPT with CKPT a file"),
     (None, "chat_model_runs", ["--rescore-letters", "x"], "expected NAME=CKPT with CKPT a file"),
+    (None, "chat_model_runs", ["--score-blind-identity", "x"],
+     "expected NAME=CKPT with CKPT a file"),
     (None, "chat_model_runs",
      ["--rescore-letters", f"x={ROOT / 'course_lib' / 'weights' / 'chat-char-cpu.pt'}"],
      "--rescore-letters x: no such run in the record"),
@@ -419,6 +421,42 @@ def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_p
     assert x["in_template_rows"] == [{"task": "letters", "per_item": expected["per_item"],
                                       "outputs": expected["outputs"]}]
     assert "last integer" in record["letters_rule"]
+
+
+def test_score_blind_identity_stores_each_reply_and_pairs_it(tmp_path):
+    """--score-blind-identity NAME=CKPT: the run gets the blind identity set's score and replies
+    (the shipped model's, as the engine gives them), the set's SHA-256 goes in the record, and
+    --paired compares the set item by item where both runs have it."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.engine import load_chat_model
+    from course_lib.chat.identity import BLIND_SHA256, blind_identity_set
+    from course_lib.chat.robustness import load_robustness_set_v2, score_robustness
+
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps({"runs": [{"name": "x: a run"}]}))
+    shipped = ROOT / "course_lib" / "weights" / "chat-char-cpu-4.pt"
+    out = tmp_path / "out.json"
+    assert runs.main(["--score-blind-identity", f"x={shipped}", "--limit", "6", "--from",
+                      str(source), "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    model, tokenizer = load_chat_model(shipped)
+    expected = score_robustness(model.float(), tokenizer, blind_identity_set()[:6])
+    x = record["runs"][0]
+    assert x["identity_blind"]["score"] == expected["all"]["score"]
+    assert [r["reply"] for r in x["identity_blind_replies"]] == [
+        r["reply"] for r in expected["rows"]]
+    assert record["identity_blind_sha256"] == BLIND_SHA256
+    x["v2_replies"] = [{"request": i["request"], "reply": "", "right": False}
+                       for i in load_robustness_set_v2()]
+    x["in_template_rows"] = []
+    y = {**x, "name": "y", "identity_blind_replies": [
+        {**r, "right": True} for r in x["identity_blind_replies"]]}
+    paired = runs.compare_pairs({"runs": [x, y]}, [("y", "x")])
+    wrong = sum(not r["right"] for r in expected["rows"])
+    assert paired["blind identity"]["diff"] == pytest.approx(wrong / 6)
+    assert paired["blind identity"]["items_better"] == wrong
+    del y["identity_blind_replies"]  # a run without the set: the key is left out, not an error
+    assert "blind identity" not in runs.compare_pairs({"runs": [x, y]}, [("y", "x")])
 
 
 def test_paired_runs_resample_items_with_their_seeds():

@@ -182,6 +182,35 @@ def test_more_phrasings_adds_training_conversations_records_them_and_resumes_wit
         chat_sft._data({**more, "sha256": "0" * 64})
 
 
+def test_wide_identity_adds_identity_conversations_records_them_and_resumes_with_them(tmp_path,
+                                                                                    capsys):
+    """``chat-sft --wide-identity`` (issue 54): chat.identity's conversations join the training
+    split only, recorded by number, seed and SHA-256; a resume keeps them; the option given to a
+    run started without it is refused; other conversations than the recorded ones are refused."""
+    from course_lib.chat import identity
+    from course_lib.chat.data import load_conversations
+
+    out = tmp_path / "chat"
+    args = chat_sft_args(out, "--wide-identity")
+    assert main(args + ["--max-iters", "1"]) == 0
+    wide = load_checkpoint(out / "ckpt.pt")["trained_on"]["wide_identity"]
+    assert wide == {"n": identity.WIDE_SIZE, "seed": identity.WIDE_SEED,
+                    "sha256": identity.WIDE_SHA256}
+    data, shipped = chat_sft._data(None, None, wide), load_conversations()
+    assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
+    assert len(data["train"]) == len(shipped["train"]) + identity.WIDE_SIZE
+    args.remove("--wide-identity")
+    assert main(args + ["--max-iters", "2", "--resume"]) == 0
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["wide_identity"] == wide
+    plain = tmp_path / "plain"
+    assert main(chat_sft_args(plain) + ["--max-iters", "1"]) == 0
+    capsys.readouterr()
+    assert main(chat_sft_args(plain, "--wide-identity") + ["--max-iters", "2", "--resume"]) == 2
+    assert "--wide-identity:" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--wide-identity: .*not the ones the run started on"):
+        chat_sft._data(None, None, {**wide, "sha256": "0" * 64})
+
+
 @pytest.mark.slow  # about 30 s on 2 loaded cores: three short runs and 6,000 conversations
 def test_count_first_adds_letters_conversations_records_them_and_resumes_with_them(tmp_path,
                                                                                    capsys):
