@@ -270,9 +270,42 @@ def test_the_measured_page_quotes_the_counting_runs_as_recorded():
          for k in letter_items]
     lo, hi = bootstrap_interval(d)
     assert f"+{sum(d) / len(d):.3f} [{lo:+.3f}, {hi:+.3f}]" in row
-    minutes = [r["cpu_minutes"] for n, r in runs.items() if "L-s" in n]
+    minutes = [r["cpu_minutes"] for n, r in runs.items() if n[:5] in ("ctlL-", "wrkL-", "wallL")]
     assert f"{min(minutes):.1f}-{max(minutes):.1f} CPU minutes" in row
     for name, seed in (("wallL-s1", "worked-all seed 1"), ("ctlL-s2", "control seed 2")):
         v3 = runs[name]["robustness_v3"]["all"]
         lo, hi = v3["interval"]
         assert f"{seed} " in row and f"{v3['score']:.3f} [{lo:.3f}, {hi:.3f}]" in row, name
+
+
+def test_the_measured_page_quotes_the_wide_identity_runs_as_recorded():
+    """book/measured.md's chat_model_runs.py row (issue 54): the --wide-identity runs' CPU minutes,
+    blind identity and in-template identity ranges, the paired blind gain over worked-all (each
+    item's seeds resampled together) and the chosen run's test score, as the record holds them."""
+    from course_lib.chat.identity import blind_identity_set
+    from course_lib.evaluation import bootstrap_interval
+
+    runs = {r["name"].split(":")[0].removeprefix("cpu4-"): r for r in json.loads(
+        (RECORDS / "chat_count_first_runs.json").read_text())["runs"]}
+    shipped = next(r for r in json.loads((RECORDS / "chat_model_runs.json").read_text())["runs"]
+                   if r["name"].startswith("chat-gpu-more-s2:"))
+    row = _measured_row("chat_model_runs.py")
+
+    def span(values, digits=3):
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    wide = [runs[f"widL-s{s}"] for s in range(3)]
+    base = [runs[f"wallL-s{s}"] for s in range(3)]
+    assert f"{span([r['cpu_minutes'] for r in wide], 1)} CPU minutes" in row
+    assert f"blind identity set {span([r['identity_blind']['score'] for r in wide])}" in row
+    assert f"worked-all {span([r['identity_blind']['score'] for r in base])}" in row
+    assert f"the shipped model {shipped['identity_blind']['score']:.3f}" in row
+    assert f"template {span([r['in_template']['identity']['score'] for r in wide])}" in row
+    n = len(blind_identity_set())
+    d = [sum(w["identity_blind_replies"][k]["right"] - c["identity_blind_replies"][k]["right"]
+             for w, c in zip(wide, base)) / 3 for k in range(n)]
+    lo, hi = bootstrap_interval(d)
+    assert f"+{sum(d) / n:.3f} [{lo:+.3f}, {hi:+.3f}]" in row
+    v3 = runs["widL-s2"]["robustness_v3"]["all"]
+    assert f"seed 2: {v3['score']:.3f} [{v3['interval'][0]:.3f}, {v3['interval'][1]:.3f}]" in row
+    assert max(wide, key=lambda r: r["robustness_v2"]["all"]["score"]) is wide[2]
