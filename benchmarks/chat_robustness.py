@@ -9,12 +9,15 @@ form a training message has and the rest.
 
     python benchmarks/chat_robustness.py [--checkpoint CKPT ...] [--update-record]
 
-Default: the two chat models course_lib ships (weights/chat-char-cpu.pt, the first, then
-weights/chat-char-cpu-4.pt). ``--checkpoint`` (repeat it) scores any chat models instead, in that
-order; to add a new model to the shipped record, list all of them:
+Default: the two chat models course_lib ships (weights/chat-char-cpu.pt, the first, then the one
+`chat` loads, weights/chat-char-cpu-5.pt). ``--checkpoint`` (repeat it) scores any chat models
+instead, in that order. The shipped records were made when chat-char-cpu-4 shipped (chapter 17
+prints them as its history; chat-char-cpu-5's scores are in records/chat_count_first_runs.json, run
+cpu4-wallL-s1); they list all three models:
 
+    git show 641d1f7:course_lib/weights/chat-char-cpu-4.pt > chat-char-cpu-4.pt
     python benchmarks/chat_robustness.py --checkpoint course_lib/weights/chat-char-cpu.pt \\
-        --checkpoint course_lib/weights/chat-char-cpu-4.pt --checkpoint NEW.pt --update-record
+        --checkpoint chat-char-cpu-3.pt --checkpoint chat-char-cpu-4.pt --update-record
 
 Writes, when asked (``--json FILE``, or ``--update-record`` for
 course_lib/records/chat_robustness_v2.json), the record; without either it prints the scores only.
@@ -23,13 +26,12 @@ course_lib/records/chat_robustness_v2.json), the record; without either it print
 ``--set v3`` scores version 3 instead (85 requests written by hand, blind, after the shipped model;
 course_lib/tasks/chat_robustness_v3.json): per model and task as above, each model after the first
 paired with the one before it and with the first; its record is
-course_lib/records/chat_robustness_v3.json. The shipped record scores the first model, the one
-before the shipped one and the shipped one:
+course_lib/records/chat_robustness_v3.json. The shipped record scores the first model,
+chat-char-cpu-3 and chat-char-cpu-4:
 
     git show fb216c9:course_lib/weights/chat-char-cpu-3.pt > chat-char-cpu-3.pt
     python benchmarks/chat_robustness.py --set v3 --checkpoint course_lib/weights/chat-char-cpu.pt \
-        --checkpoint chat-char-cpu-3.pt --checkpoint course_lib/weights/chat-char-cpu-4.pt \
-        --update-record
+        --checkpoint chat-char-cpu-3.pt --checkpoint chat-char-cpu-4.pt --update-record
 """
 from __future__ import annotations
 

@@ -408,7 +408,7 @@ def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_p
     source = tmp_path / "in.json"
     source.write_text(json.dumps({"runs": [{"name": "x: a run", "in_template": {
         "letters": {"score": 0.0}, "dates": {"score": 1.0}}}, other]}))
-    shipped = ROOT / "course_lib" / "weights" / "chat-char-cpu-4.pt"
+    from course_lib.chat.engine import CHAT_MODEL_PATH as shipped
     out = tmp_path / "out.json"
     assert runs.main(["--rescore-letters", f"x={shipped}", "--limit", "30", "--from", str(source),
                       "--json", str(out)]) == 0
@@ -434,7 +434,7 @@ def test_score_blind_identity_stores_each_reply_and_pairs_it(tmp_path):
 
     source = tmp_path / "in.json"
     source.write_text(json.dumps({"runs": [{"name": "x: a run"}]}))
-    shipped = ROOT / "course_lib" / "weights" / "chat-char-cpu-4.pt"
+    from course_lib.chat.engine import CHAT_MODEL_PATH as shipped
     out = tmp_path / "out.json"
     assert runs.main(["--score-blind-identity", f"x={shipped}", "--limit", "6", "--from",
                       str(source), "--json", str(out)]) == 0

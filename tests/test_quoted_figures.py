@@ -276,6 +276,14 @@ def test_the_measured_page_quotes_the_counting_runs_as_recorded():
         v3 = runs[name]["robustness_v3"]["all"]
         lo, hi = v3["interval"]
         assert f"{seed} " in row and f"{v3['score']:.3f} [{lo:.3f}, {hi:.3f}]" in row, name
+    # the shipped chat-char-cpu-5 (wallL-s1) against chat-char-cpu-4, paired by test request
+    from course_lib.evaluation import paired_comparison
+    before = next(r for r in json.loads((RECORDS / "chat_model_runs.json").read_text())["runs"]
+                  if r["name"].startswith("chat-gpu-more-s2:"))
+    c = paired_comparison(*([float(x["right"]) for x in r["v3_replies"]]
+                            for r in (runs["wallL-s1"], before)))
+    assert ("as `chat-char-cpu-5`" in row
+            and f"{c['diff']:+.3f} [{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}]" in row)
 
 
 def test_the_measured_page_quotes_the_wide_identity_runs_as_recorded():

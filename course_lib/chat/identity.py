@@ -1,12 +1,13 @@
 """Wider identity questions (issue 54, chapter 17): ``chat-sft --wide-identity``, and a blind set.
 
-An identity question has one fixed answer per group of :data:`~course_lib.chat.phrasing.IDENTITY_ASKS`
-("Who are you?" -> "I am a small GPT that read Shakespeare."). The shipped conversations train on
-five phrasings a group, ``--more-phrasings`` adds eleven (``chat.variety.IDENTITY_MORE``); every
-model tried still answered two of the eight held-out test phrasings of ``chat.json`` with another
-group's answer. :data:`IDENTITY_BANK` is 24 more phrasings a group, written by kind (discourse
-openers "so", "and", "ok"; other verbs and nouns; statements as requests; short forms), and **split
-at random** (:func:`bank_split`, a fixed seed) into 16 for training and 8 held out: the blind set
+An identity question has one fixed answer per group of
+:data:`~course_lib.chat.phrasing.IDENTITY_ASKS` ("Who are you?" -> "I am a small GPT that read
+Shakespeare."). The shipped conversations train on four or five phrasings a group,
+``--more-phrasings`` adds eleven (``chat.variety.IDENTITY_MORE``); every model tried still answered
+two of the eight held-out test phrasings of ``chat.json`` with another group's answer.
+:data:`IDENTITY_BANK` is 24 more phrasings a group, written by kind (discourse openers "so", "and",
+"ok"; other verbs and nouns; statements as requests; short forms), and **split at random**
+(:func:`bank_split`, a fixed seed) into 16 for training and 8 held out: the blind set
 (:func:`blind_identity_set`), which no run trains on, measures how far the widening carries to
 phrasings it never saw.
 
@@ -84,14 +85,15 @@ IDENTITY_BANK = (
      "Which questions can you handle?", "What are you good for?", "What do you offer?",
      "What things can you do?", "What tasks do you handle?", "What are you here for?",
      "What should I ask you about?"),
-    ("Were you handed tools?", "Is a calculator at hand for you?", "Is there a calculator you can use?",
-     "Are you able to use tools?", "Do tools help you?", "Have you got tools?",
-     "Can you do sums with a tool?", "Is a calculator one of your tools?", "Which tools can you call?",
-     "Are you allowed a calculator?", "Is a calculator part of you?", "So, do you use tools?",
-     "And what about tools?", "Ok, can you use tools?", "Can you use a tool for maths?",
-     "Are sums done by a calculator for you?", "Are there tools you can call?", "Are tools allowed for you?",
-     "Do you compute with tools?", "Do you work sums with a calculator?", "Tool use?",
-     "Is tool use possible?", "Can you run tools?", "Tell me if you use tools."),
+    ("Were you handed tools?", "Is a calculator at hand for you?",
+     "Is there a calculator you can use?", "Are you able to use tools?", "Do tools help you?",
+     "Have you got tools?", "Can you do sums with a tool?", "Is a calculator one of your tools?",
+     "Which tools can you call?", "Are you allowed a calculator?", "Is a calculator part of you?",
+     "So, do you use tools?", "And what about tools?", "Ok, can you use tools?",
+     "Can you use a tool for maths?", "Are sums done by a calculator for you?",
+     "Are there tools you can call?", "Are tools allowed for you?", "Do you compute with tools?",
+     "Do you work sums with a calculator?", "Tool use?", "Is tool use possible?",
+     "Can you run tools?", "Tell me if you use tools."),
     ("What is your count of parameters?", "What is your parameter count?", "How big is this model?",
      "How many parameters does this model have?", "What size is the model?",
      "How big a model are you?", "How large is your model?", "So how big are you?",
@@ -105,11 +107,11 @@ IDENTITY_BANK = (
      "Which books did you learn from?", "What was your training data?", "What did you learn on?",
      "What corpus do you come from?", "Which text trained you?", "Which texts are in you?",
      "Where did your knowledge come from?", "So what did you read?", "And what did you read?",
-     "Ok, what was your training text?", "What data is in you?",
-     "What writing did you learn from?", "Which author did you read?", "What were you fed?",
-     "What is your corpus?", "Where does your text come from?",
-     "Which books were you trained on?", "What reading did you do?", "What did they feed you?",
-     "Tell me what you read.", "Your training text?"),
+     "Ok, what was your training text?", "What data is in you?", "What writing did you learn from?",
+     "Which author did you read?", "What were you fed?", "What is your corpus?",
+     "Where does your text come from?", "Which books were you trained on?",
+     "What reading did you do?", "What did they feed you?", "Tell me what you read.",
+     "Your training text?"),
 )
 
 
