@@ -55,12 +55,9 @@ from ..model import GPT
 from ..tokenizers import CharTokenizer
 from ..utils import check_seed
 
-# The chat model `chat` loads by default: chat-char-cpu-4 (the first chat model trained further on
-# the conversations of course_lib/tasks/chat.json, its context lengthened to 256 tokens, then 6000
-# steps with chat.variety's added conversations on a GPU; records/chat_model_runs.json) trained
-# 1500 steps more on a CPU with chat-sft --more-phrasings --count-first worked-all (letter counts
-# answered worked): the run cpu4-wallL-s1 of records/chat_count_first_runs.json, its commands and
-# scores
+# The chat model `chat` loads: chat-char-cpu-4 (the first chat model trained further, its context
+# lengthened to 256 tokens, 6000 GPU steps with chat.variety's conversations) trained 1500 CPU steps
+# more with --count-first worked-all: run cpu4-wallL-s1 of records/chat_count_first_runs.json
 CHAT_MODEL_PATH = Path(__file__).parent.parent / "weights" / "chat-char-cpu-5.pt"
 CHAT_MODEL_SHA256 = "cf441f8bfbbaacf12102740b80e29de1dad5102c1bc18ff66ec3f951addc3c8a"
 # The first chat model (64-token context, the first conversations: chat_v1.json), kept for the
