@@ -33,7 +33,7 @@ from .counting import held_out_requests
 from .data import MAX_TOKENS, _pools, char_chat_tokenizer
 from .phrasing import IDENTITY_ASKS, abstracted, normalized
 from .template import render
-from .variety import IDENTITY_MORE, MORE_TASKS, _exchange, _pair_split, case_and_space, dress
+from .variety import IDENTITY_MORE, after_other_exchanges, case_and_space, dress
 
 WIDE_SIZE = 4000  # training conversations added
 WIDE_SEED = 5455
@@ -159,11 +159,7 @@ def build_identity_conversations(n: int = WIDE_SIZE, seed: int = WIDE_SEED) -> l
     train = bank_split()[0]
     out = []
     while len(out) < n:
-        messages, forms = _identity_exchange(train, rng)
-        if rng.random() < 0.25:
-            for _ in range(rng.randint(1, 2)):
-                m, f = _exchange(rng.choice(MORE_TASKS[:-1]), pool, rng, _pair_split)
-                messages, forms = m + messages, f + forms
+        messages, forms = after_other_exchanges(*_identity_exchange(train, rng), pool, rng)
         users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
         if any(f in banned_forms for f in forms) or any(u in banned_texts for u in users):
             continue

@@ -356,6 +356,16 @@ MORE_TASKS = ("arithmetic", "arithmetic", "spelling", "letters", "dates", "ident
               "follow-up")
 
 
+def after_other_exchanges(messages: list, forms: list, pool: dict, rng: random.Random):
+    """(messages, forms), a quarter of the time after one or two exchanges of other tasks (not
+    follow-ups): a longer conversation, as a reader's often is."""
+    if rng.random() < 0.25:
+        for _ in range(rng.randint(1, 2)):
+            m, f = _exchange(rng.choice(MORE_TASKS[:-1]), pool, rng, _pair_split)
+            messages, forms = m + messages, f + forms
+    return messages, forms
+
+
 def held_out_v2_forms() -> set[str]:
     """The abstracted forms of the held-out test set's requests (which no conversation may have)."""
     return {request_form(item) for item in load_robustness_set_v2()}
@@ -378,11 +388,8 @@ def build_more_conversations(n: int = MORE_SIZE, seed: int = MORE_SEED) -> list[
         if task == "follow-up":
             messages, forms = _follow_up(pool, rng, _pair_split)
         else:
-            messages, forms = _exchange(task, pool, rng, _pair_split)
-            if rng.random() < 0.25:
-                for _ in range(rng.randint(1, 2)):
-                    m, f = _exchange(rng.choice(MORE_TASKS[:-1]), pool, rng, _pair_split)
-                    messages, forms = m + messages, f + forms
+            messages, forms = after_other_exchanges(*_exchange(task, pool, rng, _pair_split),
+                                                    pool, rng)
         users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
         if any(f in banned for f in forms) or any(u in held_questions for u in users):
             continue
