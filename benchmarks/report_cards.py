@@ -98,11 +98,11 @@ def chat(work: Path):
 
 
 def robustness_row(model, tok) -> dict:
-    """The chat model's row of the card beyond the tasks: the frozen robustness test set (version 2,
-    held out from every training message), overall and per task (share right, standard error, 95%
-    bootstrap interval, n)."""
+    """The chat model's row of the card beyond the tasks: the frozen robustness development set
+    (version 2, held out from every training message; `eval` on the chat model adds the test set,
+    version 3), overall and per task (share right, standard error, 95% bootstrap interval, n)."""
     scored = score_robustness(model, tok)  # version 2 by default
-    return {"sha256": ROBUSTNESS_V2_SHA256, "set": "version 2 (the test set)",
+    return {"sha256": ROBUSTNESS_V2_SHA256, "set": "version 2 (the development set)",
             **{k: {f: v[f] for f in ("score", "stderr", "interval", "n")}
                for k, v in scored.items() if k != "rows"}}
 

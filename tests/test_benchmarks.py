@@ -309,7 +309,8 @@ def test_the_chat_models_card_holds_its_robustness_row(tmp_path, monkeypatch):
     report_cards.main(["--models", "chat", "--limit", "2", "--json", str(tmp_path / "cards.json")])
     card = json.loads((tmp_path / "cards.json").read_text())["models"]["chat"]
     assert card["robustness"] == {"sha256": report_cards.ROBUSTNESS_V2_SHA256,
-                                  "set": "version 2 (the test set)", "all": row, "dates": row}
+                                  "set": "version 2 (the development set)",
+                                  "all": row, "dates": row}
     assert "chapter 17's shipped chat model" in card["description"]
 
 def test_a_progress_write_never_replaces_a_whole_record(tmp_path):

@@ -256,7 +256,7 @@ def test_the_measured_page_quotes_the_counting_runs_as_recorded():
                          ("worked", ["wrkL-s0", "wrkL-s1"]),
                          ("worked-all", ["wallL-s0", "wallL-s1", "wallL-s2"])):
         assert f"{label} {span([probe[n]['all_last_number'] for n in names])}" in row, label
-    assert f"the shipped model {probe['shipped']['all_last_number']:.3f}" in row
+    assert f"`chat-char-cpu-4` {probe['shipped']['all_last_number']:.3f}" in row
     assert "control 0.500 in every seed" in row and {
         runs[f"ctlL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)} == {0.5}
     letters = [runs[f"wallL-s{s}"]["robustness_v2"]["letters"]["score"] for s in range(3)]
@@ -307,7 +307,10 @@ def test_the_measured_page_quotes_the_wide_identity_runs_as_recorded():
     assert f"{span([r['cpu_minutes'] for r in wide], 1)} CPU minutes" in row
     assert f"blind identity set {span([r['identity_blind']['score'] for r in wide])}" in row
     assert f"worked-all {span([r['identity_blind']['score'] for r in base])}" in row
-    assert f"the shipped model {shipped['identity_blind']['score']:.3f}" in row
+    assert f"`chat-char-cpu-4` {shipped['identity_blind']['score']:.3f}" in row
+    now = runs[json.loads((RECORDS / "chat_count_first_runs.json").read_text())["roles"][
+        "shipped"].split(":")[0].removeprefix("cpu4-")]
+    assert f"`chat-char-cpu-5`, which ships now, {now['identity_blind']['score']:.3f}" in row
     assert f"template {span([r['in_template']['identity']['score'] for r in wide])}" in row
     n = len(blind_identity_set())
     d = [sum(w["identity_blind_replies"][k]["right"] - c["identity_blind_replies"][k]["right"]
