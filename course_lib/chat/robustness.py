@@ -33,6 +33,16 @@ rewritten until none had: it measures the phrasings a new user types that traini
 Its identity requests are scored against the eight fixed answers, read without their questions. No
 builder makes it: the frozen file is the set.
 
+**Version 4** (``course_lib/tasks/chat_robustness_v4.json``, :data:`ROBUSTNESS_V4_SHA256`,
+:func:`load_robustness_set_v4`): version 3 was read for many runs and the shipping decision was
+taken with its scores known, so it is a development set now. Version 4 was written blind on
+2026-11-29, after chat-char-cpu-5 shipped, by someone who had read none of the generators nor
+versions 1-3, and frozen before any model was scored on it: 85 requests by hand (24 arithmetic, 8
+in words; 15 spelling, 16 letters, 15 dates, 15 identity). 27 of the first draft's had the form of
+a training message (``--more-phrasings``, ``--count-first`` worked, ``--wide-identity`` too) and
+were rewritten blind (27, then 2, then 0); none equals a request of versions 2 or 3 or the blind
+identity set (0 in every round). It is not on the report card; no model has been scored on it.
+
 Rules (on the text the assistant writes, not its calculator calls), :func:`is_right`:
 
 - ``last-number`` (arithmetic, letters): the last integer in the reply is the answer;
@@ -276,6 +286,16 @@ ROBUSTNESS_V3_SHA256 = "ceed3d647016d9b836825650c783b8bf31620bed5b7e1d21f0f89045
 def load_robustness_set_v3(path: str | Path = ROBUSTNESS_V3_PATH) -> list[dict]:
     """Version 3's frozen requests (written by hand, blind), after checking the file's SHA-256."""
     return load_robustness_set(path, ROBUSTNESS_V3_SHA256)
+
+
+# --- version 4, written blind after chat-char-cpu-5 shipped (issue 54): the frozen file is the set
+ROBUSTNESS_V4_PATH = ROBUSTNESS_PATH.with_name("chat_robustness_v4.json")
+ROBUSTNESS_V4_SHA256 = "3f7b3d6c5774963cbea87d775e50ee6bc7b35de1a343071692a6efe0010517ab"
+
+
+def load_robustness_set_v4(path: str | Path = ROBUSTNESS_V4_PATH) -> list[dict]:
+    """Version 4's frozen requests (written by hand, blind), after checking the file's SHA-256."""
+    return load_robustness_set(path, ROBUSTNESS_V4_SHA256)
 
 
 def training_forms(splits=("train", "val", "test"), v1: bool = True) -> set[str]:
