@@ -1,4 +1,6 @@
-"""Stand-in models for the chat's tests: they write a script, whatever they read."""
+"""Stand-in models for the chat's tests: they write a script, whatever they read; and the right
+answer of a robustness-set item computed from its slots (:func:`right_answer`)."""
+import datetime
 import time
 
 import torch
@@ -44,3 +46,16 @@ class Cycling(nn.Module):
         logits = torch.full((1, idx.shape[1], self.config.vocab_size), -1e9)
         logits[0, -1, self.script[(self.calls - 1) % len(self.script)]] = 0.0
         return logits, None
+
+
+def right_answer(item: dict) -> str:
+    """A robustness-set item's right answer, computed from its slots by its task (the word's letters
+    joined by "-", the letter's count, the ISO date) where it has them; else its stored answer."""
+    slots = item["slots"]
+    if item["task"] == "spelling":
+        return "-".join(slots["word"])
+    if item["task"] == "letters":
+        return str(slots["word"].count(slots["letter"]))
+    if item["task"] == "dates":
+        return datetime.date.fromisoformat(item["answer"]).isoformat()
+    return item["answer"]

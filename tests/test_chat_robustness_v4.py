@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from chat_helpers import right_answer
 from course_lib.chat import robustness as rb
 from course_lib.chat.calculator import calculate
 from course_lib.chat.counting import build_count_conversations
@@ -119,14 +120,7 @@ def test_every_answer_is_right_by_its_own_rule_and_a_classic_wrong_answer_is_ref
     for item in V4:
         slots = item["slots"]
         assert all(v.lower() in item["request"].lower() for v in slots.values()), item
-        if item["task"] == "spelling":
-            right = "-".join(slots["word"])
-        elif item["task"] == "letters":
-            right = str(slots["word"].count(slots["letter"]))
-        elif item["task"] == "dates":
-            right = datetime.date.fromisoformat(item["answer"]).isoformat()
-        else:
-            right = item["answer"]
+        right = right_answer(item)
         assert right == item["answer"], item
         reply = right if item["rule"] == "exact" else f"Here: {right}"
         assert rb.is_right(item, reply), item
