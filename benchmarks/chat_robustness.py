@@ -32,6 +32,16 @@ chat-char-cpu-3 and chat-char-cpu-4:
     git show fb216c9:course_lib/weights/chat-char-cpu-3.pt > chat-char-cpu-3.pt
     python benchmarks/chat_robustness.py --set v3 --checkpoint course_lib/weights/chat-char-cpu.pt \
         --checkpoint chat-char-cpu-3.pt --checkpoint chat-char-cpu-4.pt --update-record
+
+``--set v4`` scores version 4 the same way (course_lib/tasks/chat_robustness_v4.json, 85 requests
+written blind after chat-char-cpu-5 shipped, held out from the --count-first and --wide-identity
+conversations too), into course_lib/records/chat_robustness_v4.json: the first model,
+chat-char-cpu-4 and chat-char-cpu-5, scored once, no model chosen on it:
+
+    git show 641d1f7:course_lib/weights/chat-char-cpu-4.pt > chat-char-cpu-4.pt
+    python benchmarks/chat_robustness.py --set v4 --checkpoint course_lib/weights/chat-char-cpu.pt \
+        --checkpoint chat-char-cpu-4.pt --checkpoint course_lib/weights/chat-char-cpu-5.pt \
+        --update-record
 """
 from __future__ import annotations
 
@@ -58,6 +68,29 @@ from course_lib.evaluation import paired_comparison  # noqa: E402
 RECORD = ROOT / "course_lib" / "records" / "chat_robustness_v2.json"
 RECORD_V3 = RECORD.with_name("chat_robustness_v3.json")
 PREVIOUS = "git show fb216c9:course_lib/weights/chat-char-cpu-3.pt > chat-char-cpu-3.pt"
+PREVIOUS_V4 = "git show 641d1f7:course_lib/weights/chat-char-cpu-4.pt > chat-char-cpu-4.pt"
+# the blind sets: (loader, SHA-256, file, record, how it was written, the model before the shipped
+# one, what it is held out from)
+HELD_OUT_V3 = ("course_lib.chat.phrasing.abstracted against every user message of chat.json and "
+               "chat_v1.json, all splits, and of the conversations chat-sft --more-phrasings adds "
+               "(chat.variety)")
+BLIND_SETS = {
+    "v3": (rb.load_robustness_set_v3, rb.ROBUSTNESS_V3_SHA256,
+           "course_lib/tasks/chat_robustness_v3.json", RECORD_V3,
+           "by hand, after the shipped model, by someone who had read neither the conversations' "
+           "generators (phrasing, variety, data) nor version 2; frozen (commit 626a874) before any "
+           "model was scored on it",
+           f"chat-char-cpu-3.pt, the model before the shipped one: {PREVIOUS}", HELD_OUT_V3),
+    "v4": (rb.load_robustness_set_v4, rb.ROBUSTNESS_V4_SHA256,
+           "course_lib/tasks/chat_robustness_v4.json", RECORD.with_name("chat_robustness_v4.json"),
+           "by hand, after chat-char-cpu-5 shipped, by someone who had read none of the "
+           "conversations' generators (phrasing, variety, data, counting, identity) nor versions "
+           "1-3; frozen (commit 7f31502) before any model was scored on it; scored once on the "
+           "models below, and no model is chosen on it",
+           f"chat-char-cpu-4.pt, the model before the shipped one: {PREVIOUS_V4}",
+           HELD_OUT_V3 + ", chat-sft --count-first worked (chat.counting) and --wide-identity "
+           "(chat.identity)"),
+}
 TASKS = ("arithmetic", "spelling", "letters", "dates", "identity")
 
 
@@ -92,9 +125,9 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=count,
                    help="score only the first N requests of each set (a quick try)")
     p.add_argument("--threads", type=threads, default=1)
-    p.add_argument("--set", choices=("v2", "v3"), default="v2",
-                   help="the robustness set: v2 (default, with version 1 too) or v3 (written "
-                        "blind); --update-record writes that set's record")
+    p.add_argument("--set", choices=("v2", "v3", "v4"), default="v2",
+                   help="the robustness set: v2 (default, with version 1 too), v3 or v4 (each "
+                        "written blind); --update-record writes that set's record")
     add_record_options(p, RECORD)
     args = p.parse_args(argv)
     checkpoints = args.checkpoint or [CHAT_V1_MODEL_PATH, CHAT_MODEL_PATH]
@@ -102,10 +135,11 @@ def main(argv=None) -> int:
         if not path.is_file():
             p.error(f"--checkpoint {path} is not a file: give a chat-sft run's ckpt.pt or a "
                     "shipped chat model")
-    out = record_file(p, args, RECORD_V3 if args.set == "v3" else RECORD, inputs=checkpoints)
+    out = record_file(p, args, BLIND_SETS[args.set][3] if args.set in BLIND_SETS else RECORD,
+                      inputs=checkpoints)
     torch.set_num_threads(args.threads)
-    if args.set == "v3":
-        return score_v3(args, checkpoints, out)
+    if args.set in BLIND_SETS:
+        return score_blind(args, checkpoints, out)
     began = time.perf_counter()
     v2, v1 = rb.load_robustness_set_v2()[:args.limit], rb.load_robustness_set()[:args.limit]
     forms, trained = rb.training_forms(), rb.training_forms(("train",))
@@ -175,66 +209,71 @@ def main(argv=None) -> int:
     return 0
 
 
-def held_out_forms() -> set[str]:
+def held_out_forms(name: str = "v3") -> set[str]:
     """Every user message's abstracted form: chat.json and chat_v1.json (all splits) and the
-    conversations chat-sft --more-phrasings adds (their forms kept with them)."""
-    return rb.training_forms() | {f for c in build_more_conversations() for f in c["forms"]}
+    conversations chat-sft --more-phrasings adds (their forms kept with them); for version 4 also
+    those of --count-first worked and --wide-identity."""
+    forms = rb.training_forms() | {f for c in build_more_conversations() for f in c["forms"]}
+    if name == "v4":
+        from course_lib.chat.counting import build_count_conversations
+        from course_lib.chat.identity import build_identity_conversations
+        forms |= {f for c in build_count_conversations(worked=True) + build_identity_conversations()
+                  for f in c["forms"]}
+    return forms
 
 
-def paired(new: dict, old: dict) -> dict:
-    """``new`` minus ``old`` on version 3, request by request (difference, interval, McNemar)."""
-    c = paired_comparison([float(r["right"]) for r in new["v3_replies"]],
-                          [float(r["right"]) for r in old["v3_replies"]])
+def paired(new: dict, old: dict, name: str = "v3") -> dict:
+    """``new`` minus ``old`` on a blind set, request by request (difference, interval, McNemar)."""
+    c = paired_comparison([float(r["right"]) for r in new[f"{name}_replies"]],
+                          [float(r["right"]) for r in old[f"{name}_replies"]])
     return {"minus": old["checkpoint"],
             **{k: c[k] for k in ("diff", "stderr", "interval", "a_wins", "b_wins", "mcnemar_p")}}
 
 
-def score_v3(args, checkpoints, out) -> int:
-    """Version 3 (written blind): each model per task, paired with the one before and the first."""
+def score_blind(args, checkpoints, out) -> int:
+    """A blind set (version 3 or 4): each model per task, paired with the one before and the
+    first."""
+    name = args.set
+    load, sha256, path, _, written, previous, held_out = BLIND_SETS[name]
     began = time.perf_counter()
-    v3 = rb.load_robustness_set_v3()[:args.limit]
-    collisions = [i["request"] for i, seen in zip(v3, rb.template_seen(v3, held_out_forms()))
-                  if seen]
-    print(f"version 3: {len(v3)} requests, {len(collisions)} with the form of a user message of "
-          "the conversations")
+    items = load()[:args.limit]
+    collisions = [i["request"] for i, seen in zip(items, rb.template_seen(
+        items, held_out_forms(name))) if seen]
+    print(f"version {name[1:]}: {len(items)} requests, {len(collisions)} with the form of a user "
+          "message of the conversations")
     models = []
-    for path in checkpoints:
-        model, tokenizer = load_chat_model(path)
+    for checkpoint in checkpoints:
+        model, tokenizer = load_chat_model(checkpoint)
         model = model.float()
-        s3 = rb.score_robustness(model, tokenizer, v3)
-        models.append({"checkpoint": shown_path(path), "block_size": model.config.block_size,
-                       "parameters": model.num_parameters(), "v3": table(s3),
-                       "v3_replies": [{k: r[k] for k in ("task", "request", "reply", "right")}
-                                      for r in s3["rows"]]})
-        print(f"\n{shown_path(path)} (context {model.config.block_size})")
-        for key, row in table(s3).items():
+        scores = rb.score_robustness(model, tokenizer, items)
+        models.append({"checkpoint": shown_path(checkpoint),
+                       "block_size": model.config.block_size,
+                       "parameters": model.num_parameters(), name: table(scores),
+                       f"{name}_replies": [{k: r[k] for k in ("task", "request", "reply", "right")}
+                                           for r in scores["rows"]]})
+        print(f"\n{shown_path(checkpoint)} (context {model.config.block_size})")
+        for key, row in table(scores).items():
             low, high = row["interval"]
             print(f"  {key:30} {row['score']:6.1%} of {row['n']:>2}  (95% interval {low:.1%} to "
                   f"{high:.1%})")
     for before, m in zip(models, models[1:]):
-        m["v3_minus_previous"] = paired(m, before)
+        m[f"{name}_minus_previous"] = paired(m, before, name)
         if before is not models[0]:
-            m["v3_minus_first"] = paired(m, models[0])
-        for c in (m["v3_minus_previous"], m.get("v3_minus_first")):
+            m[f"{name}_minus_first"] = paired(m, models[0], name)
+        for c in (m[f"{name}_minus_previous"], m.get(f"{name}_minus_first")):
             if c is None:
                 continue
-            print(f"{m['checkpoint']} minus {c['minus']} on version 3: {c['diff']:+.3f} "
-                  f"[{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], {c['a_wins']}/"
-                  f"{c['b_wins']} discordant, McNemar p {c['mcnemar_p']:.3f}")
-    constants = best_constants(v3, "version 3")
+            print(f"{m['checkpoint']} minus {c['minus']} on version {name[1:]}: "
+                  f"{c['diff']:+.3f} [{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}], "
+                  f"{c['a_wins']}/{c['b_wins']} discordant, McNemar p {c['mcnemar_p']:.3f}")
+    constants = best_constants(items, f"version {name[1:]}")
     listed = " ".join(f"--checkpoint {m['checkpoint']}" for m in models)
-    record = {"command": f"python benchmarks/chat_robustness.py --set v3 {listed} --update-record",
-              "previous_model": f"chat-char-cpu-3.pt, the model before the shipped one: {PREVIOUS}",
-              "set": {"path": "course_lib/tasks/chat_robustness_v3.json",
-                      "sha256": rb.ROBUSTNESS_V3_SHA256, "requests": len(v3),
-                      "per_task": {t: sum(i["task"] == t for i in v3) for t in constants},
-                      "written": "by hand, after the shipped model, by someone who had read "
-                      "neither the conversations' generators (phrasing, variety, data) nor "
-                      "version 2; frozen (commit 626a874) before any model was scored on it",
-                      "held_out_check": "course_lib.chat.phrasing.abstracted against every user "
-                      "message of chat.json and chat_v1.json, all splits, and of the "
-                      "conversations chat-sft --more-phrasings adds (chat.variety)",
-                      "collisions": collisions},
+    record = {"command": f"python benchmarks/chat_robustness.py --set {name} {listed} "
+                         "--update-record",
+              "previous_model": previous,
+              "set": {"path": path, "sha256": sha256, "requests": len(items),
+                      "per_task": {t: sum(i["task"] == t for i in items) for t in constants},
+                      "written": written, "held_out_check": held_out, "collisions": collisions},
               "best_constant": constants, "models": models, "torch": torch.__version__,
               "threads": args.threads, "commit": code_commit(),
               "seconds": round(time.perf_counter() - began, 1), "load_average": os.getloadavg()[0],

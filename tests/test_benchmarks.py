@@ -424,6 +424,25 @@ def test_rescore_letters_scores_a_recorded_run_again_and_keeps_its_replies(tmp_p
     assert "last integer" in record["letters_rule"]
 
 
+def test_chat_robustness_scores_a_blind_set_into_its_own_record(tmp_path):
+    """--set v4 (and v3): the set's requests scored per model, paired with the model before, into
+    a record holding the set's SHA-256, what it is held out from and each reply."""
+    bench = load_benchmark("chat_robustness", "bench_chat_robustness")
+    from course_lib.chat import robustness as rb
+    from course_lib.chat.engine import CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH
+
+    out = tmp_path / "v4.json"
+    assert bench.main(["--set", "v4", "--limit", "2", "--checkpoint", str(CHAT_V1_MODEL_PATH),
+                       "--checkpoint", str(CHAT_MODEL_PATH), "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["set"]["sha256"] == rb.ROBUSTNESS_V4_SHA256
+    assert "--wide-identity" in record["set"]["held_out_check"]
+    second = record["models"][1]
+    assert [r["request"] for r in second["v4_replies"]] == [
+        i["request"] for i in rb.load_robustness_set_v4()[:2]]
+    assert second["v4_minus_previous"]["minus"] == record["models"][0]["checkpoint"]
+
+
 def test_score_blind_identity_stores_each_reply_and_pairs_it(tmp_path):
     """--score-blind-identity NAME=CKPT: the run gets the blind identity set's score and replies
     (the shipped model's, as the engine gives them), the set's SHA-256 goes in the record, and

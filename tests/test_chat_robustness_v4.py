@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import re
 
 import pytest
@@ -138,3 +139,23 @@ def test_arithmetic_answers_written_with_an_operator_are_what_the_calculator_giv
                 checked += 1
     assert checked >= 5
     assert calculate("96+157") != "252"  # the check can fail
+
+
+def test_the_version_4_record_is_of_this_set_scored_once_and_quoted_as_recorded():
+    """records/chat_robustness_v4.json: this set (SHA-256, no collision), each model's replies
+    judged by today's rules, the shipped model last, and book/measured.md quoting its score."""
+    record = json.loads((rb.ROBUSTNESS_V4_PATH.parents[1] / "records" /
+                         "chat_robustness_v4.json").read_text())
+    assert record["set"]["sha256"] == rb.ROBUSTNESS_V4_SHA256 and record["set"]["collisions"] == []
+    for model in record["models"]:
+        replies = model["v4_replies"]
+        assert [r["request"] for r in replies] == [i["request"] for i in V4]
+        assert [r["right"] for r in replies] == [rb.is_right(i, r["reply"])
+                                                 for i, r in zip(V4, replies)]
+    from course_lib.chat.engine import CHAT_MODEL_PATH
+    shipped = record["models"][-1]
+    assert shipped["checkpoint"].endswith(CHAT_MODEL_PATH.name)
+    right = sum(r["right"] for r in shipped["v4_replies"])
+    row = next(line for line in (rb.ROBUSTNESS_V4_PATH.parents[2] / "book" / "measured.md")
+               .read_text().splitlines() if line.startswith("| `chat_robustness.py`"))
+    assert f"`chat-char-cpu-5` {right} of {len(V4)}, {100 * right / len(V4):.1f}%" in row
