@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from benchmark_loader import load_benchmark
 from chat_helpers import right_answer
 from course_lib.chat import robustness as rb
 from course_lib.chat.calculator import calculate
@@ -159,3 +160,31 @@ def test_the_version_4_record_is_of_this_set_scored_once_and_quoted_as_recorded(
     row = next(line for line in (rb.ROBUSTNESS_V4_PATH.parents[2] / "book" / "measured.md")
                .read_text().splitlines() if line.startswith("| `chat_robustness.py`"))
     assert f"`chat-char-cpu-5` {right} of {len(V4)}, {100 * right / len(V4):.1f}%" in row
+    from course_lib.evaluation import paired_comparison
+    for model in record["models"]:  # each table is its replies' share right
+        rights = [float(r["right"]) for r in model["v4_replies"]]
+        assert model["v4"]["all"]["score"] == pytest.approx(sum(rights) / len(rights))
+        for task in record["set"]["per_task"]:
+            mine = [x for x, i in zip(rights, V4) if i["task"] == task]
+            assert model["v4"][task]["score"] == pytest.approx(sum(mine) / len(mine)), task
+    before = record["models"][-2]
+    c = paired_comparison(*([float(r["right"]) for r in m["v4_replies"]]
+                            for m in (shipped, before)))
+    stored = shipped["v4_minus_previous"]
+    assert stored["diff"] == pytest.approx(c["diff"]) and stored["interval"] == list(
+        pytest.approx(x) for x in c["interval"])
+    assert (stored["a_wins"], stored["b_wins"]) == (c["a_wins"], c["b_wins"])
+    assert stored["mcnemar_p"] == pytest.approx(c["mcnemar_p"])
+    assert (f"{c['diff']:+.3f} [{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}] "
+            f"({c['a_wins']} against {c['b_wins']}, McNemar p {c['mcnemar_p']:.3f}" in row)
+
+
+def test_the_blind_sets_are_held_out_from_every_training_source_of_their_time():
+    """chat_robustness.py's held-out check for version 4 adds the --count-first and --wide-identity
+    conversations' forms to version 3's: a check that ignored them would pass none of this."""
+    bench = load_benchmark("chat_robustness", "bench_chat_robustness")
+    v3, v4 = bench.held_out_forms("v3"), bench.held_out_forms("v4")
+    assert v3 < v4
+    assert build_count_conversations(worked=True)[0]["forms"][0] in v4
+    identity = {f for c in build_identity_conversations() for f in c["forms"]}
+    assert identity <= v4 and not identity <= v3
