@@ -106,22 +106,27 @@ def recorded(record: dict, names, option: str) -> dict:
     return runs
 
 
+def scored(path: Path, items: list[dict]) -> tuple[dict, list[dict]]:
+    """The chat model of ``path`` on robustness-set ``items`` (each in a new conversation): its
+    summaries by row key and its replies (request, reply, right)."""
+    model, tokenizer = load_chat_model(path)
+    scores = score_robustness(model.float(), tokenizer, items)
+    return ({k: summary(v) for k, v in scores.items() if k != "rows"},
+            [{k: r[k] for k in ("request", "reply", "right")} for r in scores["rows"]])
+
+
 def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     """Each named run scored on version 3, the blind test set (``robustness_v3``, its replies in
     ``v3_replies``), and its validation-loss history (``val_loss_history``: the steps evaluated
     and the loss at each, step 0 being the model it started from) read from its checkpoint."""
     runs = recorded(record, [name for name, _ in pairs], "--score-v3")
     for name, path in pairs:
-        model, tokenizer = load_chat_model(path)
-        scores = score_robustness(model.float(), tokenizer, load_robustness_set_v3()[:limit])
         run = runs[name]
-        run["robustness_v3"] = {k: summary(v) for k, v in scores.items() if k != "rows"}
-        run["v3_replies"] = [{k: r[k] for k in ("request", "reply", "right")}
-                             for r in scores["rows"]]
+        run["robustness_v3"], run["v3_replies"] = scored(path, load_robustness_set_v3()[:limit])
         history = torch.load(path, map_location="cpu", weights_only=False).get("history") or {}
         run["val_loss_history"] = {"step": history.get("eval_step"),
                                    "val_loss": history.get("val_loss")}
-        print(f"{name}: v3 {scores['all']['score']:.3f}", flush=True)
+        print(f"{name}: v3 {run['robustness_v3']['all']['score']:.3f}", flush=True)
     record["robustness_v3_sha256"] = ROBUSTNESS_V3_SHA256
     record["v3_command"] = ("python benchmarks/chat_model_runs.py --score-v3 NAME=CKPT ... "
                             "--update-record (the nine GPU runs' checkpoints)")
@@ -133,12 +138,9 @@ def score_blind_identity(record: dict, pairs: list[tuple[str, Path]], limit=None
     ``identity_blind_replies``): each question asked once in a new conversation, greedy."""
     runs = recorded(record, [name for name, _ in pairs], "--score-blind-identity")
     for name, path in pairs:
-        model, tokenizer = load_chat_model(path)
-        scores = score_robustness(model.float(), tokenizer, blind_identity_set()[:limit])
-        runs[name]["identity_blind"] = summary(scores["all"])
-        runs[name]["identity_blind_replies"] = [{k: r[k] for k in ("request", "reply", "right")}
-                                                for r in scores["rows"]]
-        print(f"{name}: blind identity {scores['all']['score']:.3f}", flush=True)
+        table, runs[name]["identity_blind_replies"] = scored(path, blind_identity_set()[:limit])
+        runs[name]["identity_blind"] = table["all"]
+        print(f"{name}: blind identity {table['all']['score']:.3f}", flush=True)
     record["identity_blind_sha256"] = BLIND_SHA256
     return record
 

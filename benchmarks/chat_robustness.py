@@ -61,6 +61,8 @@ from bench_args import add_record_options, code_commit, count, record_file, thre
 from course_lib.chat.engine import (  # noqa: E402
     CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH, load_chat_model)
 from course_lib.chat import robustness as rb  # noqa: E402
+from course_lib.chat.counting import build_count_conversations  # noqa: E402
+from course_lib.chat.identity import build_identity_conversations  # noqa: E402
 from course_lib.chat.variety import build_more_conversations  # noqa: E402
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
@@ -215,8 +217,6 @@ def held_out_forms(name: str = "v3") -> set[str]:
     those of --count-first worked and --wide-identity."""
     forms = rb.training_forms() | {f for c in build_more_conversations() for f in c["forms"]}
     if name == "v4":
-        from course_lib.chat.counting import build_count_conversations
-        from course_lib.chat.identity import build_identity_conversations
         forms |= {f for c in build_count_conversations(worked=True) + build_identity_conversations()
                   for f in c["forms"]}
     return forms

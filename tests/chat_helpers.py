@@ -1,11 +1,13 @@
 """Stand-in models for the chat's tests: they write a script, whatever they read; and the right
-answer of a robustness-set item computed from its slots (:func:`right_answer`)."""
+answer of a robustness-set item computed from its slots (:func:`right_answer`), checked against
+the set's rules (:func:`check_right_by_its_rule`)."""
 import datetime
 import time
 
 import torch
 import torch.nn as nn
 
+from course_lib.chat.robustness import is_right
 from course_lib.chat.template import chat_tokenizer
 from course_lib.data import load_text
 from course_lib.model import GPTConfig
@@ -59,3 +61,15 @@ def right_answer(item: dict) -> str:
     if item["task"] == "dates":
         return datetime.date.fromisoformat(item["answer"]).isoformat()
     return item["answer"]
+
+
+def check_right_by_its_rule(item: dict) -> str:
+    """Assert that ``item``'s slots are in its request, that its right answer (:func:`right_answer`,
+    bare for an exact rule, after other words otherwise) is judged right and an empty reply wrong;
+    return that answer."""
+    slots = item["slots"]
+    assert all(v.lower() in item["request"].lower() for v in slots.values()), item
+    right = right_answer(item)
+    assert is_right(item, right if item["rule"] == "exact" else f"Here: {right}"), item
+    assert not is_right(item, ""), item
+    return right

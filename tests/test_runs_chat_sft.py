@@ -152,63 +152,39 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
 
 
-def test_more_phrasings_adds_training_conversations_records_them_and_resumes_with_them(tmp_path,
-                                                                                    capsys):
-    """``chat-sft --more-phrasings`` (issue 54): chat.variety's conversations join the training
-    split only, the checkpoint records their number, seed and SHA-256, a resume without the option
-    continues with them, and the option given to a run started without it is refused."""
-    from course_lib.chat import variety
+@pytest.mark.parametrize("option, module, prefix", [("--more-phrasings", "variety", "MORE"),
+                                                    ("--wide-identity", "identity", "WIDE")])
+def test_added_conversations_are_recorded_and_a_resume_keeps_them(tmp_path, capsys, option,
+                                                                  module, prefix):
+    """``chat-sft --more-phrasings`` (chat.variety) and ``--wide-identity`` (chat.identity), issue
+    54: their conversations join the training split only, the checkpoint records their number, seed
+    and SHA-256, a resume without the option continues with them, the option given to a run started
+    without it is refused, and other conversations than the recorded ones are refused."""
+    import importlib
+
     from course_lib.chat.data import load_conversations
 
+    added = importlib.import_module(f"course_lib.chat.{module}")
+    key, arg = option[2:].replace("-", "_"), {"variety": "more", "identity": "wide"}[module]
     out = tmp_path / "chat"
-    args = chat_sft_args(out, "--more-phrasings")
+    args = chat_sft_args(out, option)
     assert main(args + ["--max-iters", "1"]) == 0
-    more = load_checkpoint(out / "ckpt.pt")["trained_on"]["more_phrasings"]
-    assert more == {"n": variety.MORE_SIZE, "seed": variety.MORE_SEED,
-                    "sha256": variety.MORE_SHA256}
-    data = chat_sft._data(more)
-    shipped = load_conversations()
+    record = load_checkpoint(out / "ckpt.pt")["trained_on"][key]
+    n, seed, sha256 = (getattr(added, f"{prefix}_{k}") for k in ("SIZE", "SEED", "SHA256"))
+    assert record == {"n": n, "seed": seed, "sha256": sha256}
+    data, shipped = chat_sft._data(**{arg: record}), load_conversations()
     assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
-    assert len(data["train"]) == len(shipped["train"]) + variety.MORE_SIZE
-    args.remove("--more-phrasings")
+    assert len(data["train"]) == len(shipped["train"]) + n
+    args.remove(option)
     assert main(args + ["--max-iters", "2", "--resume"]) == 0
-    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["more_phrasings"] == more
+    assert load_checkpoint(out / "ckpt.pt")["trained_on"][key] == record
     plain = tmp_path / "plain"
     assert main(chat_sft_args(plain) + ["--max-iters", "1"]) == 0
     capsys.readouterr()
-    assert main(chat_sft_args(plain, "--more-phrasings") + ["--max-iters", "2", "--resume"]) == 2
-    assert "--more-phrasings:" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="not the ones the run started on"):
-        chat_sft._data({**more, "sha256": "0" * 64})
-
-
-def test_wide_identity_adds_identity_conversations_records_them_and_resumes_with_them(tmp_path,
-                                                                                    capsys):
-    """``chat-sft --wide-identity`` (issue 54): chat.identity's conversations join the training
-    split only, recorded by number, seed and SHA-256; a resume keeps them; the option given to a
-    run started without it is refused; other conversations than the recorded ones are refused."""
-    from course_lib.chat import identity
-    from course_lib.chat.data import load_conversations
-
-    out = tmp_path / "chat"
-    args = chat_sft_args(out, "--wide-identity")
-    assert main(args + ["--max-iters", "1"]) == 0
-    wide = load_checkpoint(out / "ckpt.pt")["trained_on"]["wide_identity"]
-    assert wide == {"n": identity.WIDE_SIZE, "seed": identity.WIDE_SEED,
-                    "sha256": identity.WIDE_SHA256}
-    data, shipped = chat_sft._data(None, None, wide), load_conversations()
-    assert data["val"] == shipped["val"] and data["test"] == shipped["test"]
-    assert len(data["train"]) == len(shipped["train"]) + identity.WIDE_SIZE
-    args.remove("--wide-identity")
-    assert main(args + ["--max-iters", "2", "--resume"]) == 0
-    assert load_checkpoint(out / "ckpt.pt")["trained_on"]["wide_identity"] == wide
-    plain = tmp_path / "plain"
-    assert main(chat_sft_args(plain) + ["--max-iters", "1"]) == 0
-    capsys.readouterr()
-    assert main(chat_sft_args(plain, "--wide-identity") + ["--max-iters", "2", "--resume"]) == 2
-    assert "--wide-identity:" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="--wide-identity: .*not the ones the run started on"):
-        chat_sft._data(None, None, {**wide, "sha256": "0" * 64})
+    assert main(chat_sft_args(plain, option) + ["--max-iters", "2", "--resume"]) == 2
+    assert f"{option}:" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=f"{option}: .*not the ones the run started on"):
+        chat_sft._data(**{arg: {**record, "sha256": "0" * 64}})
 
 
 @pytest.mark.slow  # about 30 s on 2 loaded cores: three short runs and 6,000 conversations

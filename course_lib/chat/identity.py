@@ -33,7 +33,7 @@ from .counting import held_out_requests
 from .data import MAX_TOKENS, _pools, char_chat_tokenizer
 from .phrasing import IDENTITY_ASKS, abstracted, normalized
 from .template import render
-from .variety import IDENTITY_MORE, after_other_exchanges, case_and_space, dress
+from .variety import after_other_exchanges, case_and_space, dress
 
 WIDE_SIZE = 4000  # training conversations added
 WIDE_SEED = 5455
@@ -166,11 +166,3 @@ def build_identity_conversations(n: int = WIDE_SIZE, seed: int = WIDE_SEED) -> l
         if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
             out.append({"task": "identity", "messages": messages, "forms": forms})
     return out
-
-
-def held_in_phrasings() -> set[str]:
-    """Every identity question a run may train on, normalized: the training split's, chat.variety's
-    and the bank's training half (what the blind half must differ from)."""
-    shipped = {q for answer, questions in IDENTITY_ASKS for q in questions[:-2]}
-    more = {q for group in IDENTITY_MORE for q in group}
-    return {normalized(q) for q in shipped | more | {q for q, _ in bank_split()[0]}}

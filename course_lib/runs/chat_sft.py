@@ -94,7 +94,8 @@ def _added(option: str, record: dict, built: list[dict], sha256: str) -> list[di
     return built
 
 
-def _data(more: dict | None, count: dict | None = None, wide: dict | None = None) -> dict | None:
+def _data(more: dict | None = None, count: dict | None = None,
+          wide: dict | None = None) -> dict | None:
     """The conversations a run trains on: the shipped ones, and with ``more`` (a run's record of
     ``--more-phrasings``) chat.variety's, with ``count`` (of ``--count-first``) chat.counting's,
     with ``wide`` (of ``--wide-identity``) chat.identity's added to the training split, refused if
