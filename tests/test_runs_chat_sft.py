@@ -152,22 +152,25 @@ def test_a_packed_run_records_it_and_resumes_packed(tmp_path, capsys):
     assert load_checkpoint(out / "ckpt.pt")["trained_on"]["pack"] is True
 
 
-@pytest.mark.parametrize("option, module, prefix", [("--more-phrasings", "variety", "MORE"),
-                                                    ("--wide-identity", "identity", "WIDE")])
+@pytest.mark.parametrize("option, module, prefix, needs", [
+    ("--more-phrasings", "variety", "MORE", ()), ("--wide-identity", "identity", "WIDE", ()),
+    ("--word-anywhere", "anywhere", "ANYWHERE", ("--count-first", "worked-all"))])
 def test_added_conversations_are_recorded_and_a_resume_keeps_them(tmp_path, capsys, option,
-                                                                  module, prefix):
-    """``chat-sft --more-phrasings`` (chat.variety) and ``--wide-identity`` (chat.identity), issue
-    54: their conversations join the training split only, the checkpoint records their number, seed
-    and SHA-256, a resume without the option continues with them, the option given to a run started
-    without it is refused, and other conversations than the recorded ones are refused."""
+                                                                  module, prefix, needs):
+    """``chat-sft --more-phrasings`` (chat.variety), ``--wide-identity`` (chat.identity) and
+    ``--word-anywhere`` (chat.anywhere, with the ``needs`` options), issue 54: their conversations
+    join the training split only, the checkpoint records their number, seed and SHA-256, a resume
+    without the option continues with them, the option given to a run started without it is
+    refused, and other conversations than the recorded ones are refused."""
     import importlib
 
     from course_lib.chat.data import load_conversations
 
     added = importlib.import_module(f"course_lib.chat.{module}")
-    key, arg = option[2:].replace("-", "_"), {"variety": "more", "identity": "wide"}[module]
+    key = option[2:].replace("-", "_")
+    arg = {"variety": "more", "identity": "wide", "anywhere": "anywhere"}[module]
     out = tmp_path / "chat"
-    args = chat_sft_args(out, option)
+    args = chat_sft_args(out, option, *needs)
     assert main(args + ["--max-iters", "1"]) == 0
     record = load_checkpoint(out / "ckpt.pt")["trained_on"][key]
     n, seed, sha256 = (getattr(added, f"{prefix}_{k}") for k in ("SIZE", "SEED", "SHA256"))
@@ -185,6 +188,17 @@ def test_added_conversations_are_recorded_and_a_resume_keeps_them(tmp_path, caps
     assert f"{option}:" in capsys.readouterr().err
     with pytest.raises(ValueError, match=f"{option}: .*not the ones the run started on"):
         chat_sft._data(**{arg: {**record, "sha256": "0" * 64}})
+
+
+def test_word_anywhere_needs_worked_letters_replies(tmp_path, capsys):
+    """``chat-sft --word-anywhere`` writes its letters replies worked: without ``--count-first
+    worked-all`` (bare or worked counts elsewhere: two kinds of reply) it is refused in one line."""
+    for count in ((), ("--count-first",), ("--count-first", "worked")):
+        out = tmp_path / f"chat{len(count)}"
+        assert main(chat_sft_args(out, "--word-anywhere", *count) + ["--max-iters", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--word-anywhere:" in err and "--count-first worked-all" in err
+        assert not (out / "ckpt.pt").exists()
 
 
 @pytest.mark.slow  # about 30 s on 2 loaded cores: three short runs and 6,000 conversations

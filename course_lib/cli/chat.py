@@ -47,6 +47,10 @@ def add_chat_sft_parser(sub) -> None:
     p.add_argument("--wide-identity", action="store_true", default=None,
                    help="add chat.identity's 4,000 identity conversations in 128 more phrasings "
                         "(the bank's training half; issue 54)")
+    p.add_argument("--word-anywhere", action="store_true", default=None,
+                   help="add chat.anywhere's 4,000 spelling and letters conversations with the "
+                        "word anywhere in the request and letters repeated (worked replies: needs "
+                        "--count-first worked-all; issue 54)")
     add_run_options(p, "runs/chat")
 
 

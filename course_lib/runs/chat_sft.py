@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..chat.anywhere import ANYWHERE_SEED, ANYWHERE_SIZE, build_anywhere_conversations
 from ..chat.counting import (COUNT_SEED, COUNT_SIZE, build_count_conversations, count_sha256,
                              worked_everywhere)
 from ..chat.identity import WIDE_SEED, WIDE_SIZE, build_identity_conversations
@@ -62,7 +63,8 @@ def _plan(settings: dict, options: dict, path=None, ckpt=None) -> Plan:
                           options.get("from_scratch"))
         for option, key in (("--more-phrasings", "more_phrasings"),
                             ("--count-first", "count_first"),
-                            ("--wide-identity", "wide_identity")):
+                            ("--wide-identity", "wide_identity"),
+                            ("--word-anywhere", "word_anywhere")):
             given = options.get(key)
             if given is not None and bool(given) != bool(trained_on.get(key)):
                 raise ValueError(f"{option}: {path} was "
@@ -95,12 +97,13 @@ def _added(option: str, record: dict, built: list[dict], sha256: str) -> list[di
 
 
 def _data(more: dict | None = None, count: dict | None = None,
-          wide: dict | None = None) -> dict | None:
+          wide: dict | None = None, anywhere: dict | None = None) -> dict | None:
     """The conversations a run trains on: the shipped ones, and with ``more`` (a run's record of
     ``--more-phrasings``) chat.variety's, with ``count`` (of ``--count-first``) chat.counting's,
-    with ``wide`` (of ``--wide-identity``) chat.identity's added to the training split, refused if
-    they are not the ones the run recorded."""
-    if not more and not count and not wide:
+    with ``wide`` (of ``--wide-identity``) chat.identity's, with ``anywhere`` (of
+    ``--word-anywhere``) chat.anywhere's added to the training split, refused if they are not the
+    ones the run recorded."""
+    if not more and not count and not wide and not anywhere:
         return None
     added = []
     if more:
@@ -113,6 +116,9 @@ def _data(more: dict | None = None, count: dict | None = None,
     if wide:
         built = build_identity_conversations(wide["n"], wide["seed"])
         added += _added("--wide-identity", wide, built, more_sha256(built))
+    if anywhere:
+        built = build_anywhere_conversations(anywhere["n"], anywhere["seed"])
+        added += _added("--word-anywhere", anywhere, built, more_sha256(built))
     data = load_conversations()
     train = data["train"] + added
     if count and count.get("reply") == "worked-all":
@@ -132,7 +138,8 @@ def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) 
     batch_fn = chat_batch_fn(tokenizer, plan.train.batch_size, model.config.block_size, device,
                              data=_data(trained_on.get("more_phrasings"),
                                        trained_on.get("count_first"),
-                                       trained_on.get("wide_identity")),
+                                       trained_on.get("wide_identity"),
+                                       trained_on.get("word_anywhere")),
                              pack=bool(trained_on.get("pack")))
     return Trainer(model, config=plan.train, batch_fn=batch_fn, device=device, tokenizer=tokenizer,
                    trained_on=trained_on, **options)
@@ -140,7 +147,7 @@ def _trainer(model, tokenizer, plan: Plan, device, trained_on: dict, **options) 
 
 def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=None,
            from_scratch=None, pack=None, more_phrasings=None, count_first=None,
-           wide_identity=None) -> Trainer:
+           wide_identity=None, word_anywhere=None) -> Trainer:
     """The base's tokenizer gets the conversations' characters and the chat template's special
     tokens, its model as many new rows (``extend_vocabulary``). ``from_scratch``: the control, a
     fresh GPT of the same shape and vocabulary. ``pack``: rows of block_size tokens packed with
@@ -151,7 +158,12 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
     chat.counting's letters conversations drawn count first ("bare" numbers or "worked" replies),
     added and recorded the same way ("worked-all": and the last reply of every letters
     conversation of the training split worked, chat.counting's ``worked_everywhere``);
-    ``wide_identity``: chat.identity's identity conversations, added and recorded the same way."""
+    ``wide_identity``: chat.identity's identity conversations, ``word_anywhere``: chat.anywhere's
+    spelling and letters conversations (worked replies: with ``count_first="worked-all"`` only),
+    each added and recorded the same way."""
+    if word_anywhere and count_first != "worked-all":
+        raise ValueError("--word-anywhere: its letters replies are worked, as --count-first "
+                         "worked-all writes every letters reply; give --count-first worked-all too")
     base, base_tokenizer, path, sha = load_base_gpt(base_checkpoint or pretrained_checkpoint(),
                                                     "chat fine-tuning")
     block_size, base_context = plan.extra.get("block_size"), base.config.block_size
@@ -178,6 +190,9 @@ def _build(plan: Plan, *, device, out_dir, progress, verbose, base_checkpoint=No
                   **({"wide_identity": {"n": WIDE_SIZE, "seed": WIDE_SEED,
                                         "sha256": more_sha256(build_identity_conversations())}}
                      if wide_identity else {}),
+                  **({"word_anywhere": {"n": ANYWHERE_SIZE, "seed": ANYWHERE_SEED, "sha256":
+                                        more_sha256(build_anywhere_conversations())}}
+                     if word_anywhere else {}),
                   **({"context_from": base_context, "positions": "copy"} if longer else {})}
     return _trainer(model, tokenizer, plan, device, trained_on,
                     out_dir=out_dir, progress=progress, verbose=verbose)
@@ -206,7 +221,7 @@ def _check_same_start(path: Path, trained_on: dict, base_checkpoint, from_scratc
 
 def _rebuild(plan: Plan, path: Path, ckpt: dict, *, device, progress, verbose, base_checkpoint=None,
              from_scratch=None, pack=None, more_phrasings=None, count_first=None,
-             wide_identity=None) -> Trainer:
+             wide_identity=None, word_anywhere=None) -> Trainer:
     model, tokenizer = build_model(ckpt, path), load_tokenizer(ckpt, path)
     return _trainer(model, tokenizer, plan, device, ckpt["trained_on"], out_dir=path.parent,
                     progress=progress, verbose=verbose)
@@ -231,7 +246,7 @@ CHAT_SFT = register_kind(RunKind(
     example=lambda folder: ({"max_iters": 3, "eval_interval": 2, "eval_iters": 1, "batch_size": 2},
                             {"base_checkpoint": str(pretrained_checkpoint())}),
     options=("base_checkpoint", "from_scratch", "pack", "more_phrasings", "count_first",
-             "wide_identity"),
+             "wide_identity", "word_anywhere"),
     default_out=lambda options: "runs/chat"))
 
 
