@@ -12,8 +12,9 @@ validation-loss history from each checkpoint (``val_loss_history``) to runs alre
 ``--score-blind-identity NAME=CKPT ...`` adds the blind identity set (``chat.identity``: 64
 questions of the phrasing bank's held-out half, exact answers) to runs already recorded.
 ``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
-(a pair per seed), item by item on version 2 and in-template: each item's difference averaged over
-the pairs, with a bootstrap interval that resamples items (an item's seeds together). Both read
+(a pair per seed), item by item on version 2, version 3 and both together (where scored), the blind
+identity set and in-template: each item's difference averaged over the pairs, with a bootstrap
+interval that resamples items (an item's seeds together). Both read
 the runs of ``--from FILE ...`` (default the shipped record).
 
     python benchmarks/chat_model_runs.py --checkpoint CKPT --name NAME [--commands "..."]
@@ -179,14 +180,25 @@ def run_pair(text: str) -> tuple[str, str]:
 
 
 def per_item(run: dict) -> dict[str, list[float]]:
-    """A recorded run's per-item scores: version 2 (``v2 all``, ``v2 TASK``) and in-template."""
-    items = load_robustness_set_v2()
-    right = [float(r["right"]) for r in run["v2_replies"]]
-    if [r["request"] for r in run["v2_replies"]] != [i["request"] for i in items]:
-        raise ValueError(f"{run['name']}: its stored replies are not version 2's requests in order")
-    out = {"v2 all": right}
-    for key in dict.fromkeys(k for i in items for k in row_keys(i)):
-        out[f"v2 {key}"] = [x for x, i in zip(right, items) if key in row_keys(i)]
+    """A recorded run's per-item scores: version 2 (``v2 all``, ``v2 TASK``), version 3 when it was
+    scored (``v3 ...``, and both development sets together: ``v2+v3 all``, ``v2+v3 spelling and
+    letters``), in-template and the blind identity set."""
+    out = {}
+    for name, replies, items in (("v2", run["v2_replies"], load_robustness_set_v2()),
+                                 ("v3", run.get("v3_replies"), load_robustness_set_v3())):
+        if replies is None:
+            continue
+        right = [float(r["right"]) for r in replies]
+        if [r["request"] for r in replies] != [i["request"] for i in items]:
+            raise ValueError(f"{run['name']}: its stored replies are not {name}'s requests in "
+                             "order")
+        out[f"{name} all"] = right
+        for key in dict.fromkeys(k for i in items for k in row_keys(i)):
+            out[f"{name} {key}"] = [x for x, i in zip(right, items) if key in row_keys(i)]
+    if "v3 all" in out:
+        out["v2+v3 all"] = out["v2 all"] + out["v3 all"]
+        out["v2+v3 spelling and letters"] = [x for v in ("v2", "v3") for task in
+                                             ("spelling", "letters") for x in out[f"{v} {task}"]]
     for row in run["in_template_rows"]:
         out[f"in-template {row['task']}"] = row["per_item"]
     if "identity_blind_replies" in run:
@@ -242,7 +254,8 @@ def main(argv=None) -> int:
                         "identity set (chat.identity: the phrasing bank's held-out half)")
     source.add_argument("--paired", type=run_pair, nargs="+", metavar="B=A",
                         help="no model: compare recorded runs B against their controls A, item "
-                        "by item (version 2, in-template), the items resampled with their seeds")
+                        "by item (versions 2 and 3, in-template), the items resampled with their "
+                        "seeds")
     p.add_argument("--name",
                    help="the run's name in the record (needed with --checkpoint or --shipped)")
     p.add_argument("--commands", default="", help="the commands that trained it, as one text")

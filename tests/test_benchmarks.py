@@ -509,6 +509,35 @@ def test_paired_runs_resample_items_with_their_seeds():
     assert letters["diff"] == 0 and letters["items_better"] == letters["items_worse"] == 0
 
 
+def test_paired_runs_add_version_3_and_the_development_sets_together_when_scored():
+    """--paired on runs scored on version 3 too: its items by task, and both development sets
+    together (``v2+v3 all``, and ``v2+v3 spelling and letters``: the spelling and letters items of
+    both, which the --word-anywhere pre-registration measures); a run without version 3 has none."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.robustness import load_robustness_set_v2, load_robustness_set_v3
+
+    v2, v3 = load_robustness_set_v2(), load_robustness_set_v3()
+
+    def run(name, right_task):
+        replies = lambda items: [{"request": i["request"], "reply": "",
+                                  "right": i["task"] == right_task} for i in items]
+        return {"name": name, "v2_replies": replies(v2), "v3_replies": replies(v3),
+                "in_template_rows": []}
+
+    record = {"runs": [run("b", "spelling"), run("a", None)]}
+    out = runs.compare_pairs(record, [("b", "a")])
+    n_spelling = sum(i["task"] == "spelling" for i in v2 + v3)
+    n_both = sum(i["task"] in ("spelling", "letters") for i in v2 + v3)
+    assert out["v3 spelling"]["diff"] == 1.0 and out["v3 letters"]["diff"] == 0.0
+    assert out["v2+v3 all"]["diff"] == pytest.approx(n_spelling / len(v2 + v3))
+    assert out["v2+v3 spelling and letters"]["diff"] == pytest.approx(n_spelling / n_both)
+    assert out["v2+v3 spelling and letters"]["items_better"] == n_spelling
+    for r in record["runs"]:
+        del r["v3_replies"]
+    assert not [k for k in runs.compare_pairs(record, [("b", "a")]) if k.startswith("v3")
+                or k.startswith("v2+v3")]
+
+
 def test_a_scored_run_joins_the_record_and_keeps_what_other_modes_wrote(tmp_path):
     """--shipped/--checkpoint --json FILE adds the run to FILE's runs and keeps the record's other
     keys (the pre-registration, the letters rule, the v3 command) rather than dropping them."""
