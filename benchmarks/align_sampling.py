@@ -208,7 +208,8 @@ def main(argv=None) -> int:
                    help="DPO at each of these rates (runs named ...-lrR) instead of its chosen "
                         "rate: to choose the rate on validation over seeds")
     add_record_options(p, RECORD, "--record")
-    p.add_argument("--tiny", action="store_true", help="a smoke test: a tiny budget and one seed")
+    p.add_argument("--tiny", action="store_true",
+                   help="a smoke test: a tiny budget, one seed and a 60-step SFT start")
     args = p.parse_args(argv)
     given = [o for o, v in (("--budgets", args.budgets), ("--seeds", args.seeds)) if v is not None]
     if args.tiny and given:
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     start_steps = START_SFT["max_iters"]
     if args.tiny:
         global N_SAMPLES, NS, DRAWS, EI_PROMPTS
-        unit, args.seeds = 4 * step_cost("grpo", BATCH["grpo"]), [0]
+        unit, args.seeds, start_steps = 4 * step_cost("grpo", BATCH["grpo"]), [0], 60
         N_SAMPLES, NS, DRAWS, EI_PROMPTS = 4, (1, 4), 2, 8
         align.EVAL_ITEMS = 10
     out = record_file(p, args, RECORD, "--record", continues=True)

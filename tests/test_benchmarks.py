@@ -24,7 +24,9 @@ SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
 TINY = {
     "ablation_ch14": (["--steps", "1", "--eval-batches", "1", "--seeds", "0", "--variants", "RoPE"],
                       "--json"),
-    "align_compare": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
+    # a 60-step SFT start (right sometimes, which DPO needs; the default 300 steps were most of
+    # the smoke test's time)
+    "align_compare": (["--tiny", "--start-steps", "60", "--out-dir", "{tmp}/ac"], "--record"),
     "align_sampling": (["--tiny", "--out-dir", "{tmp}/ac"], "--record"),
     "align_speed": (["--repeats", "1", "--threads", "1"], "--json"),
     "attention_throughput": (["--rounds", "1", "--steps", "1"], None),
