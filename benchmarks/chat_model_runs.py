@@ -9,8 +9,10 @@ and the test split's conversations
 scored on version 2 by benchmarks/chat_robustness.py into records/chat_robustness_v2.json.
 ``--score-v3 NAME=CKPT ...`` adds version 3, the blind test set (``robustness_v3``), and the
 validation-loss history from each checkpoint (``val_loss_history``) to runs already recorded.
-``--score-blind-identity NAME=CKPT ...`` adds the blind identity set (``chat.identity``: 64
-questions of the phrasing bank's held-out half, exact answers) to runs already recorded.
+``--score-v4 NAME=CKPT ...`` adds version 4 (the blind set written after chat-char-cpu-5 shipped),
+once per run. ``--score-blind-identity NAME=CKPT ...`` adds the blind identity set
+(``chat.identity``: 64 questions of the phrasing bank's held-out half, exact answers) to runs
+already recorded.
 ``--paired B=A ...`` loads no model: it compares runs already recorded, each B against its control A
 (a pair per seed), item by item on version 2, version 3 and both together (where scored), the blind
 identity set and in-template: each item's difference averaged over the pairs, with a bootstrap
@@ -46,8 +48,9 @@ from course_lib.chat.data import CHAT_SHA256, load_conversations  # noqa: E402
 from course_lib.chat.engine import load_chat_model  # noqa: E402
 from course_lib.chat.identity import BLIND_SHA256, blind_identity_set  # noqa: E402
 from course_lib.chat.robustness import (  # noqa: E402
-    ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, ROBUSTNESS_V3_SHA256, is_right, load_robustness_set,
-    load_robustness_set_v2, load_robustness_set_v3, row_keys, score_robustness)
+    ROBUSTNESS_SHA256, ROBUSTNESS_V2_SHA256, ROBUSTNESS_V3_SHA256, ROBUSTNESS_V4_SHA256, is_right,
+    load_robustness_set, load_robustness_set_v2, load_robustness_set_v3, load_robustness_set_v4,
+    row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
 from course_lib.chat.scores import score_model, score_task  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
@@ -131,6 +134,22 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     record["robustness_v3_sha256"] = ROBUSTNESS_V3_SHA256
     record["v3_command"] = ("python benchmarks/chat_model_runs.py --score-v3 NAME=CKPT ... "
                             "--update-record (the nine GPU runs' checkpoints)")
+    return record
+
+
+def score_v4(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
+    """Each named run scored on version 4, the blind set written after chat-char-cpu-5 shipped
+    (``robustness_v4``, its replies in ``v4_replies``): once per run, for a run chosen before it is
+    scored (records/chat_robustness_v4.json holds the shipped models' scores)."""
+    runs = recorded(record, [name for name, _ in pairs], "--score-v4")
+    for name, path in pairs:
+        run = runs[name]
+        if "v4_replies" in run:
+            raise ValueError(f"--score-v4 {name}: already scored on version 4, which is scored "
+                             "once per model")
+        run["robustness_v4"], run["v4_replies"] = scored(path, load_robustness_set_v4()[:limit])
+        print(f"{name}: v4 {run['robustness_v4']['all']['score']:.3f}", flush=True)
+    record["robustness_v4_sha256"] = ROBUSTNESS_V4_SHA256
     return record
 
 
@@ -249,6 +268,9 @@ def main(argv=None) -> int:
                         metavar="NAME=CKPT", help="score these runs of the record again on the "
                         "in-template letters conversations, by today's rule (the last number in "
                         "the reply), keeping the replies")
+    source.add_argument("--score-v4", type=named_checkpoint, nargs="+", metavar="NAME=CKPT",
+                        help="score these runs of the record on version 4 (the blind set written "
+                        "after chat-char-cpu-5 shipped), once per run")
     source.add_argument("--score-blind-identity", type=named_checkpoint, nargs="+",
                         metavar="NAME=CKPT", help="score these runs of the record on the blind "
                         "identity set (chat.identity: the phrasing bank's held-out half)")
@@ -283,6 +305,7 @@ def main(argv=None) -> int:
         out.finish(rejudge(json.loads(RECORD.read_text())), say=True)
         return 0
     for named, update in ((args.rescore_letters, rescore_letters), (args.score_v3, score_v3),
+                          (args.score_v4, score_v4),
                           (args.score_blind_identity, score_blind_identity)):
         if named:  # recorded runs scored again from their checkpoints
             out = record_file(p, args, RECORD, inputs=[c for _, c in named])

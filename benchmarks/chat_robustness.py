@@ -61,6 +61,7 @@ from bench_args import add_record_options, code_commit, count, record_file, thre
 from course_lib.chat.engine import (  # noqa: E402
     CHAT_MODEL_PATH, CHAT_V1_MODEL_PATH, load_chat_model)
 from course_lib.chat import robustness as rb  # noqa: E402
+from course_lib.chat.anywhere import build_anywhere_conversations  # noqa: E402
 from course_lib.chat.counting import build_count_conversations  # noqa: E402
 from course_lib.chat.identity import build_identity_conversations  # noqa: E402
 from course_lib.chat.variety import build_more_conversations  # noqa: E402
@@ -90,8 +91,8 @@ BLIND_SETS = {
            "1-3; frozen (commit 7f31502) before any model was scored on it; scored once on the "
            "models below, and no model is chosen on it",
            f"chat-char-cpu-4.pt, the model before the shipped one: {PREVIOUS_V4}",
-           HELD_OUT_V3 + ", chat-sft --count-first worked (chat.counting) and --wide-identity "
-           "(chat.identity)"),
+           HELD_OUT_V3 + ", chat-sft --count-first worked (chat.counting), --wide-identity "
+           "(chat.identity) and --word-anywhere (chat.anywhere)"),
 }
 TASKS = ("arithmetic", "spelling", "letters", "dates", "identity")
 
@@ -214,10 +215,11 @@ def main(argv=None) -> int:
 def held_out_forms(name: str = "v3") -> set[str]:
     """Every user message's abstracted form: chat.json and chat_v1.json (all splits) and the
     conversations chat-sft --more-phrasings adds (their forms kept with them); for version 4 also
-    those of --count-first worked and --wide-identity."""
+    those of --count-first worked, --wide-identity and --word-anywhere."""
     forms = rb.training_forms() | {f for c in build_more_conversations() for f in c["forms"]}
     if name == "v4":
-        forms |= {f for c in build_count_conversations(worked=True) + build_identity_conversations()
+        forms |= {f for c in (build_count_conversations(worked=True)
+                              + build_identity_conversations() + build_anywhere_conversations())
                   for f in c["forms"]}
     return forms
 

@@ -439,6 +439,7 @@ def test_chat_robustness_scores_a_blind_set_into_its_own_record(tmp_path):
     record = json.loads(out.read_text())
     assert record["set"]["sha256"] == rb.ROBUSTNESS_V4_SHA256
     assert "--wide-identity" in record["set"]["held_out_check"]
+    assert "--word-anywhere" in record["set"]["held_out_check"]
     second = record["models"][1]
     assert [r["request"] for r in second["v4_replies"]] == [
         i["request"] for i in rb.load_robustness_set_v4()[:2]]
@@ -479,6 +480,33 @@ def test_score_blind_identity_stores_each_reply_and_pairs_it(tmp_path):
     assert paired["blind identity"]["items_better"] == wrong
     del y["identity_blind_replies"]  # a run without the set: the key is left out, not an error
     assert "blind identity" not in runs.compare_pairs({"runs": [x, y]}, [("y", "x")])
+
+
+def test_score_v4_scores_a_run_once(tmp_path, capsys):
+    """--score-v4 NAME=CKPT: the run gets version 4's score and replies (the model's, as the engine
+    gives them) and the set's SHA-256 goes in the record; a second --score-v4 of the same run is
+    refused in one line (version 4 is scored once per model)."""
+    runs = load_benchmark("chat_model_runs", "bench_chat_model_runs")
+    from course_lib.chat.engine import CHAT_MODEL_PATH as shipped
+    from course_lib.chat.engine import load_chat_model
+    from course_lib.chat.robustness import (ROBUSTNESS_V4_SHA256, load_robustness_set_v4,
+                                            score_robustness)
+
+    source, out = tmp_path / "in.json", tmp_path / "out.json"
+    source.write_text(json.dumps({"runs": [{"name": "x: a run"}]}))
+    args = ["--score-v4", f"x={shipped}", "--limit", "3", "--json", str(out)]
+    assert runs.main(args + ["--from", str(source)]) == 0
+    record = json.loads(out.read_text())
+    model, tokenizer = load_chat_model(shipped)
+    expected = score_robustness(model.float(), tokenizer, load_robustness_set_v4()[:3])
+    x = record["runs"][0]
+    assert x["robustness_v4"]["all"]["score"] == expected["all"]["score"]
+    assert [r["reply"] for r in x["v4_replies"]] == [r["reply"] for r in expected["rows"]]
+    assert record["robustness_v4_sha256"] == ROBUSTNESS_V4_SHA256
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        runs.main(args + ["--from", str(out)])
+    assert "already scored on version 4" in capsys.readouterr().err
 
 
 def test_paired_runs_resample_items_with_their_seeds():

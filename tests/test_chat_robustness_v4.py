@@ -14,6 +14,7 @@ import pytest
 from benchmark_loader import load_benchmark
 from chat_helpers import check_right_by_its_rule
 from course_lib.chat import robustness as rb
+from course_lib.chat.anywhere import build_anywhere_conversations
 from course_lib.chat.calculator import calculate
 from course_lib.chat.counting import build_count_conversations
 from course_lib.chat.data import char_chat_tokenizer
@@ -32,12 +33,13 @@ def forms_of(conversations) -> set[str]:
 @functools.cache
 def sources() -> dict[str, set[str]]:
     """The abstracted forms of every user message the chat models trained on, by source: chat.json
-    and chat_v1.json (all splits), and the conversations --more-phrasings, --count-first (worked)
-    and --wide-identity add."""
+    and chat_v1.json (all splits), and the conversations --more-phrasings, --count-first
+    (worked), --wide-identity and --word-anywhere add."""
     return {"chat.json and chat_v1.json": rb.training_forms(("train", "val", "test"), v1=True),
             "more-phrasings": forms_of(build_more_conversations()),
             "count-first, worked": forms_of(build_count_conversations(worked=True)),
-            "wide-identity": forms_of(build_identity_conversations())}
+            "wide-identity": forms_of(build_identity_conversations()),
+            "word-anywhere": forms_of(build_anywhere_conversations())}
 
 
 def test_the_file_matches_its_sha256_and_an_edit_is_refused(tmp_path):
@@ -174,11 +176,14 @@ def test_the_version_4_record_is_of_this_set_scored_once_and_quoted_as_recorded(
 
 
 def test_the_blind_sets_are_held_out_from_every_training_source_of_their_time():
-    """chat_robustness.py's held-out check for version 4 adds the --count-first and --wide-identity
-    conversations' forms to version 3's: a check that ignored them would pass none of this."""
+    """chat_robustness.py's held-out check for version 4 adds the --count-first, --wide-identity and
+    --word-anywhere conversations' forms to version 3's: a check that ignored them would pass none
+    of this."""
     bench = load_benchmark("chat_robustness", "bench_chat_robustness")
     v3, v4 = bench.held_out_forms("v3"), bench.held_out_forms("v4")
     assert v3 < v4
     assert build_count_conversations(worked=True)[0]["forms"][0] in v4
     identity = {f for c in build_identity_conversations() for f in c["forms"]}
     assert identity <= v4 and not identity <= v3
+    anywhere = forms_of(build_anywhere_conversations())
+    assert anywhere <= v4 and not anywhere <= v3
