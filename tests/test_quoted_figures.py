@@ -286,6 +286,46 @@ def test_the_measured_page_quotes_the_counting_runs_as_recorded():
             and f"{c['diff']:+.3f} [{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}]" in row)
 
 
+def test_the_measured_page_quotes_the_word_anywhere_runs_as_recorded():
+    """book/measured.md's chat_model_runs.py row (issue 54): the --word-anywhere runs' CPU minutes,
+    both development sets' spelling and letters ranges against worked-all's, the paired difference
+    (each item's seeds resampled together) and the chosen run's version-4 score, as recorded."""
+    from course_lib.chat.robustness import load_robustness_set_v2, load_robustness_set_v3
+    from course_lib.evaluation import bootstrap_interval, paired_comparison
+
+    record = json.loads((RECORDS / "chat_count_first_runs.json").read_text())
+    runs = {r["name"].split(":")[0].removeprefix("cpu4-"): r for r in record["runs"]}
+    row = _measured_row("chat_model_runs.py")
+    items = load_robustness_set_v2() + load_robustness_set_v3()
+
+    def spell_count(r):
+        right = [float(x["right"]) for x in r["v2_replies"] + r["v3_replies"]]
+        return [x for x, i in zip(right, items) if i["task"] in ("spelling", "letters")]
+
+    def span(values, digits=3):
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    new, old = ([runs[f"{arm}-s{s}"] for s in range(3)] for arm in ("anyL", "wallL"))
+    assert f"{span([r['cpu_minutes'] for r in new], 1)} CPU minutes" in row
+    means = [[sum(spell_count(r)) / len(spell_count(r)) for r in arm] for arm in (new, old)]
+    assert f"(versions 2 and 3, {len(spell_count(new[0]))}) {span(means[0])}" in row
+    assert f"worked-all's {span(means[1])}" in row
+    d = [sum(a) / 3 - sum(b) / 3 for a, b in zip(zip(*map(spell_count, new)),
+                                                  zip(*map(spell_count, old)))]
+    lo, hi = bootstrap_interval(d)
+    assert f"by item {sum(d) / len(d):+.3f} [{lo:+.3f}, {hi:+.3f}]" in row
+    chosen = max(new, key=lambda r: sum(float(x["right"]) for x in r["v2_replies"]
+                                        + r["v3_replies"]))
+    assert chosen is runs["anyL-s1"] and "seed 1" in row
+    v4 = chosen["robustness_v4"]["all"]
+    assert f"{v4['score']:.3f} [{v4['interval'][0]:.3f}, {v4['interval'][1]:.3f}]" in row
+    shipped = json.loads((RECORDS / "chat_robustness_v4.json").read_text())["models"][-1]
+    c = paired_comparison([float(x["right"]) for x in chosen["v4_replies"]],
+                          [float(x["right"]) for x in shipped["v4_replies"]])
+    assert (f"`chat-char-cpu-5`'s {shipped['v4']['all']['score']:.3f} (by request "
+            f"{c['diff']:+.3f} [{c['interval'][0]:+.3f}, {c['interval'][1]:+.3f}]") in row
+
+
 def test_the_measured_page_quotes_the_wide_identity_runs_as_recorded():
     """book/measured.md's chat_model_runs.py row (issue 54): the --wide-identity runs' CPU minutes,
     blind identity and in-template identity ranges, the paired blind gain over worked-all (each
