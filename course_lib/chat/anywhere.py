@@ -27,11 +27,10 @@ import functools
 import random
 
 from .counting import ALPHABET, held_out_requests, worked_reply
-from .data import MAX_TOKENS, _pools, char_chat_tokenizer
-from .phrasing import abstracted, normalized
+from .data import _pools
+from .phrasing import abstracted
 from .robustness import load_robustness_set_v4, request_form
-from .template import render
-from .variety import after_other_exchanges, case_and_space, dress, word_of
+from .variety import after_other_exchanges, case_and_space, dress, keep_drawing, word_of
 
 ANYWHERE_SIZE = 4000  # training conversations added, half spelling, half letters
 ANYWHERE_SEED = 5456
@@ -109,16 +108,12 @@ def build_anywhere_conversations(n: int = ANYWHERE_SIZE,
     turn, a quarter after one or two exchanges of other tasks; drawn again if a user message has
     the form of a held-out request (robustness versions 2, 3 and 4, chat.json's validation and test
     messages) or is longer than ``chat.data.MAX_TOKENS``."""
-    pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
+    pool, rng = _pools(0)["train"], random.Random(seed)
     banned_forms, banned_texts = held_out_requests()
     banned_forms = banned_forms | {request_form(item) for item in load_robustness_set_v4()}
-    out = []
-    while len(out) < n:
-        task = ("spelling", "letters")[len(out) % 2]
-        messages, forms = after_other_exchanges(*_anywhere_exchange(task, pool, rng), pool, rng)
-        users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
-        if any(f in banned_forms for f in forms) or any(u in banned_texts for u in users):
-            continue
-        if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
-            out.append({"task": task, "messages": messages, "forms": forms})
-    return out
+
+    def draw(i):
+        task = ("spelling", "letters")[i % 2]
+        return (task, *after_other_exchanges(*_anywhere_exchange(task, pool, rng), pool, rng))
+
+    return keep_drawing(n, draw, banned_forms, banned_texts)

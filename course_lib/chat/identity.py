@@ -30,10 +30,9 @@ import json
 import random
 
 from .counting import held_out_requests
-from .data import MAX_TOKENS, _pools, char_chat_tokenizer
+from .data import _pools
 from .phrasing import IDENTITY_ASKS, abstracted, normalized
-from .template import render
-from .variety import after_other_exchanges, case_and_space, dress
+from .variety import after_other_exchanges, case_and_space, dress, keep_drawing
 
 WIDE_SIZE = 4000  # training conversations added
 WIDE_SEED = 5455
@@ -153,16 +152,9 @@ def build_identity_conversations(n: int = WIDE_SIZE, seed: int = WIDE_SEED) -> l
     tasks (chat.variety's, over chat.data's training pools); drawn again if a user message has
     the form of a held-out request (robustness versions 2 and 3, the validation and test
     messages of chat.json, the blind half) or is longer than ``chat.data.MAX_TOKENS``."""
-    pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
+    pool, rng = _pools(0)["train"], random.Random(seed)
     banned_forms, banned_texts = held_out_requests()
     banned_texts = banned_texts | {normalized(q) for q, _ in bank_split()[1]}
     train = bank_split()[0]
-    out = []
-    while len(out) < n:
-        messages, forms = after_other_exchanges(*_identity_exchange(train, rng), pool, rng)
-        users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
-        if any(f in banned_forms for f in forms) or any(u in banned_texts for u in users):
-            continue
-        if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
-            out.append({"task": "identity", "messages": messages, "forms": forms})
-    return out
+    return keep_drawing(n, lambda i: ("identity", *after_other_exchanges(
+        *_identity_exchange(train, rng), pool, rng)), banned_forms, banned_texts)

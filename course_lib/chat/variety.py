@@ -371,6 +371,22 @@ def held_out_v2_forms() -> set[str]:
     return {request_form(item) for item in load_robustness_set_v2()}
 
 
+def keep_drawing(n: int, draw, banned_forms: set[str], banned_texts: set[str]) -> list[dict]:
+    """``n`` conversations ``{"task", "messages", "forms"}`` from ``draw(i)`` -> (task, messages,
+    forms), ``i`` the number kept so far; one is drawn again if a user message has a banned form
+    (a held-out request's) or a banned normalized text, or is longer than ``chat.data.MAX_TOKENS``.
+    The one loop of the added conversations (here, chat.identity's, chat.anywhere's)."""
+    tokenizer, out = char_chat_tokenizer(), []
+    while len(out) < n:
+        task, messages, forms = draw(len(out))
+        users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
+        if any(f in banned_forms for f in forms) or any(u in banned_texts for u in users):
+            continue
+        if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
+            out.append({"task": task, "messages": messages, "forms": forms})
+    return out
+
+
 @functools.lru_cache(maxsize=2)  # a run's start builds them twice (its record, its batches)
 def build_more_conversations(n: int = MORE_SIZE, seed: int = MORE_SEED) -> list[dict]:
     """``n`` training conversations (``{"task", "messages", "forms"}``), drawn from
@@ -378,24 +394,17 @@ def build_more_conversations(n: int = MORE_SIZE, seed: int = MORE_SEED) -> list[
     two exchanges of other tasks. A conversation with a user message in a held-out form (version 2
     of the robustness set, or a validation or test identity question) is drawn again; one longer
     than ``chat.data.MAX_TOKENS`` too."""
-    pool, rng, tokenizer = _pools(0)["train"], random.Random(seed), char_chat_tokenizer()
-    banned = held_out_v2_forms()
+    pool, rng = _pools(0)["train"], random.Random(seed)
     held_questions = {normalized(q) for answer, questions in IDENTITY_ASKS
                       for q in questions[-2:]}
-    out = []
-    while len(out) < n:
-        task = MORE_TASKS[len(out) % len(MORE_TASKS)]
+
+    def draw(i):
+        task = MORE_TASKS[i % len(MORE_TASKS)]
         if task == "follow-up":
-            messages, forms = _follow_up(pool, rng, _pair_split)
-        else:
-            messages, forms = after_other_exchanges(*_exchange(task, pool, rng, _pair_split),
-                                                    pool, rng)
-        users = [normalized(m["content"]) for m in messages if m["role"] == "user"]
-        if any(f in banned for f in forms) or any(u in held_questions for u in users):
-            continue
-        if len(render(tokenizer, messages)[0]) <= MAX_TOKENS:
-            out.append({"task": task, "messages": messages, "forms": forms})
-    return out
+            return (task, *_follow_up(pool, rng, _pair_split))
+        return (task, *after_other_exchanges(*_exchange(task, pool, rng, _pair_split), pool, rng))
+
+    return keep_drawing(n, draw, held_out_v2_forms(), held_questions)
 
 
 def more_sha256(conversations: list[dict]) -> str:
