@@ -52,6 +52,7 @@ from course_lib.chat.robustness import (  # noqa: E402
     load_robustness_set, load_robustness_set_v2, load_robustness_set_v3, load_robustness_set_v4,
     row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
+from course_lib.data import sha256_of  # noqa: E402
 from course_lib.chat.scores import score_model, score_task  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 
@@ -139,15 +140,18 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
 
 def score_v4(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     """Each named run scored on version 4, the blind set written after chat-char-cpu-5 shipped
-    (``robustness_v4``, its replies in ``v4_replies``): once per run, for a run chosen before it is
-    scored (records/chat_robustness_v4.json holds the shipped models' scores)."""
+    (``robustness_v4``, its replies in ``v4_replies``): once per model, for a run chosen before it
+    is scored; a checkpoint whose SHA-256 a run of the record was scored with is refused, under
+    any name (records/chat_robustness_v4.json holds the shipped models' scores)."""
     runs = recorded(record, [name for name, _ in pairs], "--score-v4")
+    done = {r.get("v4_checkpoint_sha256"): n for n, r in runs.items() if "v4_replies" in r}
     for name, path in pairs:
-        run = runs[name]
-        if "v4_replies" in run:
-            raise ValueError(f"--score-v4 {name}: already scored on version 4, which is scored "
-                             "once per model")
+        run, sha256 = runs[name], sha256_of(path)
+        if "v4_replies" in run or sha256 in done:
+            raise ValueError(f"--score-v4 {name}: {path} is already scored on version 4 (as "
+                             f"{done.get(sha256, name)}), which is scored once per model")
         run["robustness_v4"], run["v4_replies"] = scored(path, load_robustness_set_v4()[:limit])
+        run["v4_checkpoint_sha256"] = done[sha256] = sha256
         print(f"{name}: v4 {run['robustness_v4']['all']['score']:.3f}", flush=True)
     record["robustness_v4_sha256"] = ROBUSTNESS_V4_SHA256
     return record

@@ -507,6 +507,13 @@ def test_score_v4_scores_a_run_once(tmp_path, capsys):
     with pytest.raises(SystemExit):
         runs.main(args + ["--from", str(out)])
     assert "already scored on version 4" in capsys.readouterr().err
+    # the same checkpoint under another run's name: refused too (by its SHA-256)
+    record["runs"].append({"name": "y: the same model again"})
+    out.write_text(json.dumps(record))
+    with pytest.raises(SystemExit):
+        runs.main(["--score-v4", f"y={shipped}", "--limit", "3", "--json", str(out), "--from",
+                   str(out)])
+    assert "already scored on version 4 (as x)" in capsys.readouterr().err
 
 
 def test_paired_runs_resample_items_with_their_seeds():
