@@ -141,8 +141,9 @@ def score_v3(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
 def score_v4(record: dict, pairs: list[tuple[str, Path]], limit=None) -> dict:
     """Each named run scored on version 4, the blind set written after chat-char-cpu-5 shipped
     (``robustness_v4``, its replies in ``v4_replies``): once per model, for a run chosen before it
-    is scored; a checkpoint whose SHA-256 a run of the record was scored with is refused, under
-    any name (records/chat_robustness_v4.json holds the shipped models' scores)."""
+    is scored; a checkpoint whose SHA-256 a run of this record was scored with is refused, under
+    any name (the guard reads this record only: another --json, or another copy of the same
+    weights, is not caught; records/chat_robustness_v4.json holds the shipped models' scores)."""
     runs = recorded(record, [name for name, _ in pairs], "--score-v4")
     done = {r.get("v4_checkpoint_sha256"): n for n, r in runs.items() if "v4_replies" in r}
     for name, path in pairs:

@@ -375,7 +375,8 @@ def keep_drawing(n: int, draw, banned_forms: set[str], banned_texts: set[str]) -
     """``n`` conversations ``{"task", "messages", "forms"}`` from ``draw(i)`` -> (task, messages,
     forms), ``i`` the number kept so far; one is drawn again if a user message has a banned form
     (a held-out request's) or a banned normalized text, or is longer than ``chat.data.MAX_TOKENS``.
-    The one loop of the added conversations (here, chat.identity's, chat.anywhere's)."""
+    The loop of chat.variety's, chat.identity's and chat.anywhere's added conversations
+    (chat.counting draws its own, count first)."""
     tokenizer, out = char_chat_tokenizer(), []
     while len(out) < n:
         task, messages, forms = draw(len(out))
