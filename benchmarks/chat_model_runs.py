@@ -52,8 +52,8 @@ from course_lib.chat.robustness import (  # noqa: E402
     load_robustness_set, load_robustness_set_v2, load_robustness_set_v3, load_robustness_set_v4,
     row_keys, score_robustness)
 from course_lib.chat.scores import summarize  # noqa: E402
-from course_lib.data import sha256_of  # noqa: E402
 from course_lib.chat.scores import score_model, score_task  # noqa: E402
+from course_lib.data import sha256_of  # noqa: E402
 from course_lib.evaluation import paired_comparison  # noqa: E402
 
 RECORD = ROOT / "course_lib" / "records" / "chat_model_runs.json"

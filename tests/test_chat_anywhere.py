@@ -65,7 +65,7 @@ def test_no_user_message_has_a_held_out_form_or_text():
     """Robustness versions 2, 3 and 4 (forms: version 4's requests are compared, never printed)
     and chat.json's validation and test messages (texts)."""
     forms, texts = held_out_requests()
-    forms = forms | {request_form(item) for item in load_robustness_set_v4()}
+    assert {request_form(item) for item in load_robustness_set_v4()} <= forms
     assert not {f for c in CONVERSATIONS for f in c["forms"]} & forms
     users = {normalized(m["content"]) for c in CONVERSATIONS for m in c["messages"]
              if m["role"] == "user"}

@@ -55,7 +55,7 @@ def test_each_drawn_word_holds_the_letter_exactly_k_times_and_comes_from_trainin
 
 
 def test_no_request_is_held_out():
-    """No request has the abstracted form of a version 2 or version 3 request (compared as sets;
+    """No request has the abstracted form of a version 2, 3 or 4 request (compared as sets;
     nothing of version 3 is printed) or is a validation or test request of chat.json."""
     forms, texts = counting.held_out_requests()
     v2 = {request_form(item) for item in load_robustness_set_v2()}

@@ -29,7 +29,6 @@ import random
 from .counting import ALPHABET, held_out_requests, worked_reply
 from .data import _pools
 from .phrasing import abstracted
-from .robustness import load_robustness_set_v4, request_form
 from .variety import after_other_exchanges, case_and_space, dress, keep_drawing, word_of
 
 ANYWHERE_SIZE = 4000  # training conversations added, half spelling, half letters
@@ -110,7 +109,6 @@ def build_anywhere_conversations(n: int = ANYWHERE_SIZE,
     messages) or is longer than ``chat.data.MAX_TOKENS``."""
     pool, rng = _pools(0)["train"], random.Random(seed)
     banned_forms, banned_texts = held_out_requests()
-    banned_forms = banned_forms | {request_form(item) for item in load_robustness_set_v4()}
 
     def draw(i):
         task = ("spelling", "letters")[i % 2]

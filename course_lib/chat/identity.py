@@ -150,7 +150,7 @@ def build_identity_conversations(n: int = WIDE_SIZE, seed: int = WIDE_SEED) -> l
     """``n`` training conversations (``{"task": "identity", "messages", "forms"}``) asking a
     training-half question of :data:`IDENTITY_BANK`, a quarter after one or two exchanges of other
     tasks (chat.variety's, over chat.data's training pools); drawn again if a user message has
-    the form of a held-out request (robustness versions 2 and 3, the validation and test
+    the form of a held-out request (robustness versions 2, 3 and 4, the validation and test
     messages of chat.json, the blind half) or is longer than ``chat.data.MAX_TOKENS``."""
     pool, rng = _pools(0)["train"], random.Random(seed)
     banned_forms, banned_texts = held_out_requests()
