@@ -12,6 +12,12 @@ steps; tokens/s counts every token of every process's micro-batches. Usage:
 torchrun gives each worker one thread (OMP_NUM_THREADS=1), so the torchrun rows compare 1 and 2
 processes of one thread each. These are CPU figures: on GPUs the same switches behave very
 differently (bf16 and compile are large wins there), and this script says nothing about them.
+
+It runs in the reference numeric environment (course_lib/tools/numerics.py: AVX2 kernels, 2 threads)
+that chapter 12 is built in, unless ``--host-env``, and torch.compile starts from an empty kernel
+cache, so that its warm-up time is a first compilation's. Chapter 12 prints the shipped record:
+
+    python benchmarks/scale.py --update-record     (course_lib/records/scale_speed.json)
 """
 from __future__ import annotations
 
@@ -20,25 +26,29 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
-
-import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_args import at_least, count, threads  # noqa: E402
-from course_lib import distributed, runs  # noqa: E402
-from course_lib.presets import get_preset  # noqa: E402
-from course_lib.tools.numerics import wait_passively  # noqa: E402
-from course_lib.train import Trainer  # noqa: E402
+# no torch yet: the numeric environment is set before torch starts
+from bench_args import (RECORDS, add_record_options, at_least, code_commit, count,  # noqa: E402
+                        record_file, threads)
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
 
 PRESET = "shakespeare-char-cpu"
+SHIPPED = RECORDS / "scale_speed.json"
 
 
-def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1) -> Trainer:
+def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1):
     """The preset's run on random tokens (under torchrun, this joins the process group)."""
+    import torch
+
+    from course_lib import runs
+    from course_lib.presets import get_preset
     data = torch.randint(0, get_preset(PRESET).model.vocab_size, (100_000,),
                          generator=torch.Generator().manual_seed(0))
     settings = {"max_iters": 10**6, "warmup_iters": 0, "dtype": dtype, "compile": compile,
@@ -46,7 +56,7 @@ def make_trainer(dtype="fp32", compile=False, grad_accum_steps=1) -> Trainer:
     return runs.make_trainer(PRESET, data, data, settings, device="cpu", progress=False)
 
 
-def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
+def time_steps(trainer, warmup: int, steps: int) -> dict:
     start = time.perf_counter()
     for _ in range(warmup):
         trainer.train_step()
@@ -66,6 +76,7 @@ def time_steps(trainer: Trainer, warmup: int, steps: int) -> dict:
 
 def worker(args) -> None:
     """One torchrun process: each handles one micro-batch of 12 sequences per step."""
+    from course_lib import distributed
     # joins the other processes
     trainer = make_trainer(grad_accum_steps=distributed.launched_world_size())
     result = time_steps(trainer, args.warmup, args.steps)
@@ -75,7 +86,8 @@ def worker(args) -> None:
 
 
 def torchrun(n: int, args) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # one thread per process, whatever the pin says (torchrun sets it only where it is unset)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
            __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -92,11 +104,22 @@ def main(argv=None) -> int:
                         help="torch.set_num_threads for the one-process rows")
     parser.add_argument("--skip-compile", action="store_true")
     parser.add_argument("--skip-torchrun", action="store_true")
+    parser.add_argument("--host-env", action="store_true",
+                        help="this machine's numeric settings, not the reference")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_record_options(parser, SHIPPED)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)
         return 0
+    record = record_file(parser, args, SHIPPED)  # checked before any work
+    if not args.host_env:
+        apply_reference_environment()  # before torch starts (a torch already running keeps its own)
+    # torch.compile's first compilation, not a cache's: a fresh kernel cache for this run
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="scale-inductor-")
+    import torch
+
+    from course_lib.tools.op_fingerprints import cpu_name
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -122,6 +145,20 @@ def main(argv=None) -> int:
     for name, r in rows:
         print(f"| {name} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
               f"{r['tokens_per_s'] / base:.2f}x | {r['warmup_s']:.1f} |")
+    record.finish({
+        "command": "python benchmarks/scale.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "preset": PRESET, "tokens_per_step_per_process": 12 * 64,
+        "steps": args.steps, "warmup_steps": args.warmup,
+        "cpu": cpu_name(), "cpus": os.cpu_count(), "threads": n_threads,
+        "environment": ("host" if args.host_env
+                        else "reference (course_lib/tools/numerics.py: AVX2 kernels)"),
+        "torch": torch.__version__, "code": code_commit(),
+        "made_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_average": os.getloadavg()[0],
+        "rows": [{"way": name, **{k: round(v, 4) for k, v in r.items()},
+                  "vs_eager_fp32": round(r["tokens_per_s"] / base, 4)} for name, r in rows],
+    }, say=True)
     return 0
 
 

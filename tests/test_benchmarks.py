@@ -68,7 +68,7 @@ TINY = {
                       "0"], "--json"),
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
-    "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], None),
+    "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], "--json"),
     "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
     "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1",

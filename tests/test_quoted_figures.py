@@ -360,3 +360,17 @@ def test_the_measured_page_quotes_the_wide_identity_runs_as_recorded():
     v3 = runs["widL-s2"]["robustness_v3"]["all"]
     assert f"seed 2: {v3['score']:.3f} [{v3['interval'][0]:.3f}, {v3['interval'][1]:.3f}]" in row
     assert max(wide, key=lambda r: r["robustness_v2"]["all"]["score"]) is wide[2]
+
+
+def test_the_measured_page_quotes_the_scale_record():
+    """measured.md's Scale table is scale_speed.json's rows (the record chapter 12 prints), each
+    figure as the record has it, and names the record's command and CPU."""
+    record = json.loads((RECORDS / "scale_speed.json").read_text())
+    page = MEASURED.read_text()
+    section = page[page.index("## Scale"):page.index("## The CPU preset against")]
+    assert record["command"] in section and record["cpu"].split(",")[0] in section
+    table = [line for line in section.splitlines() if line.startswith("| ") and "process" in line]
+    assert table == [f"| {r['way'].replace('torch.compile', '`torch.compile`')} | "
+                     f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
+                     f"{r['vs_eager_fp32']:.2f}x | {r['warmup_s']:.1f} |" for r in record["rows"]]
+    assert f"{record['warmup_steps']} warm-up steps, then {record['steps']} timed" in section

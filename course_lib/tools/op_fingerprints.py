@@ -137,7 +137,7 @@ def operation_fingerprints() -> dict[str, str]:
     return out
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name and its widest vector units ("Intel(R) Xeon(R) Processor, AVX-512,
     AMX")."""
     try:
@@ -177,7 +177,7 @@ def host_fingerprints(extra_env: dict[str, str] | None = None) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"the fingerprint process failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result.update(cpu=_cpu_name(), extra_env=[f"{k}={v}" for k, v in (extra_env or {}).items()])
+    result.update(cpu=cpu_name(), extra_env=[f"{k}={v}" for k, v in (extra_env or {}).items()])
     return result
 
 
