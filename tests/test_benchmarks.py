@@ -69,7 +69,9 @@ TINY = {
     "report_cards": (["--models", "bigram", "--limit", "2", "--work", "{tmp}/work"], "--json"),
     "rope_beyond_context": (["--steps", "1", "--eval-batches", "1", "--long", "72"], "--json"),
     "scale": (["--steps", "1", "--warmup", "0", "--skip-compile", "--skip-torchrun"], "--json"),
-    "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict"], "--out"),
+    # one run of the five (--part 1/5: the smallest width), the path every part of a sweep takes
+    "scaling": (["--budgets", "1.25e10", "--seeds", "5", "--no-predict", "--part", "1/5"], "--out"),
+    "scaling_law_bootstrap": (["--resamples", "2"], "--json"),
     "seq2seq_dates": (["--steps", "1", "--threads", "1"], None),
     "speculative": (["--prompts", "1", "--tokens", "4", "--max-k", "2", "--repeats", "1",
                      "--draft-steps", "2"], "--json"),
@@ -177,6 +179,7 @@ BAD_ARGUMENTS = [  # (review row, script, argv, what the error line says)
     (None, "finetune_dates", ["--out", "x.json", "--update-record"], "name two files: give one"),
     (None, "chat_sft", ["--collect", "."], "name it with --record FILE, or --update-record"),
     (None, "ablation_ch14", ["--seeds", "-2"], "must be at least 0"),
+    (None, "scaling_law_bootstrap", ["--resamples", "0"], MUST_BE_1),
     (None, "linear_attention", ["--parts", "speed"],
      "--parts: choose from memory, compare, recall"),
     (None, "linear_attention", ["--iters", "0"], MUST_BE_1),

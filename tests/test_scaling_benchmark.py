@@ -247,3 +247,33 @@ def test_the_repetition_help_says_how_the_half_is_drawn(bench, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("first half" not in text
             and f"every other one of its {bench.REPETITION_CHUNKS} chunks" in text)
+
+
+def test_the_law_bootstrap_record_is_what_its_script_computes():
+    """scaling_law_bootstrap.json (chapter 19 reads its 400 resampled laws instead of refitting
+    them): fitted to the runs the sweep's prediction was fitted to, with the law those runs give,
+    and its first resamples are what the script's statistic computes on the bootstrap's first
+    resamples (to 1%: a fit warm-started along the law's ridge may end a little elsewhere on
+    another CPU; another resample or statistic differs by far more)."""
+    import math
+
+    from benchmark_loader import ROOT
+    from course_lib.scaling import bootstrap, fit_loss_law
+
+    script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
+    sweep_bench = load_benchmark("scaling", "scaling_benchmark")
+    record = json.loads((ROOT / "course_lib" / "records" / "scaling_law_bootstrap.json")
+                        .read_text())
+    sweep = json.loads(sweep_bench.RECORD.read_text())
+    assert record["fitted_to"] == sweep["prediction"]["fitted_to"]
+    assert len(record["values"]) == record["resamples"] - record["dropped"] == 400
+    seeds = sweep["seeds"]
+    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
+    runs = sweep_bench.fit_runs(dict(sweep, runs=in_order),
+                                json.loads(sweep_bench.FIRST_WINDOWS.read_text()))
+    law = fit_loss_law(*([r[k] for r in runs] for k in ("N", "D", "loss")))
+    assert all(math.isclose(v, getattr(law, k), rel_tol=1e-6) for k, v in record["law"].items())
+    first, _ = bootstrap(runs, lambda s: script.law_statistics(s, law, record["chosen"]), n=2,
+                         seed=record["seed"])
+    assert np.allclose(first, record["values"][:2], rtol=1e-2)
+    assert not np.allclose(first[::-1], record["values"][:2], rtol=1e-2)  # the check can fail

@@ -1,0 +1,114 @@
+"""Chapter 19's bootstrap of the parametric law (approach 3): the law L(N, D) = E + A/N^alpha +
+B/D^beta refitted to ``--resamples`` (400) case resamples of the runs it was fitted to, each fit
+started from the full fit (warm starts), and what each resampled law says: alpha, beta, a =
+beta / (alpha + beta) and its prediction for the held-out run. The 400 fits take about a minute on
+2 cores, too long to repeat on every build of the chapter, which prints this record:
+
+    PYTHONPATH=$PWD python benchmarks/scaling_law_bootstrap.py --update-record
+    (course_lib/records/scaling_law_bootstrap.json)
+
+The runs are those of the shipped sweep record (course_lib/records/scaling_sweep.json) and the
+first windows' one-block runs that the sweep did not repeat (scaling.py's ``fit_runs``: the runs the
+prediction was fitted to, checked against its ``fitted_to``), in chapter 19's order (by budget, N
+and seed, then the first windows'); the resamples are drawn by
+``course_lib.scaling.bootstrap`` with seed ``--seed`` (0), as chapter 19 drew them when it ran the
+fits itself. The fits are float64 L-BFGS (``course_lib.scaling.fit_loss_law``): along the ridge on
+which alpha, beta and E trade, where a warm-started fit ends can depend on the last bits of the
+arithmetic, so a resample's values can differ between CPUs in their last digits (the interval's
+ends by about 0.002 between an Intel Xeon and an AMD EPYC); the record names the CPU it was made on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# no torch yet: the numeric environment is set before torch starts
+from bench_args import (RECORDS, add_record_options, code_commit, count,  # noqa: E402
+                        record_file, seed_number)
+from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
+
+SHIPPED = RECORDS / "scaling_law_bootstrap.json"
+STATISTICS = ("alpha", "beta", "a", "prediction")
+
+
+def law_statistics(sample: list[dict], law, chosen: dict) -> dict:
+    """What one resample's law says (the chapter's ``law_exponents``): its exponents, a, and its
+    prediction for the held-out run (``chosen``: plan_run's N and D), the fit started from
+    ``law``."""
+    from course_lib.scaling import fit_loss_law
+
+    fit = fit_loss_law([r["N"] for r in sample], [r["D"] for r in sample],
+                       [r["loss"] for r in sample], start=law)
+    return {"alpha": fit.alpha, "beta": fit.beta, "a": fit.a,
+            "prediction": float(fit(chosen["N"], chosen["D"]))}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--resamples", type=count, default=400, help="bootstrap resamples (fits)")
+    p.add_argument("--seed", type=seed_number, default=0, help="the resamples' NumPy seed")
+    add_record_options(p, SHIPPED)
+    args = p.parse_args(argv)
+    record = record_file(p, args, SHIPPED)  # checked before any work
+    apply_reference_environment()  # before torch starts: the chapter's numeric environment
+    wait_passively()
+    import torch
+    from tqdm import tqdm
+
+    from course_lib.scaling import bootstrap, fit_loss_law, interval
+    from course_lib.scaling.isoflop import plan_run
+    from course_lib.tools.op_fingerprints import cpu_name
+    from scaling import FIRST_WINDOWS, RECORD, fit_runs, key
+
+    sweep = json.loads(RECORD.read_text())
+    # in the chapter's order (a case resample draws by index): the sweep's runs by budget, N and
+    # seed, then the first windows' runs the sweep did not repeat
+    seeds = sweep["seeds"]
+    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
+    runs = fit_runs(dict(sweep, runs=in_order), json.loads(FIRST_WINDOWS.read_text()))
+    pred = sweep["prediction"]
+    fitted_to = sorted([list(key(r)) for r in runs])
+    assert fitted_to == pred["fitted_to"], "the sweep's runs are not those its prediction fitted"
+    law = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
+    chosen = plan_run(pred["shape"], pred["budget"], 65, sweep["train_tokens"])
+
+    bar = tqdm(total=args.resamples, desc="bootstrap fits", file=sys.stdout)
+
+    def statistic(sample):
+        bar.update(1)
+        return law_statistics(sample, law, chosen)
+
+    start = time.perf_counter()
+    values, dropped = bootstrap(runs, statistic, n=args.resamples, seed=args.seed)
+    seconds = time.perf_counter() - start
+    bar.close()
+    for j, name in enumerate(STATISTICS):
+        low, high = interval(values[:, j])
+        print(f"{name:10s} 95% bootstrap interval {low:.4f} to {high:.4f}")
+    print(f"{args.resamples} fits in {seconds:.0f} s, {dropped} dropped")
+    record.finish({
+        "command": "python benchmarks/scaling_law_bootstrap.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "resamples": args.resamples, "seed": args.seed, "dropped": dropped,
+        "fitted_to": fitted_to,
+        "law": {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")},
+        "chosen": {"shape": chosen["shape"], "N": chosen["N"], "D": chosen["D"]},
+        "statistics": list(STATISTICS),
+        "values": values.tolist(),  # (resamples kept, 4), in the order of "statistics"
+        "seconds": round(seconds, 1), "cpu": cpu_name(), "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "code": code_commit(),
+        "made_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }, say=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
