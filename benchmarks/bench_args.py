@@ -176,7 +176,8 @@ def code_commit() -> str | None:
                               check=True).stdout.strip()
     try:
         head = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", "course_lib",
+        # a new file counts (a script not yet committed is a change), ignored ones do not
+        changed = git("status", "--porcelain", "--untracked-files=normal", "--", "course_lib",
                       "benchmarks", ":!course_lib/records")
     except (OSError, subprocess.CalledProcessError):
         return None

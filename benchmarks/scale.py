@@ -13,9 +13,12 @@ torchrun gives each worker one thread (OMP_NUM_THREADS=1), so the torchrun rows 
 processes of one thread each. These are CPU figures: on GPUs the same switches behave very
 differently (bf16 and compile are large wins there), and this script says nothing about them.
 
-It runs in the reference numeric environment (course_lib/tools/numerics.py: AVX2 kernels, 2 threads)
-that chapter 12 is built in, unless ``--host-env``, and torch.compile starts from an empty kernel
-cache, so that its warm-up time is a first compilation's. Chapter 12 prints the shipped record:
+It runs in the reference numeric environment (course_lib/tools/numerics.py: AVX2 kernels, 2 threads,
+idle OpenMP threads asleep) that chapter 12 is built in, unless ``--host-env`` (the script restarts
+itself with it before torch loads), and torch.compile starts from an empty kernel cache, removed
+afterwards, so that its warm-up time is a first compilation's. Eager fp32 also runs on one thread in
+the same process. Chapter 12 prints the shipped record, which only the full run writes (no
+``--skip-compile``, ``--skip-torchrun`` or ``--host-env``):
 
     python benchmarks/scale.py --update-record     (course_lib/records/scale_speed.json)
 """
@@ -34,10 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# no torch yet: the numeric environment is set before torch starts
 from bench_args import (RECORDS, add_record_options, at_least, code_commit, count,  # noqa: E402
                         record_file, threads)
-from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
+# (importing course_lib loads torch: the environment is set in __main__, before this module runs)
+from course_lib.tools.numerics import run_in_reference_environment, wait_passively  # noqa: E402
 
 PRESET = "shakespeare-char-cpu"
 SHIPPED = RECORDS / "scale_speed.json"
@@ -112,11 +115,20 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
+    if args.update_record and (args.skip_compile or args.skip_torchrun or args.host_env):
+        parser.error("--update-record writes the record chapter 12 prints: run every way in the "
+                     "reference environment (leave out --skip-compile, --skip-torchrun, "
+                     "--host-env)")
     record = record_file(parser, args, SHIPPED)  # checked before any work
-    if not args.host_env:
-        apply_reference_environment()  # before torch starts (a torch already running keeps its own)
+    load_before = os.getloadavg()[0]
     # torch.compile's first compilation, not a cache's: a fresh kernel cache for this run
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="scale-inductor-")
+    with tempfile.TemporaryDirectory(prefix="scale-inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        command = " ".join(argv if argv is not None else sys.argv[1:])
+        return measure(args, record, load_before, command)
+
+
+def measure(args, record, load_before: float, command: str) -> int:
     import torch
 
     from course_lib.tools.op_fingerprints import cpu_name
@@ -131,6 +143,11 @@ def main(argv=None) -> int:
     for name, options in ways:
         r = time_steps(make_trainer(**options), args.warmup, args.steps)
         rows.append((f"{name}, 1 process x {n_threads} threads", r))
+    if n_threads > 1:  # what a second thread buys (small matrices: little)
+        torch.set_num_threads(1)
+        rows.append(("eager fp32, 1 process x 1 thread",
+                     time_steps(make_trainer(), args.warmup, args.steps)))
+        torch.set_num_threads(n_threads)
     if not args.skip_torchrun:
         for n in (1, 2):
             rows.append((f"torchrun, {n} process{'es' if n > 1 else ''} x 1 thread (gloo)",
@@ -146,8 +163,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
               f"{r['tokens_per_s'] / base:.2f}x | {r['warmup_s']:.1f} |")
     record.finish({
-        "command": "python benchmarks/scale.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": f"python benchmarks/scale.py {command}",
         "preset": PRESET, "tokens_per_step_per_process": 12 * 64,
         "steps": args.steps, "warmup_steps": args.warmup,
         "cpu": cpu_name(), "cpus": os.cpu_count(), "threads": n_threads,
@@ -155,7 +171,7 @@ def main(argv=None) -> int:
                         else "reference (course_lib/tools/numerics.py: AVX2 kernels)"),
         "torch": torch.__version__, "code": code_commit(),
         "made_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "load_average": os.getloadavg()[0],
+        "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
         "rows": [{"way": name, **{k: round(v, 4) for k, v in r.items()},
                   "vs_eager_fp32": round(r["tokens_per_s"] / base, 4)} for name, r in rows],
     }, say=True)
@@ -163,5 +179,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    wait_passively()  # OpenMP threads sleep while they wait (a shared machine's cores)
+    if "--host-env" in sys.argv or "--worker" in sys.argv:  # a worker keeps torchrun's settings
+        wait_passively()  # OpenMP threads sleep while they wait (a shared machine's cores)
+    else:
+        run_in_reference_environment()  # before torch loads
     raise SystemExit(main())

@@ -1,21 +1,26 @@
 """Chapter 19's bootstrap of the parametric law (approach 3): the law L(N, D) = E + A/N^alpha +
 B/D^beta refitted to ``--resamples`` (400) case resamples of the runs it was fitted to, each fit
-started from the full fit (warm starts), and what each resampled law says: alpha, beta, a =
-beta / (alpha + beta) and its prediction for the held-out run. The 400 fits take about a minute on
-2 cores, too long to repeat on every build of the chapter, which prints this record:
+started from the full fit (warm starts), and what each resampled law says: alpha, beta, a = beta /
+(alpha + beta) and its prediction for the held-out run. The 400 fits take about a minute on 2 cores,
+too long to repeat on every build of the chapter, which prints this record:
 
-    PYTHONPATH=$PWD python benchmarks/scaling_law_bootstrap.py --update-record
+    python benchmarks/scaling_law_bootstrap.py --update-record
     (course_lib/records/scaling_law_bootstrap.json)
 
-The runs are those of the shipped sweep record (course_lib/records/scaling_sweep.json) and the
-first windows' one-block runs that the sweep did not repeat (scaling.py's ``fit_runs``: the runs the
+The runs are those of the shipped sweep record (course_lib/records/scaling_sweep.json) and the first
+windows' one-block runs that the sweep did not repeat (scaling.py's ``fit_runs``: the runs the
 prediction was fitted to, checked against its ``fitted_to``), in chapter 19's order (by budget, N
-and seed, then the first windows'); the resamples are drawn by
-``course_lib.scaling.bootstrap`` with seed ``--seed`` (0), as chapter 19 drew them when it ran the
-fits itself. The fits are float64 L-BFGS (``course_lib.scaling.fit_loss_law``): along the ridge on
-which alpha, beta and E trade, where a warm-started fit ends can depend on the last bits of the
-arithmetic, so a resample's values can differ between CPUs in their last digits (the interval's
-ends by about 0.002 between an Intel Xeon and an AMD EPYC); the record names the CPU it was made on.
+and seed, then the first windows'); the resamples are drawn by ``course_lib.scaling.bootstrap`` with
+seed ``--seed`` (0), as chapter 19 drew them when it ran the fits itself; the record holds the runs
+in that order and the SHA-256 of the resamples' run indices
+(``course_lib.scaling.case_resamples_sha256``), which the chapter recomputes: the same on every
+machine. The fits are not: they are float64 L-BFGS (``course_lib.scaling.fit_loss_law``), and along
+the ridge on which alpha, beta and E trade a warm-started fit can end elsewhere when the last bits
+of the arithmetic differ. Under the project's simulated other host (ATEN_CPU_CAPABILITY=default)
+most resamples agree to about 1e-5, but 4 of the first 12 moved by 2-14% (beta of one from 0.210 to
+0.239); the intervals' ends moved by up to 0.003 between an Intel Xeon and an AMD EPYC. The record
+names the CPU it was made on. Only the chapter's run (400 resamples, seed 0) writes the shipped
+record.
 """
 from __future__ import annotations
 
@@ -30,10 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# no torch yet: the numeric environment is set before torch starts
 from bench_args import (RECORDS, add_record_options, code_commit, count,  # noqa: E402
                         record_file, seed_number)
-from course_lib.tools.numerics import apply_reference_environment, wait_passively  # noqa: E402
+# (importing course_lib loads torch: the environment is set in __main__, before this module runs)
+from course_lib.tools.numerics import run_in_reference_environment  # noqa: E402
 
 SHIPPED = RECORDS / "scaling_law_bootstrap.json"
 STATISTICS = ("alpha", "beta", "a", "prediction")
@@ -57,13 +62,14 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=seed_number, default=0, help="the resamples' NumPy seed")
     add_record_options(p, SHIPPED)
     args = p.parse_args(argv)
+    if args.update_record and (args.resamples, args.seed) != (400, 0):
+        p.error("--update-record writes the record chapter 19 prints: 400 resamples, seed 0 "
+                "(for others, --json FILE)")
     record = record_file(p, args, SHIPPED)  # checked before any work
-    apply_reference_environment()  # before torch starts: the chapter's numeric environment
-    wait_passively()
     import torch
     from tqdm import tqdm
 
-    from course_lib.scaling import bootstrap, fit_loss_law, interval
+    from course_lib.scaling import bootstrap, case_resamples_sha256, fit_loss_law, interval
     from course_lib.scaling.isoflop import plan_run
     from course_lib.tools.op_fingerprints import cpu_name
     from scaling import FIRST_WINDOWS, RECORD, fit_runs, key
@@ -76,7 +82,9 @@ def main(argv=None) -> int:
     runs = fit_runs(dict(sweep, runs=in_order), json.loads(FIRST_WINDOWS.read_text()))
     pred = sweep["prediction"]
     fitted_to = sorted([list(key(r)) for r in runs])
-    assert fitted_to == pred["fitted_to"], "the sweep's runs are not those its prediction fitted"
+    if fitted_to != pred["fitted_to"]:
+        p.error("the sweep's runs are not those its prediction was fitted to: finish "
+                "benchmarks/scaling.py's sweep and prediction first")
     law = fit_loss_law([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
     chosen = plan_run(pred["shape"], pred["budget"], 65, sweep["train_tokens"])
 
@@ -99,6 +107,8 @@ def main(argv=None) -> int:
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "resamples": args.resamples, "seed": args.seed, "dropped": dropped,
         "fitted_to": fitted_to,
+        "runs_in_order": [list(key(r)) for r in runs],  # the order the resamples index
+        "resamples_sha256": case_resamples_sha256(len(runs), args.resamples, args.seed),
         "law": {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")},
         "chosen": {"shape": chosen["shape"], "N": chosen["N"], "D": chosen["D"]},
         "statistics": list(STATISTICS),
@@ -111,4 +121,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    run_in_reference_environment()  # before torch loads: the chapter's numeric environment
     raise SystemExit(main())

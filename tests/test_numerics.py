@@ -345,3 +345,19 @@ def test_the_github_workflows_run_the_readme_commands():
                    for n in ("test.yml", "book.yml"))
     assert "make test" in test and "pull_request" in test
     assert "make book" in book_ and "deploy-pages" in book_
+
+
+def test_a_benchmark_restarts_itself_in_the_reference_environment(monkeypatch):
+    """run_in_reference_environment: where a pinned variable is missing or other (torch reads them
+    once, when it loads), the script restarts with the whole pin; where all are set, it goes on."""
+    restarts = []
+    monkeypatch.setattr(numerics.os, "execve",
+                        lambda path, argv, env: restarts.append(env))
+    for k, v in numerics.reference_environment().items():
+        monkeypatch.setenv(k, v)
+    numerics.run_in_reference_environment()
+    assert restarts == []
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    numerics.run_in_reference_environment()
+    assert len(restarts) == 1
+    assert all(restarts[0][k] == v for k, v in numerics.REFERENCE.items())

@@ -249,31 +249,59 @@ def test_the_repetition_help_says_how_the_half_is_drawn(bench, capsys):
             and f"every other one of its {bench.REPETITION_CHUNKS} chunks" in text)
 
 
-def test_the_law_bootstrap_record_is_what_its_script_computes():
+def _law_fit_runs(sweep_bench):
+    """The runs chapter 19 fits the law to, in its order: the sweep's by budget, N and seed, then
+    the first windows' one-block runs the sweep did not repeat."""
+    sweep = json.loads(sweep_bench.RECORD.read_text())
+    seeds = sweep["seeds"]
+    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
+    return sweep, sweep_bench.fit_runs(dict(sweep, runs=in_order),
+                                       json.loads(sweep_bench.FIRST_WINDOWS.read_text()))
+
+
+def test_the_law_bootstrap_record_holds_the_chapters_runs_and_resamples():
     """scaling_law_bootstrap.json (chapter 19 reads its 400 resampled laws instead of refitting
-    them): fitted to the runs the sweep's prediction was fitted to, with the law those runs give,
-    and its first resamples are what the script's statistic computes on the bootstrap's first
-    resamples (to 1%: a fit warm-started along the law's ridge may end a little elsewhere on
-    another CPU; another resample or statistic differs by far more)."""
-    import math
-
+    them): the runs the sweep's prediction was fitted to, in the chapter's order (a case resample
+    draws by index), the resamples' indices as NumPy draws them on every machine, 400 rows of four
+    statistics, and a law that predicts the held-out run as a fit here does (to 1e-3: the fits
+    themselves may end a little elsewhere on another CPU, along the law's ridge)."""
     from benchmark_loader import ROOT
-    from course_lib.scaling import bootstrap, fit_loss_law
+    from course_lib.scaling import LossLaw, case_resamples_sha256, fit_loss_law
 
-    script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
     sweep_bench = load_benchmark("scaling", "scaling_benchmark")
     record = json.loads((ROOT / "course_lib" / "records" / "scaling_law_bootstrap.json")
                         .read_text())
-    sweep = json.loads(sweep_bench.RECORD.read_text())
+    sweep, runs = _law_fit_runs(sweep_bench)
     assert record["fitted_to"] == sweep["prediction"]["fitted_to"]
-    assert len(record["values"]) == record["resamples"] - record["dropped"] == 400
-    seeds = sweep["seeds"]
-    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
-    runs = sweep_bench.fit_runs(dict(sweep, runs=in_order),
-                                json.loads(sweep_bench.FIRST_WINDOWS.read_text()))
+    assert record["runs_in_order"] == [[r["budget"], r["shape"], r["seed"]] for r in runs]
+    assert (record["resamples"], record["seed"], record["dropped"]) == (400, 0, 0)
+    assert record["resamples_sha256"] == case_resamples_sha256(len(runs), 400, 0)
+    assert case_resamples_sha256(len(runs), 400, 1) != record["resamples_sha256"]  # can fail
+    assert np.array(record["values"]).shape == (400, 4)
+    assert record["statistics"] == ["alpha", "beta", "a", "prediction"]
     law = fit_loss_law(*([r[k] for r in runs] for k in ("N", "D", "loss")))
-    assert all(math.isclose(v, getattr(law, k), rel_tol=1e-6) for k, v in record["law"].items())
-    first, _ = bootstrap(runs, lambda s: script.law_statistics(s, law, record["chosen"]), n=2,
-                         seed=record["seed"])
-    assert np.allclose(first, record["values"][:2], rtol=1e-2)
-    assert not np.allclose(first[::-1], record["values"][:2], rtol=1e-2)  # the check can fail
+    N, D = record["chosen"]["N"], record["chosen"]["D"]
+    assert abs(LossLaw(**record["law"])(N, D) - law(N, D)) < 1e-3
+
+
+def test_the_law_bootstrap_statistic_is_the_chapters():
+    """The script's statistic is chapter 19's law_exponents: the chapter's function, taken from
+    the notebook, and the script's give the same numbers on one resample, on this machine."""
+    import nbformat
+
+    from benchmark_loader import ROOT
+    from course_lib.scaling import fit_loss_law, resample_runs
+
+    script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
+    _, runs = _law_fit_runs(load_benchmark("scaling", "scaling_benchmark"))
+    nb = nbformat.read(ROOT / "book" / "ch19_scaling_laws.ipynb", as_version=4)
+    [cell] = [c.source for c in nb.cells if "def law_exponents(" in c.source]
+    source = cell[cell.index("def law_exponents("):]
+    source = source[:source.index("\n\n")]
+    columns = lambda rs: ([r["N"] for r in rs], [r["D"] for r in rs], [r["loss"] for r in rs])
+    law = fit_loss_law(*columns(runs))
+    chosen = {"N": 53_504, "D": 3_741_120}
+    namespace = {"fit_loss_law": fit_loss_law, "columns": columns, "law": law, "chosen": chosen}
+    exec(source, namespace)
+    sample = resample_runs(runs, np.random.default_rng(3))
+    assert namespace["law_exponents"](sample) == script.law_statistics(sample, law, chosen)

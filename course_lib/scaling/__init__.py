@@ -15,6 +15,7 @@ Symbols: N parameters, D training tokens, C training FLOPs, L validation loss in
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from dataclasses import asdict, dataclass
@@ -215,6 +216,18 @@ def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]
         noise = residuals[rng.integers(0, len(y), len(y))]
         out += [dict(r, loss=float(f + e)) for r, f, e in zip(mine, fitted, noise)]
     return out
+
+
+def case_resamples_sha256(n_runs: int, n: int, seed: int = 0) -> str:
+    """The SHA-256 of the run indices that :func:`bootstrap`'s ``n`` case resamples of ``n_runs``
+    runs draw with ``seed`` (:func:`resample_runs`), in order: the same on every machine (NumPy's
+    generator), so a record of resampled fits can show which resamples it fitted, where the fits
+    themselves may end a little differently on another CPU."""
+    rng = np.random.default_rng(seed)
+    h = hashlib.sha256()
+    for _ in range(n):
+        h.update(rng.integers(0, n_runs, n_runs).astype("<i8").tobytes())
+    return h.hexdigest()
 
 
 def bootstrap(runs: list[dict], statistic, n: int = 200, seed: int = 0,

@@ -110,6 +110,19 @@ def wait_passively() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
+def run_in_reference_environment() -> None:
+    """For a benchmark that measures in the reference environment (the chapters'): torch reads the
+    pinned variables once, when it loads, and importing course_lib loads it, so where they are not
+    all set this restarts the script with them (``os.execve``, same interpreter and arguments):
+    call it first thing under ``if __name__ == "__main__":``, before any work."""
+    env = reference_environment()
+    if all(os.environ.get(k) == env[k] for k in REFERENCE):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
 def unsupported_host(machine: str | None = None, capability: str | None = None) -> str | None:
     """Why this host cannot compute the reference bitwise, or None if it can. ``capability`` is
     what torch reports for this CPU under the pin (``AVX2`` where the CPU has AVX2)."""
