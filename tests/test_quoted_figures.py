@@ -374,3 +374,19 @@ def test_the_measured_page_quotes_the_scale_record():
                      f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
                      f"{r['vs_eager_fp32']:.2f}x | {r['warmup_s']:.1f} |" for r in record["rows"]]
     assert f"{record['warmup_steps']} warm-up steps, then {record['steps']} timed" in section
+
+
+def test_the_measured_page_quotes_the_law_bootstrap_record():
+    """measured.md's scaling_law_bootstrap.py row: the four 95% intervals as the record's values
+    give them, and the record's CPU."""
+    import numpy as np
+
+    from course_lib.scaling import interval
+
+    record = json.loads((RECORDS / "scaling_law_bootstrap.json").read_text())
+    row = _measured_row("scaling_law_bootstrap.py")
+    values = np.array(record["values"])
+    (a0, a1), (b0, b1), (s0, s1), (p0, p1) = (interval(values[:, j]) for j in range(4))
+    assert (f"alpha {a0:.3f}-{a1:.3f}, beta {b0:.3f}-{b1:.3f}, a {s0:.3f}-{s1:.3f}, the held-out "
+            f"run's prediction {p0:.3f}-{p1:.3f}") in row, row
+    assert record["cpu"].split(",")[0] in row and record["command"] in row
