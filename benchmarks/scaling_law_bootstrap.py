@@ -12,19 +12,20 @@ windows' one-block runs that the sweep did not repeat (scaling.py's ``fit_runs``
 prediction was fitted to, checked against its ``fitted_to``), in chapter 19's order (by budget, N
 and seed, then the first windows'); the resamples are drawn by ``course_lib.scaling.bootstrap`` with
 seed ``--seed`` (0), as chapter 19 drew them when it ran the fits itself; the record holds the runs
-in that order and the SHA-256 of the resamples' run indices
-(``course_lib.scaling.case_resamples_sha256``), which the chapter recomputes: the same on every
-machine. The fits are not: they are float64 L-BFGS (``course_lib.scaling.fit_loss_law``), and along
-the ridge on which alpha, beta and E trade a warm-started fit can end elsewhere when the last bits
-of the arithmetic differ. Under the project's simulated other host (ATEN_CPU_CAPABILITY=default)
-most resamples agree to about 1e-5, but 4 of the first 12 moved by 2-14% (beta of one from 0.210 to
-0.239); the intervals' ends moved by up to 0.003 between an Intel Xeon and an AMD EPYC. The record
-names the CPU it was made on. Only the chapter's run (400 resamples, seed 0) writes the shipped
-record.
+in that order and the SHA-256 of the run indices each fit was given, which the chapter compares with
+those ``course_lib.scaling.case_resamples_sha256`` draws from the seed: the same on every machine
+with the same NumPy. The fits are not: they are float64 L-BFGS
+(``course_lib.scaling.fit_loss_law``), and along the ridge on which alpha, beta and E trade a warm-
+started fit can end elsewhere when the last bits of the arithmetic differ. Under the project's
+simulated other host (ATEN_CPU_CAPABILITY=default) most resamples agree to about 1e-5, but 4 of the
+first 12 moved by 2-14% (beta of one from 0.210 to 0.239); the intervals' ends moved by up to 0.003
+between an Intel Xeon and an AMD EPYC. The record names the CPU it was made on. Only the chapter's
+run (400 resamples, seed 0) writes the shipped record.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     import torch
     from tqdm import tqdm
 
-    from course_lib.scaling import bootstrap, case_resamples_sha256, fit_loss_law, interval
+    from course_lib.scaling import bootstrap, fit_loss_law, interval
     from course_lib.scaling.isoflop import plan_run
     from course_lib.tools.op_fingerprints import cpu_name
     from scaling import FIRST_WINDOWS, RECORD, fit_runs, key
@@ -89,13 +90,20 @@ def main(argv=None) -> int:
     chosen = plan_run(pred["shape"], pred["budget"], 65, sweep["train_tokens"])
 
     bar = tqdm(total=args.resamples, desc="bootstrap fits", file=sys.stdout)
+    drawn = hashlib.sha256()  # the run indices each fit was given, in order
+
+    def resample(runs, rng):  # course_lib.scaling.resample_runs, remembering what it drew
+        indices = rng.integers(0, len(runs), len(runs))
+        drawn.update(indices.astype("<i8").tobytes())
+        return [runs[i] for i in indices]
 
     def statistic(sample):
         bar.update(1)
         return law_statistics(sample, law, chosen)
 
     start = time.perf_counter()
-    values, dropped = bootstrap(runs, statistic, n=args.resamples, seed=args.seed)
+    values, dropped = bootstrap(runs, statistic, n=args.resamples, seed=args.seed,
+                                resample=resample)
     seconds = time.perf_counter() - start
     bar.close()
     for j, name in enumerate(STATISTICS):
@@ -108,7 +116,9 @@ def main(argv=None) -> int:
         "resamples": args.resamples, "seed": args.seed, "dropped": dropped,
         "fitted_to": fitted_to,
         "runs_in_order": [list(key(r)) for r in runs],  # the order the resamples index
-        "resamples_sha256": case_resamples_sha256(len(runs), args.resamples, args.seed),
+        # what the fits were given; the chapter and the tests compare it with what
+        # course_lib.scaling draws from the seed (case_resamples_sha256)
+        "resamples_sha256": drawn.hexdigest(),
         "law": {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")},
         "chosen": {"shape": chosen["shape"], "N": chosen["N"], "D": chosen["D"]},
         "statistics": list(STATISTICS),

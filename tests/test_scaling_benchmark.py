@@ -275,6 +275,7 @@ def test_the_law_bootstrap_record_holds_the_chapters_runs_and_resamples():
     assert record["fitted_to"] == sweep["prediction"]["fitted_to"]
     assert record["runs_in_order"] == [[r["budget"], r["shape"], r["seed"]] for r in runs]
     assert (record["resamples"], record["seed"], record["dropped"]) == (400, 0, 0)
+    # the indices the fits were given are those NumPy draws from the seed
     assert record["resamples_sha256"] == case_resamples_sha256(len(runs), 400, 0)
     assert case_resamples_sha256(len(runs), 400, 1) != record["resamples_sha256"]  # can fail
     assert np.array(record["values"]).shape == (400, 4)
@@ -282,6 +283,27 @@ def test_the_law_bootstrap_record_holds_the_chapters_runs_and_resamples():
     law = fit_loss_law(*([r[k] for r in runs] for k in ("N", "D", "loss")))
     N, D = record["chosen"]["N"], record["chosen"]["D"]
     assert abs(LossLaw(**record["law"])(N, D) - law(N, D)) < 1e-3
+
+
+def test_on_the_records_cpu_its_first_resamples_refit_exactly():
+    """Where this CPU is the record's (its name, the reference numeric environment of the test
+    processes), the record's first two rows are what the script's statistic gives on the first two
+    resamples, bit for bit: the values are the fits' (on another CPU a fit can end elsewhere on the
+    law's ridge, so only the resamples are compared there, above)."""
+    from benchmark_loader import ROOT
+    from course_lib.scaling import bootstrap, fit_loss_law
+    from course_lib.tools.op_fingerprints import cpu_name
+
+    record = json.loads((ROOT / "course_lib" / "records" / "scaling_law_bootstrap.json")
+                        .read_text())
+    if cpu_name() != record["cpu"]:
+        pytest.skip(f"the record was made on {record['cpu']}, this is {cpu_name()}")
+    script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
+    _, runs = _law_fit_runs(load_benchmark("scaling", "scaling_benchmark"))
+    law = fit_loss_law(*([r[k] for r in runs] for k in ("N", "D", "loss")))
+    first, _ = bootstrap(runs, lambda s: script.law_statistics(s, law, record["chosen"]), n=2,
+                         seed=record["seed"])
+    assert first.tolist() == record["values"][:2]
 
 
 def test_the_law_bootstrap_statistic_is_the_chapters():
