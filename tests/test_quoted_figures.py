@@ -371,9 +371,11 @@ def test_the_measured_page_quotes_the_scale_record():
     assert record["command"] in section and record["cpu"].split(",")[0] in section
     table = [line for line in section.splitlines() if line.startswith("| ") and "process" in line]
     assert table == [f"| {r['way'].replace('torch.compile', '`torch.compile`')} | "
-                     f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
+                     f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} "
+                     f"({r['ms_per_step_min']:.1f}-{r['ms_per_step_max']:.1f}) | "
                      f"{r['vs_eager_fp32']:.2f}x | {r['warmup_s']:.1f} |" for r in record["rows"]]
-    assert f"{record['warmup_steps']} warm-up steps, then {record['steps']} timed" in section
+    assert (f"{record['warmup_steps']} warm-up steps, then {record['rounds']} rounds of "
+            f"{record['steps']} timed steps") in section
 
 
 def test_the_measured_page_quotes_the_law_bootstrap_record():
@@ -390,3 +392,17 @@ def test_the_measured_page_quotes_the_law_bootstrap_record():
     assert (f"alpha {a0:.3f}-{a1:.3f}, beta {b0:.3f}-{b1:.3f}, a {s0:.3f}-{s1:.3f}, the held-out "
             f"run's prediction {p0:.3f}-{p1:.3f}") in row, row
     assert record["cpu"].split(",")[0] in row and record["command"] in row
+
+
+def test_chapter_12_quotes_the_scale_records_data_parallel_ratios():
+    """Chapter 12's prose on data parallelism quotes scale_speed.json's two ratios (two processes
+    of one thread, one process of one thread, against one process of two threads)."""
+    record = json.loads((RECORDS / "scale_speed.json").read_text())
+    ratio = {r["way"]: r["vs_eager_fp32"] for r in record["rows"]}
+    nb = json.loads((ROOT / "book" / "ch12_training_at_scale.ipynb").read_text())
+    prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    prose = " ".join(prose.split())
+    assert (f"two processes of one thread each "
+            f"{ratio['torchrun, 2 processes x 1 thread (gloo)']:.2f}x as fast") in prose
+    one_thread = ratio["eager fp32, 1 process x 1 thread"]
+    assert f"one process of one thread was {one_thread:.2f}x" in prose
