@@ -187,7 +187,9 @@ def test_nbval_kernels_run_in_the_reference_environment_through_book_conftest(tm
     """book/conftest.py pins the kernels nbval starts; without it, a user's OMP_NUM_THREADS=1
     changes what the probe prints, and nbval fails (so the test can fail)."""
     probe_notebook(tmp_path / "probe.ipynb")
-    env = {k: v for k, v in os.environ.items() if k not in numerics.PINNED}
+    # not the pin, nor the mode and note that make test's own conftest passed down to its workers
+    env = {k: v for k, v in os.environ.items()
+           if k not in numerics.PINNED and not k.startswith("COURSE_NUMERICS")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
     def nbval():
