@@ -45,6 +45,18 @@ SHIPPED = RECORDS / "scaling_law_bootstrap.json"
 STATISTICS = ("alpha", "beta", "a", "prediction")
 
 
+def law_fit_runs() -> tuple[dict, list[dict]]:
+    """The shipped sweep record and the runs the law is fitted to, in chapter 19's order (a case
+    resample draws by index): the sweep's runs by budget, N and seed, then the first windows'
+    one-block runs the sweep did not repeat (scaling.py's ``fit_runs``)."""
+    from scaling import FIRST_WINDOWS, RECORD, fit_runs
+
+    sweep = json.loads(RECORD.read_text())
+    seeds = sweep["seeds"]
+    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
+    return sweep, fit_runs(dict(sweep, runs=in_order), json.loads(FIRST_WINDOWS.read_text()))
+
+
 def law_statistics(sample: list[dict], law, chosen: dict) -> dict:
     """What one resample's law says (the chapter's ``law_exponents``): its exponents, a, and its
     prediction for the held-out run (``chosen``: plan_run's N and D), the fit started from
@@ -73,14 +85,9 @@ def main(argv=None) -> int:
     from course_lib.scaling import bootstrap, fit_loss_law, interval
     from course_lib.scaling.isoflop import plan_run
     from course_lib.tools.op_fingerprints import cpu_name
-    from scaling import FIRST_WINDOWS, RECORD, fit_runs, key
+    from scaling import key
 
-    sweep = json.loads(RECORD.read_text())
-    # in the chapter's order (a case resample draws by index): the sweep's runs by budget, N and
-    # seed, then the first windows' runs the sweep did not repeat
-    seeds = sweep["seeds"]
-    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
-    runs = fit_runs(dict(sweep, runs=in_order), json.loads(FIRST_WINDOWS.read_text()))
+    sweep, runs = law_fit_runs()
     pred = sweep["prediction"]
     fitted_to = sorted([list(key(r)) for r in runs])
     if fitted_to != pred["fitted_to"]:

@@ -249,14 +249,9 @@ def test_the_repetition_help_says_how_the_half_is_drawn(bench, capsys):
             and f"every other one of its {bench.REPETITION_CHUNKS} chunks" in text)
 
 
-def _law_fit_runs(sweep_bench):
-    """The runs chapter 19 fits the law to, in its order: the sweep's by budget, N and seed, then
-    the first windows' one-block runs the sweep did not repeat."""
-    sweep = json.loads(sweep_bench.RECORD.read_text())
-    seeds = sweep["seeds"]
-    in_order = sorted(sweep["runs"], key=lambda r: (r["budget"], r["N"], seeds.index(r["seed"])))
-    return sweep, sweep_bench.fit_runs(dict(sweep, runs=in_order),
-                                       json.loads(sweep_bench.FIRST_WINDOWS.read_text()))
+def _law_fit_runs():
+    """The runs chapter 19 fits the law to, in its order, as the bootstrap script takes them."""
+    return load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark").law_fit_runs()
 
 
 def test_the_law_bootstrap_record_holds_the_chapters_runs_and_resamples():
@@ -268,10 +263,9 @@ def test_the_law_bootstrap_record_holds_the_chapters_runs_and_resamples():
     from benchmark_loader import ROOT
     from course_lib.scaling import LossLaw, case_resamples_sha256, fit_loss_law
 
-    sweep_bench = load_benchmark("scaling", "scaling_benchmark")
     record = json.loads((ROOT / "course_lib" / "records" / "scaling_law_bootstrap.json")
                         .read_text())
-    sweep, runs = _law_fit_runs(sweep_bench)
+    sweep, runs = _law_fit_runs()
     assert record["fitted_to"] == sweep["prediction"]["fitted_to"]
     assert record["runs_in_order"] == [[r["budget"], r["shape"], r["seed"]] for r in runs]
     assert (record["resamples"], record["seed"], record["dropped"]) == (400, 0, 0)
@@ -299,7 +293,7 @@ def test_on_the_records_cpu_its_first_resamples_refit_exactly():
     if cpu_name() != record["cpu"]:
         pytest.skip(f"the record was made on {record['cpu']}, this is {cpu_name()}")
     script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
-    _, runs = _law_fit_runs(load_benchmark("scaling", "scaling_benchmark"))
+    _, runs = _law_fit_runs()
     law = fit_loss_law(*([r[k] for r in runs] for k in ("N", "D", "loss")))
     first, _ = bootstrap(runs, lambda s: script.law_statistics(s, law, record["chosen"]), n=2,
                          seed=record["seed"])
@@ -315,7 +309,7 @@ def test_the_law_bootstrap_statistic_is_the_chapters():
     from course_lib.scaling import fit_loss_law, resample_runs
 
     script = load_benchmark("scaling_law_bootstrap", "scaling_law_bootstrap_benchmark")
-    _, runs = _law_fit_runs(load_benchmark("scaling", "scaling_benchmark"))
+    _, runs = _law_fit_runs()
     nb = nbformat.read(ROOT / "book" / "ch19_scaling_laws.ipynb", as_version=4)
     [cell] = [c.source for c in nb.cells if "def law_exponents(" in c.source]
     source = cell[cell.index("def law_exponents("):]
