@@ -78,7 +78,8 @@ TINY = {
                      "--draft-steps", "2"], "--json"),
     "speculative_mtp": (["--steps", "2", "--prompts", "1", "--tokens", "4", "--repeats", "1"],
                         "--json"),
-    "speedrun": (["--max-iters", "2", "--seeds", "1"], "--json"),
+    # seed 5 and a curve of 3 evaluations: the checks of speedrun_record() below
+    "speedrun": (["--max-iters", "3", "--seeds", "5", "--curve-evals", "3"], "--json"),
     "speedrun_mtp": (["--max-iters", "2", "--seeds", "1",
                       "--cost-rounds", "1", "--cost-steps", "1"], "--json"),
     "speedrun_rope": (["--max-iters", "2", "--seeds", "1", "--evals", "1"], "--json"),
@@ -133,7 +134,23 @@ def test_each_script_runs_with_tiny_settings_and_writes_only_the_record_asked_fo
         assert runs and all(r["command"].startswith("python benchmarks/finetune_dates.py --only "
                                                     "'dates full'")
                             for r in runs)
+    if name == "speedrun":
+        speedrun_record(json.loads(record.read_text()), done.stdout)
     assert not [p for p in shared_tmp.rglob("*.tmp")] + [p for p in shared_tmp.rglob("*.partial")]
+
+
+def speedrun_record(result: dict, stdout: str):
+    """The speedrun benchmark (issue 24) on 3 steps: both presets, one run each, barely trained,
+    each ending on the whole validation split, the speedrun's curve at steps 0 to 3."""
+    assert "wall-time ratio speedrun / baseline" in stdout and "does NOT hold" in stdout
+    speedrun = "shakespeare-char-speedrun"
+    assert set(result["runs"]) == {"shakespeare-char-cpu", speedrun} and result["seeds"] == [5]
+    for runs in result["runs"].values():
+        [run] = runs
+        assert run["wall_s"] <= run["wall_exit_s"] and run["val_loss"] > 2.5
+        assert run["curve"][-1]["estimate"] == "whole validation split"
+    # --curve-evals 3 on 3 steps: the speedrun evaluates at steps 0, 1, 2, 3
+    assert [p["step"] for p in result["runs"][speedrun][0]["curve"][:-1]] == [0, 1, 2, 3]
 
 
 def refused(capsys, run, *fragments) -> str:

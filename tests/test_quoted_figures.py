@@ -406,3 +406,29 @@ def test_chapter_12_quotes_the_scale_records_data_parallel_ratios():
             f"{ratio['torchrun, 2 processes x 1 thread (gloo)']:.2f}x as fast") in prose
     one_thread = ratio["eager fp32, 1 process x 1 thread"]
     assert f"one process of one thread was {one_thread:.2f}x" in prose
+
+
+def test_chapter_17_reads_its_more_steps_cell_as_printed():
+    """Chapter 17's reading of "more steps on the same data" quotes that cell's stored output: the
+    control's by-item differences with their intervals and counts, identity's interval with its
+    phrasings resampled, and the seed-by-seed scores it names (the 2026-11-29 re-review's
+    remaining item: nothing tied these figures to the cell)."""
+    cells = json.loads((ROOT / "book" / "ch17_chat.ipynb").read_text())["cells"]
+    i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
+             and "".join(c["source"]).startswith("# More steps on the same data"))
+    out = "".join("".join(o.get("text", "")) for o in cells[i]["outputs"])
+    prose = " ".join("".join(cells[i + 1]["source"]).replace("\u2212", "-").split())
+    pair = r"(\S+) (\[\S+, \S+\]) (\d+)/(\d+)"
+    dev = re.search(r"dev \(v2\)\s+" + pair, out)
+    assert f"{dev[1]} {dev[2]} by item ({dev[3]} better, {dev[4]} worse)" in prose
+    identity = re.search(r"identity\s+" + pair + r"; 8 phrasings resampled (\[\S+, \S+\])", out)
+    assert (f"{identity[1]} {identity[2]} ({identity[3]} conversations better, "
+            f"{identity[4]} worse)") in prose
+    assert f"([{identity[5][1:-1]}])" in prose
+    rows = {m[0]: m[1:] for m in re.findall(
+        r"^(\S+ -> \S+)\s+([\d.]+) ->([\d.]+)\s+([\d.]+) ->([\d.]+)", out, re.M)}
+    seed = [rows[f"ctl-s{s} -> ctlL-s{s}"] for s in range(3)]
+    assert (f"from {seed[0][2]} to {seed[0][3]} in one seed and not in the other two "
+            f"({seed[1][2]} to {seed[1][3]}, {seed[2][2]} to {seed[2][3]})") in prose
+    worked = rows["worked-s1 -> wrkL-s1"]
+    assert f"went from {worked[0]} to {worked[1]} in one of its two seeds" in prose

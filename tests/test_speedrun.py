@@ -1,6 +1,7 @@
 """The CPU speedrun (issue 24): its presets, the GPU one refused on a CPU, the benchmark's fixed
 whole-split estimate, and a speedrun run stopped by Ctrl-C resuming bit for bit (Muon's state is in
-the checkpoint)."""
+the checkpoint). The benchmark's own run on 3 steps is checked with every benchmark script's, in
+tests/test_benchmarks.py (speedrun_record)."""
 import importlib.util
 import json
 import math
@@ -157,25 +158,6 @@ def test_a_speedrun_stopped_by_ctrl_c_resumes_bitwise(tmp_path, text_file, optim
     for name, tensor in a["model"].items():
         assert torch.equal(b["model"][name], tensor), name
     assert a["history"] == b["history"]
-
-
-@pytest.mark.slow  # four training processes
-def test_the_benchmark_runs_both_presets_and_writes_its_json(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speedrun.py"), "--seeds", "5",
-                          "--max-iters", "3", "--json", str(tmp_path / "r.json"), "--curve-evals",
-                          "3"],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode in (0, 1), out.stderr  # 3 steps reach no goal: exit status 1
-    assert "wall-time ratio speedrun / baseline" in out.stdout and "does NOT hold" in out.stdout
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert set(result["runs"]) == {"shakespeare-char-cpu", SPEEDRUN} and result["seeds"] == [5]
-    for runs in result["runs"].values():
-        [run] = runs
-        # 3 steps: barely trained
-        assert run["wall_s"] <= run["wall_exit_s"] and run["val_loss"] > 2.5
-        assert run["curve"][-1]["estimate"] == "whole validation split"
-    # --curve-evals 3 on 3 steps: the speedrun evaluates at steps 0, 1, 2, 3
-    assert [p["step"] for p in result["runs"][SPEEDRUN][0]["curve"][:-1]] == [0, 1, 2, 3]
 
 
 def test_the_measured_page_quotes_the_measured_benchmark():
