@@ -432,3 +432,37 @@ def test_chapter_17_reads_its_more_steps_cell_as_printed():
             f"({seed[1][2]} to {seed[1][3]}, {seed[2][2]} to {seed[2][3]})") in prose
     worked = rows["worked-s1 -> wrkL-s1"]
     assert f"went from {worked[0]} to {worked[1]} in one of its two seeds" in prose
+
+
+def test_chapter_17_reads_its_identity_by_phrasing_cell_as_printed():
+    """Chapter 17's reading of identity in template, phrasing by phrasing, quotes that cell's
+    stored output (the cell reads records only and was spliced in from another host: its review,
+    2026-11-29, finding 9)."""
+    from course_lib.chat.phrasing import ONES  # small numbers in words
+
+    cells = json.loads((ROOT / "book" / "ch17_chat.ipynb").read_text())["cells"]
+    i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
+             and "".join(c["source"]).startswith("# Identity in template, phrasing by phrasing"))
+    out = "".join("".join(o.get("text", "")) for o in cells[i]["outputs"])
+    prose = " ".join("".join(cells[i + 1]["source"]).split())
+    n_runs = int(re.search(r"(\d+) phrasings, (\d+) runs", out)[2])
+    table = {m[0]: tuple(map(int, m[1:])) for m in re.findall(
+        r"^  '([^']+)'\s+(\d+)\s+(\d+)\s+(\d+)$", out, re.M)}
+    asked, _, none = table.pop("And you are?")
+    full = [row[1] for row in table.values()]
+    assert len(table) == 7
+    assert (f"by at least {min(full)} of the {n_runs} runs, {ONES[sum(f >= 32 for f in full)]} "
+            f"of them by 32 or more") in prose
+    assert f"The other {none} runs answer it wrong in every one of its {asked}" in prose
+    more = re.search(r"the (\d+) runs trained with --more-phrasings: right in 0 to 0", out)
+    assert f"the {more[1]} trained with `--more-phrasings` among them" in prose
+    kept = re.search(r"its replies in the (\d+) runs that kept them: '([^']+)' \d+ times$", out,
+                     re.M)
+    assert f"the {kept[1]} that kept their replies all with `{kept[2]}`" in prose
+    most = re.search(r"at most (\d+)/(\d+) = ([\d.]+)", out)
+    assert f"at most {most[1]} of {most[2]}, {most[3]}" in prose
+    alone = re.search(r"its conversations alone, seeds 0-2\s+(\d) (\d) (\d)", out)
+    assert sorted(alone.groups()) == ["0", "0", alone[1]] and f"({alone[1]} of {asked})" in prose
+    by_run = out.split("; identity in template\n")[1].split("\nthe ")[0]  # the run-by-run rows
+    scores = [float(x) for x in re.findall(r"\b0\.\d\d\b", by_run)]
+    assert f"ranges from {min(scores):.2f} to {max(scores):.2f} in the table" in prose
