@@ -434,16 +434,24 @@ def test_chapter_17_reads_its_more_steps_cell_as_printed():
     assert f"went from {worked[0]} to {worked[1]} in one of its two seeds" in prose
 
 
+def _code_output(cells, start: str) -> str:
+    """A chapter code cell's stored text, the cell found by the start of its source."""
+    cell = next(c for c in cells if c["cell_type"] == "code"
+                and "".join(c["source"]).startswith(start))
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"])
+
+
 def test_chapter_17_reads_its_identity_by_phrasing_cell_as_printed():
     """Chapter 17's reading of identity in template, phrasing by phrasing, quotes that cell's
-    stored output (the cell reads records only and was spliced in from another host: its review,
-    2026-11-29, finding 9)."""
+    stored output and the shipped model's and version 4's cells (the cell reads records only and
+    was spliced in from another host: its review and re-review, 2026-11-29)."""
     from course_lib.chat.phrasing import ONES  # small numbers in words
 
     cells = json.loads((ROOT / "book" / "ch17_chat.ipynb").read_text())["cells"]
+    start = "# Identity in template, phrasing by phrasing"
     i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
-             and "".join(c["source"]).startswith("# Identity in template, phrasing by phrasing"))
-    out = "".join("".join(o.get("text", "")) for o in cells[i]["outputs"])
+             and "".join(c["source"]).startswith(start))
+    out = _code_output(cells, start)
     prose = " ".join("".join(cells[i + 1]["source"]).split())
     n_runs = int(re.search(r"(\d+) phrasings, (\d+) runs", out)[2])
     table = {m[0]: tuple(map(int, m[1:])) for m in re.findall(
@@ -454,15 +462,36 @@ def test_chapter_17_reads_its_identity_by_phrasing_cell_as_printed():
     assert (f"by at least {min(full)} of the {n_runs} runs, {ONES[sum(f >= 32 for f in full)]} "
             f"of them by 32 or more") in prose
     assert f"The other {none} runs answer it wrong in every one of its {asked}" in prose
-    more = re.search(r"the (\d+) runs trained with --more-phrasings: right in 0 to 0", out)
+    assert re.search(r"^  chat-char-cpu-3 \(seed 1337\).*start\s+8\s", out, re.M)
+    assert "by one run, `chat-char-cpu-3`" in prose
+    more = re.search(r"the (\d+) runs trained with --more-phrasings: right in 0 of the "
+                     r"phrasing's \d+ in each", out)
     assert f"the {more[1]} trained with `--more-phrasings` among them" in prose
     kept = re.search(r"its replies in the (\d+) runs that kept them: '([^']+)' \d+ times$", out,
                      re.M)
     assert f"the {kept[1]} that kept their replies all with `{kept[2]}`" in prose
     most = re.search(r"at most (\d+)/(\d+) = ([\d.]+)", out)
     assert f"at most {most[1]} of {most[2]}, {most[3]}" in prose
-    alone = re.search(r"its conversations alone, seeds 0-2\s+(\d) (\d) (\d)", out)
-    assert sorted(alone.groups()) == ["0", "0", alone[1]] and f"({alone[1]} of {asked})" in prose
+    # the runs from chat-char-cpu-3, without and with the added phrasings, and from the base
+    alone = re.search(r"its conversations alone, seeds 0-2\s+(\d) (\d) (\d)", out).groups()
+    [right] = [x for x in alone if x != "0"]
+    assert "nearly by one of the three" in prose and f"({right} of {asked})" in prose
+    assert (f"one of three seeds answered it right in {right} of its {asked} conversations "
+            "without") in prose
+    with_more = re.findall(r"--more-phrasings, seeds 0-2\s+(\d) (\d) (\d)", out)
+    assert len(with_more) == 2 and all(x == "0" for row in with_more for x in row)
+    assert "and none of three with it" in prose and "with it, none of three" in prose
     by_run = out.split("; identity in template\n")[1].split("\nthe ")[0]  # the run-by-run rows
     scores = [float(x) for x in re.findall(r"\b0\.\d\d\b", by_run)]
-    assert f"ranges from {min(scores):.2f} to {max(scores):.2f} in the table" in prose
+    assert f"ranges from {min(scores):.2f} to {max(scores):.2f} in the run-by-run rows" in prose
+    # the shipped model's misses and blind identity score, version 4's identity row
+    ship = _code_output(cells, "# The model that ships, chat-char-cpu-5")
+    line = re.search(r"^in template, identity, wrong: (.*)$", ship, re.M)[1]
+    wrong = {q: int(n) for q, n in re.findall(r"'([^']+)' -> [^;(]+\((\d+)\)", line)}
+    assert f"it is {wrong['And you are?']} of the {sum(wrong.values())} misses" in prose
+    blind = re.search(r"^blind identity set\s+\S+ \[\S+ \S+\]\s+(\S+ \[\S+ \S+\])$", ship,
+                      re.M)[1]
+    assert f"the blind identity set, {blind} on 64 questions" in prose
+    v4 = re.search(r"^  identity\s+.*(\d\.\d\d \[\S+ \S+\])\s+\S+\s+(\d+)$",
+                   _code_output(cells, "# Version 4: 85 requests"), re.M)
+    assert f"version 4's {v4[2]} identity requests, {v4[1]}" in prose
