@@ -82,7 +82,8 @@ def main(argv=None) -> int:
     import torch
     from tqdm import tqdm
 
-    from course_lib.scaling import bootstrap, fit_loss_law, interval
+    from course_lib.scaling import (bootstrap, case_indices, fit_loss_law, indices_digest,
+                                    interval)
     from course_lib.scaling.isoflop import plan_run
     from course_lib.tools.op_fingerprints import cpu_name
     from scaling import key
@@ -100,8 +101,8 @@ def main(argv=None) -> int:
     drawn = hashlib.sha256()  # the run indices each fit was given, in order
 
     def resample(runs, rng):  # course_lib.scaling.resample_runs, remembering what it drew
-        indices = rng.integers(0, len(runs), len(runs))
-        drawn.update(indices.astype("<i8").tobytes())
+        indices = case_indices(len(runs), rng)
+        indices_digest(drawn, indices)
         return [runs[i] for i in indices]
 
     def statistic(sample):

@@ -196,9 +196,14 @@ def fit_loss_law(N, D, loss, delta: float = HUBER_DELTA, refine: int = REFINED_S
 # --- uncertainty ------------------------------------------------------------------------------
 
 
+def case_indices(n_runs: int, rng: np.random.Generator) -> np.ndarray:
+    """The run indices of one case resample: ``n_runs`` drawn with replacement, (n_runs,)."""
+    return rng.integers(0, n_runs, n_runs)
+
+
 def resample_runs(runs: list[dict], rng: np.random.Generator) -> list[dict]:
-    """A case resample: len(runs) runs drawn with replacement."""
-    return [runs[i] for i in rng.integers(0, len(runs), len(runs))]
+    """A case resample: len(runs) runs drawn with replacement (:func:`case_indices`)."""
+    return [runs[i] for i in case_indices(len(runs), rng)]
 
 
 def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]:
@@ -218,15 +223,21 @@ def resample_residuals(runs: list[dict], rng: np.random.Generator) -> list[dict]
     return out
 
 
+def indices_digest(h, indices: np.ndarray) -> None:
+    """Add one resample's run indices to the hash ``h`` (as little-endian int64: the same bytes
+    on every machine)."""
+    h.update(np.asarray(indices).astype("<i8").tobytes())
+
+
 def case_resamples_sha256(n_runs: int, n: int, seed: int = 0) -> str:
     """The SHA-256 of the run indices that :func:`bootstrap`'s ``n`` case resamples of ``n_runs``
-    runs draw with ``seed`` (:func:`resample_runs`), in order: the same on every machine (NumPy's
+    runs draw with ``seed`` (:func:`case_indices`), in order: the same on every machine (NumPy's
     generator), so a record of resampled fits can show which resamples it fitted, where the fits
     themselves may end a little differently on another CPU."""
     rng = np.random.default_rng(seed)
     h = hashlib.sha256()
     for _ in range(n):
-        h.update(rng.integers(0, n_runs, n_runs).astype("<i8").tobytes())
+        indices_digest(h, case_indices(n_runs, rng))
     return h.hexdigest()
 
 

@@ -104,10 +104,7 @@ def wait_passively() -> None:
     thing under ``if __name__ == "__main__":``."""
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    env = dict(os.environ, OMP_WAIT_POLICY=REFERENCE["OMP_WAIT_POLICY"])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    _restart_with(dict(os.environ, OMP_WAIT_POLICY=REFERENCE["OMP_WAIT_POLICY"]))
 
 
 def run_in_reference_environment() -> None:
@@ -118,6 +115,11 @@ def run_in_reference_environment() -> None:
     env = reference_environment()
     if all(os.environ.get(k) == env[k] for k in REFERENCE):
         return
+    _restart_with(env)
+
+
+def _restart_with(env: dict[str, str]) -> None:
+    """Replace this process by the same script (interpreter and arguments) in ``env``."""
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
